@@ -1,0 +1,22 @@
+//! `lmkit`: tokenize, train, evaluate, generate and serve GPT-2 and BERT models.
+//!
+//! Each subcommand lives in its own module under `cmd/`; this file only wires
+//! them into clap.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(name = "lmkit", version, about = "GPT-2 and BERT in Rust, end to end")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {}
+}
