@@ -2,3 +2,35 @@
 //!
 //! This crate has no tensor code; it turns text into token ids and back,
 //! reads and writes the Hugging Face file formats, and trains new vocabularies.
+//! Offsets are byte ranges into the text that was encoded.
+
+mod error;
+
+pub use error::{Error, Result};
+
+/// The result of encoding one text (or one text pair).
+///
+/// All vectors have the same length, one entry per token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoding {
+    pub ids: Vec<u32>,
+    /// Segment of each token: 0 for the first text (and `[CLS]`), 1 for the pair.
+    pub type_ids: Vec<u32>,
+    /// Byte range of each token in the text it came from; `(0, 0)` for
+    /// special and padding tokens.
+    pub offsets: Vec<(usize, usize)>,
+    /// 1 for tokens the tokenizer added (`[CLS]`, `[SEP]`, padding), else 0.
+    pub special_tokens_mask: Vec<u8>,
+    /// 1 for real tokens, 0 for padding.
+    pub attention_mask: Vec<u8>,
+}
+
+impl Encoding {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
