@@ -3,9 +3,10 @@
 //! Layers (arrows point down): `kernels` (flat `f32` buffers, forward and
 //! backward) ← models, checkpoints, training, inference, evaluation.
 
+pub mod kernels;
+
 pub mod checkpoint;
 mod error;
-pub mod kernels;
 pub mod model;
 
 pub use error::{Error, Result};
