@@ -5,6 +5,7 @@
 //! Offsets are byte ranges into the text that was encoded.
 
 mod error;
+pub mod wordpiece;
 
 pub use error::{Error, Result};
 
