@@ -8,6 +8,7 @@ pub mod bpe;
 mod error;
 pub mod pretokenize;
 mod pretokenize_tables;
+pub mod wordpiece;
 
 pub use bpe::BpeTokenizer;
 pub use error::{Error, Result};
