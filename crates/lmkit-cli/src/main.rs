@@ -15,8 +15,19 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Encode a text into token ids.
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Decode token ids (read from stdin) into text.
+    Detokenize(cmd::tokenize::DetokenizeArgs),
+    /// Learn a BPE or WordPiece vocabulary from text files.
+    TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
+}
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
+        Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
+    }
 }
