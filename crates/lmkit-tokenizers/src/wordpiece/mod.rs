@@ -14,6 +14,7 @@ mod io;
 mod normalizer;
 mod post;
 mod train;
+mod trie;
 
 use std::path::Path;
 
@@ -23,6 +24,7 @@ use rustc_hash::FxHashMap;
 use crate::{Encoding, Error, Result};
 use normalizer::{BertNormalizer, NormalizerConfig, WordBuf};
 use post::{Piece, Seq, Template};
+use trie::{Trie, WordMap};
 
 pub use post::{
     Padding, PaddingDirection, PaddingLength, Truncation, TruncationDirection, TruncationStrategy,
@@ -117,11 +119,12 @@ pub struct WordPieceTokenizer {
     vocab: Vec<String>,
     /// token -> id, the whole vocabulary.
     token_ids: FxHashMap<String, u32>,
-    /// Continuation pieces keyed without their prefix (`##ing` -> `ing`).
-    cont_ids: FxHashMap<String, u32>,
-    /// Longest key (bytes) of `token_ids` / `cont_ids`: longer candidates are skipped.
-    max_piece_len: usize,
-    max_cont_len: usize,
+    /// Longest-prefix lookup of whole-vocabulary tokens (a word's first piece)
+    /// and of continuation pieces without their prefix (`##ing` as `ing`).
+    initial: Trie,
+    continuation: Trie,
+    /// Exact lookup of a whole word (the common case: one piece).
+    words: WordMap,
     options: WordPieceOptions,
     normalizer: BertNormalizer,
     unk_id: u32,
@@ -220,12 +223,14 @@ impl WordPieceTokenizer {
                 });
             }
         }
-        let mut cont_ids = FxHashMap::default();
-        for (tok, &id) in &token_ids {
-            if let Some(rest) = tok.strip_prefix(o.continuing_subword_prefix.as_str()) {
-                cont_ids.insert(rest.to_string(), id);
-            }
-        }
+        let initial = Trie::new(token_ids.iter().map(|(t, &id)| (t.as_str(), id)));
+        let words = WordMap::new(token_ids.iter().map(|(t, &id)| (t.as_str(), id)));
+        let prefix = o.continuing_subword_prefix.as_str();
+        let continuation = Trie::new(
+            token_ids
+                .iter()
+                .filter_map(|(t, &id)| Some((t.strip_prefix(prefix)?, id))),
+        );
         let lookup = |t: &str| token_ids.get(t).copied();
         let unk_id = lookup(&o.unk_token).ok_or_else(|| missing("unknown", &o.unk_token))?;
         let cls_id = lookup(&o.cls_token).ok_or_else(|| missing("CLS", &o.cls_token))?;
@@ -304,15 +309,13 @@ impl WordPieceTokenizer {
             }
             d
         });
-        let max_piece_len = token_ids.keys().map(String::len).max().unwrap_or(0);
-        let max_cont_len = cont_ids.keys().map(String::len).max().unwrap_or(0);
         let normalizer = BertNormalizer::new(o.normalizer_config());
         Ok(Self {
             vocab: parts.vocab,
             token_ids,
-            cont_ids,
-            max_piece_len,
-            max_cont_len,
+            initial,
+            continuation,
+            words,
             normalizer,
             unk_id,
             cls_id,
@@ -441,6 +444,7 @@ impl WordPieceTokenizer {
     pub fn encode_batch(&self, texts: &[&str], add_special_tokens: bool) -> Result<Vec<Encoding>> {
         let mut encs = texts
             .par_iter()
+            .with_min_len(32)
             .map(|t| self.encode_main(t, None, add_special_tokens))
             .collect::<Result<Vec<_>>>()?;
         self.pad_batch(&mut encs);
@@ -455,6 +459,7 @@ impl WordPieceTokenizer {
     ) -> Result<Vec<Encoding>> {
         let mut encs = pairs
             .par_iter()
+            .with_min_len(32)
             .map(|(a, b)| self.encode_main(a, Some(b), add_special_tokens))
             .collect::<Result<Vec<_>>>()?;
         self.pad_batch(&mut encs);
@@ -502,6 +507,37 @@ impl WordPieceTokenizer {
 
     /// The kept (first) window with the tokenizer's truncation, unpadded.
     fn encode_main(&self, a: &str, b: Option<&str>, add_special_tokens: bool) -> Result<Encoding> {
+        if self.truncation.is_none() {
+            // The common case, kept free of intermediate allocations.
+            return Ok(SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let (buf, sa, sb) = &mut *scratch;
+                sa.ids.clear();
+                sa.offsets.clear();
+                self.tokenize_into(a, buf, sa);
+                let sb = match b {
+                    Some(b) => {
+                        sb.ids.clear();
+                        sb.offsets.clear();
+                        self.tokenize_into(b, buf, sb);
+                        Some(&*sb)
+                    }
+                    None => None,
+                };
+                let n =
+                    sa.len() + sb.map_or(0, Seq::len) + self.template.added_tokens(sb.is_some());
+                let mut enc = Encoding {
+                    ids: Vec::with_capacity(n),
+                    type_ids: Vec::with_capacity(n),
+                    offsets: Vec::with_capacity(n),
+                    special_tokens_mask: Vec::with_capacity(n),
+                    attention_mask: Vec::with_capacity(n),
+                };
+                self.template
+                    .apply(sa, sb, add_special_tokens, &mut enc, None);
+                enc
+            }));
+        }
         let all = self.encode_all(
             a,
             b,
@@ -661,37 +697,23 @@ impl WordPieceTokenizer {
             seq.offsets.push(whole);
             return;
         }
-        if n <= self.max_piece_len {
-            if let Some(&id) = self.token_ids.get(word) {
-                seq.ids.push(id);
-                seq.offsets.push(whole);
-                return;
-            }
+        if let Some(id) = self.words.get(word.as_bytes()) {
+            seq.ids.push(id);
+            seq.offsets.push(whole);
+            return;
         }
+        // Greedy longest-match-first: the longest vocabulary piece at each
+        // position, continuation pieces after the first.
+        let bytes = word.as_bytes();
         let mark = seq.len();
         let mut start = 0;
         while start < n {
-            let (map, max_len) = if start == 0 {
-                (&self.token_ids, self.max_piece_len)
+            let trie = if start == 0 {
+                &self.initial
             } else {
-                (&self.cont_ids, self.max_cont_len)
+                &self.continuation
             };
-            let mut end = n.min(start + max_len);
-            while !word.is_char_boundary(end) {
-                end -= 1;
-            }
-            let mut found = None;
-            while end > start {
-                if let Some(&id) = map.get(&word[start..end]) {
-                    found = Some(id);
-                    break;
-                }
-                end -= 1;
-                while !word.is_char_boundary(end) {
-                    end -= 1;
-                }
-            }
-            let Some(id) = found else {
+            let Some((id, len)) = trie.longest_prefix(&bytes[start..]) else {
                 seq.ids.truncate(mark);
                 seq.offsets.truncate(mark);
                 seq.ids.push(self.unk_id);
@@ -699,8 +721,8 @@ impl WordPieceTokenizer {
                 return;
             };
             seq.ids.push(id);
-            seq.offsets.push((align[start].0, align[end - 1].1));
-            start = end;
+            seq.offsets.push((align[start].0, align[start + len - 1].1));
+            start += len;
         }
     }
 
@@ -761,6 +783,11 @@ impl WordPieceTokenizer {
         }
         Ok(out)
     }
+}
+
+thread_local! {
+    /// Per-thread buffers reused by `encode` (word buffer, first and second sequence).
+    static SCRATCH: std::cell::RefCell<(WordBuf, Seq, Seq)> = Default::default();
 }
 
 /// HF's `decoders::wordpiece::cleanup`, applied to each decoded piece.

@@ -11,6 +11,8 @@
 //! Mn, P*), the standard library (`char::is_whitespace`, `char::to_lowercase`)
 //! and canonical decomposition (NFD).
 
+use std::sync::OnceLock;
+
 use unicode_categories::UnicodeCategories;
 
 /// Which BertNormalizer steps are on.
@@ -95,16 +97,59 @@ fn is_whitespace(c: char) -> bool {
     c.is_whitespace()
 }
 
+const OTHER: u8 = 1;
+const PUNCT: u8 = 2;
+const NONSPACING_MARK: u8 = 4;
+
+/// The `unicode_categories` properties we need, computed from its tables
+/// (binary searches, slow in the hot loop).
+fn slow_class(c: char) -> u8 {
+    let mut k = 0;
+    if c.is_other() {
+        k |= OTHER;
+    }
+    if c.is_ascii_punctuation() || c.is_punctuation() {
+        k |= PUNCT;
+    }
+    if c.is_mark_nonspacing() {
+        k |= NONSPACING_MARK;
+    }
+    k
+}
+
+/// Properties of a character; the Basic Multilingual Plane comes from a
+/// table built once.
+#[inline]
+fn class(c: char) -> u8 {
+    static BMP: OnceLock<Box<[u8]>> = OnceLock::new();
+    let cp = c as u32;
+    if cp < 0x10000 {
+        let t = BMP.get_or_init(|| {
+            (0..0x10000u32)
+                .map(|cp| char::from_u32(cp).map_or(0, slow_class))
+                .collect()
+        });
+        t[cp as usize]
+    } else {
+        slow_class(c)
+    }
+}
+
 /// `BertNormalizer`'s control characters: Cc, Cf and Co, except `\t\n\r`.
 #[inline]
 fn is_control(c: char) -> bool {
-    !matches!(c, '\t' | '\n' | '\r') && c.is_other()
+    !matches!(c, '\t' | '\n' | '\r') && class(c) & OTHER != 0
 }
 
 /// `BertPreTokenizer`'s punctuation: ASCII punctuation or Unicode P*.
 #[inline]
 pub(crate) fn is_bert_punc(c: char) -> bool {
-    c.is_ascii_punctuation() || c.is_punctuation()
+    class(c) & PUNCT != 0
+}
+
+#[inline]
+fn is_nonspacing_mark(c: char) -> bool {
+    class(c) & NONSPACING_MARK != 0
 }
 
 /// The CJK ideograph blocks, exactly as HF `is_chinese_char`.
@@ -224,7 +269,7 @@ impl BertNormalizer {
             (false, false) => emit(c, start, end, buf, f),
             (false, true) => c.to_lowercase().for_each(|l| emit(l, start, end, buf, f)),
             (true, lower) => decompose_like_hf(c, |d| {
-                if d.is_mark_nonspacing() {
+                if is_nonspacing_mark(d) {
                     return;
                 }
                 if lower {
