@@ -10,3 +10,6 @@
 //! - Every fast kernel has a plain reference twin in [`reference`], used by tests.
 //! - Results are deterministic for a fixed rayon thread count: reductions
 //!   split work in a fixed order that does not depend on scheduling.
+
+pub mod matvec;
+pub mod quant;
