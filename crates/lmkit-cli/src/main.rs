@@ -15,8 +15,16 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Continue a prompt with a GPT-2 model (streams the text).
+    Generate(cmd::generate::Args),
+    /// Perplexity of a GPT-2 model on a text file (sliding window).
+    Perplexity(cmd::perplexity::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Generate(a) => cmd::generate::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a),
+    }
 }

@@ -7,5 +7,6 @@ pub mod kernels;
 pub mod checkpoint;
 mod error;
 pub mod model;
+pub mod infer;
 
 pub use error::{Error, Result};
