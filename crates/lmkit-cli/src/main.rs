@@ -15,8 +15,13 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Draw the loss and learning-rate curves of a training run into a PNG.
+    Plot(cmd::plot::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Plot(a) => cmd::plot::run(a),
+    }
 }
