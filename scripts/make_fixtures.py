@@ -1,0 +1,1102 @@
+#!/usr/bin/env python3
+"""Golden references written by HF transformers for lmkit's tests (run by hand, never by CI).
+
+    python3 scripts/make_fixtures.py                 # (re)write every case under tests/fixtures/
+    python3 scripts/make_fixtures.py --only gpt2-tiny bert-tiny-mlm
+    python3 scripts/make_fixtures.py --check         # reload committed cases, recompute, compare
+    python3 scripts/make_fixtures.py --big assets/big          # full-size, never committed
+    python3 scripts/make_fixtures.py --big assets/big --check  # verify them
+
+Every case folder is an HF checkpoint (config.json + model.safetensors, written by
+save_pretrained) plus reference.safetensors (inputs and outputs) and reference.json (scalars,
+hyper-parameters, versions, a description of every tensor). tests/fixtures/README.md documents
+the format. Each reference is computed twice, on the in-memory model and on the model reloaded
+with from_pretrained, and the two must agree bit for bit before anything is written.
+
+Needs the packages in scripts/requirements-dev.txt and, for minilm-embeddings and --big, the
+assets from scripts/fetch-assets.sh.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import sys
+from pathlib import Path
+
+# Offline and quiet before transformers is imported: everything here is local.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import numpy as np  # noqa: E402
+import safetensors  # noqa: E402
+import tokenizers  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import transformers  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import (  # noqa: E402
+    BertConfig,
+    BertForMaskedLM,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertModel,
+    BertTokenizerFast,
+    GenerationConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Model,
+    GPT2TokenizerFast,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+ASSETS = ROOT / "assets"
+
+# One step of torch.optim.AdamW, the same for every case that has a training step.
+ADAMW = {"lr": 1e-2, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
+# Custom init of the tiny models (HF's N(0, 0.02) gives near-uniform logits and near-ties).
+INIT = {"matrix_std": 0.35, "layernorm_weight": "1 + N(0, 0.1^2)", "bias_std": 0.1}
+
+# Tiny WordPiece vocabulary shared by all tiny BERT cases: specials first, then real
+# lower-case English words, punctuation and a few ## continuations (so "walking" is walk ##ing).
+TINY_BERT_VOCAB = (
+    "[PAD] [UNK] [CLS] [SEP] [MASK] . , ! ? ' \" - : ; ( ) "
+    "the a an of and to in is was it that he she they we you i his her their this there on at "
+    "for with as by from not but or be have has had are were will would can could do did said "
+    "one two three time day night man woman child people world life house home city water fire "
+    "light dark king queen dog cat bird tree book story word name old new good bad small big "
+    "long little great first last go went come came see saw know knew think make made take took "
+    "give gave find found tell told ask walk ran run look love like red green blue white black "
+    "sun moon sea river road door hand eye head heart paris france london england capital "
+    "what who where when why how very all some no yes up down out over after before "
+    "##s ##ed ##ing ##ly ##er ##est ##y ##n"
+).split()
+
+GPT2_VOCAB = 128
+GPT2_EOS = 127  # like real GPT-2 (50256): the last id is <|endoftext|>, used as bos/eos/pad
+
+VERSIONS = {
+    "python": platform.python_version(),
+    "torch": torch.__version__,
+    "transformers": transformers.__version__,
+    "tokenizers": tokenizers.__version__,
+    "safetensors": safetensors.__version__,
+    "numpy": np.__version__,
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference container
+
+
+class Ref:
+    """Collects tensors (float32 / int64 only) and JSON scalars with a description each."""
+
+    def __init__(self):
+        self.tensors = {}
+        self.tensor_meta = {}
+        self.scalars = {}
+        self.info = {}
+
+    def add(self, name, t, desc):
+        assert name not in self.tensors, name
+        t = t.detach().cpu().contiguous().clone()
+        if t.dtype in (torch.int32, torch.bool):
+            t = t.to(torch.int64)
+        assert t.dtype in (torch.float32, torch.int64), (name, t.dtype)
+        self.tensors[name] = t
+        self.tensor_meta[name] = {
+            "dtype": "F32" if t.dtype == torch.float32 else "I64",
+            "shape": list(t.shape),
+            "description": desc,
+        }
+
+    def scalar(self, name, value, desc):
+        assert name not in self.scalars, name
+        if isinstance(value, torch.Tensor):
+            value = value.item()
+        self.scalars[name] = {"value": value, "description": desc}
+
+
+def compare_refs(a, b, exact, label):
+    """Returns the max abs difference per tensor; raises if `exact` and anything differs."""
+    assert a.tensors.keys() == b.tensors.keys(), (label, a.tensors.keys() ^ b.tensors.keys())
+    worst = {}
+    for k in a.tensors:
+        x, y = a.tensors[k], b.tensors[k]
+        assert x.shape == y.shape and x.dtype == y.dtype, (label, k, x.shape, y.shape)
+        d = (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
+        worst[k] = d
+        if exact and d != 0.0:
+            raise SystemExit(f"{label}: tensor {k} differs by {d} between in-memory and reloaded")
+    for k in a.scalars:
+        va, vb = a.scalars[k]["value"], b.scalars[k]["value"]
+        if exact and va != vb:
+            raise SystemExit(f"{label}: scalar {k} differs: {va} vs {vb}")
+    return worst
+
+
+def write_case(case_dir, ref, header):
+    save_file(ref.tensors, str(case_dir / "reference.safetensors"), metadata={"format": "pt"})
+    doc = dict(header)
+    doc["versions"] = VERSIONS
+    if (case_dir / "model.safetensors").exists():
+        st = load_file(str(case_dir / "model.safetensors"))
+        doc["checkpoint_keys"] = {k: list(v.shape) for k, v in sorted(st.items())}
+    doc.update(ref.info)
+    doc["scalars"] = ref.scalars
+    doc["tensors"] = ref.tensor_meta
+    with open(case_dir / "reference.json", "w") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces: init, training step
+
+
+def custom_init(model, seed):
+    """Replaces every parameter: 2-D N(0, 0.35^2), LayerNorm weights 1+N(0, 0.1^2), other 1-D
+    N(0, 0.1^2), drawn in named_parameters() order from torch.Generator().manual_seed(seed).
+    Non-zero biases make loaders that drop or swap a bias fail the tests."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # tied parameters appear once
+            n = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if p.dim() >= 2:
+                p.copy_(n * INIT["matrix_std"])
+            elif name.endswith(("LayerNorm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.copy_(1.0 + 0.1 * n)
+            else:
+                p.copy_(n * INIT["bias_std"])
+
+
+def gpt2_decays(name, p):
+    # Only the 2-D matmul weights (Conv1D c_attn / c_proj / c_fc); not wte/wpe, biases, LN.
+    return p.dim() == 2 and not name.endswith(("wte.weight", "wpe.weight"))
+
+
+def bert_decays(name, p):
+    # Every 2-D weight except the embedding tables (word / position / token_type).
+    return p.dim() == 2 and "embeddings" not in name
+
+
+DECAY_RULES = {
+    "gpt2": "weight_decay 0.1 for 2-D parameters except transformer.wte.weight and "
+    "transformer.wpe.weight (i.e. attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj weights); "
+    "0 for biases, LayerNorm parameters, wte, wpe",
+    "bert": "weight_decay 0.1 for 2-D parameters whose name does not contain 'embeddings' (all "
+    "Linear weights: attention query/key/value/output.dense, intermediate/output dense, pooler, "
+    "heads); 0 for biases, LayerNorm parameters and the word/position/token_type embeddings",
+}
+
+
+def train_step(model, loss, ref, decays, rule_text):
+    """loss.backward(), record grad.<name> for every parameter, one AdamW step, record
+    adamw.<name>. Names are model.named_parameters() names, which list a tied tensor once."""
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    named = list(model.named_parameters())
+    for n, p in named:
+        if p.grad is None:
+            raise SystemExit(f"parameter {n} got no gradient")
+        ref.add(f"grad.{n}", p.grad, f"d loss / d {n} after one backward of `loss`")
+    decay = [n for n, p in named if decays(n, p)]
+    no_decay = [n for n, p in named if not decays(n, p)]
+    groups = [
+        {"params": [p for n, p in named if decays(n, p)], "weight_decay": ADAMW["weight_decay"]},
+        {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(
+        groups, lr=ADAMW["lr"], betas=tuple(ADAMW["betas"]), eps=ADAMW["eps"], foreach=False
+    )
+    opt.step()
+    for n, p in named:
+        ref.add(f"adamw.{n}", p, f"{n} after one torch.optim.AdamW step from the checkpoint value")
+    ref.info["adamw"] = {
+        **ADAMW,
+        "optimizer": "torch.optim.AdamW (foreach=False, amsgrad=False, maximize=False), step 1, "
+        "moments start at 0",
+        "update": "p <- p * (1 - lr * wd); m = (1-b1) g; v = (1-b2) g^2; "
+        "p <- p - (lr / (1 - b1)) * m / (sqrt(v) / sqrt(1 - b2) + eps)",
+        "decay_rule": rule_text,
+        "decay": decay,
+        "no_decay": no_decay,
+    }
+
+
+def fresh_dir(path):
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def margins(logits_row, k):
+    """Gaps between consecutive sorted values of the top k+1 entries (for near-tie checks)."""
+    top = torch.topk(logits_row.double(), k + 1).values
+    return (top[:-1] - top[1:]).tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# GPT-2
+
+
+def gpt2_tiny_config():
+    return GPT2Config(
+        vocab_size=GPT2_VOCAB,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        activation_function="gelu_new",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=INIT["matrix_std"],
+        bos_token_id=GPT2_EOS,
+        eos_token_id=GPT2_EOS,
+        tie_word_embeddings=True,
+        attn_implementation="eager",  # not serialized; from_pretrained below asks for it too
+    )
+
+
+GPT2_INPUT_IDS = [
+    [5, 17, 99, 3, 64, 64, 120, 8, 0, 45, 77, 126],
+    [127, 31, 2, 90, 58, 11, 11, 73, 100, 6, 39, 88],
+]
+GPT2_IGNORED = [(0, 4), (1, 0), (1, 7)]  # (row, col) of labels set to -100
+GPT2_PADDED_PROMPTS = [
+    [12, 7, 99, 40, 3],
+    [56, 56, 1, 2, 118, 64, 9, 33, 101],
+    [8, 77, 14, 120, 5, 62, 91, 30, 19, 44, 2, 117],
+]
+GPT2_GEN_PROMPTS = [[15, 93, 4, 60], [101, 3, 3, 77, 42, 19, 8]]
+GPT2_GEN_NEW = 12
+
+
+def perplexity(model, ids, max_length, stride):
+    """HF perplexity guide's sliding window, with the exact per-token NLL accounted for.
+
+    Returns (token_nll [N-1] float32 for target positions 1..N-1, windows, guide_mean_nll)."""
+    seq_len = ids.size(1)
+    token_nll = torch.full((seq_len - 1,), float("nan"))
+    windows = []
+    guide_sum, guide_n = 0.0, 0
+    prev_end = 0
+    for begin in range(0, seq_len, stride):
+        end = min(begin + max_length, seq_len)
+        trg_len = end - prev_end
+        inp = ids[:, begin:end]
+        tgt = inp.clone()
+        tgt[:, :-trg_len] = -100
+        with torch.no_grad():
+            out = model(inp, labels=tgt)
+        logp = torch.log_softmax(out.logits[0].float(), dim=-1)  # [T, V]
+        scored = 0
+        wsum = 0.0
+        for j in range(1, end - begin):
+            if tgt[0, j].item() == -100:
+                continue
+            pos = begin + j
+            assert math.isnan(token_nll[pos - 1].item()), f"token {pos} scored twice"
+            nll = -logp[j - 1, tgt[0, j]].item()
+            token_nll[pos - 1] = nll
+            wsum += nll
+            scored += 1
+        valid = int((tgt != -100).sum().item())
+        guide_sum += out.loss.item() * (valid - 1)
+        guide_n += valid - 1
+        windows.append(
+            {
+                "begin": begin,
+                "end": end,
+                "trg_len": trg_len,
+                "scored_tokens": scored,
+                "nll_sum": wsum,
+                "hf_loss": out.loss.item(),
+                "guide_weight": valid - 1,
+            }
+        )
+        prev_end = end
+        if end == seq_len:
+            break
+    assert not torch.isnan(token_nll).any(), "some token was never scored"
+    return token_nll, windows, guide_sum / guide_n, guide_n
+
+
+def greedy_check(model, prompt, new_ids):
+    """Re-derives greedy decoding with full forwards (no KV cache); returns the top-1 margins."""
+    seq = list(prompt)
+    gaps = []
+    with torch.no_grad():
+        for t in new_ids:
+            logits = model(torch.tensor([seq])).logits[0, -1]
+            assert int(torch.argmax(logits)) == t, "generate() disagrees with a greedy argmax loop"
+            gaps.append(margins(logits, 1)[0])
+            seq.append(t)
+    return gaps
+
+
+def compute_gpt2_tiny(model, case_dir):
+    model.eval()
+    ref = Ref()
+    cfg = model.config
+    ids = torch.tensor(GPT2_INPUT_IDS)
+    labels = ids.clone()
+    for r, c in GPT2_IGNORED:
+        labels[r, c] = -100
+    ref.add("input_ids", ids, "[B=2, T=12] token ids")
+    ref.add("labels", labels, "[2, 12] = input_ids with -100 at (0,4), (1,0), (1,7); unshifted")
+
+    with torch.no_grad():
+        # (a) left-padded batch as generate() prepares it
+        T = max(len(p) for p in GPT2_PADDED_PROMPTS)
+        pids = torch.full((len(GPT2_PADDED_PROMPTS), T), GPT2_EOS)
+        mask = torch.zeros_like(pids)
+        for i, p in enumerate(GPT2_PADDED_PROMPTS):
+            pids[i, T - len(p) :] = torch.tensor(p)
+            mask[i, T - len(p) :] = 1
+        pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        plogits = model(pids, attention_mask=mask, position_ids=pos).logits
+        worst = 0.0
+        for i, p in enumerate(GPT2_PADDED_PROMPTS):
+            alone = model(torch.tensor([p])).logits[0]
+            worst = max(worst, (alone - plogits[i, T - len(p) :]).abs().max().item())
+        assert worst < 1e-4, f"left-padded logits differ from unpadded by {worst}"
+        ref.add("padded.input_ids", pids, "[3, 12] three prompts (lengths 5, 9, 12) left-padded "
+                "with 127 (eos used as pad)")
+        ref.add("padded.attention_mask", mask, "[3, 12] 1 = real token, 0 = left padding")
+        ref.add("padded.position_ids", pos, "[3, 12] cumsum(attention_mask) - 1, then 1 where "
+                "attention_mask == 0 (what generate() computes)")
+        ref.add("padded.logits", plogits, "[3, 12, 128] logits; compare only where "
+                "attention_mask == 1 (rows of padding positions are not meaningful)")
+        ref.scalar("padded.max_abs_diff_vs_unpadded", worst, "max |padded - unpadded| logits "
+                   "over real positions, each prompt run alone without padding")
+
+        # (b) greedy generation, batch 1 per prompt
+        gen_cfg = GenerationConfig(
+            max_new_tokens=GPT2_GEN_NEW, do_sample=False, num_beams=1, eos_token_id=None,
+            pad_token_id=GPT2_EOS,
+        )
+        min_gap = float("inf")
+        for i, p in enumerate(GPT2_GEN_PROMPTS):
+            inp = torch.tensor([p])
+            out = model.generate(inp, attention_mask=torch.ones_like(inp),
+                                 generation_config=gen_cfg)
+            new = out[0, len(p) :]
+            assert new.numel() == GPT2_GEN_NEW, "generation stopped early"
+            gaps = greedy_check(model, p, new.tolist())
+            min_gap = min(min_gap, min(gaps))
+            ref.add(f"generate.{i}.prompt_ids", inp, f"[1, {len(p)}] prompt {i}")
+            ref.add(f"generate.{i}.new_ids", new.unsqueeze(0), f"[1, {GPT2_GEN_NEW}] greedy new "
+                    "ids from model.generate(do_sample=False, max_new_tokens=12, no eos stop)")
+        ref.scalar("generate.min_top1_margin", min_gap, "smallest (top1 - top2) logit gap over "
+                   "all greedy steps; an implementation within this error picks the same ids")
+
+        # (c) sliding-window perplexity
+        rng = random.Random(3)
+        seq = torch.tensor([[rng.randrange(GPT2_VOCAB) for _ in range(100)]])
+        tok_nll, windows, guide_mean, guide_n = perplexity(model, seq, cfg.n_positions, 16)
+        exact_mean = tok_nll.double().sum().item() / tok_nll.numel()
+        ref.add("ppl.input_ids", seq, "[1, 100] token ids (random.Random(3).randrange(128))")
+        ref.add("ppl.token_nll", tok_nll, "[99] -log p(token t | window context) for t = 1..99 "
+                "(index t-1), float32 log_softmax of the window's logits")
+        ref.scalar("ppl.max_length", cfg.n_positions, "window length (model context)")
+        ref.scalar("ppl.stride", 16, "window start step")
+        ref.scalar("ppl.scored_tokens", tok_nll.numel(), "tokens scored (each once): all but "
+                   "the first")
+        ref.scalar("ppl.nll_sum", tok_nll.double().sum().item(), "float64 sum of ppl.token_nll")
+        ref.scalar("ppl.mean_nll", exact_mean, "exact mean NLL = nll_sum / scored_tokens")
+        ref.scalar("ppl.perplexity", math.exp(exact_mean), "exp(ppl.mean_nll)")
+        ref.scalar("ppl.guide_mean_nll", guide_mean, "HF perplexity guide's approximation: "
+                   "sum(window loss * (valid_labels - 1)) / sum(valid_labels - 1)")
+        ref.scalar("ppl.guide_tokens", guide_n, "the guide's token count sum(valid_labels - 1)")
+        ref.scalar("ppl.guide_perplexity", math.exp(guide_mean), "exp(ppl.guide_mean_nll)")
+        ref.info["ppl_windows"] = windows
+
+    # main forward + loss + training step
+    out = model(ids, labels=labels, output_hidden_states=True)
+    logits = out.logits
+    manual = F.cross_entropy(logits[:, :-1].reshape(-1, GPT2_VOCAB), labels[:, 1:].reshape(-1),
+                             ignore_index=-100)
+    assert torch.allclose(manual, out.loss, atol=1e-6), (manual, out.loss)
+    ref.add("logits", logits, "[2, 12, 128] lm_head logits (h . wte^T)")
+    ref.add("hidden_states", torch.stack(out.hidden_states), "[n_layer+1=3, 2, 12, 32]: [0] = "
+            "wte+wpe, [1] = output of block 0, [2] = ln_f(output of block 1) (HF applies ln_f "
+            "to the last entry)")
+    n_targets = int((labels[:, 1:] != -100).sum())
+    ref.scalar("loss", out.loss, "mean cross-entropy of logits[:, t] vs labels[:, t+1] over "
+               f"targets != -100 (HF shifts internally; {n_targets} targets)")
+    ref.scalar("loss_targets", n_targets, "targets counted in `loss`")
+    train_step(model, out.loss, ref, gpt2_decays, DECAY_RULES["gpt2"])
+    return ref
+
+
+def make_gpt2_tiny(root):
+    case_dir = fresh_dir(root / "gpt2-tiny")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(gpt2_tiny_config())
+    custom_init(model, seed=1001)
+    model.save_pretrained(case_dir)
+    header = {
+        "case": "gpt2-tiny",
+        "model_class": "GPT2LMHeadModel",
+        "attn_implementation": "eager",
+        "init": {**INIT, "seed": 1001},
+        "tied": {"lm_head.weight": "transformer.wte.weight (only the latter is in "
+                 "model.safetensors; the gradient of the shared tensor sums both uses)"},
+        "conv1d": "c_attn/c_proj/c_fc weights are stored [in, out] (y = x W + b)",
+    }
+    # The bare variant: the same tensors saved from a stand-alone GPT2Model, so its keys have
+    # no `transformer.` prefix (like the hub's original gpt2 files, minus their attn.bias
+    # buffers); its hidden states must equal gpt2-tiny's.
+    bare = GPT2Model(copy.deepcopy(model.config))
+    bare.load_state_dict(model.transformer.state_dict())
+    bare_dir = fresh_dir(root / "gpt2-tiny-bare")
+    bare.save_pretrained(bare_dir)
+    bare_header = {
+        "case": "gpt2-tiny-bare", "model_class": "GPT2Model", "attn_implementation": "eager",
+        "init": {**INIT, "seed": 1001},
+        "note": "the transformer of gpt2-tiny saved from a stand-alone GPT2Model: the same "
+        "tensors under keys without the transformer. prefix; outputs equal gpt2-tiny's",
+    }
+    return [(case_dir, model, header), (bare_dir, bare, bare_header)]
+
+
+def compute_gpt2_bare(model, case_dir):
+    model.eval()
+    ref = Ref()
+    ids = torch.tensor(GPT2_INPUT_IDS)
+    ref.add("input_ids", ids, "[2, 12] token ids (gpt2-tiny's input_ids)")
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+    ref.add("last_hidden_state", out.last_hidden_state, "[2, 12, 32] ln_f(output of the last "
+            "block) = gpt2-tiny's hidden_states[2]; logits would be this . wte^T")
+    ref.add("hidden_states", torch.stack(out.hidden_states), "[3, 2, 12, 32] as in gpt2-tiny")
+    return ref
+
+
+# --------------------------------------------------------------------------------------------
+# BERT
+
+
+def bert_tiny_config(**extra):
+    return BertConfig(
+        vocab_size=len(TINY_BERT_VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_act="gelu",
+        max_position_embeddings=32,
+        type_vocab_size=2,
+        layer_norm_eps=1e-12,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=INIT["matrix_std"],
+        pad_token_id=0,
+        attn_implementation="eager",
+        **extra,
+    )
+
+
+def write_tiny_bert_tokenizer(case_dir):
+    (case_dir / "vocab.txt").write_text("\n".join(TINY_BERT_VOCAB) + "\n")
+    tok = BertTokenizerFast.from_pretrained(str(case_dir), do_lower_case=True)
+    tok.save_pretrained(str(case_dir))
+    return tok
+
+
+def tiny_tok(case_dir):
+    return BertTokenizerFast.from_pretrained(str(case_dir))
+
+
+def add_bert_inputs(ref, enc, texts_desc):
+    ref.add("input_ids", enc["input_ids"], f"[B, T] token ids of {texts_desc}")
+    ref.add("token_type_ids", enc["token_type_ids"], "[B, T] 0 = segment A (incl. [CLS] and its "
+            "[SEP]), 1 = segment B (incl. final [SEP]), 0 on padding")
+    ref.add("attention_mask", enc["attention_mask"], "[B, T] 1 = token, 0 = padding")
+
+
+PRETRAIN_PAIRS = [("the dog ran home", "she saw it"), ("he walked", "a cat")]
+# (row, col, replacement id or None = keep) for the MLM targets; labels hold the original ids.
+PRETRAIN_MLM = [(0, 2, "[MASK]"), (0, 6, "tree"), (1, 1, None)]
+
+
+def pretrain_inputs(tok):
+    enc = tok([a for a, _ in PRETRAIN_PAIRS], [b for _, b in PRETRAIN_PAIRS],
+              padding="max_length", max_length=10, return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    mlm = torch.full_like(enc["input_ids"], -100)
+    for r, c, repl in PRETRAIN_MLM:
+        mlm[r, c] = enc["input_ids"][r, c]
+        if repl is not None:
+            enc["input_ids"][r, c] = tok.convert_tokens_to_ids(repl)
+    return enc, mlm
+
+
+def compute_bert_pretraining(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc, mlm = pretrain_inputs(tok)
+    nsp = torch.tensor([0, 1])
+    add_bert_inputs(ref, enc, f"pairs {PRETRAIN_PAIRS} after masking")
+    ref.add("mlm_labels", mlm, "[2, 10] original ids at (0,2) (input [MASK]), (0,6) (input "
+            "replaced by 'tree'), (1,1) (input unchanged); -100 elsewhere")
+    ref.add("next_sentence_label", nsp, "[2] 0 = B follows A, 1 = B is random")
+    with torch.no_grad():
+        b = model.bert(**enc, output_hidden_states=True)
+    out = model(**enc, labels=mlm, next_sentence_label=nsp, output_hidden_states=True)
+    hs = torch.stack(out.hidden_states)
+    assert torch.equal(hs, torch.stack(b.hidden_states))
+    assert torch.equal(b.last_hidden_state, hs[-1])
+    ref.add("last_hidden_state", b.last_hidden_state, "[2, 10, 32] encoder output (model.bert)")
+    ref.add("hidden_states", hs, "[n_layers+1=3, 2, 10, 32]: [0] = embeddings after LayerNorm, "
+            "[i] = output of layer i-1; [2] = last_hidden_state")
+    ref.add("pooler_output", b.pooler_output, "[2, 32] tanh(dense([CLS] hidden state))")
+    ref.add("prediction_logits", out.prediction_logits, f"[2, 10, {len(TINY_BERT_VOCAB)}] MLM "
+            "logits (decoder tied to word_embeddings, + cls.predictions.bias)")
+    ref.add("seq_relationship_logits", out.seq_relationship_logits, "[2, 2] NSP logits")
+    V = len(TINY_BERT_VOCAB)
+    mlm_loss = F.cross_entropy(out.prediction_logits.reshape(-1, V), mlm.reshape(-1))
+    nsp_loss = F.cross_entropy(out.seq_relationship_logits, nsp)
+    assert torch.allclose(mlm_loss + nsp_loss, out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "mlm_loss + nsp_loss (HF BertForPreTraining)")
+    ref.scalar("mlm_loss", mlm_loss, "mean CE over the 3 positions with mlm_labels != -100")
+    ref.scalar("nsp_loss", nsp_loss, "mean CE of seq_relationship_logits vs next_sentence_label")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+def compute_bert_bare(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc, _ = pretrain_inputs(tok)
+    add_bert_inputs(ref, enc, f"pairs {PRETRAIN_PAIRS} after masking (as bert-tiny-pretraining)")
+    with torch.no_grad():
+        b = model(**enc, output_hidden_states=True)
+    ref.add("last_hidden_state", b.last_hidden_state, "[2, 10, 32] encoder output")
+    ref.add("hidden_states", torch.stack(b.hidden_states), "[3, 2, 10, 32] as in "
+            "bert-tiny-pretraining")
+    ref.add("pooler_output", b.pooler_output, "[2, 32] tanh(dense([CLS] hidden state))")
+    return ref
+
+
+CLASSIFY_TEXTS = ["the king was very good", "a bad day", "she found the old red book at home"]
+CLASSIFY_LABELS = [2, 0, 1]
+
+
+def compute_bert_classify(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok(CLASSIFY_TEXTS, padding=True, return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    labels = torch.tensor(CLASSIFY_LABELS)
+    add_bert_inputs(ref, enc, f"{CLASSIFY_TEXTS} padded to the longest")
+    ref.add("labels", labels, "[3] class ids (0 neg, 1 neu, 2 pos)")
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, "[3, 3] classifier(pooler_output)")
+    assert torch.allclose(F.cross_entropy(out.logits, labels), out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "mean CE of logits vs labels (HF infers single_label_"
+               "classification from num_labels > 1 and integer labels)")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+QA_PAIRS = [
+    ("who saw the dog", "the old man saw the dog by the river"),
+    ("where is paris", "paris is in france"),
+]
+QA_SPANS = [("the old man", 0), ("france", 0)]  # answer text, occurrence
+
+
+def compute_bert_qa(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok([q for q, _ in QA_PAIRS], [c for _, c in QA_PAIRS], padding="max_length",
+              max_length=16, return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    starts, ends = [], []
+    for i, (ans, _) in enumerate(QA_SPANS):
+        a = tok(ans, add_special_tokens=False)["input_ids"]
+        row = enc["input_ids"][i].tolist()
+        tt = enc["token_type_ids"][i].tolist()
+        s = next(j for j in range(len(row)) if tt[j] == 1 and row[j : j + len(a)] == a)
+        starts.append(s)
+        ends.append(s + len(a) - 1)
+    sp, ep = torch.tensor(starts), torch.tensor(ends)
+    add_bert_inputs(ref, enc, f"(question, context) pairs {QA_PAIRS} padded to 16")
+    ref.add("start_positions", sp, f"[2] answer start token index; answers {QA_SPANS}")
+    ref.add("end_positions", ep, "[2] answer end token index (inclusive)")
+    out = model(**enc, start_positions=sp, end_positions=ep)
+    ref.add("start_logits", out.start_logits, "[2, 16] qa_outputs(h)[..., 0]")
+    ref.add("end_logits", out.end_logits, "[2, 16] qa_outputs(h)[..., 1]")
+    manual = (F.cross_entropy(out.start_logits, sp) + F.cross_entropy(out.end_logits, ep)) / 2
+    assert torch.allclose(manual, out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "(CE(start_logits, start) + CE(end_logits, end)) / 2, each "
+               "mean over the batch, softmax over all 16 positions (padding included)")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+FILL_TEXTS = [
+    "the capital of france is [MASK] .",
+    "the dog [MASK] to the house .",
+    "she [MASK] a book and [MASK] it to her child .",
+]
+FILL_LABELS = [["paris"], ["ran"], ["found", "gave"]]  # MLM targets for the training step
+
+
+def compute_bert_mlm(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok(FILL_TEXTS, padding=True, return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    mask_id = tok.mask_token_id
+    labels = torch.full_like(enc["input_ids"], -100)
+    for i, words in enumerate(FILL_LABELS):
+        cols = (enc["input_ids"][i] == mask_id).nonzero().flatten().tolist()
+        assert len(cols) == len(words)
+        for c, w in zip(cols, words):
+            labels[i, c] = tok.convert_tokens_to_ids(w)
+    add_bert_inputs(ref, enc, f"{FILL_TEXTS} padded to the longest")
+    ref.add("labels", labels, f"[3, T] -100 except at the [MASK]s: ids of {FILL_LABELS}")
+
+    # fill-mask pipeline on each text alone (no padding), before the training step
+    fill = transformers.pipeline("fill-mask", model=model, tokenizer=tok, top_k=5, device="cpu")
+    results = []
+    min_gap = float("inf")
+    with torch.no_grad():
+        for i, text in enumerate(FILL_TEXTS):
+            alone = tok(text, return_tensors="pt")
+            logits = model(**alone).logits[0]
+            cols = (alone["input_ids"][0] == mask_id).nonzero().flatten()
+            probs = torch.softmax(logits[cols], dim=-1)
+            ref.add(f"fill_mask.{i}.input_ids", alone["input_ids"], f"[1, T] text {i} alone")
+            ref.add(f"fill_mask.{i}.mask_positions", cols, "[n_masks] token index of each [MASK]")
+            ref.add(f"fill_mask.{i}.probs", probs, f"[n_masks, {len(TINY_BERT_VOCAB)}] softmax "
+                    "over the vocabulary at each [MASK] (each mask scored independently)")
+            got = fill(text)
+            if len(cols) == 1:
+                got = [got]
+            per_mask = []
+            for m, preds in enumerate(got):
+                top = torch.topk(probs[m], 5)
+                assert [p["token"] for p in preds] == top.indices.tolist()
+                assert np.allclose([p["score"] for p in preds], top.values.tolist(), atol=1e-6)
+                min_gap = min(min_gap, min(margins(probs[m], 5)))
+                per_mask.append([{"id": p["token"], "token": p["token_str"],
+                                  "score": p["score"], "sequence": p["sequence"]} for p in preds])
+            results.append({"text": text, "masks": per_mask})
+    ref.info["fill_mask"] = {
+        "pipeline": "transformers.pipeline('fill-mask', top_k=5) on each text alone",
+        "results": results,
+    }
+    ref.scalar("fill_mask.min_score_gap", min_gap, "smallest gap between consecutive scores "
+               "of the top 6 at any mask (so the top-5 order is unambiguous)")
+    assert min_gap > 1e-3, f"fill-mask top-5 near-tie ({min_gap}); change the seed"
+
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, f"[3, T, {len(TINY_BERT_VOCAB)}] MLM logits of the padded batch")
+    ref.scalar("loss", out.loss, "mean CE over the 4 positions with labels != -100")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+NSP_PAIRS = [("the sun was up", "they walked to the sea"), ("a bird sang", "paris is big")]
+NSP_LABELS = [0, 1]
+
+
+def compute_bert_nsp(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok([a for a, _ in NSP_PAIRS], [b for _, b in NSP_PAIRS], padding=True,
+              return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    labels = torch.tensor(NSP_LABELS)
+    add_bert_inputs(ref, enc, f"pairs {NSP_PAIRS} padded to the longest")
+    ref.add("labels", labels, "[2] 0 = B follows A, 1 = B is random")
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, "[2, 2] cls.seq_relationship(pooler_output)")
+    ref.scalar("loss", out.loss, "mean CE of logits vs labels")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+def make_bert(root, name, cls, seed, compute_note, **extra):
+    case_dir = fresh_dir(root / name)
+    write_tiny_bert_tokenizer(case_dir)
+    torch.manual_seed(seed)
+    model = cls(bert_tiny_config(**extra))
+    custom_init(model, seed=seed)
+    model.save_pretrained(case_dir)
+    header = {
+        "case": name,
+        "model_class": cls.__name__,
+        "attn_implementation": "eager",
+        "init": {**INIT, "seed": seed},
+        "note": compute_note,
+    }
+    if cls in (BertForPreTraining, BertForMaskedLM):
+        header["tied"] = {
+            "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.decoder.bias": "cls.predictions.bias",
+            "in_file": "neither decoder key is in model.safetensors; gradients of a shared "
+            "tensor sum both uses",
+        }
+    return case_dir, model, header
+
+
+def make_bert_pretraining(root):
+    case_dir, model, header = make_bert(root, "bert-tiny-pretraining", BertForPreTraining, 2000,
+                                        "keys carry the bert. prefix")
+    # The bare variant: the same encoder weights saved from a stand-alone BertModel, so its
+    # keys have no `bert.` prefix; its outputs must equal this case's encoder outputs.
+    bare = BertModel(copy.deepcopy(model.config))
+    bare.load_state_dict(model.bert.state_dict())
+    bare_dir = fresh_dir(root / "bert-tiny-bare")
+    write_tiny_bert_tokenizer(bare_dir)
+    bare.save_pretrained(bare_dir)
+    bare_header = {
+        "case": "bert-tiny-bare", "model_class": "BertModel", "attn_implementation": "eager",
+        "init": {**INIT, "seed": 2000},
+        "note": "the encoder of bert-tiny-pretraining saved from a stand-alone BertModel: the "
+        "same tensors under keys without the bert. prefix; outputs equal bert-tiny-pretraining's",
+    }
+    return [(case_dir, model, header), (bare_dir, bare, bare_header)]
+
+
+CASES = {}
+
+
+def case(name, cls, compute):
+    CASES[name] = (cls, compute)
+
+
+case("gpt2-tiny", GPT2LMHeadModel, compute_gpt2_tiny)
+case("gpt2-tiny-bare", GPT2Model, compute_gpt2_bare)
+case("bert-tiny-pretraining", BertForPreTraining, compute_bert_pretraining)
+case("bert-tiny-bare", BertModel, compute_bert_bare)
+case("bert-tiny-classify", BertForSequenceClassification, compute_bert_classify)
+case("bert-tiny-qa", BertForQuestionAnswering, compute_bert_qa)
+case("bert-tiny-mlm", BertForMaskedLM, compute_bert_mlm)
+case("bert-tiny-nsp", BertForNextSentencePrediction, compute_bert_nsp)
+
+
+# --------------------------------------------------------------------------------------------
+# Real MiniLM (assets/minilm) sentence embeddings
+
+MINILM_EDGE = [
+    "",
+    "Café déjà vu: a naïve façade in São Paulo, Ångström and Zürich.",
+    "日本語のテキスト、中文字符和한국어 mixed with English.",
+    "Rust 🦀 makes systems programming fun 🚀🎉!",
+    "  Tabs\tand\nnewlines   and\u00a0odd   spacing  ",
+]
+
+
+def minilm_sentences():
+    corpus = (ASSETS / "books" / "corpus.txt").read_text(encoding="utf-8")
+    lines = [ln.strip() for ln in corpus.split("\n")]
+    cands = [ln for ln in lines if 8 <= len(ln.split()) <= 40 and ln.isascii()
+             and ln[0].isupper() and ln.endswith(".")]
+    picked = [cands[(i * len(cands)) // 16 + 11] for i in range(16)]
+    words = corpus.split()
+    long_line = " ".join(words[200000:200600])  # 600 words: far past max_seq_length 256
+    return picked + MINILM_EDGE[:1] + [long_line] + MINILM_EDGE[1:]
+
+
+def compute_minilm(sentences):
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(ASSETS / "minilm"), device="cpu")
+    st.eval()
+    ref = Ref()
+    feats = st.preprocess(sentences) if hasattr(st, "preprocess") else st.tokenize(sentences)
+    ids, mask = feats["input_ids"], feats["attention_mask"]
+    assert int(feats["token_type_ids"].abs().sum()) == 0
+    with torch.no_grad():
+        tok_out = st[0]({k: v for k, v in feats.items()})
+        token_emb = tok_out["token_embeddings"]
+        pooled = st[1](dict(tok_out))["sentence_embedding"]
+        m = mask.unsqueeze(-1).float()
+        manual = (token_emb * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        assert torch.allclose(manual, pooled, atol=1e-6)
+        emb = st.encode(sentences, convert_to_tensor=True, batch_size=32)
+        assert torch.allclose(emb, F.normalize(pooled, dim=-1), atol=1e-5)
+    n = len(sentences)
+    ref.add("input_ids", ids, f"[N={n}, L] token ids from the model's tokenizer (uncased, "
+            "truncated to max_seq_length 256 incl. [CLS]/[SEP]), padded with 0 to the longest")
+    ref.add("lengths", mask.sum(1), "[N] tokens per sentence: input_ids[i, :lengths[i]] are "
+            "sentence i's ids (attention_mask = 1 there, 0 after); token_type_ids are all 0")
+    ref.add("embeddings", emb, "[N, 384] SentenceTransformer.encode(): mean pooling over "
+            "attention_mask, then L2 normalize (modules.json: Transformer, Pooling, Normalize)")
+    ref.add("mean_pooled", pooled, "[N, 384] the same before Normalize (mean of token "
+            "embeddings where attention_mask == 1)")
+    L0 = int(mask[0].sum())
+    ref.add("token_embeddings.0", token_emb[0, :L0], f"[{L0}, 384] last_hidden_state of "
+            "sentence 0 (BertModel output)")
+    ref.info["sentences"] = sentences
+    ref.info["model"] = {"path": "assets/minilm", "max_seq_length": st.max_seq_length,
+                         "modules": [type(mod).__name__ for mod in st]}
+    import sentence_transformers
+
+    ref.info["versions_extra"] = {"sentence_transformers": sentence_transformers.__version__}
+    return ref
+
+
+def make_minilm(root, sentences=None):
+    case_dir = fresh_dir(root / "minilm-embeddings")
+    sentences = sentences or minilm_sentences()
+    ref = compute_minilm(sentences)
+    again = compute_minilm(sentences)
+    compare_refs(ref, again, exact=True, label="minilm-embeddings")
+    header = {"case": "minilm-embeddings", "model_class": "SentenceTransformer(BertModel)",
+              "checkpoint": "assets/minilm (not in this folder)"}
+    write_case(case_dir, ref, header)
+
+
+# --------------------------------------------------------------------------------------------
+# --big: full-size random checkpoints (not committed)
+
+
+def big_texts():
+    corpus = (ASSETS / "books" / "corpus.txt").read_text(encoding="utf-8")
+    docs = [d for d in corpus.split("\n\f\n") if len(d) > 20000]
+    return docs
+
+
+def compute_gpt2_big(model, case_dir):
+    model.eval()
+    tok = GPT2TokenizerFast.from_pretrained(str(case_dir))
+    docs = big_texts()
+    ref = Ref()
+    ids = torch.tensor([tok(docs[0])["input_ids"][:64]])
+    prompt = torch.tensor([tok("The Rust programming language helps you write")["input_ids"]])
+    seq = torch.tensor([tok(docs[1])["input_ids"][:2000]])
+    assert ids.shape == (1, 64) and seq.shape == (1, 2000)
+    with torch.no_grad():
+        ref.add("input_ids", ids, "[1, 64] GPT-2 token ids of the start of a corpus document")
+        ref.add("logits", model(ids).logits, "[1, 64, 50257] logits")
+        gen_cfg = GenerationConfig(max_new_tokens=20, do_sample=False, num_beams=1,
+                                   eos_token_id=None, pad_token_id=50256)
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                             generation_config=gen_cfg)
+        new = out[0, prompt.size(1):]
+        assert new.numel() == 20
+        gaps = greedy_check(model, prompt[0].tolist(), new.tolist())
+        ref.add("generate.0.prompt_ids", prompt, "[1, P] prompt 'The Rust programming language "
+                "helps you write'")
+        ref.add("generate.0.new_ids", new.unsqueeze(0), "[1, 20] greedy new ids")
+        ref.scalar("generate.min_top1_margin", min(gaps), "smallest top1 - top2 logit gap")
+        tok_nll, windows, guide_mean, guide_n = perplexity(model, seq, 1024, 512)
+        mean = tok_nll.double().sum().item() / tok_nll.numel()
+        ref.add("ppl.input_ids", seq, "[1, 2000] GPT-2 token ids of a corpus document")
+        ref.add("ppl.token_nll", tok_nll, "[1999] -log p(token t | window context), t = 1..1999")
+        ref.scalar("ppl.max_length", 1024, "window length")
+        ref.scalar("ppl.stride", 512, "window start step")
+        ref.scalar("ppl.scored_tokens", tok_nll.numel(), "tokens scored (each once)")
+        ref.scalar("ppl.nll_sum", tok_nll.double().sum().item(), "float64 sum of ppl.token_nll")
+        ref.scalar("ppl.mean_nll", mean, "exact mean NLL")
+        ref.scalar("ppl.perplexity", math.exp(mean), "exp(ppl.mean_nll)")
+        ref.scalar("ppl.guide_mean_nll", guide_mean, "HF guide's (valid-1)-weighted mean")
+        ref.scalar("ppl.guide_tokens", guide_n, "the guide's token count")
+        ref.scalar("ppl.guide_perplexity", math.exp(guide_mean), "exp(ppl.guide_mean_nll)")
+        ref.info["ppl_windows"] = windows
+    return ref
+
+
+BIG_BERT_TEXTS = [
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("Rust is a systems programming language.", "It runs blazingly fast."),
+    ("Héllo, wörld! 你好", None),
+]
+
+
+def compute_bert_big(model, case_dir):
+    model.eval()
+    tok = BertTokenizerFast.from_pretrained(str(case_dir))
+    ref = Ref()
+    firsts = [a for a, _ in BIG_BERT_TEXTS]
+    enc = [tok(a, b) if b else tok(a) for a, b in BIG_BERT_TEXTS]
+    T = max(len(e["input_ids"]) for e in enc)
+    batch = {k: torch.zeros((len(enc), T), dtype=torch.int64)
+             for k in ("input_ids", "token_type_ids", "attention_mask")}
+    for i, e in enumerate(enc):
+        for k in batch:
+            batch[k][i, : len(e[k])] = torch.tensor(e[k])
+    with torch.no_grad():
+        out = model(**batch)
+    add_bert_inputs(ref, batch, f"{BIG_BERT_TEXTS} (pairs where the second item is set), "
+                    "right-padded with 0")
+    ref.add("last_hidden_state", out.last_hidden_state, "[3, T, 768] encoder output")
+    ref.add("pooler_output", out.pooler_output, "[3, 768] tanh(dense([CLS] hidden state))")
+    ref.info["texts"] = firsts
+    return ref
+
+
+def make_big(root):
+    g_dir = fresh_dir(root / "gpt2-124m-random")
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(ASSETS / "gpt2" / f, g_dir / f)
+    GPT2TokenizerFast.from_pretrained(str(g_dir)).save_pretrained(str(g_dir))
+    # initializer_range 0.2 instead of 0.02: at 0.02 the random model's greedy continuation is
+    # one token repeated (a broken KV cache could pass that); at 0.2 all 20 new ids differ.
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2,
+                     attn_implementation="eager")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    model.save_pretrained(g_dir)
+    header = {"case": "gpt2-124m-random", "model_class": "GPT2LMHeadModel",
+              "attn_implementation": "eager",
+              "init": "HF init (N(0, initializer_range^2) = N(0, 0.2^2), residual projections "
+              "/ sqrt(2 n_layer), LayerNorm 1/0, biases 0) after torch.manual_seed(0)",
+              "tied": {"lm_head.weight": "transformer.wte.weight"}}
+    yield g_dir, model, header
+
+    b_dir = fresh_dir(root / "bert-base-random")
+    shutil.copy(ASSETS / "minilm" / "vocab.txt", b_dir / "vocab.txt")
+    BertTokenizerFast.from_pretrained(str(b_dir), do_lower_case=True).save_pretrained(str(b_dir))
+    cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                     attn_implementation="eager")
+    torch.manual_seed(0)
+    model = BertModel(cfg)
+    model.save_pretrained(b_dir)
+    header = {"case": "bert-base-random", "model_class": "BertModel",
+              "attn_implementation": "eager",
+              "init": "HF default init (initializer_range 0.02) after torch.manual_seed(0)",
+              "note": "bare BertModel: keys without the bert. prefix"}
+    yield b_dir, model, header
+
+
+case("gpt2-124m-random", GPT2LMHeadModel, compute_gpt2_big)
+case("bert-base-random", BertModel, compute_bert_big)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+
+
+# (case names written, function root -> [(case_dir, in-memory model, reference.json header)])
+MAKERS = [
+    (["gpt2-tiny", "gpt2-tiny-bare"], make_gpt2_tiny),
+    (["bert-tiny-pretraining", "bert-tiny-bare"], make_bert_pretraining),
+    (["bert-tiny-classify"], lambda root: [make_bert(
+        root, "bert-tiny-classify", BertForSequenceClassification, 3000,
+        "keys carry the bert. prefix", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
+        label2id={"neg": 0, "neu": 1, "pos": 2})]),
+    (["bert-tiny-qa"], lambda root: [make_bert(
+        root, "bert-tiny-qa", BertForQuestionAnswering, 4000,
+        "keys carry the bert. prefix; no pooler (HF builds its BertModel without one)")]),
+    (["bert-tiny-mlm"], lambda root: [make_bert(
+        root, "bert-tiny-mlm", BertForMaskedLM, 5002, "keys carry the bert. prefix; no pooler")]),
+    (["bert-tiny-nsp"], lambda root: [make_bert(
+        root, "bert-tiny-nsp", BertForNextSentencePrediction, 6000,
+        "keys carry the bert. prefix; no MLM head")]),
+]
+
+
+def generate(items):
+    for case_dir, model, header in items:
+        name = header["case"]
+        cls, compute = CASES[name]
+        log(f"== {name}")
+        ref = compute(model, case_dir)
+        reloaded = cls.from_pretrained(str(case_dir), attn_implementation="eager")
+        again = compute(reloaded, case_dir)
+        compare_refs(ref, again, exact=True, label=name)
+        write_case(case_dir, ref, header)
+        log(f"   {name}: reloaded checkpoint reproduces all {len(ref.tensors)} tensors exactly")
+
+
+def check(root):
+    """Reloads each case under root, recomputes and compares with the stored reference."""
+    bad = 0
+    for ref_json in sorted(root.glob("*/reference.json")):
+        case_dir = ref_json.parent
+        meta = json.loads(ref_json.read_text())
+        name = meta["case"]
+        if name == "minilm-embeddings":
+            new = compute_minilm(meta["sentences"])
+        else:
+            cls, compute = CASES[name]
+            new = compute(cls.from_pretrained(str(case_dir), attn_implementation="eager"), case_dir)
+        stored = load_file(str(case_dir / "reference.safetensors"))
+        worst_name, worst = None, 0.0
+        for k, t in stored.items():
+            if k not in new.tensors:
+                log(f"{name}: {k} is no longer produced")
+                bad += 1
+                continue
+            d = (t.double() - new.tensors[k].double()).abs().max().item() if t.numel() else 0.0
+            tol = 1e-5 * max(1.0, t.double().abs().max().item()) if t.numel() else 0
+            if d > tol:
+                log(f"{name}: {k} differs by {d}")
+                bad += 1
+            if d >= worst:
+                worst_name, worst = k, d
+        for k, s in meta["scalars"].items():
+            v, w = s["value"], new.scalars[k]["value"]
+            if abs(v - w) > 1e-5 * max(1.0, abs(v)):
+                log(f"{name}: scalar {k} {v} vs {w}")
+                bad += 1
+        log(f"{name}: {len(stored)} tensors, max abs diff {worst:.3g} ({worst_name})")
+    if bad:
+        raise SystemExit(f"{bad} mismatches")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="verify instead of writing")
+    ap.add_argument("--big", metavar="OUT_DIR", help="write/check the full-size random models")
+    ap.add_argument("--only", nargs="+", metavar="CASE", help="tiny cases to (re)write")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    if args.big:
+        root = Path(args.big)
+        if args.check:
+            check(root)
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            generate(make_big(root))
+        return
+    if args.check:
+        check(FIXTURES)
+        return
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    only = set(args.only or [])
+    unknown = only - set(CASES) - {"minilm-embeddings"}
+    if unknown:
+        raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
+    for names, make in MAKERS:
+        if not only or only & set(names):
+            generate(make(FIXTURES))
+    if not only or "minilm-embeddings" in only:
+        log("== minilm-embeddings")
+        make_minilm(FIXTURES)
+
+
+if __name__ == "__main__":
+    main()
