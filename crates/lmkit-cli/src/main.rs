@@ -18,10 +18,13 @@ struct Cli {
 enum Command {
     /// Draw the loss and learning-rate curves of a training run into a PNG.
     Plot(cmd::plot::Args),
+    /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
+    Pretrain(Box<cmd::pretrain::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Plot(a) => cmd::plot::run(a),
+        Command::Pretrain(a) => cmd::pretrain::run(*a),
     }
 }
