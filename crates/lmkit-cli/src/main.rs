@@ -20,11 +20,20 @@ enum Command {
     Plot(cmd::plot::Args),
     /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
     Pretrain(Box<cmd::pretrain::Args>),
+    /// Encode a text into token ids.
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Decode token ids (read from stdin) into text.
+    Detokenize(cmd::tokenize::DetokenizeArgs),
+    /// Learn a BPE or WordPiece vocabulary from text files.
+    TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Plot(a) => cmd::plot::run(a),
         Command::Pretrain(a) => cmd::pretrain::run(*a),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
+        Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
     }
 }

@@ -8,9 +8,12 @@ pub mod bpe;
 mod error;
 pub mod pretokenize;
 mod pretokenize_tables;
+pub mod tokenizer;
+pub mod train_bpe;
 
 pub use bpe::BpeTokenizer;
 pub use error::{Error, Result};
+pub use tokenizer::Tokenizer;
 
 /// The result of encoding one text (or one text pair).
 ///

@@ -2,3 +2,5 @@
 
 pub mod plot;
 pub mod pretrain;
+pub mod tokenize;
+pub mod train_tokenizer;
