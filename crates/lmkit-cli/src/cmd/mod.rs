@@ -2,5 +2,6 @@
 
 pub mod plot;
 pub mod pretrain;
+pub mod quickstart;
 pub mod tokenize;
 pub mod train_tokenizer;
