@@ -28,6 +28,10 @@ enum Command {
     Detokenize(cmd::tokenize::DetokenizeArgs),
     /// Learn a BPE or WordPiece vocabulary from text files.
     TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
+    /// Continue a prompt with a GPT-2 model (streams the text).
+    Generate(cmd::generate::Args),
+    /// Perplexity of a GPT-2 model on a text file (sliding window).
+    Perplexity(cmd::perplexity::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
         Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
+        Command::Generate(a) => cmd::generate::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a),
     }
 }

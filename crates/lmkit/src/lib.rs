@@ -9,5 +9,6 @@ mod error;
 pub mod kernels;
 pub mod model;
 pub mod train;
+pub mod infer;
 
 pub use error::{Error, Result};

@@ -52,9 +52,10 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
         Gelu::Tanh => dispatch(
             #[inline(always)]
             || {
+                // 0.5·x·(1 + tanh u) = x·sigmoid(2u): one exp, one divide.
                 for (o, &x) in o.iter_mut().zip(x) {
                     let u = SQRT_2_OVER_PI * fma(GELU_K * x, x * x, x);
-                    *o = 0.5 * x * (1.0 + simd::tanh(u));
+                    *o = x / (1.0 + simd::exp(-2.0 * u));
                 }
             },
         ),
@@ -85,12 +86,16 @@ pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32], kind: Gelu) {
         Gelu::Tanh => dispatch(
             #[inline(always)]
             || {
+                // With e = exp(−2u), s = sigmoid(2u) = 1/(1 + e):
+                // 0.5(1 + tanh u) = s and 0.5(1 − tanh²u) = 2s(1 − s) = 2s·e·s
+                // (e·s avoids the cancellation in 1 − s).
                 for ((d, &x), &g) in d.iter_mut().zip(x).zip(g) {
                     let x2 = x * x;
                     let u = SQRT_2_OVER_PI * fma(GELU_K * x, x2, x);
-                    let t = simd::tanh(u);
+                    let e = simd::exp(-2.0 * u);
+                    let s = 1.0 / (1.0 + e);
                     let du = SQRT_2_OVER_PI * fma(3.0 * GELU_K, x2, 1.0);
-                    let grad = fma(0.5 * x * (1.0 - t * t), du, 0.5 * (1.0 + t));
+                    let grad = fma(2.0 * x * s * (e * s), du, s);
                     *d = fma(grad, g, *d);
                 }
             },
@@ -99,8 +104,10 @@ pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32], kind: Gelu) {
             #[inline(always)]
             || {
                 for ((d, &x), &g) in d.iter_mut().zip(x).zip(g) {
-                    let cdf = 0.5 * (1.0 + simd::erf(x * FRAC_1_SQRT_2));
-                    let pdf = INV_SQRT_2PI * simd::exp(-0.5 * x * x);
+                    // exp(−x²/2) serves both the erf and the density.
+                    let e = simd::exp(-0.5 * x * x);
+                    let cdf = 0.5 * (1.0 + simd::erf_given_exp(x * FRAC_1_SQRT_2, e));
+                    let pdf = INV_SQRT_2PI * e;
                     *d = fma(fma(x, pdf, cdf), g, *d);
                 }
             },
