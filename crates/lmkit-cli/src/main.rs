@@ -16,6 +16,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Draw the loss and learning-rate curves of a training run into a PNG.
+    Plot(cmd::plot::Args),
+    /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
+    Pretrain(Box<cmd::pretrain::Args>),
+    /// Train a tokenizer and a small GPT-2 on the Rust books in a few minutes, then sample from it.
+    Quickstart(cmd::quickstart::Args),
     /// Encode a text into token ids.
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Decode token ids (read from stdin) into text.
@@ -30,6 +36,9 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Plot(a) => cmd::plot::run(a),
+        Command::Pretrain(a) => cmd::pretrain::run(*a),
+        Command::Quickstart(a) => cmd::quickstart::run(a),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
         Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),

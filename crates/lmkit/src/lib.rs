@@ -3,11 +3,12 @@
 //! Layers (arrows point down): `kernels` (flat `f32` buffers, forward and
 //! backward) ← models, checkpoints, training, inference, evaluation.
 
-pub mod kernels;
-
 pub mod checkpoint;
+pub mod data;
 mod error;
+pub mod kernels;
 pub mod model;
+pub mod train;
 pub mod infer;
 
 pub use error::{Error, Result};

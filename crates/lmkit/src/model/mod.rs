@@ -1,6 +1,7 @@
 //! Models: configurations, the flat parameter layout, and the HF naming table.
 
 pub mod config;
+pub mod gpt2;
 pub mod layout;
 pub mod names;
 
