@@ -4,3 +4,8 @@
 //! backward) ← models, checkpoints, training, inference, evaluation.
 
 pub mod kernels;
+pub mod checkpoint;
+mod error;
+pub mod model;
+
+pub use error::{Error, Result};

@@ -1,0 +1,253 @@
+//! Checkpoints in HF layout: `config.json` + `model.safetensors` read
+//! (memory-mapped) and written so that transformers' `from_pretrained`
+//! loads them with no missing or unexpected keys; atomic file writes.
+//!
+//! Key names go through the single table in [`crate::model::names`].
+
+mod atomic;
+mod hub;
+mod safetensors;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+pub use self::atomic::{atomic_write, atomic_write_with};
+pub use self::hub::{hub_cache_dirs, resolve_model_dir};
+pub use self::safetensors::{write_safetensors, Dtype, SafeTensors, TensorRef};
+
+use crate::error::{Error, Result};
+use crate::model::config::{AnyConfig, ModelConfig};
+use crate::model::layout::ParamLayout;
+use crate::model::names::{file_key, is_head, resolve_key, Architecture, Family, KeyRole};
+
+/// File names inside a model directory.
+pub const CONFIG_FILE: &str = "config.json";
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// How strict [`load_params`] is about head tensors (pooler, MLM, NSP,
+/// classifier, QA — see `names::is_head`). Everything else is always strict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Head parameters absent from the file are left untouched and listed in
+    /// [`LoadReport::missing_heads`] (fine-tuning from a base checkpoint: the
+    /// caller initialises them as HF does).
+    pub allow_missing_heads: bool,
+    /// Head tensors in the file that the layout lacks are skipped and listed
+    /// in [`LoadReport::unused_heads`] (e.g. a base model from a
+    /// pretraining checkpoint).
+    pub ignore_unused_heads: bool,
+}
+
+/// What [`load_params`] did besides loading.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Canonical names of head parameters not found (only with `allow_missing_heads`).
+    pub missing_heads: Vec<String>,
+    /// File keys of head tensors not in the layout (only with `ignore_unused_heads`).
+    pub unused_heads: Vec<String>,
+    /// File keys of tied copies and buffers, checked and skipped.
+    pub ignored: Vec<String>,
+}
+
+/// Fills `params` (laid out by `layout`) from `file`, resolving each key with
+/// or without the family prefix. Errors name the key: a layout parameter the
+/// file lacks ([`Error::MissingTensor`]), a file tensor the model has no place
+/// for ([`Error::UnexpectedTensor`]), a wrong shape ([`Error::ShapeMismatch`],
+/// also for tied copies), an unconvertible dtype ([`Error::Dtype`]).
+/// `family` is that of the target model (`arch.family()`).
+pub fn load_params(
+    layout: &ParamLayout,
+    params: &mut [f32],
+    file: &SafeTensors,
+    family: Family,
+    opts: LoadOptions,
+) -> Result<LoadReport> {
+    if params.len() != layout.total_len() {
+        return Err(Error::InvalidInput(format!(
+            "parameter buffer has {} f32s, layout needs {}",
+            params.len(),
+            layout.total_len()
+        )));
+    }
+    let path = file.path().to_path_buf();
+    let mut report = LoadReport::default();
+    // canonical name -> file key it was loaded from (catches `x` and `bert.x` both present).
+    let mut loaded: HashMap<String, String> = HashMap::new();
+    for key in file.names() {
+        let found = file.shape(key).unwrap_or(&[]).to_vec();
+        let check_shape = |expected: &[usize]| -> Result<()> {
+            if found != expected {
+                return Err(Error::ShapeMismatch {
+                    file: path.clone(),
+                    key: key.clone(),
+                    expected: expected.to_vec(),
+                    found: found.clone(),
+                });
+            }
+            Ok(())
+        };
+        let unused = |report: &mut LoadReport, name: &str| -> Result<()> {
+            if opts.ignore_unused_heads && is_head(family, name) {
+                report.unused_heads.push(key.clone());
+                Ok(())
+            } else {
+                Err(Error::UnexpectedTensor {
+                    file: path.clone(),
+                    key: key.clone(),
+                })
+            }
+        };
+        match resolve_key(family, key) {
+            KeyRole::Buffer => report.ignored.push(key.clone()),
+            KeyRole::Tied { name, target } => match layout.get(&target) {
+                Some(spec) => {
+                    check_shape(&spec.shape)?;
+                    report.ignored.push(key.clone());
+                }
+                None => unused(&mut report, &name)?,
+            },
+            KeyRole::Param(name) => match layout.get(&name) {
+                Some(spec) => {
+                    check_shape(&spec.shape)?;
+                    if let Some(prev) = loaded.insert(name.clone(), key.clone()) {
+                        return Err(Error::InvalidInput(format!(
+                            "{}: tensors `{prev}` and `{key}` both hold parameter `{name}`",
+                            path.display()
+                        )));
+                    }
+                    file.read_f32_into(key, &mut params[spec.range()])?;
+                }
+                None => unused(&mut report, &name)?,
+            },
+        }
+    }
+    for spec in layout.specs() {
+        if loaded.contains_key(&spec.name) {
+            continue;
+        }
+        if opts.allow_missing_heads && is_head(family, &spec.name) {
+            report.missing_heads.push(spec.name.clone());
+        } else {
+            return Err(Error::MissingTensor {
+                file: path,
+                key: spec.name.clone(),
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Writes `dir/model.safetensors` (F32, HF keys with `arch`'s prefix,
+/// metadata `{"format": "pt"}`) and `dir/config.json` (with
+/// `architectures: [arch]`), each atomically; creates `dir` if needed.
+/// `layout` must be the layout `config` implies for `arch` (decay flags aside).
+pub fn save_params(
+    layout: &ParamLayout,
+    params: &[f32],
+    config: &impl ModelConfig,
+    dir: impl AsRef<Path>,
+    arch: Architecture,
+) -> Result<()> {
+    let dir = dir.as_ref();
+    if config.family() != arch.family() {
+        return Err(Error::InvalidInput(format!(
+            "a {:?} config cannot be saved as {arch}",
+            config.family()
+        )));
+    }
+    let expected = config.layout(arch)?;
+    let same = expected.specs().len() == layout.specs().len()
+        && expected
+            .specs()
+            .iter()
+            .zip(layout.specs())
+            .all(|(a, b)| a.name == b.name && a.shape == b.shape);
+    if !same {
+        return Err(Error::InvalidInput(format!(
+            "the parameter layout does not match the config for {arch}"
+        )));
+    }
+    if params.len() != layout.total_len() {
+        return Err(Error::InvalidInput(format!(
+            "parameter buffer has {} f32s, layout needs {}",
+            params.len(),
+            layout.total_len()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tensors: Vec<TensorRef> = layout
+        .specs()
+        .iter()
+        .map(|s| TensorRef {
+            name: file_key(arch, &s.name),
+            shape: s.shape.clone(),
+            data: &params[s.range()],
+        })
+        .collect();
+    let meta = BTreeMap::from([("format".to_string(), "pt".to_string())]);
+    write_safetensors(dir.join(WEIGHTS_FILE), &tensors, &meta)?;
+    let mut json = config.to_json_value();
+    if let Some(m) = json.as_object_mut() {
+        m.insert("architectures".into(), serde_json::json!([arch.hf_name()]));
+    }
+    let mut text = serde_json::to_string_pretty(&json).map_err(|e| Error::InvalidInput(e.to_string()))?;
+    text.push('\n');
+    atomic_write(dir.join(CONFIG_FILE), text.as_bytes())
+}
+
+/// A model loaded from an HF directory: config, architecture, layout, weights.
+#[derive(Debug)]
+pub struct Pretrained {
+    pub dir: PathBuf,
+    pub config: AnyConfig,
+    pub arch: Architecture,
+    pub layout: ParamLayout,
+    pub params: Vec<f32>,
+    pub report: LoadReport,
+}
+
+/// Opens `dir/config.json` and `dir/model.safetensors`, with clear errors for
+/// directories holding only PyTorch or sharded weights.
+pub fn open_model_dir(dir: impl AsRef<Path>) -> Result<(AnyConfig, SafeTensors)> {
+    let dir = dir.as_ref();
+    let config = AnyConfig::from_file(dir.join(CONFIG_FILE))?;
+    let weights = dir.join(WEIGHTS_FILE);
+    if !weights.exists() {
+        let why = if dir.join("model.safetensors.index.json").exists() {
+            "sharded safetensors checkpoints are not supported"
+        } else if dir.join("pytorch_model.bin").exists() {
+            "only pytorch_model.bin is present; convert it to safetensors"
+        } else {
+            "no model.safetensors"
+        };
+        return Err(Error::io(
+            &weights,
+            std::io::Error::new(std::io::ErrorKind::NotFound, why),
+        ));
+    }
+    Ok((config, SafeTensors::open(weights)?))
+}
+
+/// Resolves `name_or_path` ([`resolve_model_dir`]), reads its config, builds
+/// the layout of `arch` (default: the config's `architectures`) and loads the
+/// weights.
+pub fn load_pretrained(
+    name_or_path: &str,
+    arch: Option<Architecture>,
+    opts: LoadOptions,
+) -> Result<Pretrained> {
+    let dir = resolve_model_dir(name_or_path)?;
+    let (config, file) = open_model_dir(&dir)?;
+    let arch = arch.unwrap_or_else(|| config.architecture());
+    let layout = config.layout(arch)?;
+    let mut params = layout.zeros();
+    let report = load_params(&layout, &mut params, &file, arch.family(), opts)?;
+    Ok(Pretrained {
+        dir,
+        config,
+        arch,
+        layout,
+        params,
+        report,
+    })
+}

@@ -1,0 +1,314 @@
+//! Reading (memory-mapped) and writing safetensors files.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use safetensors::tensor::{Metadata, TensorInfo};
+pub use safetensors::Dtype;
+
+use crate::checkpoint::atomic::atomic_write_with;
+use crate::error::{Error, Result};
+
+/// Length of the little-endian u64 header size that starts every file.
+const N_LEN: usize = 8;
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A safetensors file, memory-mapped; tensors are read on demand.
+pub struct SafeTensors {
+    path: PathBuf,
+    bytes: Bytes,
+    /// Byte offset of the data section (8 + header length).
+    data_start: usize,
+    meta: Metadata,
+    /// Names in file (offset) order.
+    names: Vec<String>,
+}
+
+impl std::fmt::Debug for SafeTensors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafeTensors")
+            .field("path", &self.path)
+            .field("tensors", &self.names.len())
+            .finish()
+    }
+}
+
+impl SafeTensors {
+    /// Maps `path` and validates its header (offsets, sizes, file length).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len < N_LEN as u64 {
+            return Err(Error::Safetensors {
+                path: path.to_path_buf(),
+                msg: format!("file is {len} bytes, too short for a header"),
+            });
+        }
+        // SAFETY: the map is read-only; like every mmap reader we assume the
+        // file is not truncated or rewritten by another process while open
+        // (our own writers replace files by rename, which leaves the mapped
+        // inode intact).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::from_storage(path.to_path_buf(), Bytes::Mapped(map))
+    }
+
+    /// Parses an in-memory file; `path` is only used in error messages.
+    pub fn from_bytes(bytes: Vec<u8>, path: impl Into<PathBuf>) -> Result<Self> {
+        Self::from_storage(path.into(), Bytes::Owned(bytes))
+    }
+
+    fn from_storage(path: PathBuf, bytes: Bytes) -> Result<Self> {
+        let (n, meta) = safetensors::SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
+            Error::Safetensors {
+                path: path.clone(),
+                msg: e.to_string(),
+            }
+        })?;
+        let names = meta.offset_keys();
+        Ok(SafeTensors {
+            path,
+            bytes,
+            data_start: N_LEN + n,
+            meta,
+            names,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tensor names in file order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.meta.info(key).is_some()
+    }
+
+    pub fn shape(&self, key: &str) -> Option<&[usize]> {
+        self.meta.info(key).map(|i| i.shape.as_slice())
+    }
+
+    pub fn dtype(&self, key: &str) -> Option<Dtype> {
+        self.meta.info(key).map(|i| i.dtype)
+    }
+
+    /// The `__metadata__` string map, if any.
+    pub fn metadata(&self) -> Option<&HashMap<String, String>> {
+        self.meta.metadata().as_ref()
+    }
+
+    fn info(&self, key: &str) -> Result<&TensorInfo> {
+        self.meta.info(key).ok_or_else(|| Error::MissingTensor {
+            file: self.path.clone(),
+            key: key.to_string(),
+        })
+    }
+
+    fn raw(&self, info: &TensorInfo) -> &[u8] {
+        let (s, e) = info.data_offsets;
+        // read_metadata checked that offsets tile the data section exactly.
+        &self.bytes.as_slice()[self.data_start + s..self.data_start + e]
+    }
+
+    /// Tensor `key` as f32 (F32 borrowed from the map when aligned, F16/BF16/F64
+    /// converted). Errors: missing key, unsupported dtype.
+    pub fn tensor_f32(&self, key: &str) -> Result<Cow<'_, [f32]>> {
+        let info = self.info(key)?;
+        let raw = self.raw(info);
+        if info.dtype == Dtype::F32 && cfg!(target_endian = "little") {
+            // SAFETY: every bit pattern is a valid f32; align_to only yields
+            // the middle part at correct alignment.
+            let (pre, mid, post) = unsafe { raw.align_to::<f32>() };
+            if pre.is_empty() && post.is_empty() {
+                return Ok(Cow::Borrowed(mid));
+            }
+        }
+        let mut out = vec![0.0f32; info.shape.iter().product()];
+        self.convert(key, info, &mut out)?;
+        Ok(Cow::Owned(out))
+    }
+
+    /// Converts tensor `key` into `out`, whose length must equal its element count.
+    pub fn read_f32_into(&self, key: &str, out: &mut [f32]) -> Result<()> {
+        let info = self.info(key)?;
+        let numel: usize = info.shape.iter().product();
+        if out.len() != numel {
+            return Err(Error::InvalidInput(format!(
+                "{}: tensor `{key}` has {numel} elements, destination has {}",
+                self.path.display(),
+                out.len()
+            )));
+        }
+        self.convert(key, info, out)
+    }
+
+    fn convert(&self, key: &str, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
+        let raw = self.raw(info);
+        match info.dtype {
+            Dtype::F32 => {
+                for (o, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            Dtype::F16 => {
+                for (o, b) in out.iter_mut().zip(raw.chunks_exact(2)) {
+                    *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
+            Dtype::BF16 => {
+                for (o, b) in out.iter_mut().zip(raw.chunks_exact(2)) {
+                    *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
+            Dtype::F64 => {
+                for (o, b) in out.iter_mut().zip(raw.chunks_exact(8)) {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    *o = f64::from_le_bytes(a) as f32;
+                }
+            }
+            other => {
+                return Err(Error::Dtype {
+                    file: self.path.clone(),
+                    key: key.to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One f32 tensor to write.
+#[derive(Debug, Clone)]
+pub struct TensorRef<'a> {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub data: &'a [f32],
+}
+
+/// Writes F32 `tensors` (sorted by name, as the Python writer does) with
+/// `metadata` to `path`, atomically, streaming (no full copy in memory).
+pub fn write_safetensors(
+    path: impl AsRef<Path>,
+    tensors: &[TensorRef<'_>],
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let mut order: Vec<&TensorRef> = tensors.iter().collect();
+    order.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut header = serde_json::Map::new();
+    if !metadata.is_empty() {
+        header.insert("__metadata__".into(), serde_json::to_value(metadata).unwrap_or_default());
+    }
+    let mut seen = HashSet::new();
+    let mut offset = 0usize;
+    for t in &order {
+        if !seen.insert(t.name.as_str()) {
+            return Err(Error::InvalidInput(format!("tensor `{}` written twice", t.name)));
+        }
+        let numel: usize = t.shape.iter().product();
+        if numel != t.data.len() {
+            return Err(Error::InvalidInput(format!(
+                "tensor `{}`: shape {:?} has {numel} elements, data has {}",
+                t.name,
+                t.shape,
+                t.data.len()
+            )));
+        }
+        let end = offset + 4 * numel;
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": t.shape, "data_offsets": [offset, end]}),
+        );
+        offset = end;
+    }
+    let mut header = serde_json::to_vec(&header).map_err(|e| Error::InvalidInput(e.to_string()))?;
+    // Pad with spaces so the data section starts 8-byte aligned (as the spec advises).
+    while (N_LEN + header.len()) % 8 != 0 {
+        header.push(b' ');
+    }
+    atomic_write_with(path, |w| {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        for t in &order {
+            for chunk in t.data.chunks(1 << 14) {
+                buf.clear();
+                buf.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+                w.write_all(&buf)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(dtype: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+        let header = serde_json::json!({"t": {"dtype": dtype, "shape": shape, "data_offsets": [0, data.len()]}});
+        let mut h = serde_json::to_vec(&header).unwrap();
+        // Force a data section that is NOT 4-byte aligned relative to the buffer.
+        while (8 + h.len()) % 4 != 1 {
+            h.push(b' ');
+        }
+        let mut v = (h.len() as u64).to_le_bytes().to_vec();
+        v.extend(h);
+        v.extend(data);
+        v
+    }
+
+    #[test]
+    fn converts_half_types_and_rejects_ints() {
+        let vals = [1.5f32, -2.0, 0.25];
+        let f16b: Vec<u8> = vals.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect();
+        let st = SafeTensors::from_bytes(file_with("F16", &[3], &f16b), "x").unwrap();
+        assert_eq!(&*st.tensor_f32("t").unwrap(), &vals);
+        let bf: Vec<u8> = vals.iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect();
+        let st = SafeTensors::from_bytes(file_with("BF16", &[3], &bf), "x").unwrap();
+        assert_eq!(&*st.tensor_f32("t").unwrap(), &vals);
+        // Misaligned F32 data (odd header length) still reads correctly.
+        let f32b: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let st = SafeTensors::from_bytes(file_with("F32", &[3], &f32b), "x").unwrap();
+        assert_eq!(&*st.tensor_f32("t").unwrap(), &vals);
+        let st = SafeTensors::from_bytes(file_with("I32", &[3], &f32b), "x").unwrap();
+        let e = st.tensor_f32("t").unwrap_err();
+        assert!(matches!(&e, Error::Dtype { key, .. } if key == "t"), "{e}");
+        let e = st.tensor_f32("u").unwrap_err();
+        assert!(matches!(&e, Error::MissingTensor { key, .. } if key == "u"), "{e}");
+    }
+
+    #[test]
+    fn rejects_truncated_and_garbage() {
+        let f32b: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let full = file_with("F32", &[2], &f32b);
+        for cut in [0, 4, 8, 20, full.len() - 1] {
+            let e = SafeTensors::from_bytes(full[..cut].to_vec(), "cut.safetensors").unwrap_err();
+            assert!(matches!(e, Error::Safetensors { .. }), "cut {cut}: {e}");
+        }
+        let e = SafeTensors::from_bytes(file_with("F32", &[3], &f32b), "x").unwrap_err();
+        assert!(matches!(e, Error::Safetensors { .. }), "{e}");
+    }
+}

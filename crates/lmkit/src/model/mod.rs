@@ -1,0 +1,9 @@
+//! Models: configurations, the flat parameter layout, and the HF naming table.
+
+pub mod config;
+pub mod layout;
+pub mod names;
+
+pub use config::{Activation, AnyConfig, BertConfig, Gpt2Config, HfActivation, ModelConfig};
+pub use layout::{bert_layout, gpt2_layout, BertHeads, ParamLayout, ParamSpec};
+pub use names::{Architecture, Family};
