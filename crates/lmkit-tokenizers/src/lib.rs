@@ -4,8 +4,13 @@
 //! reads and writes the Hugging Face file formats, and trains new vocabularies.
 //! Offsets are byte ranges into the text that was encoded.
 
+pub mod bpe;
 mod error;
+pub mod pretokenize;
+mod pretokenize_tables;
+pub mod wordpiece;
 
+pub use bpe::BpeTokenizer;
 pub use error::{Error, Result};
 
 /// The result of encoding one text (or one text pair).

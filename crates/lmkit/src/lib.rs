@@ -4,6 +4,7 @@
 //! backward) ← models, checkpoints, training, inference, evaluation.
 
 pub mod kernels;
+
 pub mod checkpoint;
 mod error;
 pub mod model;

@@ -1,0 +1,102 @@
+//! GPT-2's byte-to-character alphabet: vocab.json and merges.txt spell each
+//! byte as a printable character (space is `Ġ`, newline `Ċ`, …).
+
+/// The 256 bytes in GPT-2's alphabet order (printable ranges first); GPT-2's
+/// token ids 0..=255 follow this order.
+pub const BYTE_ORDER: [u8; 256] = {
+    let mut order = [0u8; 256];
+    let mut n = 0;
+    let mut b = 0;
+    while b < 256 {
+        if is_printable(b as u8) {
+            order[n] = b as u8;
+            n += 1;
+        }
+        b += 1;
+    }
+    b = 0;
+    while b < 256 {
+        if !is_printable(b as u8) {
+            order[n] = b as u8;
+            n += 1;
+        }
+        b += 1;
+    }
+    order
+};
+
+const fn is_printable(b: u8) -> bool {
+    matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF)
+}
+
+/// Character that spells byte `b`.
+pub const BYTE_TO_CHAR: [char; 256] = {
+    let mut table = ['\0'; 256];
+    let mut shifted = 0u32;
+    let mut b = 0;
+    while b < 256 {
+        table[b] = if is_printable(b as u8) {
+            match char::from_u32(b as u32) {
+                Some(c) => c,
+                None => '\0',
+            }
+        } else {
+            let c = match char::from_u32(256 + shifted) {
+                Some(c) => c,
+                None => '\0',
+            };
+            shifted += 1;
+            c
+        };
+        b += 1;
+    }
+    table
+};
+
+/// Byte spelled by `c`, if `c` is in the alphabet.
+#[inline]
+pub fn char_to_byte(c: char) -> Option<u8> {
+    static REVERSE: std::sync::OnceLock<[i16; 324]> = std::sync::OnceLock::new();
+    let reverse = REVERSE.get_or_init(|| {
+        let mut r = [-1i16; 324];
+        for (b, &c) in BYTE_TO_CHAR.iter().enumerate() {
+            r[c as usize] = b as i16;
+        }
+        r
+    });
+    match reverse.get(c as usize) {
+        Some(&b) if b >= 0 => Some(b as u8),
+        _ => None,
+    }
+}
+
+/// Bytes of a token spelled in the alphabet, or `None` if a character is not in it.
+pub fn token_to_bytes(token: &str) -> Option<Vec<u8>> {
+    token.chars().map(char_to_byte).collect()
+}
+
+/// The alphabet spelling of `bytes` (as in vocab.json).
+pub fn bytes_to_token(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| BYTE_TO_CHAR[b as usize]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alphabet_is_gpt2s() {
+        assert_eq!(BYTE_TO_CHAR[b' ' as usize], 'Ġ');
+        assert_eq!(BYTE_TO_CHAR[b'\n' as usize], 'Ċ');
+        assert_eq!(BYTE_TO_CHAR[b'a' as usize], 'a');
+        assert_eq!(BYTE_TO_CHAR[0xAD], 'Ń');
+        assert_eq!(BYTE_ORDER[0], b'!');
+        assert_eq!(BYTE_ORDER[255], 0xAD);
+        for b in 0..=255u8 {
+            assert_eq!(char_to_byte(BYTE_TO_CHAR[b as usize]), Some(b));
+        }
+        assert_eq!(char_to_byte(' '), None);
+        assert_eq!(token_to_bytes("Ġthe"), Some(b" the".to_vec()));
+        assert_eq!(bytes_to_token(b" the\n"), "ĠtheĊ");
+    }
+}

@@ -1,0 +1,428 @@
+//! Reading and writing the HF / GPT-2 file formats: `vocab.json`,
+//! `merges.txt` and `tokenizer.json` (model type BPE, ByteLevel pre-tokenizer).
+//!
+//! Errors name the file and, where the format has lines, the 1-based line.
+
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        parse_error(
+            path,
+            1 + valid.iter().filter(|&&b| b == b'\n').count(),
+            "file is not valid UTF-8".into(),
+        )
+    })
+}
+
+pub(crate) fn parse_error(path: &Path, line: usize, message: String) -> Error {
+    Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        message,
+    }
+}
+
+fn json_error(path: &Path, e: serde_json::Error) -> Error {
+    // serde_json appends " at line L column C"; the line is in our own field.
+    let message = e.to_string();
+    let message = match message.rfind(" at line ") {
+        Some(i) => format!("{} (column {})", &message[..i], e.column()),
+        None => message,
+    };
+    parse_error(path, e.line(), message)
+}
+
+/// 1-based line of the first occurrence of JSON string `s` in `text` (as a
+/// key or value, spelled with or without `\u` escapes), 0 if not found.
+pub(crate) fn line_of_json_string(text: &str, s: &str) -> usize {
+    let plain = serde_json::to_string(s).unwrap_or_default();
+    let mut ascii = String::from("\"");
+    for c in plain[1..plain.len() - 1].chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut buf = [0u16; 2];
+            for unit in c.encode_utf16(&mut buf) {
+                ascii.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    ascii.push('"');
+    [plain, ascii]
+        .iter()
+        .find_map(|needle| text.find(needle.as_str()))
+        .map_or(0, |at| 1 + text[..at].matches('\n').count())
+}
+
+/// A JSON object of token -> id, kept in file order.
+pub(crate) struct OrderedVocab(pub Vec<(String, u32)>);
+
+impl<'de> Deserialize<'de> for OrderedVocab {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedVocab;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object mapping tokens to integer ids")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<OrderedVocab, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((token, id)) = map.next_entry::<String, u64>()? {
+                    if id > MAX_ID as u64 {
+                        return Err(de::Error::custom(format!(
+                            "id {id} of token {token:?} is larger than {MAX_ID}"
+                        )));
+                    }
+                    entries.push((token, id as u32));
+                }
+                Ok(OrderedVocab(entries))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Largest token id accepted (bounds the tables a malformed file can make us allocate).
+pub(crate) const MAX_ID: u32 = (1 << 24) - 1;
+
+/// Reads `vocab.json`: token (in GPT-2's byte alphabet) -> id, in file order.
+pub(crate) fn read_vocab_json(path: &Path) -> Result<(Vec<(String, u32)>, String)> {
+    let text = read_text(path)?;
+    let vocab: OrderedVocab = serde_json::from_str(&text).map_err(|e| json_error(path, e))?;
+    Ok((vocab.0, text))
+}
+
+/// One merge rule with the line it came from.
+pub(crate) struct MergeLine {
+    pub left: String,
+    pub right: String,
+    pub line: usize,
+}
+
+/// Reads `merges.txt`: an optional `#version` header, then `left right` per line.
+pub(crate) fn read_merges_txt(path: &Path) -> Result<Vec<MergeLine>> {
+    let text = read_text(path)?;
+    let mut merges = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if (i == 0 && line.starts_with("#version")) || line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split(' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(l), Some(r), None) if !l.is_empty() && !r.is_empty() => merges.push(MergeLine {
+                left: l.to_string(),
+                right: r.to_string(),
+                line: i + 1,
+            }),
+            _ => {
+                return Err(parse_error(
+                    path,
+                    i + 1,
+                    format!("expected two tokens separated by one space, found {line:?}"),
+                ))
+            }
+        }
+    }
+    Ok(merges)
+}
+
+#[derive(Deserialize)]
+struct HfJson {
+    #[serde(default)]
+    added_tokens: Vec<HfAddedToken>,
+    #[serde(default)]
+    normalizer: Option<Value>,
+    #[serde(default)]
+    pre_tokenizer: Option<Value>,
+    #[serde(default)]
+    post_processor: Option<Value>,
+    #[serde(default)]
+    decoder: Option<Value>,
+    #[serde(default)]
+    truncation: Option<Value>,
+    #[serde(default)]
+    padding: Option<Value>,
+    model: HfBpeModel,
+}
+
+#[derive(Deserialize)]
+struct HfAddedToken {
+    id: u32,
+    content: String,
+    #[serde(default)]
+    special: bool,
+}
+
+#[derive(Deserialize)]
+struct HfBpeModel {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    dropout: Option<f64>,
+    #[serde(default)]
+    continuing_subword_prefix: Option<String>,
+    #[serde(default)]
+    end_of_word_suffix: Option<String>,
+    #[serde(default)]
+    byte_fallback: Option<bool>,
+    #[serde(default)]
+    ignore_merges: Option<bool>,
+    vocab: OrderedVocab,
+    merges: Vec<HfMerge>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HfMerge {
+    Joined(String),
+    Pair(String, String),
+}
+
+/// What a BPE tokenizer.json holds, checked to be GPT-2-style byte-level BPE.
+pub(crate) struct HfBpe {
+    pub vocab: Vec<(String, u32)>,
+    pub merges: Vec<MergeLine>,
+    /// Special added tokens: content -> id.
+    pub specials: Vec<(String, u32)>,
+    pub text: String,
+}
+
+fn is_type(v: &Value, ty: &str) -> bool {
+    v.get("type").and_then(Value::as_str) == Some(ty)
+}
+
+/// Reads an HF `tokenizer.json` whose model is BPE with ByteLevel pre-tokenization.
+pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
+    let text = read_text(path)?;
+    let json: HfJson = serde_json::from_str(&text).map_err(|e| json_error(path, e))?;
+    let unsupported = |message: String| Error::Unsupported {
+        path: path.to_path_buf(),
+        message,
+    };
+    let m = &json.model;
+    if m.kind.as_deref().is_some_and(|k| k != "BPE") {
+        return Err(unsupported(format!("model type {:?} is not BPE", m.kind)));
+    }
+    if m.dropout.is_some_and(|p| p > 0.0) {
+        return Err(unsupported("BPE dropout is not supported".into()));
+    }
+    if m.byte_fallback == Some(true) || m.ignore_merges == Some(true) {
+        return Err(unsupported(
+            "byte_fallback and ignore_merges are not supported".into(),
+        ));
+    }
+    for (name, v) in [
+        ("continuing_subword_prefix", &m.continuing_subword_prefix),
+        ("end_of_word_suffix", &m.end_of_word_suffix),
+    ] {
+        if v.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(unsupported(format!("model.{name} {v:?} is not supported")));
+        }
+    }
+    if json.normalizer.is_some() {
+        return Err(unsupported(
+            "a normalizer is not supported for byte-level BPE".into(),
+        ));
+    }
+    let byte_level_ok = |v: &Value| {
+        is_type(v, "ByteLevel")
+            && v.get("add_prefix_space").and_then(Value::as_bool) != Some(true)
+            && v.get("use_regex").and_then(Value::as_bool) != Some(false)
+    };
+    match &json.pre_tokenizer {
+        Some(v) if byte_level_ok(v) => {}
+        other => {
+            return Err(unsupported(format!(
+                "pre_tokenizer must be ByteLevel with add_prefix_space=false and use_regex=true, found {}",
+                other.as_ref().map_or("null".into(), |v| v.to_string())
+            )))
+        }
+    }
+    for (name, v) in [
+        ("post_processor", &json.post_processor),
+        ("decoder", &json.decoder),
+    ] {
+        // A ByteLevel post-processor only trims offsets; GPT-2's does not even that.
+        if v.as_ref().is_some_and(|v| !is_type(v, "ByteLevel")) {
+            return Err(unsupported(format!("{name} must be ByteLevel or null")));
+        }
+    }
+    if json.truncation.is_some() || json.padding.is_some() {
+        return Err(unsupported(
+            "truncation and padding settings are not supported".into(),
+        ));
+    }
+    let mut specials = Vec::new();
+    for t in &json.added_tokens {
+        if !t.special {
+            return Err(unsupported(format!(
+                "non-special added token {:?} is not supported",
+                t.content
+            )));
+        }
+        specials.push((t.content.clone(), t.id));
+    }
+    let merges = json
+        .model
+        .merges
+        .into_iter()
+        .map(|merge| {
+            let (left, right, needle) = match merge {
+                HfMerge::Joined(s) => match s.split_once(' ') {
+                    Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => {
+                        (l.to_string(), r.to_string(), s.clone())
+                    }
+                    _ => {
+                        return Err(parse_error(
+                            path,
+                            line_of_json_string(&text, &s),
+                            format!("merge {s:?} is not two tokens separated by one space"),
+                        ))
+                    }
+                },
+                HfMerge::Pair(l, r) => {
+                    let needle = l.clone();
+                    (l, r, needle)
+                }
+            };
+            Ok(MergeLine {
+                line: line_of_json_string(&text, &needle),
+                left,
+                right,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(HfBpe {
+        vocab: json.model.vocab.0,
+        merges,
+        specials,
+        text,
+    })
+}
+
+/// Writes `contents` to `path` atomically: a temporary file in the same
+/// folder, fsync, then rename, so readers never see a half-written file.
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp: PathBuf = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialize")
+}
+
+/// `vocab.json`, one entry per line in id order (so errors can point at a line).
+pub(crate) fn vocab_json(tokens: &[(String, u32)]) -> String {
+    let mut out = String::from("{\n");
+    for (i, (t, id)) in tokens.iter().enumerate() {
+        let comma = if i + 1 < tokens.len() { "," } else { "" };
+        out.push_str(&format!("  {}: {id}{comma}\n", json_str(t)));
+    }
+    out.push_str("}\n");
+    out
+}
+
+pub(crate) fn merges_txt(merges: &[(String, String)]) -> String {
+    let mut out = String::from("#version: 0.2\n");
+    for (l, r) in merges {
+        out.push_str(l);
+        out.push(' ');
+        out.push_str(r);
+        out.push('\n');
+    }
+    out
+}
+
+/// An HF `tokenizer.json` equivalent to GPT-2's (what `tokenizers` writes for it).
+pub(crate) fn tokenizer_json(
+    tokens: &[(String, u32)],
+    merges: &[(String, String)],
+    specials: &[(String, u32)],
+) -> String {
+    let byte_level = |add_prefix_space: bool, trim_offsets: bool| {
+        serde_json::json!({
+            "type": "ByteLevel",
+            "add_prefix_space": add_prefix_space,
+            "trim_offsets": trim_offsets,
+            "use_regex": true
+        })
+    };
+    let added: Vec<Value> = specials
+        .iter()
+        .map(|(content, id)| {
+            serde_json::json!({
+                "id": id, "content": content, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": true, "special": true
+            })
+        })
+        .collect();
+    let head = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": byte_level(false, true),
+        "post_processor": byte_level(true, false),
+        "decoder": byte_level(true, true),
+    });
+    // The model is written by hand to keep the vocabulary in id order, one per line.
+    let mut out = serde_json::to_string_pretty(&head).expect("json value");
+    out.truncate(out.trim_end().len() - 1); // drop the closing brace
+    out.push_str(",\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n");
+    out.push_str("    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": \"\",\n");
+    out.push_str(
+        "    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"ignore_merges\": false,\n",
+    );
+    out.push_str("    \"vocab\": {\n");
+    for (i, (t, id)) in tokens.iter().enumerate() {
+        let comma = if i + 1 < tokens.len() { "," } else { "" };
+        out.push_str(&format!("      {}: {id}{comma}\n", json_str(t)));
+    }
+    out.push_str("    },\n    \"merges\": [\n");
+    for (i, (l, r)) in merges.iter().enumerate() {
+        let comma = if i + 1 < merges.len() { "," } else { "" };
+        out.push_str(&format!(
+            "      [{}, {}]{comma}\n",
+            json_str(l),
+            json_str(r)
+        ));
+    }
+    out.push_str("    ]\n  }\n}\n");
+    out
+}

@@ -1,0 +1,445 @@
+//! GPT-2's byte-level BPE: load (`vocab.json` + `merges.txt`, or an HF
+//! `tokenizer.json`), encode, decode, save.
+//!
+//! Encoding equals tiktoken's r50k/gpt2 and HF tokenizers id for id on valid
+//! UTF-8 (see the tests). Any byte string is encodable: invalid UTF-8 bytes are
+//! pre-tokenized as "other" characters (see [`crate::pretokenize`]) and BPE
+//! works on bytes, so `decode(encode(x)) == x` for every `x`.
+//!
+//! Special tokens (`<|endoftext|>`) are recognised in the text only when asked
+//! (`special = true`, like tiktoken's `allowed_special="all"`); otherwise their
+//! text is encoded as ordinary text (tiktoken's `encode_ordinary`).
+
+pub mod byte_level;
+mod files;
+mod hash;
+mod model;
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::{Encoding, Error, Result};
+use files::{parse_error, MergeLine};
+use hash::FastMap;
+use model::BpeModel;
+
+/// GPT-2's end-of-text token.
+pub const ENDOFTEXT: &str = "<|endoftext|>";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Hole,
+    Ordinary,
+    Special,
+}
+
+/// A byte-level BPE tokenizer (GPT-2 style).
+#[derive(Debug, Clone)]
+pub struct BpeTokenizer {
+    model: BpeModel,
+    /// Spelling of each id: the byte alphabet for ordinary tokens (as in
+    /// vocab.json), the literal content for special tokens.
+    tokens: Vec<String>,
+    kinds: Vec<Kind>,
+    vocab: FastMap<String, u32>,
+    merges: Vec<(u32, u32)>,
+    /// Special tokens, longest content first (longest match wins).
+    specials: Vec<(Vec<u8>, u32)>,
+    special_first_byte: [bool; 256],
+}
+
+/// Where the vocabulary and merges came from, for error messages.
+struct Source<'a> {
+    vocab_path: &'a Path,
+    vocab_text: &'a str,
+    merges_path: &'a Path,
+}
+
+impl BpeTokenizer {
+    /// Loads GPT-2's `vocab.json` + `merges.txt`. `<|endoftext|>`, if in the
+    /// vocabulary, is the special token.
+    pub fn from_files(vocab: impl AsRef<Path>, merges: impl AsRef<Path>) -> Result<Self> {
+        let (vocab_path, merges_path) = (vocab.as_ref(), merges.as_ref());
+        let (entries, text) = files::read_vocab_json(vocab_path)?;
+        let merge_lines = files::read_merges_txt(merges_path)?;
+        let specials: Vec<(String, u32)> = entries
+            .iter()
+            .filter(|(t, _)| t == ENDOFTEXT)
+            .cloned()
+            .collect();
+        let source = Source {
+            vocab_path,
+            vocab_text: &text,
+            merges_path,
+        };
+        Self::build(&source, entries, &merge_lines, specials)
+    }
+
+    /// Loads a directory holding `vocab.json` + `merges.txt` or `tokenizer.json`.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
+        if vocab.is_file() && merges.is_file() {
+            return Self::from_files(vocab, merges);
+        }
+        Self::from_tokenizer_json(dir.join("tokenizer.json"))
+    }
+
+    /// Loads an HF `tokenizer.json` of model type BPE with ByteLevel
+    /// pre-tokenization (GPT-2's, or one written by [`Self::save`]).
+    pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let hf = files::read_tokenizer_json(path)?;
+        let mut vocab = hf.vocab;
+        for (content, id) in &hf.specials {
+            match vocab.iter().find(|(t, _)| t == content) {
+                Some((_, vid)) if vid != id => {
+                    return Err(parse_error(
+                        path,
+                        files::line_of_json_string(&hf.text, content),
+                        format!(
+                            "added token {content:?} has id {id} but the vocabulary says {vid}"
+                        ),
+                    ))
+                }
+                Some(_) => {}
+                None => vocab.push((content.clone(), *id)),
+            }
+        }
+        let source = Source {
+            vocab_path: path,
+            vocab_text: &hf.text,
+            merges_path: path,
+        };
+        Self::build(&source, vocab, &hf.merges, hf.specials)
+    }
+
+    fn build(
+        src: &Source,
+        entries: Vec<(String, u32)>,
+        merge_lines: &[MergeLine],
+        specials: Vec<(String, u32)>,
+    ) -> Result<Self> {
+        let vocab_err = |token: &str, message: String| {
+            parse_error(
+                src.vocab_path,
+                files::line_of_json_string(src.vocab_text, token),
+                message,
+            )
+        };
+        let size = entries
+            .iter()
+            .map(|&(_, id)| id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut tokens = vec![String::new(); size];
+        let mut kinds = vec![Kind::Hole; size];
+        let mut bytes: Vec<Option<Vec<u8>>> = vec![None; size];
+        let mut vocab = FastMap::default();
+        for (token, id) in entries {
+            let i = id as usize;
+            if kinds[i] != Kind::Hole {
+                return Err(vocab_err(
+                    &token,
+                    format!("id {id} is given to both {:?} and {token:?}", tokens[i]),
+                ));
+            }
+            if vocab.contains_key(&token) {
+                return Err(vocab_err(&token, format!("token {token:?} appears twice")));
+            }
+            if specials.iter().any(|(c, _)| *c == token) {
+                kinds[i] = Kind::Special;
+            } else {
+                let Some(b) = byte_level::token_to_bytes(&token) else {
+                    return Err(vocab_err(
+                        &token,
+                        format!("token {token:?} is not spelled in GPT-2's byte-level alphabet"),
+                    ));
+                };
+                if b.is_empty() {
+                    return Err(vocab_err(&token, "empty token".into()));
+                }
+                bytes[i] = Some(b);
+                kinds[i] = Kind::Ordinary;
+            }
+            vocab.insert(token.clone(), id);
+            tokens[i] = token;
+        }
+        let mut byte_ids = [0u32; 256];
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            let c = byte_level::BYTE_TO_CHAR[b].to_string();
+            *slot = match vocab.get(&c) {
+                Some(&id) if kinds[id as usize] == Kind::Ordinary => id,
+                _ => {
+                    return Err(parse_error(
+                        src.vocab_path,
+                        0,
+                        format!("the vocabulary has no token for byte 0x{b:02x} ({c:?}); byte-level BPE needs all 256"),
+                    ))
+                }
+            };
+        }
+        let mut merges = Vec::with_capacity(merge_lines.len());
+        let mut triples = Vec::with_capacity(merge_lines.len());
+        for m in merge_lines {
+            let err = |message: String| parse_error(src.merges_path, m.line, message);
+            let id_of = |t: &str| match vocab.get(t) {
+                Some(&id) if kinds[id as usize] == Kind::Ordinary => Ok(id),
+                _ => Err(err(format!(
+                    "merge token {t:?} is not an ordinary vocabulary token"
+                ))),
+            };
+            let (l, r) = (id_of(&m.left)?, id_of(&m.right)?);
+            let joined = format!("{}{}", m.left, m.right);
+            let merged = vocab
+                .get(&joined)
+                .copied()
+                .ok_or_else(|| err(format!("merge result {joined:?} is not in the vocabulary")))?;
+            merges.push((l, r));
+            triples.push((l, r, merged));
+        }
+        let model = BpeModel::new(&bytes, byte_ids, &triples);
+        let mut specials: Vec<(Vec<u8>, u32)> = specials
+            .into_iter()
+            .map(|(c, id)| (c.into_bytes(), id))
+            .collect();
+        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        specials.retain(|(c, _)| !c.is_empty());
+        let mut special_first_byte = [false; 256];
+        for (c, _) in &specials {
+            special_first_byte[c[0] as usize] = true;
+        }
+        Ok(BpeTokenizer {
+            model,
+            tokens,
+            kinds,
+            vocab,
+            merges,
+            specials,
+            special_first_byte,
+        })
+    }
+
+    /// Builds a tokenizer from ordinary tokens given by their bytes (index =
+    /// id), merges `(left, right)` in rank order, and special tokens appended
+    /// after them. Used by training.
+    pub(crate) fn from_parts(
+        token_bytes: &[Vec<u8>],
+        merges: &[(u32, u32)],
+        specials: &[&str],
+    ) -> Result<Self> {
+        let mut entries: Vec<(String, u32)> = token_bytes
+            .iter()
+            .enumerate()
+            .map(|(id, b)| (byte_level::bytes_to_token(b), id as u32))
+            .collect();
+        let n = entries.len() as u32;
+        let specials: Vec<(String, u32)> = specials
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.to_string(), n + i as u32))
+            .collect();
+        entries.extend(specials.iter().cloned());
+        let merge_lines: Vec<MergeLine> = merges
+            .iter()
+            .enumerate()
+            .map(|(i, &(l, r))| MergeLine {
+                left: entries[l as usize].0.clone(),
+                right: entries[r as usize].0.clone(),
+                line: i + 2,
+            })
+            .collect();
+        let source = Source {
+            vocab_path: Path::new("<trained vocabulary>"),
+            vocab_text: "",
+            merges_path: Path::new("<trained merges>"),
+        };
+        Self::build(&source, entries, &merge_lines, specials)
+    }
+
+    /// Writes `vocab.json`, `merges.txt` and `tokenizer.json` into `dir`
+    /// (created if needed), each atomically.
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let entries: Vec<(String, u32)> = (0..self.tokens.len() as u32)
+            .filter(|&id| self.kinds[id as usize] != Kind::Hole)
+            .map(|id| (self.tokens[id as usize].clone(), id))
+            .collect();
+        let merges: Vec<(String, String)> = self
+            .merges
+            .iter()
+            .map(|&(l, r)| {
+                (
+                    self.tokens[l as usize].clone(),
+                    self.tokens[r as usize].clone(),
+                )
+            })
+            .collect();
+        let mut specials: Vec<(String, u32)> = self
+            .specials
+            .iter()
+            .map(|(c, id)| (String::from_utf8_lossy(c).into_owned(), *id))
+            .collect();
+        specials.sort_by_key(|&(_, id)| id);
+        files::write_atomic(
+            &dir.join("vocab.json"),
+            files::vocab_json(&entries).as_bytes(),
+        )?;
+        files::write_atomic(
+            &dir.join("merges.txt"),
+            files::merges_txt(&merges).as_bytes(),
+        )?;
+        files::write_atomic(
+            &dir.join("tokenizer.json"),
+            files::tokenizer_json(&entries, &merges, &specials).as_bytes(),
+        )
+    }
+
+    /// Token ids of `text` (any bytes). With `special`, special-token strings
+    /// in the text become their ids; without, they are ordinary text.
+    pub fn encode_ids(&self, text: &[u8], special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+        if special && !self.specials.is_empty() {
+            let mut start = 0;
+            while let Some((at, len, id)) = self.find_special(text, start) {
+                self.encode_ordinary_into(&text[start..at], &mut out);
+                out.push(id);
+                start = at + len;
+            }
+            self.encode_ordinary_into(&text[start..], &mut out);
+        } else {
+            self.encode_ordinary_into(text, &mut out);
+        }
+        out
+    }
+
+    /// Token ids of `text`, special-token strings encoded as ordinary text.
+    pub fn encode_ordinary(&self, text: &[u8]) -> Vec<u32> {
+        self.encode_ids(text, false)
+    }
+
+    fn encode_ordinary_into(&self, text: &[u8], out: &mut Vec<u32>) {
+        for piece in crate::pretokenize::split_gpt2(text) {
+            self.model.encode_piece(&text[piece], out);
+        }
+    }
+
+    /// First special token at or after `from`: (position, length, id).
+    fn find_special(&self, text: &[u8], from: usize) -> Option<(usize, usize, u32)> {
+        (from..text.len())
+            .filter(|&i| self.special_first_byte[text[i] as usize])
+            .find_map(|i| {
+                self.specials
+                    .iter()
+                    .find(|(c, _)| text[i..].starts_with(c))
+                    .map(|(c, id)| (i, c.len(), *id))
+            })
+    }
+
+    /// Encodes `text` with byte offsets (each token's byte range in `text`).
+    pub fn encode(&self, text: &[u8], special: bool) -> Encoding {
+        let ids = self.encode_ids(text, special);
+        let mut offsets = Vec::with_capacity(ids.len());
+        let mut special_tokens_mask = Vec::with_capacity(ids.len());
+        let mut at = 0;
+        for &id in &ids {
+            let len = self.token_len(id);
+            offsets.push((at, at + len));
+            special_tokens_mask.push(u8::from(self.kinds[id as usize] == Kind::Special));
+            at += len;
+        }
+        let n = ids.len();
+        Encoding {
+            ids,
+            type_ids: vec![0; n],
+            offsets,
+            special_tokens_mask,
+            attention_mask: vec![1; n],
+        }
+    }
+
+    /// Encodes many texts in parallel (rayon), like [`Self::encode_ids`].
+    pub fn encode_batch<T: AsRef<[u8]> + Sync>(&self, texts: &[T], special: bool) -> Vec<Vec<u32>> {
+        texts
+            .par_iter()
+            .map(|t| self.encode_ids(t.as_ref(), special))
+            .collect()
+    }
+
+    fn token_len(&self, id: u32) -> usize {
+        match self.kinds[id as usize] {
+            Kind::Special => self.tokens[id as usize].len(),
+            _ => self.model.token_bytes(id).len(),
+        }
+    }
+
+    /// The bytes of `ids` concatenated; special tokens give their text.
+    pub fn decode(&self, ids: &[u32]) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            match self.kinds.get(id as usize) {
+                Some(Kind::Ordinary) => out.extend_from_slice(self.model.token_bytes(id)),
+                Some(Kind::Special) => out.extend_from_slice(self.tokens[id as usize].as_bytes()),
+                _ => {
+                    return Err(Error::IdOutOfRange {
+                        id,
+                        vocab_size: self.vocab_size(),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The bytes of one ordinary token, or a special token's text.
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        match self.kinds.get(id as usize)? {
+            Kind::Ordinary => Some(self.model.token_bytes(id)),
+            Kind::Special => Some(self.tokens[id as usize].as_bytes()),
+            Kind::Hole => None,
+        }
+    }
+
+    /// Token spelling as in vocab.json (`Ġthe`), or a special token's text.
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        match self.kinds.get(id as usize)? {
+            Kind::Hole => None,
+            _ => Some(&self.tokens[id as usize]),
+        }
+    }
+
+    /// Id of a token spelled as in vocab.json, or of a special token's text.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.vocab.get(token).copied()
+    }
+
+    /// One more than the largest id.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Special tokens: (text, id).
+    pub fn special_tokens(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.specials
+            .iter()
+            .map(|(c, id)| (std::str::from_utf8(c).unwrap_or_default(), *id))
+    }
+
+    /// GPT-2's `<|endoftext|>` (its BOS and EOS), if the vocabulary has it.
+    pub fn endoftext_id(&self) -> Option<u32> {
+        self.specials
+            .iter()
+            .find(|(c, _)| c == ENDOFTEXT.as_bytes())
+            .map(|&(_, id)| id)
+    }
+
+    /// Merge rules `(left, right)` in rank order.
+    pub fn merges(&self) -> &[(u32, u32)] {
+        &self.merges
+    }
+}
