@@ -15,8 +15,22 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Sentence embeddings (one JSON array per input line).
+    Embed(cmd::embed::Args),
+    /// Top-k tokens for each [MASK] of a text.
+    FillMask(cmd::fill_mask::Args),
+    /// Sequence classification, one result per input line.
+    Classify(cmd::classify::Args),
+    /// Extractive question answering over a context file.
+    Qa(cmd::qa::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {}
+    match Cli::parse().command {
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::FillMask(a) => cmd::fill_mask::run(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Qa(a) => cmd::qa::run(a),
+    }
 }

@@ -8,5 +8,6 @@ pub mod kernels;
 pub mod checkpoint;
 mod error;
 pub mod model;
+pub mod tasks;
 
 pub use error::{Error, Result};
