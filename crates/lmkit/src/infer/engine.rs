@@ -69,7 +69,11 @@ trait Source {
     fn keep(&self, name: &str) -> Result<F32Slice>;
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()>;
+    fn convert(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
+    ) -> Result<()>;
 }
 
 /// A memory-mapped safetensors file; `keys` maps canonical names to file keys.
@@ -96,7 +100,11 @@ impl Source for FileSource {
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()> {
+    fn convert(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
+    ) -> Result<()> {
         match self.tensor(name)? {
             // Borrowed = straight from the read-only file map: pages may be dropped.
             Cow::Borrowed(s) => f(s, &release_mapped),
@@ -116,21 +124,23 @@ struct ParamSource<'a> {
 
 impl Source for ParamSource<'_> {
     fn keep(&self, name: &str) -> Result<F32Slice> {
-        let range = self
-            .layout
-            .range(name)
-            .ok_or_else(|| Error::InvalidInput(format!("parameter `{name}` is not in the layout")))?;
+        let range = self.layout.range(name).ok_or_else(|| {
+            Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
+        })?;
         Ok(match &self.shared {
             Some(all) => F32Slice::borrowed(all.clone(), &all[range]),
             None => F32Slice::owned(self.params[range].to_vec()),
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()> {
-        let range = self
-            .layout
-            .range(name)
-            .ok_or_else(|| Error::InvalidInput(format!("parameter `{name}` is not in the layout")))?;
+    fn convert(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
+    ) -> Result<()> {
+        let range = self.layout.range(name).ok_or_else(|| {
+            Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
+        })?;
         f(&self.params[range], &|_| {});
         Ok(())
     }
@@ -164,24 +174,41 @@ impl Gpt2Engine {
         let cfg = match config {
             AnyConfig::Gpt2(c) => c,
             AnyConfig::Bert(_) => {
-                return Err(Error::InvalidInput(format!("{} holds a BERT model, not GPT-2", dir.display())))
+                return Err(Error::InvalidInput(format!(
+                    "{} holds a BERT model, not GPT-2",
+                    dir.display()
+                )))
             }
         };
         let layout = gpt2_layout(&cfg)?;
         let keys = resolve_file_keys(&layout, &file)?;
-        let source = FileSource { file: Arc::new(file), keys };
+        let source = FileSource {
+            file: Arc::new(file),
+            keys,
+        };
         Self::build(cfg, dtype, &source)
     }
 
     /// Builds an engine from a flat parameter buffer laid out by
     /// `gpt2_layout(cfg)` (e.g. the trainer's weights, for samples). The
     /// weights are copied (f32) or converted, so `params` may change afterwards.
-    pub fn from_params(cfg: &Gpt2Config, layout: &ParamLayout, params: &[f32], dtype: WeightDtype) -> Result<Self> {
+    pub fn from_params(
+        cfg: &Gpt2Config,
+        layout: &ParamLayout,
+        params: &[f32],
+        dtype: WeightDtype,
+    ) -> Result<Self> {
         let expected = gpt2_layout(cfg)?;
         let same = expected.specs().len() == layout.specs().len()
-            && expected.specs().iter().zip(layout.specs()).all(|(a, b)| a.name == b.name && a.shape == b.shape);
+            && expected
+                .specs()
+                .iter()
+                .zip(layout.specs())
+                .all(|(a, b)| a.name == b.name && a.shape == b.shape);
         if !same {
-            return Err(Error::InvalidInput("the parameter layout does not match the GPT-2 config".into()));
+            return Err(Error::InvalidInput(
+                "the parameter layout does not match the GPT-2 config".into(),
+            ));
         }
         if params.len() != layout.total_len() {
             return Err(Error::InvalidInput(format!(
@@ -191,7 +218,11 @@ impl Gpt2Engine {
             )));
         }
         let shared = (dtype == WeightDtype::F32).then(|| Arc::new(params.to_vec()));
-        let source = ParamSource { layout, params, shared };
+        let source = ParamSource {
+            layout,
+            params,
+            shared,
+        };
         Self::build(cfg.clone(), dtype, &source)
     }
 
@@ -210,7 +241,9 @@ impl Gpt2Engine {
             src.convert(name, &mut |data, release| {
                 out = Some(Matrix::quantize(data, layout, ic, oc, dtype, release));
             })?;
-            out.ok_or_else(|| Error::InvalidInput(format!("tensor `{name}` could not be converted")))
+            out.ok_or_else(|| {
+                Error::InvalidInput(format!("tensor `{name}` could not be converted"))
+            })
         };
         // wte first: the largest tensor, converted while little else is resident.
         let wte = matrix("wte.weight", SourceLayout::OutIn, c, v)?;
@@ -258,10 +291,19 @@ impl Gpt2Engine {
     /// Bytes of the weights in their inference format (matrices, vectors, `wpe`).
     pub fn weight_bytes(&self) -> usize {
         let vectors = |b: &Block| {
-            [&b.ln_1_w, &b.ln_1_b, &b.c_attn_b, &b.attn_proj_b, &b.ln_2_w, &b.ln_2_b, &b.c_fc_b, &b.mlp_proj_b]
-                .iter()
-                .map(|s| s.len() * 4)
-                .sum::<usize>()
+            [
+                &b.ln_1_w,
+                &b.ln_1_b,
+                &b.c_attn_b,
+                &b.attn_proj_b,
+                &b.ln_2_w,
+                &b.ln_2_b,
+                &b.c_fc_b,
+                &b.mlp_proj_b,
+            ]
+            .iter()
+            .map(|s| s.len() * 4)
+            .sum::<usize>()
         };
         self.wte.bytes()
             + self.wpe.len() * 4
@@ -269,17 +311,31 @@ impl Gpt2Engine {
             + self
                 .blocks
                 .iter()
-                .map(|b| b.c_attn.bytes() + b.attn_proj.bytes() + b.c_fc.bytes() + b.mlp_proj.bytes() + vectors(b))
+                .map(|b| {
+                    b.c_attn.bytes()
+                        + b.attn_proj.bytes()
+                        + b.c_fc.bytes()
+                        + b.mlp_proj.bytes()
+                        + vectors(b)
+                })
                 .sum::<usize>()
     }
 
     /// A cache for `batch` rows of up to `capacity` positions (padding included).
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
-            return Err(Error::InvalidInput("a KV cache needs at least one row and one position".into()));
+            return Err(Error::InvalidInput(
+                "a KV cache needs at least one row and one position".into(),
+            ));
         }
         let c = &self.cfg;
-        Ok(KvCache::new(c.n_layer, batch, capacity, c.n_head, c.head_size()))
+        Ok(KvCache::new(
+            c.n_layer,
+            batch,
+            capacity,
+            c.n_head,
+            c.head_size(),
+        ))
     }
 
     /// Runs `T = ids.len() / B` new tokens of each of the cache's B rows
@@ -291,8 +347,13 @@ impl Gpt2Engine {
     pub fn forward(&mut self, cache: &mut KvCache, ids: &[u32], mask: Option<&[u8]>) -> Result<()> {
         let cfg = &self.cfg;
         let b = cache.batch;
-        if cache.n_layer != cfg.n_layer || cache.n_head != cfg.n_head || cache.head_size != cfg.head_size() {
-            return Err(Error::InvalidInput("the KV cache was made for a different model".into()));
+        if cache.n_layer != cfg.n_layer
+            || cache.n_head != cfg.n_head
+            || cache.head_size != cfg.head_size()
+        {
+            return Err(Error::InvalidInput(
+                "the KV cache was made for a different model".into(),
+            ));
         }
         if ids.is_empty() || ids.len() % b != 0 {
             return Err(Error::InvalidInput(format!(
@@ -302,7 +363,10 @@ impl Gpt2Engine {
         }
         let t = ids.len() / b;
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-            return Err(Error::TokenIdOutOfRange { id, vocab: cfg.vocab_size });
+            return Err(Error::TokenIdOutOfRange {
+                id,
+                vocab: cfg.vocab_size,
+            });
         }
         if let Some(m) = mask {
             if m.len() != ids.len() {
@@ -313,11 +377,16 @@ impl Gpt2Engine {
                 )));
             }
             if m.iter().any(|&x| x > 1) {
-                return Err(Error::InvalidInput("attention mask values must be 0 or 1".into()));
+                return Err(Error::InvalidInput(
+                    "attention mask values must be 0 or 1".into(),
+                ));
             }
         }
         if cache.len + t > cache.capacity {
-            return Err(Error::ContextTooLong { len: cache.len + t, max: cache.capacity });
+            return Err(Error::ContextTooLong {
+                len: cache.len + t,
+                max: cache.capacity,
+            });
         }
         // Position ids: HF's cumsum(mask) - 1 continued from the cache; 1 on padding.
         let mut pos = vec![1usize; b * t];
@@ -332,13 +401,17 @@ impl Gpt2Engine {
         }
         if let Some(&max) = next.iter().max() {
             if max > cfg.n_positions {
-                return Err(Error::ContextTooLong { len: max, max: cfg.n_positions });
+                return Err(Error::ContextTooLong {
+                    len: max,
+                    max: cfg.n_positions,
+                });
             }
         }
         // Validated: from here on nothing fails, so the cache stays consistent.
         for r in 0..b {
             for i in 0..t {
-                cache.key_mask[r * cache.capacity + cache.len + i] = mask.map_or(1, |m| m[r * t + i]);
+                cache.key_mask[r * cache.capacity + cache.len + i] =
+                    mask.map_or(1, |m| m[r * t + i]);
             }
         }
         let (c, inner) = (cfg.n_embd, cfg.inner());
@@ -372,15 +445,18 @@ impl Gpt2Engine {
         }
         for (l, blk) in self.blocks.iter().enumerate() {
             layernorm(xn, x, &blk.ln_1_w, &blk.ln_1_b, c, eps);
-            blk.c_attn.forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
+            blk.c_attn
+                .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
             cache.store(l, qkv, t);
             cache.attend(att, qkv, l, t);
-            blk.attn_proj.forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
+            blk.attn_proj
+                .forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
             add_inplace(x, y);
             layernorm(xn, x, &blk.ln_2_w, &blk.ln_2_b, c, eps);
             blk.c_fc.forward(fc, xn, Some(&blk.c_fc_b), n, &mut s.mat);
             gelu_inplace(fc, self.act);
-            blk.mlp_proj.forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
+            blk.mlp_proj
+                .forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
             add_inplace(x, y);
         }
         layernorm(xn, x, &self.ln_f_w, &self.ln_f_b, c, eps);
@@ -408,22 +484,34 @@ impl Gpt2Engine {
             )));
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= self.rows) {
-            return Err(Error::InvalidInput(format!("row {r} is not among the {} rows of the last forward", self.rows)));
+            return Err(Error::InvalidInput(format!(
+                "row {r} is not among the {} rows of the last forward",
+                self.rows
+            )));
         }
         let s = &mut self.s;
         s.gather.clear();
         for &r in rows {
             s.gather.extend_from_slice(&s.xn[r * c..(r + 1) * c]);
         }
-        self.wte.forward(out, &s.gather, None, rows.len(), &mut s.mat);
+        self.wte
+            .forward(out, &s.gather, None, rows.len(), &mut s.mat);
         Ok(())
     }
 
     /// Convenience: a fresh cache, one forward over `ids` (`[B, T]`, `mask`
     /// as in [`Self::forward`]), and the logits of every position `[B, T, V]`.
-    pub fn forward_all_logits(&mut self, ids: &[u32], batch: usize, mask: Option<&[u8]>) -> Result<Vec<f32>> {
+    pub fn forward_all_logits(
+        &mut self,
+        ids: &[u32],
+        batch: usize,
+        mask: Option<&[u8]>,
+    ) -> Result<Vec<f32>> {
         if batch == 0 || ids.len() % batch != 0 {
-            return Err(Error::InvalidInput(format!("{} ids do not split into {batch} rows", ids.len())));
+            return Err(Error::InvalidInput(format!(
+                "{} ids do not split into {batch} rows",
+                ids.len()
+            )));
         }
         let mut cache = self.new_cache(batch, ids.len() / batch)?;
         self.forward(&mut cache, ids, mask)?;
@@ -443,7 +531,10 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
     for key in file.names() {
         let found = file.shape(key).unwrap_or(&[]).to_vec();
         let check = |name: &str| -> Result<()> {
-            let spec = layout.get(name).ok_or_else(|| Error::UnexpectedTensor { file: path.clone(), key: key.clone() })?;
+            let spec = layout.get(name).ok_or_else(|| Error::UnexpectedTensor {
+                file: path.clone(),
+                key: key.clone(),
+            })?;
             if spec.shape != found {
                 return Err(Error::ShapeMismatch {
                     file: path.clone(),
@@ -469,22 +560,31 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
         }
     }
     if let Some(spec) = layout.specs().iter().find(|s| !keys.contains_key(&s.name)) {
-        return Err(Error::MissingTensor { file: path, key: spec.name.clone() });
+        return Err(Error::MissingTensor {
+            file: path,
+            key: spec.name.clone(),
+        });
     }
     Ok(keys)
 }
 
 /// `out[N, C]` = LayerNorm of `inp[N, C]` (biased variance, as torch).
 fn layernorm(out: &mut [f32], inp: &[f32], w: &[f32], b: &[f32], c: usize, eps: f32) {
-    out.par_chunks_mut(c).zip(inp.par_chunks(c)).for_each(|(o, x)| {
-        let mean64 = x.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
-        let var = x.iter().map(|&v| (v as f64 - mean64) * (v as f64 - mean64)).sum::<f64>() / c as f64;
-        let mean = mean64 as f32;
-        let rstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-        for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
-            *o = (x - mean) * rstd * w + b;
-        }
-    });
+    out.par_chunks_mut(c)
+        .zip(inp.par_chunks(c))
+        .for_each(|(o, x)| {
+            let mean64 = x.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
+            let var = x
+                .iter()
+                .map(|&v| (v as f64 - mean64) * (v as f64 - mean64))
+                .sum::<f64>()
+                / c as f64;
+            let mean = mean64 as f32;
+            let rstd = (1.0 / (var + eps as f64).sqrt()) as f32;
+            for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
+                *o = (x - mean) * rstd * w + b;
+            }
+        });
 }
 
 fn add_inplace(x: &mut [f32], y: &[f32]) {
