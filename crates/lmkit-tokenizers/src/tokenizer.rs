@@ -14,21 +14,21 @@ use crate::{Encoding, Error, Result};
 /// A loaded tokenizer of any supported kind.
 #[derive(Debug, Clone)]
 pub enum Tokenizer {
-    /// GPT-2 byte-level BPE.
-    Bpe(BpeTokenizer),
+    /// GPT-2 byte-level BPE. Both variants are boxed: each holds large inline tables.
+    Bpe(Box<BpeTokenizer>),
     /// BERT WordPiece.
-    WordPiece(WordPieceTokenizer),
+    WordPiece(Box<WordPieceTokenizer>),
 }
 
 impl From<BpeTokenizer> for Tokenizer {
     fn from(t: BpeTokenizer) -> Self {
-        Tokenizer::Bpe(t)
+        Tokenizer::Bpe(Box::new(t))
     }
 }
 
 impl From<WordPieceTokenizer> for Tokenizer {
     fn from(t: WordPieceTokenizer) -> Self {
-        Tokenizer::WordPiece(t)
+        Tokenizer::WordPiece(Box::new(t))
     }
 }
 
@@ -53,10 +53,10 @@ impl Tokenizer {
         }
         let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
         if vocab.is_file() || merges.is_file() {
-            return Ok(Tokenizer::Bpe(BpeTokenizer::from_files(vocab, merges)?));
+            return Ok(BpeTokenizer::from_files(vocab, merges)?.into());
         }
         if dir.join("vocab.txt").is_file() {
-            return Ok(Tokenizer::WordPiece(WordPieceTokenizer::from_dir(dir)?));
+            return Ok(WordPieceTokenizer::from_dir(dir)?.into());
         }
         Err(Error::Io {
             path: dir.to_path_buf(),
@@ -96,10 +96,8 @@ impl Tokenizer {
             .into()
         });
         match kind.as_str() {
-            "BPE" => Ok(Tokenizer::Bpe(BpeTokenizer::from_tokenizer_json(path)?)),
-            "WordPiece" => Ok(Tokenizer::WordPiece(
-                WordPieceTokenizer::from_tokenizer_json(path)?,
-            )),
+            "BPE" => Ok(BpeTokenizer::from_tokenizer_json(path)?.into()),
+            "WordPiece" => Ok(WordPieceTokenizer::from_tokenizer_json(path)?.into()),
             other => Err(Error::Unsupported {
                 path: path.to_path_buf(),
                 message: format!("model type {other:?} is not supported in this build"),
