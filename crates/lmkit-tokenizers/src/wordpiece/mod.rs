@@ -811,8 +811,8 @@ fn is_single_word(text: &str, start: usize, end: usize) -> bool {
     let before = text[..start]
         .chars()
         .next_back()
-        .map_or(true, |c| !is_word(c));
-    let after = text[end..].chars().next().map_or(true, |c| !is_word(c));
+        .is_none_or(|c| !is_word(c));
+    let after = text[end..].chars().next().is_none_or(|c| !is_word(c));
     before && after
 }
 

@@ -372,7 +372,7 @@ impl Template {
                         out.attention_mask.push(1);
                     }
                     if let Some(s) = seq_ids.as_deref_mut() {
-                        s.extend(std::iter::repeat(None).take(ids.len()));
+                        s.extend(std::iter::repeat_n(None, ids.len()));
                     }
                 }
                 Piece::Sequence { second, type_id } => {
@@ -387,11 +387,11 @@ impl Template {
                     let n = seq.len();
                     out.ids.extend_from_slice(&seq.ids);
                     out.offsets.extend_from_slice(&seq.offsets);
-                    out.type_ids.extend(std::iter::repeat(*type_id).take(n));
-                    out.special_tokens_mask.extend(std::iter::repeat(0).take(n));
-                    out.attention_mask.extend(std::iter::repeat(1).take(n));
+                    out.type_ids.extend(std::iter::repeat_n(*type_id, n));
+                    out.special_tokens_mask.extend(std::iter::repeat_n(0, n));
+                    out.attention_mask.extend(std::iter::repeat_n(1, n));
                     if let Some(s) = seq_ids.as_deref_mut() {
-                        s.extend(std::iter::repeat(Some(u8::from(*second))).take(n));
+                        s.extend(std::iter::repeat_n(Some(u8::from(*second)), n));
                     }
                 }
             }
@@ -427,19 +427,18 @@ pub(crate) fn pad(
     let k = len - n;
     match p.direction {
         PaddingDirection::Right => {
-            enc.ids.extend(std::iter::repeat(p.pad_id).take(k));
-            enc.type_ids
-                .extend(std::iter::repeat(p.pad_type_id).take(k));
-            enc.offsets.extend(std::iter::repeat((0, 0)).take(k));
-            enc.special_tokens_mask.extend(std::iter::repeat(1).take(k));
-            enc.attention_mask.extend(std::iter::repeat(0).take(k));
+            enc.ids.extend(std::iter::repeat_n(p.pad_id, k));
+            enc.type_ids.extend(std::iter::repeat_n(p.pad_type_id, k));
+            enc.offsets.extend(std::iter::repeat_n((0, 0), k));
+            enc.special_tokens_mask.extend(std::iter::repeat_n(1, k));
+            enc.attention_mask.extend(std::iter::repeat_n(0, k));
             if let Some(s) = seq_ids {
-                s.extend(std::iter::repeat(None).take(k));
+                s.extend(std::iter::repeat_n(None, k));
             }
         }
         PaddingDirection::Left => {
             fn prepend<T: Clone>(v: &mut Vec<T>, x: T, k: usize) {
-                v.splice(0..0, std::iter::repeat(x).take(k));
+                v.splice(0..0, std::iter::repeat_n(x, k));
             }
             prepend(&mut enc.ids, p.pad_id, k);
             prepend(&mut enc.type_ids, p.pad_type_id, k);

@@ -251,7 +251,7 @@ pub fn train_wordpiece(
             }
         }
         merges += 1;
-        if merges % 256 == 0 {
+        if merges.is_multiple_of(256) {
             progress(TrainProgress::Merging {
                 vocab_size: vocab.len(),
                 target,

@@ -259,7 +259,7 @@ pub fn write_safetensors(
     }
     let mut header = serde_json::to_vec(&header).map_err(|e| Error::InvalidInput(e.to_string()))?;
     // Pad with spaces so the data section starts 8-byte aligned (as the spec advises).
-    while (N_LEN + header.len()) % 8 != 0 {
+    while !(N_LEN + header.len()).is_multiple_of(8) {
         header.push(b' ');
     }
     atomic_write_with(path, |w| {

@@ -69,12 +69,11 @@ trait Source {
     fn keep(&self, name: &str) -> Result<F32Slice>;
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
-    fn convert(
-        &self,
-        name: &str,
-        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
-    ) -> Result<()>;
+    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()>;
 }
+
+/// Called on a part of a source tensor that is no longer needed (to drop its pages).
+type ReleaseFn = dyn Fn(&[f32]) + Sync;
 
 /// A memory-mapped safetensors file; `keys` maps canonical names to file keys.
 struct FileSource {
@@ -100,11 +99,7 @@ impl Source for FileSource {
         })
     }
 
-    fn convert(
-        &self,
-        name: &str,
-        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
-    ) -> Result<()> {
+    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()> {
         match self.tensor(name)? {
             // Borrowed = straight from the read-only file map: pages may be dropped.
             Cow::Borrowed(s) => f(s, &release_mapped),
@@ -133,11 +128,7 @@ impl Source for ParamSource<'_> {
         })
     }
 
-    fn convert(
-        &self,
-        name: &str,
-        f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync)),
-    ) -> Result<()> {
+    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()> {
         let range = self.layout.range(name).ok_or_else(|| {
             Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
         })?;
@@ -355,7 +346,7 @@ impl Gpt2Engine {
                 "the KV cache was made for a different model".into(),
             ));
         }
-        if ids.is_empty() || ids.len() % b != 0 {
+        if ids.is_empty() || !ids.len().is_multiple_of(b) {
             return Err(Error::InvalidInput(format!(
                 "{} token ids do not form {b} rows of at least one token",
                 ids.len()
@@ -507,7 +498,7 @@ impl Gpt2Engine {
         batch: usize,
         mask: Option<&[u8]>,
     ) -> Result<Vec<f32>> {
-        if batch == 0 || ids.len() % batch != 0 {
+        if batch == 0 || !ids.len().is_multiple_of(batch) {
             return Err(Error::InvalidInput(format!(
                 "{} ids do not split into {batch} rows",
                 ids.len()

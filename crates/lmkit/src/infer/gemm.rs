@@ -155,7 +155,7 @@ mod tests {
         let b: Vec<f32> = (0..12).map(|v| (v as f32).sin()).collect();
         let rhs = MatRef::transposed(&b, 4, 3);
         // dst: [2, 4] inside a [2, 6] buffer at column 1.
-        let mut d = vec![f32::NAN; 12];
+        let mut d = [f32::NAN; 12];
         gemm_f32(MatMut::strided(&mut d[1..], 2, 4, 6, 1), lhs, rhs);
         for r in 0..2 {
             for c in 0..4 {

@@ -238,7 +238,7 @@ impl Sampler {
         let Some(&(max, first)) = self.cand.first() else {
             return 0; // every logit was NaN: nothing to choose from
         };
-        if max == f32::INFINITY || max == f32::NEG_INFINITY {
+        if max.is_infinite() {
             return first;
         }
         self.probs.clear();
@@ -301,8 +301,8 @@ mod tests {
             ..SamplingParams::greedy()
         });
         // Token 1 wins unpenalised; with it in the context, token 2 (tied with 3) wins.
-        assert_eq!(s.next_token(&mut vec![0.0, 3.0, 1.0, 1.0], &[]), 1);
-        assert_eq!(s.next_token(&mut vec![0.0, 3.0, 1.0, 1.0], &[1]), 2);
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[]), 1);
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[1]), 2);
     }
 
     #[test]
@@ -311,7 +311,7 @@ mod tests {
             top_k: 2,
             ..SamplingParams::default()
         });
-        s.next_token(&mut vec![1.0, 3.0, 2.0, 2.0, 0.0], &[]);
+        s.next_token(&mut [1.0, 3.0, 2.0, 2.0, 0.0], &[]);
         assert_eq!(s.last_candidates(), vec![1, 2, 3]);
     }
 

@@ -84,6 +84,9 @@ where
         let r0 = t * rows_per_task;
         let len = rows_per_task.min(oc - r0);
         for k in 0..n {
+            // Rebinding makes the closure capture the whole `Send` wrapper,
+            // not its raw-pointer field (edition-2021 disjoint capture).
+            #[allow(clippy::redundant_locals)]
             let ptr = ptr;
             // SAFETY: `out` has n·oc elements (checked by the caller); this
             // task alone writes rows [r0, r0 + len) of output row k.

@@ -691,11 +691,7 @@ impl BertActivations {
     }
 
     fn hidden_state_slot(&self, s: usize) -> &[f32] {
-        let nc = if self.slots == 0 {
-            0
-        } else {
-            self.hs.len() / self.slots
-        };
+        let nc = self.hs.len().checked_div(self.slots).unwrap_or(0);
         &self.hs[s * nc..(s + 1) * nc]
     }
 }

@@ -217,7 +217,7 @@ impl Gpt2Config {
         positive("n_embd", self.n_embd)?;
         positive("n_layer", self.n_layer)?;
         positive("n_head", self.n_head)?;
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(Error::config(
                 "n_embd",
                 format!(
@@ -433,7 +433,7 @@ impl BertConfig {
         positive("hidden_size", self.hidden_size)?;
         positive("num_hidden_layers", self.num_hidden_layers)?;
         positive("num_attention_heads", self.num_attention_heads)?;
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::config(
                 "hidden_size",
                 format!(
