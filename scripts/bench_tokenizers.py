@@ -87,9 +87,10 @@ def main():
         for name in ("lmkit", "tiktoken-rs", "tiktoken-py", "hf-tokenizers"):
             s, n = results[f"{name} {mode}"]
             print(f"{name + ' ' + mode:<24}{s:>10.4f}{nbytes / s / 1e6:>10.1f}{n:>10}{s / ours:>11.2f}x")
-    counts = {n for _, n in results.values()}
-    if len(counts) != 1:
-        print(f"WARNING: token counts differ: {counts}")
+    for mode in ("single", "batch"):
+        counts = {n for k, (_, n) in results.items() if k.endswith(mode)}
+        if len(counts) != 1:
+            print(f"WARNING: {mode} token counts differ: {counts}")
 
 
 if __name__ == "__main__":

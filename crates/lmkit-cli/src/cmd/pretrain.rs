@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::{self, save_params, LoadOptions};
 use lmkit::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData};
+use lmkit::infer::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
 use lmkit::model::gpt2::Gpt2;
 use lmkit::model::{Architecture, Gpt2Config};
 use lmkit::train::{
@@ -101,6 +102,15 @@ pub struct Args {
     /// Checkpoint every N steps, 0 = only at the end [default: 500].
     #[arg(long)]
     pub save_every: Option<u64>,
+    /// Print a generated sample every N steps, 0 = never [default: --eval-every].
+    #[arg(long)]
+    pub sample_every: Option<u64>,
+    /// Prompt of the periodic samples (default: start of a document).
+    #[arg(long)]
+    pub sample_prompt: Option<String>,
+    /// Tokens per periodic sample [default: 48].
+    #[arg(long)]
+    pub sample_tokens: Option<usize>,
     /// Checkpoints to keep [default: 2].
     #[arg(long)]
     pub keep: Option<usize>,
@@ -146,6 +156,9 @@ pub struct RunConfig {
     pub max_steps: u64,
     pub eval_every: u64,
     pub eval_batches: usize,
+    pub sample_every: u64,
+    pub sample_tokens: usize,
+    pub sample_prompt: String,
     pub save_every: u64,
     pub keep: usize,
     pub log_every: u64,
@@ -369,6 +382,20 @@ pub fn run_training(args: &Args) -> Result<Summary> {
             .eval_batches
             .or(sr.map(|r| r.eval_batches))
             .unwrap_or(20),
+        sample_every: args
+            .sample_every
+            .or(sr.map(|r| r.sample_every))
+            .or(args.eval_every)
+            .unwrap_or(100),
+        sample_tokens: args
+            .sample_tokens
+            .or(sr.map(|r| r.sample_tokens))
+            .unwrap_or(48),
+        sample_prompt: args
+            .sample_prompt
+            .clone()
+            .or(sr.map(|r| r.sample_prompt.clone()))
+            .unwrap_or_default(),
         save_every: args.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
         keep: args.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
         log_every: args
@@ -666,6 +693,39 @@ pub fn run_training(args: &Args) -> Result<Summary> {
         if run_cfg.eval_every > 0 && state.step % run_cfg.eval_every == 0 || last {
             evaluate(&mut model, state.step, &mut metrics, &mut summary)?;
         }
+        if run_cfg.sample_every > 0 && state.step % run_cfg.sample_every == 0 {
+            // The seed comes from the trainer's RNG (saved in checkpoints), so
+            // a resumed run prints the same samples.
+            let seed = state.rng.next_u64();
+            let text = Gpt2Engine::from_params(
+                &model.config,
+                &model.layout,
+                &model.params,
+                WeightDtype::F32,
+            )
+            .map_err(anyhow::Error::from)
+            .and_then(|mut e| {
+                continue_text(
+                    &mut e,
+                    &tokenizer,
+                    &run_cfg.sample_prompt,
+                    run_cfg.sample_tokens,
+                    seed,
+                )
+            });
+            match text {
+                Ok(t) => say(
+                    &pb,
+                    &format!(
+                        "step {} sample: {}{}",
+                        state.step,
+                        run_cfg.sample_prompt,
+                        t.replace('\n', " / ")
+                    ),
+                ),
+                Err(e) => say(&pb, &format!("step {}: sampling failed: {e:#}", state.step)),
+            }
+        }
         let interrupted = INTERRUPTS.load(Ordering::SeqCst) > 0;
         let stop_after = args.stop_after.is_some_and(|n| steps_this_run >= n);
         let periodic = run_cfg.save_every > 0 && state.step % run_cfg.save_every == 0;
@@ -761,12 +821,65 @@ pub fn has_checkpoint(output: &Path) -> Result<bool> {
     Ok(latest_checkpoint(&output.join("checkpoints"))?.is_some())
 }
 
-/// TEMPORARY until the inference engine is merged.
+/// Sampling settings of the periodic and quickstart samples.
+fn sample_config(max_new: usize, seed: u64, eos: Option<u32>) -> GenerationConfig {
+    GenerationConfig {
+        max_new_tokens: max_new,
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            ..SamplingParams::default()
+        },
+        seed,
+        eos_token_id: eos,
+        truncate: true,
+        ..GenerationConfig::default()
+    }
+}
+
+/// Continues `prompt` (empty: from <|endoftext|>) with the inference engine.
+fn continue_text(
+    engine: &mut Gpt2Engine,
+    tok: &Tokenizer,
+    prompt: &str,
+    max_new: usize,
+    seed: u64,
+) -> Result<String> {
+    let eos = tok.endoftext_id();
+    let mut ids = tok.encode_ids(prompt.as_bytes(), false);
+    if ids.is_empty() {
+        ids.extend(eos);
+    }
+    // Fit the context: keep at least half of it (or the whole prompt) for the prompt.
+    let ctx = engine.config().n_positions;
+    let max_new = max_new.min(ctx.saturating_sub(ids.len().min(ctx / 2)).max(1));
+    let out = engine.generate(&ids, &sample_config(max_new, seed, eos), |_| {
+        std::ops::ControlFlow::Continue(())
+    })?;
+    let new: Vec<u32> = out.ids.into_iter().filter(|&id| Some(id) != eos).collect();
+    Ok(String::from_utf8_lossy(&tok.decode(&new)?).into_owned())
+}
+
+/// Samples from the trained model in `model_dir` (HF layout + tokenizer):
+/// `(prompt, continuation)` for each prompt.
 pub fn sample_texts(
-    _model_dir: &Path,
-    _prompts: &[&str],
-    _max_new: usize,
-    _seed: u64,
+    model_dir: &Path,
+    prompts: &[&str],
+    max_new: usize,
+    seed: u64,
 ) -> Result<Vec<(String, String)>> {
-    Ok(vec![])
+    let tok = Tokenizer::from_dir(model_dir)
+        .with_context(|| format!("loading the tokenizer in {}", model_dir.display()))?;
+    let mut engine = Gpt2Engine::load(model_dir, WeightDtype::F32)
+        .with_context(|| format!("loading {}", model_dir.display()))?;
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Ok((
+                p.to_string(),
+                continue_text(&mut engine, &tok, p, max_new, seed + i as u64)?,
+            ))
+        })
+        .collect()
 }
