@@ -131,6 +131,13 @@ impl Tokenizer {
         }
     }
 
+    /// [`Self::encode_ids`] of one large text using all cores (same ids).
+    pub fn encode_ids_parallel(&self, text: &[u8], add_special_tokens: bool) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Bpe(t) => Ok(t.encode_ids_parallel(text, add_special_tokens)),
+        }
+    }
+
     /// [`Self::encode`] over many texts in parallel.
     pub fn encode_batch<T: AsRef<[u8]> + Sync>(
         &self,

@@ -80,7 +80,7 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
         writeln!(out)?;
     } else {
         let ids = tokenizer
-            .encode_ids(&text, args.special)
+            .encode_ids_parallel(&text, args.special)
             .with_context(|| format!("encoding {source}"))?;
         if args.count {
             writeln!(out, "{}", ids.len())?;

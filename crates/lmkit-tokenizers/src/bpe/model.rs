@@ -187,7 +187,7 @@ impl BpeModel {
         let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
         let mut heap: BinaryHeap<Reverse<u64>> = (0..n - 1)
             .filter_map(|i| {
-                let p = self.pair(ids[i], ids[i + 1]);
+                let p = self.byte_pairs[(piece[i] as usize) << 8 | piece[i + 1] as usize];
                 (p != NO_MERGE).then_some(Reverse((p >> 32) << 32 | i as u64))
             })
             .collect();
