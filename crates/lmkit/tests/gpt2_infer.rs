@@ -183,8 +183,16 @@ fn kv_cache_decode_equals_full_forward() {
             engine.logits(&rows, &mut logits).expect("logits");
             let want = &full[at * v..(at + len) * v];
             let d = max_abs_diff(&logits, want, |_| true);
+            // bf16 decode splits x into two bf16 halves (~2^-17 relative)
+            // while the multi-row path widens the weights and multiplies in
+            // f32: a hair of difference beyond f32 rounding.
+            let rel = if dtype == WeightDtype::F32 {
+                1e-5
+            } else {
+                1e-4
+            };
             assert!(
-                d <= 1e-5 * max_abs(want).max(1.0),
+                d <= rel * max_abs(want).max(1.0),
                 "{dtype}: positions {at}..{}: cache vs full {d}",
                 at + len
             );
@@ -691,11 +699,14 @@ fn big_124m_logits_match_hf() {
     let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32).expect("load 124M");
     let got = engine.forward_all_logits(&ids, 1, None).expect("forward");
     let d = max_abs_diff(&got, &want, |_| true);
-    assert!(
-        d <= 1e-4 * max_abs(&want).max(1.0),
-        "124M logits differ from HF by {d} (max |ref| {})",
-        max_abs(&want)
-    );
+    // This checkpoint (init std 0.2) has logits up to ~30 and HF's own f32
+    // result is 5.0e-3 (1.7e-4·max|ref|) away from the same model run in
+    // f64; ours is 1.1e-2 away from f64 and 9.6e-3 (3.2e-4·max|ref|) from HF
+    // (the difference is the f32 accumulation order of the K = 768/3072
+    // matmuls). 1e-4 absolute is below f32 noise here, so the bound is
+    // relative to the logit scale.
+    let bound = 5e-4 * max_abs(&want);
+    assert!(d <= bound, "124M logits differ from HF by {d} > {bound}");
     // Cache equivalence at full size: decode the last 8 positions one by one.
     let v = engine.config().vocab_size;
     let mut cache = engine.new_cache(1, ids.len()).expect("cache");
@@ -709,10 +720,7 @@ fn big_124m_logits_match_hf() {
         let mut logits = vec![0f32; v];
         engine.logits(&[0], &mut logits).expect("logits");
         let d = max_abs_diff(&logits, &want[p * v..(p + 1) * v], |_| true);
-        assert!(
-            d <= 1e-4 * max_abs(&want).max(1.0),
-            "position {p}: decode vs HF {d}"
-        );
+        assert!(d <= bound, "position {p}: decode vs HF {d} > {bound}");
     }
 }
 
@@ -747,7 +755,9 @@ fn big_124m_perplexity_matches_hf() {
         rep.mean_nll
     );
     let (_, token_nll) = r.f32("ppl.token_nll");
-    // NLLs here are ~25 nats: the f32 logits' 1e-4 relative error shows up as ~1e-3 absolute.
+    // Per-token NLLs (~25 nats, windows of 1024 tokens) carry f32 noise:
+    // HF's own f32 values are up to 0.033 away from the model run in f64
+    // (measured); ours are 0.041 away from HF's.
     let d = max_abs_diff(&rep.token_nll, &token_nll, |_| true);
-    assert!(d <= 1e-4 * 50.0, "per-token NLL differs by {d}");
+    assert!(d <= 0.1, "per-token NLL differs by {d}");
 }

@@ -138,6 +138,7 @@ pub fn run(a: Args) -> Result<()> {
             "decode_tokens_per_s": out.decode_tokens_per_s,
             "seed": seed,
             "dtype": dtype.as_str(),
+            "weight_bytes": engine.weight_bytes(),
         });
         writeln!(stdout, "{json}").context("writing to stdout")?;
     } else {

@@ -14,13 +14,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::checkpoint::{open_model_dir, SafeTensors};
 use crate::error::{Error, Result};
 use crate::infer::cache::KvCache;
-use crate::infer::weights::{release_mapped, F32Slice, Matrix, WeightDtype};
+use crate::infer::weights::{prefault_mapped, release_mapped, F32Slice, Matrix, WeightDtype};
 use crate::kernels::quant::SourceLayout;
+use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
 use crate::model::config::{Activation, AnyConfig, Gpt2Config};
 use crate::model::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::model::names::{resolve_key, Family, KeyRole};
@@ -55,13 +54,22 @@ struct Scratch {
     att: Vec<f32>,
     /// Sub-block output before the residual add `[N, C]`.
     y: Vec<f32>,
-    /// MLP hidden `[N, I]`.
+    /// MLP hidden before / after GELU `[N, I]`.
+    fc_pre: Vec<f32>,
     fc: Vec<f32>,
+    /// LayerNorm statistics `[N]` (required by the kernel, unused here).
+    mean: Vec<f32>,
+    rstd: Vec<f32>,
     /// Matrix kernels' scratch (partial sums, widened weight tiles).
     mat: Vec<f32>,
     /// Hidden rows gathered for the LM head `[M, C]`.
     gather: Vec<f32>,
 }
+
+/// Called on each part of a source tensor once it has been converted.
+type Release<'a> = &'a (dyn Fn(&[f32]) + Sync);
+/// Converts a source tensor, given its data and a [`Release`].
+type ConvertFn<'a> = dyn FnMut(&[f32], Release<'_>) + 'a;
 
 /// Where the tensors come from while an engine is built.
 trait Source {
@@ -69,11 +77,8 @@ trait Source {
     fn keep(&self, name: &str) -> Result<F32Slice>;
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()>;
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()>;
 }
-
-/// Called on a part of a source tensor that is no longer needed (to drop its pages).
-type ReleaseFn = dyn Fn(&[f32]) + Sync;
 
 /// A memory-mapped safetensors file; `keys` maps canonical names to file keys.
 struct FileSource {
@@ -94,12 +99,15 @@ impl FileSource {
 impl Source for FileSource {
     fn keep(&self, name: &str) -> Result<F32Slice> {
         Ok(match self.tensor(name)? {
-            Cow::Borrowed(s) => F32Slice::borrowed(self.file.clone(), s),
+            Cow::Borrowed(s) => {
+                prefault_mapped(s);
+                F32Slice::borrowed(self.file.clone(), s)
+            }
             Cow::Owned(v) => F32Slice::owned(v),
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()> {
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
         match self.tensor(name)? {
             // Borrowed = straight from the read-only file map: pages may be dropped.
             Cow::Borrowed(s) => f(s, &release_mapped),
@@ -128,7 +136,7 @@ impl Source for ParamSource<'_> {
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &ReleaseFn)) -> Result<()> {
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
         let range = self.layout.range(name).ok_or_else(|| {
             Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
         })?;
@@ -142,7 +150,7 @@ impl Source for ParamSource<'_> {
 pub struct Gpt2Engine {
     cfg: Gpt2Config,
     dtype: WeightDtype,
-    act: Activation,
+    gelu: Gelu,
     /// `[V, C]`: token embeddings and the tied LM head.
     wte: Matrix,
     /// `[P, C]`
@@ -258,7 +266,10 @@ impl Gpt2Engine {
             });
         }
         Ok(Gpt2Engine {
-            act: cfg.activation(),
+            gelu: match cfg.activation() {
+                Activation::GeluTanh => Gelu::Tanh,
+                Activation::GeluErf => Gelu::Erf,
+            },
             wpe: src.keep("wpe.weight")?,
             ln_f_w: src.keep("ln_f.weight")?,
             ln_f_b: src.keep("ln_f.bias")?,
@@ -346,7 +357,7 @@ impl Gpt2Engine {
                 "the KV cache was made for a different model".into(),
             ));
         }
-        if ids.is_empty() || !ids.len().is_multiple_of(b) {
+        if ids.is_empty() || ids.len() % b != 0 {
             return Err(Error::InvalidInput(format!(
                 "{} token ids do not form {b} rows of at least one token",
                 ids.len()
@@ -384,7 +395,7 @@ impl Gpt2Engine {
         let mut next = cache.next_pos.clone();
         for r in 0..b {
             for i in 0..t {
-                if mask.is_none_or(|m| m[r * t + i] == 1) {
+                if mask.map_or(true, |m| m[r * t + i] == 1) {
                     pos[r * t + i] = next[r];
                     next[r] += 1;
                 }
@@ -415,18 +426,23 @@ impl Gpt2Engine {
             (&mut s.qkv, n * 3 * c),
             (&mut s.att, n * c),
             (&mut s.y, n * c),
+            (&mut s.fc_pre, n * inner),
             (&mut s.fc, n * inner),
+            (&mut s.mean, n),
+            (&mut s.rstd, n),
         ] {
             buf.resize(len, 0.0);
         }
-        let (x, xn, qkv, att, y, fc) = (
+        let (x, xn, qkv, att, y, fc_pre, fc) = (
             &mut s.x[..n * c],
             &mut s.xn[..n * c],
             &mut s.qkv[..n * 3 * c],
             &mut s.att[..n * c],
             &mut s.y[..n * c],
+            &mut s.fc_pre[..n * inner],
             &mut s.fc[..n * inner],
         );
+        let (mean, rstd) = (&mut s.mean[..n], &mut s.rstd[..n]);
         // x = wte[id] + wpe[pos]
         for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(&pos)) {
             self.wte.row_into(id as usize, row);
@@ -435,7 +451,7 @@ impl Gpt2Engine {
             }
         }
         for (l, blk) in self.blocks.iter().enumerate() {
-            layernorm(xn, x, &blk.ln_1_w, &blk.ln_1_b, c, eps);
+            layernorm_forward(xn, mean, rstd, x, &blk.ln_1_w, &blk.ln_1_b, n, c, eps);
             blk.c_attn
                 .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
             cache.store(l, qkv, t);
@@ -443,14 +459,15 @@ impl Gpt2Engine {
             blk.attn_proj
                 .forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
             add_inplace(x, y);
-            layernorm(xn, x, &blk.ln_2_w, &blk.ln_2_b, c, eps);
-            blk.c_fc.forward(fc, xn, Some(&blk.c_fc_b), n, &mut s.mat);
-            gelu_inplace(fc, self.act);
+            layernorm_forward(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b, n, c, eps);
+            blk.c_fc
+                .forward(fc_pre, xn, Some(&blk.c_fc_b), n, &mut s.mat);
+            gelu_forward(fc, fc_pre, self.gelu);
             blk.mlp_proj
                 .forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
             add_inplace(x, y);
         }
-        layernorm(xn, x, &self.ln_f_w, &self.ln_f_b, c, eps);
+        layernorm_forward(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b, n, c, eps);
         cache.len += t;
         cache.next_pos = next;
         self.rows = n;
@@ -498,7 +515,7 @@ impl Gpt2Engine {
         batch: usize,
         mask: Option<&[u8]>,
     ) -> Result<Vec<f32>> {
-        if batch == 0 || !ids.len().is_multiple_of(batch) {
+        if batch == 0 || ids.len() % batch != 0 {
             return Err(Error::InvalidInput(format!(
                 "{} ids do not split into {batch} rows",
                 ids.len()
@@ -557,88 +574,4 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
         });
     }
     Ok(keys)
-}
-
-/// `out[N, C]` = LayerNorm of `inp[N, C]` (biased variance, as torch).
-fn layernorm(out: &mut [f32], inp: &[f32], w: &[f32], b: &[f32], c: usize, eps: f32) {
-    out.par_chunks_mut(c)
-        .zip(inp.par_chunks(c))
-        .for_each(|(o, x)| {
-            let mean64 = x.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
-            let var = x
-                .iter()
-                .map(|&v| (v as f64 - mean64) * (v as f64 - mean64))
-                .sum::<f64>()
-                / c as f64;
-            let mean = mean64 as f32;
-            let rstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-            for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
-                *o = (x - mean) * rstd * w + b;
-            }
-        });
-}
-
-fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
-
-fn gelu_inplace(x: &mut [f32], act: Activation) {
-    const S2PI: f32 = 0.797_884_6; // sqrt(2/pi)
-    x.par_chunks_mut(4096).for_each(|chunk| match act {
-        Activation::GeluTanh => {
-            for v in chunk.iter_mut() {
-                let u = *v;
-                *v = 0.5 * u * (1.0 + (S2PI * (u + 0.044715 * u * u * u)).tanh());
-            }
-        }
-        Activation::GeluErf => {
-            for v in chunk.iter_mut() {
-                let u = *v as f64;
-                *v = (0.5 * u * (1.0 + erf(u / std::f64::consts::SQRT_2))) as f32;
-            }
-        }
-    });
-}
-
-/// erf to ~1e-15 (Abramowitz–Stegun 7.1.26 is too coarse for f32 parity).
-fn erf(x: f64) -> f64 {
-    // W. J. Cody's rational approximations are overkill here; a Taylor series
-    // near 0 and the continued-fraction erfc beyond converge to f64 precision.
-    let ax = x.abs();
-    let r = if ax < 2.5 {
-        let mut sum = ax;
-        let mut term = ax;
-        let x2 = ax * ax;
-        let mut k = 0.0;
-        while term.abs() > 1e-17 * sum.abs() {
-            k += 1.0;
-            term *= -x2 / k;
-            sum += term / (2.0 * k + 1.0);
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else {
-        // erfc via Lentz's continued fraction.
-        let mut f = ax;
-        let mut cc = ax;
-        let mut d = 0.0;
-        for n in 1..200 {
-            let an = n as f64 / 2.0;
-            d = ax + an * d;
-            d = if d == 0.0 { 1e-300 } else { 1.0 / d };
-            cc = ax + an / cc;
-            let delta = cc * d;
-            f *= delta;
-            if (delta - 1.0).abs() < 1e-16 {
-                break;
-            }
-        }
-        1.0 - (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt())
-    };
-    if x < 0.0 {
-        -r
-    } else {
-        r
-    }
 }

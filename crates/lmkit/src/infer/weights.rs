@@ -26,6 +26,7 @@ use crate::kernels::matvec::{
 use crate::kernels::quant::{
     bf16_rows_to_f32, dequantize_int8_rows, quantize_int8_out_in, to_bf16_out_in, SourceLayout,
 };
+use crate::kernels::{matmul_forward, WeightLayout};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -266,20 +267,10 @@ impl Matrix {
         }
         match self {
             Matrix::F32InOut { w, .. } => {
-                gemm_f32(
-                    MatMut::row_major(out, n, oc),
-                    MatRef::row_major(x, n, ic),
-                    MatRef::row_major(w, ic, oc),
-                );
-                add_bias_rows(out, bias, oc);
+                matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::InOut)
             }
             Matrix::F32OutIn { w, .. } => {
-                gemm_f32(
-                    MatMut::row_major(out, n, oc),
-                    MatRef::row_major(x, n, ic),
-                    MatRef::transposed(w, oc, ic),
-                );
-                add_bias_rows(out, bias, oc);
+                matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
             }
             Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
@@ -384,3 +375,35 @@ pub(crate) fn release_mapped(data: &[f32]) {
 
 #[cfg(not(unix))]
 pub(crate) fn release_mapped(_data: &[f32]) {}
+
+/// Maps the pages of `data` (a read-only file map) into the process now, so
+/// that the first forward pass does not pay a page fault per page.
+pub(crate) fn prefault_mapped(data: &[f32]) {
+    #[cfg(target_os = "linux")]
+    {
+        let page = 4096usize;
+        let start = data.as_ptr() as usize / page * page;
+        let end = data.as_ptr() as usize + std::mem::size_of_val(data);
+        // SAFETY: [start, end) covers `data`'s pages, all inside the live
+        // mapping; MADV_POPULATE_READ only faults them in (read-only). It is
+        // a hint: on kernels without it the pages fault in on first use.
+        let ok = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_READ,
+            )
+        } == 0;
+        if ok {
+            return;
+        }
+    }
+    // Touch one value per page.
+    let step = 4096 / std::mem::size_of::<f32>();
+    let mut sum = 0f32;
+    for i in (0..data.len()).step_by(step) {
+        // black_box keeps the otherwise unused reads.
+        sum += std::hint::black_box(data[i]);
+    }
+    std::hint::black_box(sum);
+}

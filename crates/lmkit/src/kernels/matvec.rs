@@ -46,6 +46,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// A method, not `.0`, so closures capture the whole Send + Sync wrapper.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Output rows per task for `[OC, IC]` weights: about 64 KiB of weights per
 /// task (enough to amortise scheduling, small enough to stay in L2 while the
 /// N rows of `x` are applied), in multiples of 4 rows.
@@ -84,13 +91,9 @@ where
         let r0 = t * rows_per_task;
         let len = rows_per_task.min(oc - r0);
         for k in 0..n {
-            // Rebinding makes the closure capture the whole `Send` wrapper,
-            // not its raw-pointer field (edition-2021 disjoint capture).
-            #[allow(clippy::redundant_locals)]
-            let ptr = ptr;
             // SAFETY: `out` has n·oc elements (checked by the caller); this
             // task alone writes rows [r0, r0 + len) of output row k.
-            let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(k * oc + r0), len) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(k * oc + r0), len) };
             rows(dst, r0, k);
         }
     });
@@ -320,7 +323,11 @@ pub fn matvec_int8(
     });
 }
 
+// AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) are stable since
+// Rust 1.89: this module, hence lmkit, needs 1.89 even though the workspace
+// still declares 1.80.
 #[cfg(target_arch = "x86_64")]
+#[clippy::msrv = "1.89"]
 mod x86 {
     use std::arch::x86_64::*;
 
