@@ -2,8 +2,8 @@
 //! checkpoint) on the user's text.
 //!
 //! OUTPUT layout: `data/` (token shards, reused while the sources and the
-//! tokenizer are unchanged), `metrics.jsonl`, `checkpoints/step-N/` (HF model
-//! + tokenizer + optimizer + trainer state; the newest `--keep` are kept) and,
+//! tokenizer are unchanged), `metrics.jsonl`, `checkpoints/step-N/` (HF model,
+//! tokenizer, optimizer and trainer state; the newest `--keep` are kept) and,
 //! at the end, the final model in HF layout directly in OUTPUT.
 
 use anyhow::{anyhow, bail, Context, Result};
