@@ -4,7 +4,7 @@
 Both train GPT-2 (6 layers, d 384, 6 heads, vocab 50257, context 256) with
 AdamW on batches of 4 x 256 tokens of the same text (the GPT-2 tokenization
 of assets/books/corpus.txt, from lmkit's shard), 2 threads each:
-  - PyTorch: GPT2LMHeadModel (eager attention, dropout 0) + torch.optim.AdamW,
+  - PyTorch: GPT2LMHeadModel (default SDPA attention, dropout 0) + torch.optim.AdamW,
     torch.set_num_threads(2).
   - lmkit: `lmkit pretrain` with the same shape, RAYON_NUM_THREADS=2.
 Each runs in its own process; peak RSS is that process' ru_maxrss (wait4).
@@ -54,7 +54,7 @@ def torch_child(args):
         toks = np.frombuffer(f.read(), dtype=np.uint16).astype(np.int64)
     cfg = GPT2Config(vocab_size=V, n_positions=T, n_embd=C, n_layer=L, n_head=NH,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg, attn_implementation="eager").train()
+    model = GPT2LMHeadModel(cfg).train()  # default attention (SDPA): the fastest HF path
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "wte" not in n and "wpe" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "wte" not in n and "wpe" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

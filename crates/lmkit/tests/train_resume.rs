@@ -212,6 +212,13 @@ fn checkpoints_are_atomic_pruned_and_survive_failed_saves() {
     // A folder left half-written by a crash (no rename) is never picked.
     std::fs::create_dir_all(ckpts.join(".tmp-step-00000050")).unwrap();
     assert_eq!(latest_checkpoint(&ckpts).unwrap().unwrap(), latest);
+    // The next successful save clears such leftovers.
+    state.step = 60;
+    let mut o = opt.clone();
+    o.step = 60;
+    save_checkpoint(&ckpts, &state, &o, &mut write_model(&m), 2).unwrap();
+    assert!(!ckpts.join(".tmp-step-00000050").exists());
+    let latest = latest_checkpoint(&ckpts).unwrap().unwrap();
     // A corrupt optimizer file is an error naming it, not a panic.
     std::fs::write(latest.join("optimizer.safetensors"), b"garbage").unwrap();
     let e = load_train_state(&latest).unwrap_err();

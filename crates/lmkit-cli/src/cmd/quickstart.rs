@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4096)]
     pub vocab_size: usize,
     /// Optimizer steps.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 500)]
     pub steps: u64,
     /// Start over even if OUTPUT holds a previous quickstart run.
     #[arg(long)]

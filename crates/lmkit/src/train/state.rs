@@ -277,6 +277,19 @@ pub fn save_checkpoint(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
+    // Leftovers of a run killed mid-save or mid-prune (never a complete `step-N`).
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if [".tmp-step-", ".trash-step-", ".old-step-"]
+                .iter()
+                .any(|p| name.starts_with(p))
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     let all = list_checkpoints(root)?;
     let keep = keep.max(1);
     if all.len() > keep {
