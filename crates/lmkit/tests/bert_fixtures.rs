@@ -480,3 +480,34 @@ fn minilm_bf16_embeddings_stay_close() {
         );
     }
 }
+
+/// Full-size BERT-base (random init, assets/big from `make_fixtures.py --big`):
+/// hidden states and pooler within 1e-4 of HF.
+#[test]
+fn bert_base_random_matches_hf() {
+    let dir = root().join("assets/big/bert-base-random");
+    if !dir.join("reference.safetensors").exists() {
+        eprintln!("assets/big/bert-base-random is missing: run scripts/make_fixtures.py --big assets/big (skipping)");
+        return;
+    }
+    let m = Bert::from_dir(&dir).unwrap();
+    let bytes = std::fs::read(dir.join("reference.safetensors")).unwrap();
+    let r = Reference {
+        bytes,
+        json: Value::Null,
+    };
+    let mut acts = BertActivations::new(false);
+    m.forward(&r.batch(), &mut acts).unwrap();
+    assert_close(
+        "bert-base last_hidden_state",
+        acts.hidden(),
+        &r.f32("last_hidden_state").1,
+        1e-4,
+    );
+    assert_close(
+        "bert-base pooler_output",
+        &m.pooled(&acts).unwrap(),
+        &r.f32("pooler_output").1,
+        1e-4,
+    );
+}
