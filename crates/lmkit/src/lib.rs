@@ -3,9 +3,11 @@
 //! Layers (arrows point down): `kernels` (flat `f32` buffers, forward and
 //! backward) ← models, checkpoints, training, inference, evaluation.
 
-pub mod kernels;
 pub mod checkpoint;
+pub mod data;
 mod error;
+pub mod kernels;
 pub mod model;
+pub mod train;
 
 pub use error::{Error, Result};
