@@ -7,8 +7,10 @@ pub mod checkpoint;
 pub mod data;
 mod error;
 pub mod eval;
+pub mod infer;
 pub mod kernels;
 pub mod model;
+pub mod tasks;
 pub mod train;
 
 pub use error::{Error, Result};

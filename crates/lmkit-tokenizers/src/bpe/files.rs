@@ -101,7 +101,7 @@ impl<'de> Deserialize<'de> for OrderedVocab {
 }
 
 /// Largest token id accepted (bounds the tables a malformed file can make us allocate).
-pub(crate) const MAX_ID: u32 = (1 << 24) - 1;
+pub(crate) const MAX_ID: u32 = (1 << 21) - 1;
 
 /// Reads `vocab.json`: token (in GPT-2's byte alphabet) -> id, in file order.
 pub(crate) fn read_vocab_json(path: &Path) -> Result<(Vec<(String, u32)>, String)> {

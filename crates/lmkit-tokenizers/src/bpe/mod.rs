@@ -20,8 +20,9 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
+pub(crate) use files::read_text;
 use files::{parse_error, MergeLine};
-use hash::FastMap;
+pub(crate) use hash::FastMap;
 use model::BpeModel;
 
 /// GPT-2's end-of-text token.
@@ -303,7 +304,7 @@ impl BpeTokenizer {
     /// Token ids of `text` (any bytes). With `special`, special-token strings
     /// in the text become their ids; without, they are ordinary text.
     pub fn encode_ids(&self, text: &[u8], special: bool) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+        let mut out = Vec::with_capacity(text.len() / 3 + 8);
         if special && !self.specials.is_empty() {
             let mut start = 0;
             while let Some((at, len, id)) = self.find_special(text, start) {
@@ -324,8 +325,22 @@ impl BpeTokenizer {
     }
 
     fn encode_ordinary_into(&self, text: &[u8], out: &mut Vec<u32>) {
-        for piece in crate::pretokenize::split_gpt2(text) {
-            self.model.encode_piece(&text[piece], out);
+        // Pieces that need merging are cached for this call: their ids are
+        // already in `out`, so a repeat copies them from there.
+        let mut cache: FastMap<&[u8], (u32, u32)> = FastMap::default();
+        for range in crate::pretokenize::split_gpt2(text) {
+            let piece = &text[range];
+            if piece.len() == 1 {
+                out.push(self.model.byte_ids[piece[0] as usize]);
+            } else if let Some(id) = self.model.lookup_whole(piece) {
+                out.push(id);
+            } else if let Some(&(at, n)) = cache.get(piece) {
+                out.extend_from_within(at as usize..(at + n) as usize);
+            } else {
+                let at = out.len();
+                self.model.merge_piece(piece, out);
+                cache.insert(piece, (at as u32, (out.len() - at) as u32));
+            }
         }
     }
 

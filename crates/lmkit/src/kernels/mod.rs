@@ -10,3 +10,78 @@
 //! - Every fast kernel has a plain reference twin in [`reference`], used by tests.
 //! - Results are deterministic for a fixed rayon thread count: reductions
 //!   split work in a fixed order that does not depend on scheduling.
+//! - Shapes are checked with `assert!` on entry: a mismatch is a programming
+//!   error in the caller, never something a user controls.
+
+mod activation;
+mod attention;
+mod elementwise;
+mod embedding;
+mod layernorm;
+mod matmul;
+pub mod matvec;
+mod optim;
+pub mod quant;
+pub mod reference;
+pub(crate) mod simd;
+mod softmax;
+
+pub use activation::{gelu_backward, gelu_forward, tanh_backward, tanh_forward, Gelu};
+pub use attention::{attention_backward, attention_forward, AttentionShape};
+pub use elementwise::{add_inplace, residual_forward, scale_inplace};
+pub use embedding::{embedding_backward, embeddings_forward};
+pub use layernorm::{layernorm_backward, layernorm_forward};
+pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
+pub use optim::{adamw_update, global_norm, AdamW};
+pub use softmax::{
+    cross_entropy_backward, cross_entropy_forward, cross_entropy_fused, softmax_rows,
+};
+
+use std::cell::RefCell;
+
+/// Rows per rayon task for row-wise kernels: at least ~16K floats of work.
+pub(crate) fn rows_per_task(row_len: usize) -> usize {
+    (16_384 / row_len.max(1)).max(1)
+}
+
+/// Elements per rayon task for element-wise kernels.
+pub(crate) const ELEMS_PER_TASK: usize = 1 << 14;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a per-thread scratch buffer of `len` floats that is reused
+/// across calls (no allocation in steady state). Contents are unspecified:
+/// `f` must write before it reads. A re-entrant call on the same thread
+/// (possible when rayon runs a stolen job while this one waits) gets a fresh
+/// buffer instead.
+pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+            f(&mut v[..len])
+        }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// A raw pointer that may cross threads. Users guarantee that concurrent
+/// tasks write disjoint elements.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut f32);
+impl SendPtr {
+    /// The pointer. A method (not `.0`) so closures capture the whole
+    /// `Send + Sync` wrapper rather than the bare pointer field.
+    #[inline(always)]
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: only used for disjoint writes, see each use.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}

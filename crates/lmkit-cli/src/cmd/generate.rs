@@ -1,0 +1,154 @@
+//! `lmkit generate`: continue a prompt with a GPT-2 model, streaming the text
+//! as it is produced; `--json` prints one JSON object at the end instead.
+//!
+//! Decoding: sampling (temperature 1, top-k 50, as HF's defaults) unless
+//! `--greedy`; the repetition penalty applies to both. Generation stops at
+//! `--max-new-tokens`, at the end-of-text token (unless `--ignore-eos`) or
+//! when the text contains a `--stop` string (the text ends before it).
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use lmkit::checkpoint::resolve_model_dir;
+use lmkit::infer::{GenerationConfig, Gpt2Engine, SamplingParams, TextStreamer, WeightDtype};
+use lmkit_tokenizers::BpeTokenizer;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model directory (HF layout) or a model name in the local HF hub cache.
+    #[arg(long)]
+    pub model: String,
+    /// The text to continue.
+    #[arg(long)]
+    pub prompt: String,
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 50)]
+    pub max_new_tokens: usize,
+    /// Always take the most likely token (no sampling).
+    #[arg(long, conflicts_with_all = ["temperature", "top_k", "top_p"])]
+    pub greedy: bool,
+    /// Sampling temperature (> 0).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Sample among the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 50)]
+    pub top_k: usize,
+    /// Sample among the most likely tokens whose probabilities sum to P (1 = all).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Penalise tokens already in the text (1 = off; HF's CTRL penalty).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Seed of the sampler (default: from the clock; printed with --json).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keep generating after the end-of-text token.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Stop when the text contains this string (repeatable); it is not printed.
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+    /// Weight format: f32, bf16 or int8.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Drop tokens from the start of a prompt too long for the context, instead of failing.
+    #[arg(long)]
+    pub truncate: bool,
+    /// Tokenizer directory (vocab.json + merges.txt or tokenizer.json; default: the model's).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Print one JSON object (text, ids, prompt_tokens, prefill_ms, decode_tokens_per_s, ...) at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let dtype: WeightDtype = a.dtype.parse()?;
+    let dir = resolve_model_dir(&a.model)?;
+    let tok_dir = a.tokenizer.clone().unwrap_or_else(|| dir.clone());
+    let tokenizer = BpeTokenizer::from_dir(&tok_dir)
+        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
+    let mut engine =
+        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    let sampling = SamplingParams {
+        greedy: a.greedy,
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        repetition_penalty: a.repetition_penalty,
+    };
+    let seed = a.seed.unwrap_or_else(clock_seed);
+    let eos = engine
+        .config()
+        .eos_token_id
+        .or_else(|| tokenizer.endoftext_id());
+    let cfg = GenerationConfig {
+        max_new_tokens: a.max_new_tokens,
+        sampling,
+        seed,
+        eos_token_id: eos,
+        ignore_eos: a.ignore_eos,
+        truncate: a.truncate,
+    };
+    // As HF's tokenizer: special-token text in the prompt becomes its id.
+    let prompt = tokenizer.encode_ids(a.prompt.as_bytes(), true);
+    if prompt.is_empty() {
+        bail!("the prompt encodes to no tokens: give a non-empty --prompt");
+    }
+
+    let mut streamer = TextStreamer::new(&a.stop);
+    let mut stdout = std::io::stdout().lock();
+    let mut write_err = None;
+    let out = engine.generate(&prompt, &cfg, |id| {
+        if Some(id) == eos && !a.ignore_eos {
+            return ControlFlow::Continue(()); // the end: not text
+        }
+        let piece = streamer.push(tokenizer.token_bytes(id).unwrap_or_default());
+        if !a.json && !piece.is_empty() {
+            if let Err(e) = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|_| stdout.flush())
+            {
+                write_err = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        if streamer.stopped() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    if let Some(e) = write_err {
+        return Err(e).context("writing to stdout");
+    }
+    let tail = streamer.finish();
+    if a.json {
+        let json = serde_json::json!({
+            "text": streamer.text(),
+            "ids": out.ids,
+            "prompt_tokens": out.prompt_tokens,
+            "truncated_tokens": out.truncated_tokens,
+            "new_tokens": out.ids.len(),
+            "finish_reason": out.finish_reason.as_str(),
+            "prefill_ms": out.prefill_ms,
+            "decode_ms": out.decode_ms,
+            "decode_tokens_per_s": out.decode_tokens_per_s,
+            "seed": seed,
+            "dtype": dtype.as_str(),
+        });
+        writeln!(stdout, "{json}").context("writing to stdout")?;
+    } else {
+        writeln!(stdout, "{tail}").context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+/// A seed from the clock, for runs that did not ask for reproducibility.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}

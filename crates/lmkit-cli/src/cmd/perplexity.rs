@@ -1,0 +1,82 @@
+//! `lmkit perplexity`: perplexity of a GPT-2 model on a text file, with HF's
+//! sliding window. The whole file is encoded (no special tokens) and every
+//! token after the first is scored once.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use lmkit::checkpoint::resolve_model_dir;
+use lmkit::infer::{Gpt2Engine, WeightDtype};
+use lmkit_tokenizers::BpeTokenizer;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model directory (HF layout) or a model name in the local HF hub cache.
+    #[arg(long)]
+    pub model: String,
+    /// Text file to score.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Tokens between the starts of consecutive windows (default: half the context).
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Window length in tokens (default: the model's n_positions).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Weight format: f32, bf16 or int8.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Tokenizer directory (default: the model's).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Print `{"tokens": N, "nll": MEAN_NLL, "perplexity": P}` (plus details) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let dtype: WeightDtype = a.dtype.parse()?;
+    let dir = resolve_model_dir(&a.model)?;
+    let tok_dir = a.tokenizer.clone().unwrap_or_else(|| dir.clone());
+    let tokenizer = BpeTokenizer::from_dir(&tok_dir)
+        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
+    let text = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let ids = tokenizer.encode_ordinary(&text);
+    let mut engine =
+        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    let context = a.context.unwrap_or(engine.config().n_positions);
+    let stride = a.stride.unwrap_or((context / 2).max(1));
+    if a.stride == Some(0) || a.context == Some(0) {
+        anyhow::bail!("--stride and --context must be positive");
+    }
+    let bar = ProgressBar::new(ids.len().saturating_sub(1) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} tokens ({eta} left)")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = engine
+        .perplexity(&ids, context, stride, |done, _| {
+            bar.set_position(done as u64)
+        })
+        .with_context(|| format!("scoring {}", a.input.display()))?;
+    bar.finish_and_clear();
+    if a.json {
+        let json = serde_json::json!({
+            "tokens": report.tokens,
+            "nll": report.mean_nll,
+            "perplexity": report.perplexity,
+            "windows": report.windows,
+            "context": context,
+            "stride": stride,
+            "dtype": dtype.as_str(),
+        });
+        println!("{json}");
+    } else {
+        println!(
+            "perplexity {:.4} (mean NLL {:.6} over {} tokens, {} windows of {context} tokens, stride {stride}, {dtype})",
+            report.perplexity, report.mean_nll, report.tokens, report.windows
+        );
+    }
+    Ok(())
+}

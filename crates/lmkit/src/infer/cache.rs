@@ -1,0 +1,345 @@
+//! The key/value cache of incremental decoding, and attention over it.
+//!
+//! Shape legend: L layers, B batch rows, NH heads, HS head size, C = NH·HS,
+//! S capacity (cache positions), T new tokens per row in one forward call.
+//!
+//! Keys and values live in two preallocated buffers `[L, B, NH, S, HS]`, so a
+//! head's keys are one contiguous `[S, HS]` block (a matmul operand in
+//! prefill, a stream of dot products in decode). Rows of a batch share the
+//! cache positions: prompts of different lengths are LEFT-padded, padding
+//! positions are masked out of every softmax (`key_mask`), and each row
+//! counts its own position ids (HF's `cumsum(attention_mask) - 1`).
+
+use rayon::prelude::*;
+
+use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
+
+/// Preallocated per-layer keys and values for `batch` rows of up to
+/// `capacity` positions.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    pub(crate) n_layer: usize,
+    pub(crate) batch: usize,
+    pub(crate) capacity: usize,
+    pub(crate) n_head: usize,
+    pub(crate) head_size: usize,
+    /// `[L, B, NH, S, HS]`
+    pub(crate) k: Vec<f32>,
+    /// `[L, B, NH, S, HS]`
+    pub(crate) v: Vec<f32>,
+    /// `[B, S]`: 1 where the position holds a real token, 0 for padding.
+    pub(crate) key_mask: Vec<u8>,
+    /// `[B]`: position id of each row's next real token.
+    pub(crate) next_pos: Vec<usize>,
+    /// Positions filled so far (the same for every row).
+    pub(crate) len: usize,
+}
+
+impl KvCache {
+    pub(crate) fn new(
+        n_layer: usize,
+        batch: usize,
+        capacity: usize,
+        n_head: usize,
+        head_size: usize,
+    ) -> Self {
+        let elems = n_layer * batch * n_head * capacity * head_size;
+        KvCache {
+            n_layer,
+            batch,
+            capacity,
+            n_head,
+            head_size,
+            k: vec![0.0; elems],
+            v: vec![0.0; elems],
+            key_mask: vec![0; batch * capacity],
+            next_pos: vec![0; batch],
+            len: 0,
+        }
+    }
+
+    /// Positions filled so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Real (non-padding) tokens of row `b` seen so far.
+    pub fn row_tokens(&self, b: usize) -> usize {
+        self.next_pos[b]
+    }
+
+    /// Forgets every position (keeps the allocation).
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.key_mask.fill(0);
+        self.next_pos.fill(0);
+    }
+
+    /// Offset of `[layer, b, h, pos, 0]` in `k`/`v`.
+    fn offset(&self, layer: usize, b: usize, h: usize, pos: usize) -> usize {
+        (((layer * self.batch + b) * self.n_head + h) * self.capacity + pos) * self.head_size
+    }
+
+    /// Copies the keys and values of `t` new tokens per row from the packed
+    /// `qkv[B·T, 3C]` rows into positions `[len, len + t)` of `layer`.
+    pub(crate) fn store(&mut self, layer: usize, qkv: &[f32], t: usize) {
+        let (nh, hs) = (self.n_head, self.head_size);
+        let c = nh * hs;
+        for b in 0..self.batch {
+            for i in 0..t {
+                let row = &qkv[(b * t + i) * 3 * c..(b * t + i + 1) * 3 * c];
+                for h in 0..nh {
+                    let o = self.offset(layer, b, h, self.len + i);
+                    self.k[o..o + hs].copy_from_slice(&row[c + h * hs..c + (h + 1) * hs]);
+                    self.v[o..o + hs].copy_from_slice(&row[2 * c + h * hs..2 * c + (h + 1) * hs]);
+                }
+            }
+        }
+    }
+
+    /// `out[B·T, C]` = causal, masked attention of the `t` new queries of each
+    /// row (in `qkv[B·T, 3C]`, already stored with [`Self::store`]) over
+    /// positions `[0, len + i]` of `layer`. A query that sees no real key
+    /// (a padding row) gets zeros.
+    pub(crate) fn attend(&self, out: &mut [f32], qkv: &[f32], layer: usize, t: usize) {
+        let (nh, hs, cap) = (self.n_head, self.head_size, self.capacity);
+        let c = nh * hs;
+        let past = self.len;
+        let kv_len = past + t;
+        let scale = (hs as f32).sqrt();
+        let heads: Vec<Vec<f32>> = (0..self.batch * nh)
+            .into_par_iter()
+            .map(|bh| {
+                let (b, h) = (bh / nh, bh % nh);
+                let base = self.offset(layer, b, h, 0);
+                let keys = &self.k[base..base + kv_len * hs];
+                let vals = &self.v[base..base + kv_len * hs];
+                let mask = &self.key_mask[b * cap..b * cap + kv_len];
+                // q of token i: qkv[(b·t + i)·3C + h·HS ..][..HS]
+                let q_at = |i: usize| {
+                    let o = (b * t + i) * 3 * c + h * hs;
+                    &qkv[o..o + hs]
+                };
+                let mut o = vec![0f32; t * hs];
+                let mut scores = vec![0f32; t * kv_len];
+                if t == 1 {
+                    let q = q_at(0);
+                    for (j, s) in scores.iter_mut().enumerate() {
+                        *s = dot(q, &keys[j * hs..(j + 1) * hs]) / scale;
+                    }
+                } else {
+                    // S[t, kv_len] = Q[t, HS] · Kᵀ
+                    let q_off = b * t * 3 * c + h * hs;
+                    gemm_f32_serial(
+                        MatMut::row_major(&mut scores, t, kv_len),
+                        MatRef::strided(&qkv[q_off..], t, hs, 3 * c as isize, 1),
+                        MatRef::transposed(keys, kv_len, hs),
+                    );
+                    for s in scores.iter_mut() {
+                        *s /= scale;
+                    }
+                }
+                let mut any = vec![true; t];
+                for (i, row) in scores.chunks_exact_mut(kv_len).enumerate() {
+                    any[i] = masked_softmax(row, mask, past + i + 1);
+                }
+                if t == 1 {
+                    if any[0] {
+                        for (j, &p) in scores.iter().enumerate() {
+                            if p != 0.0 {
+                                for (od, vd) in o.iter_mut().zip(&vals[j * hs..(j + 1) * hs]) {
+                                    *od += p * vd;
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    // O[t, HS] = P[t, kv_len] · V[kv_len, HS]
+                    gemm_f32_serial(
+                        MatMut::row_major(&mut o, t, hs),
+                        MatRef::row_major(&scores, t, kv_len),
+                        MatRef::row_major(vals, kv_len, hs),
+                    );
+                }
+                o
+            })
+            .collect();
+        for (bh, o) in heads.iter().enumerate() {
+            let (b, h) = (bh / nh, bh % nh);
+            for i in 0..t {
+                let dst = (b * t + i) * c + h * hs;
+                out[dst..dst + hs].copy_from_slice(&o[i * hs..(i + 1) * hs]);
+            }
+        }
+    }
+}
+
+/// Softmax over the first `visible` entries of `row` where `mask` is 1;
+/// every other entry becomes 0. Returns false (row all zeros) when no entry
+/// is visible.
+fn masked_softmax(row: &mut [f32], mask: &[u8], visible: usize) -> bool {
+    let mut max = f32::NEG_INFINITY;
+    for (j, &s) in row.iter().enumerate().take(visible) {
+        if mask[j] != 0 && s > max {
+            max = s;
+        }
+    }
+    if max == f32::NEG_INFINITY {
+        row.fill(0.0);
+        return false;
+    }
+    let mut sum = 0f32;
+    for (j, s) in row.iter_mut().enumerate() {
+        if j < visible && mask[j] != 0 {
+            *s = (*s - max).exp();
+            sum += *s;
+        } else {
+            *s = 0.0;
+        }
+    }
+    let inv = 1.0 / sum;
+    for s in row.iter_mut().take(visible) {
+        *s *= inv;
+    }
+    true
+}
+
+/// Dot product with 8 independent lanes (vectorisable, fixed order).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Straightforward attention of one query row over `keys`/`vals` rows.
+    fn naive(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], visible: &[bool]) -> Vec<f32> {
+        let hs = q.len();
+        let scores: Vec<f64> = keys
+            .iter()
+            .map(|k| {
+                q.iter()
+                    .zip(k)
+                    .map(|(a, b)| (*a as f64) * (*b as f64))
+                    .sum::<f64>()
+                    / (hs as f64).sqrt()
+            })
+            .collect();
+        let max = scores
+            .iter()
+            .zip(visible)
+            .filter(|(_, v)| **v)
+            .map(|(s, _)| *s)
+            .fold(f64::MIN, f64::max);
+        let w: Vec<f64> = scores
+            .iter()
+            .zip(visible)
+            .map(|(s, v)| if *v { (s - max).exp() } else { 0.0 })
+            .collect();
+        let z: f64 = w.iter().sum();
+        (0..hs)
+            .map(|d| {
+                (w.iter()
+                    .zip(vals)
+                    .map(|(p, v)| p * v[d] as f64)
+                    .sum::<f64>()
+                    / z) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prefill_and_decode_match_naive_attention_with_padding() {
+        let (nh, hs, batch) = (2, 4, 2);
+        let c = nh * hs;
+        let total = 5;
+        // Row 0 has 2 padding positions on the left, row 1 none.
+        let mask_rows = [[0u8, 0, 1, 1, 1], [1, 1, 1, 1, 1]];
+        let qkv_all: Vec<f32> = (0..batch * total * 3 * c)
+            .map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1)
+            .collect();
+        // Prefill 3 positions, then decode one at a time.
+        let mut cache = KvCache::new(1, batch, total, nh, hs);
+        let mut outputs = vec![vec![0f32; c]; batch * total];
+        let mut fed = 0;
+        for t in [3usize, 1, 1] {
+            let mut qkv = vec![0f32; batch * t * 3 * c];
+            for b in 0..batch {
+                for i in 0..t {
+                    let src = (b * total + fed + i) * 3 * c;
+                    qkv[(b * t + i) * 3 * c..(b * t + i + 1) * 3 * c]
+                        .copy_from_slice(&qkv_all[src..src + 3 * c]);
+                    cache.key_mask[b * total + fed + i] = mask_rows[b][fed + i];
+                }
+            }
+            cache.store(0, &qkv, t);
+            let mut out = vec![0f32; batch * t * c];
+            cache.attend(&mut out, &qkv, 0, t);
+            cache.len += t;
+            for b in 0..batch {
+                for i in 0..t {
+                    outputs[b * total + fed + i] =
+                        out[(b * t + i) * c..(b * t + i + 1) * c].to_vec();
+                }
+            }
+            fed += t;
+        }
+        for b in 0..batch {
+            for pos in 0..total {
+                for h in 0..nh {
+                    let row =
+                        |p: usize| &qkv_all[(b * total + p) * 3 * c..(b * total + p + 1) * 3 * c];
+                    let q = &row(pos)[h * hs..(h + 1) * hs];
+                    let keys: Vec<Vec<f32>> = (0..=pos)
+                        .map(|p| row(p)[c + h * hs..c + (h + 1) * hs].to_vec())
+                        .collect();
+                    let vals: Vec<Vec<f32>> = (0..=pos)
+                        .map(|p| row(p)[2 * c + h * hs..2 * c + (h + 1) * hs].to_vec())
+                        .collect();
+                    let visible: Vec<bool> = (0..=pos).map(|p| mask_rows[b][p] == 1).collect();
+                    let got = &outputs[b * total + pos][h * hs..(h + 1) * hs];
+                    if visible.iter().any(|v| *v) {
+                        let want = naive(q, &keys, &vals, &visible);
+                        for (g, w) in got.iter().zip(&want) {
+                            assert!(
+                                (g - w).abs() < 1e-5,
+                                "b{b} pos{pos} h{h}: {got:?} vs {want:?}"
+                            );
+                        }
+                    } else {
+                        assert!(
+                            got.iter().all(|v| *v == 0.0),
+                            "fully masked query gives zeros"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! Choosing the next token from a row of logits, as Hugging Face's `generate`
+//! does: repetition penalty, then (when sampling) temperature → top-k →
+//! top-p, then argmax (greedy) or a draw from the softmax.
+//!
+//! Shape legend: V vocabulary.
+//!
+//! The random draws come from [`Rng`] (xoshiro256** seeded through
+//! splitmix64): a few lines we own, so that a seed gives the same tokens on
+//! every platform and across dependency upgrades (the `rand` crate does not
+//! promise stable value streams between versions).
+
+use crate::error::{Error, Result};
+
+/// xoshiro256** (Blackman & Vigna), seeded with splitmix64.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// How the next token is chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Argmax instead of a random draw; temperature, top-k and top-p are then unused.
+    pub greedy: bool,
+    /// Logits are divided by this before top-k/top-p; must be > 0.
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (ties with the k-th are kept, as in
+    /// HF); 0 disables.
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches
+    /// `top_p`; 1.0 disables. In (0, 1].
+    pub top_p: f32,
+    /// HF's repetition penalty (CTRL): the logit `l` of every token already in
+    /// the context becomes `l / r` if positive, `l · r` if negative. 1.0 disables.
+    pub repetition_penalty: f32,
+}
+
+impl Default for SamplingParams {
+    /// HF's `GenerationConfig` defaults with sampling on.
+    fn default() -> Self {
+        SamplingParams {
+            greedy: false,
+            temperature: 1.0,
+            top_k: 50,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        SamplingParams {
+            greedy: true,
+            ..Self::default()
+        }
+    }
+
+    /// Rejects values HF would reject (or that make no sense).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str| Err(Error::InvalidInput(what.to_string()));
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition penalty must be a finite number > 0");
+        }
+        if !self.greedy {
+            if !(self.temperature.is_finite() && self.temperature > 0.0) {
+                return bad("temperature must be a finite number > 0 (use greedy decoding for temperature 0)");
+            }
+            if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+                return bad("top-p must be in (0, 1]");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies the repetition penalty to `logits[V]` for every distinct id in
+/// `context` (prompt and generated tokens), as HF's
+/// `RepetitionPenaltyLogitsProcessor` (each id once, however often it occurs).
+pub fn apply_repetition_penalty(
+    logits: &mut [f32],
+    context: &[u32],
+    penalty: f32,
+    seen: &mut Vec<u32>,
+) {
+    if penalty == 1.0 {
+        return;
+    }
+    seen.clear();
+    seen.extend_from_slice(context);
+    seen.sort_unstable();
+    seen.dedup();
+    for &id in seen.iter() {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = if *l < 0.0 { *l * penalty } else { *l / penalty };
+        }
+    }
+}
+
+/// Index of the largest logit; the first one on ties (as `torch.argmax`).
+/// NaN logits are never chosen.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    let mut best_val = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_val {
+            best = i;
+            best_val = v;
+        }
+    }
+    best as u32
+}
+
+/// Picks tokens from logits rows; keeps its scratch and RNG between calls.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    seen: Vec<u32>,
+    /// (logit, id) of the candidates that survive top-k/top-p.
+    cand: Vec<(f32, u32)>,
+    probs: Vec<f64>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams, seed: u64) -> Result<Self> {
+        params.validate()?;
+        Ok(Sampler {
+            params,
+            rng: Rng::new(seed),
+            seen: Vec::new(),
+            cand: Vec::new(),
+            probs: Vec::new(),
+        })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Chooses the next token from `logits[V]` (modified in place) given the
+    /// ids so far (`context`, prompt included).
+    pub fn next_token(&mut self, logits: &mut [f32], context: &[u32]) -> u32 {
+        apply_repetition_penalty(
+            logits,
+            context,
+            self.params.repetition_penalty,
+            &mut self.seen,
+        );
+        if self.params.greedy {
+            return argmax(logits);
+        }
+        self.filter(logits);
+        self.draw()
+    }
+
+    /// Temperature, top-k and top-p: leaves the surviving `(logit, id)` in
+    /// `self.cand`, sorted by decreasing logit (ties by increasing id).
+    fn filter(&mut self, logits: &[f32]) {
+        let t = self.params.temperature;
+        self.cand.clear();
+        self.cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(i, &l)| (l / t, i as u32)),
+        );
+        let order = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        let k = self.params.top_k;
+        if k > 0 && k < self.cand.len() {
+            // HF keeps every logit >= the k-th largest, so ties may keep more than k.
+            self.cand.select_nth_unstable_by(k - 1, order);
+            let kth = self.cand[k - 1].0;
+            self.cand.retain(|c| c.0 >= kth);
+        }
+        self.cand.sort_unstable_by(order);
+        // HF drops -inf logits implicitly (probability 0); do it explicitly.
+        while self.cand.len() > 1 && self.cand.last().is_some_and(|c| c.0 == f32::NEG_INFINITY) {
+            self.cand.pop();
+        }
+        let p = self.params.top_p;
+        if p < 1.0 && self.cand.len() > 1 {
+            // HF: sort ascending, cumulative softmax, drop tokens whose
+            // cumulative probability (themselves and all less likely ones) is
+            // <= 1 - top_p; always keep the most likely token.
+            let max = self.cand[0].0;
+            let sum: f32 = self.cand.iter().map(|c| (c.0 - max).exp()).sum();
+            let mut cum = 0f32;
+            let mut keep = self.cand.len();
+            for (idx, c) in self.cand.iter().enumerate().rev() {
+                cum += (c.0 - max).exp() / sum;
+                if cum > 1.0 - p || idx == 0 {
+                    keep = idx + 1;
+                    break;
+                }
+            }
+            self.cand.truncate(keep);
+        }
+    }
+
+    /// Draws one id from the softmax over `self.cand`.
+    fn draw(&mut self) -> u32 {
+        let Some(&(max, first)) = self.cand.first() else {
+            return 0; // every logit was NaN: nothing to choose from
+        };
+        if max.is_infinite() {
+            return first;
+        }
+        self.probs.clear();
+        self.probs
+            .extend(self.cand.iter().map(|c| ((c.0 - max) as f64).exp()));
+        let total: f64 = self.probs.iter().sum();
+        let mut u = self.rng.next_f64() * total;
+        for (c, &pr) in self.cand.iter().zip(&self.probs) {
+            if u < pr {
+                return c.1;
+            }
+            u -= pr;
+        }
+        // Rounding left u just above the last bucket: the last candidate.
+        self.cand.last().map_or(first, |c| c.1)
+    }
+
+    /// The candidates left after the last call's filtering, most likely first
+    /// (exposed for tests).
+    pub fn last_candidates(&self) -> Vec<u32> {
+        self.cand.iter().map(|c| c.1).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(params: SamplingParams) -> Sampler {
+        Sampler::new(params, 0).expect("valid params")
+    }
+
+    #[test]
+    fn rng_is_reproducible_and_uniform() {
+        let mut a = Rng::new(42);
+        let mut b = Rng::new(42);
+        let xs: Vec<u64> = (0..100).map(|_| a.next_u64()).collect();
+        let ys: Vec<u64> = (0..100).map(|_| b.next_u64()).collect();
+        assert_eq!(xs, ys);
+        assert_ne!(Rng::new(43).next_u64(), xs[0]);
+        let mut r = Rng::new(7);
+        let n = 100_000;
+        let mean = (0..n).map(|_| r.next_f64()).sum::<f64>() / n as f64;
+        assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    }
+
+    #[test]
+    fn repetition_penalty_matches_hf_semantics() {
+        let mut logits = vec![2.0, -2.0, 1.0, 0.5];
+        let mut seen = Vec::new();
+        // id 0 appears twice but is penalised once; id 9 is out of range and ignored.
+        apply_repetition_penalty(&mut logits, &[0, 1, 0, 9], 2.0, &mut seen);
+        assert_eq!(logits, vec![1.0, -4.0, 1.0, 0.5]);
+    }
+
+    #[test]
+    fn greedy_takes_first_maximum_after_penalty() {
+        let mut s = sampler(SamplingParams {
+            repetition_penalty: 4.0,
+            ..SamplingParams::greedy()
+        });
+        // Token 1 wins unpenalised; with it in the context, token 2 (tied with 3) wins.
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[]), 1);
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[1]), 2);
+    }
+
+    #[test]
+    fn top_k_keeps_ties_with_the_kth_value() {
+        let mut s = sampler(SamplingParams {
+            top_k: 2,
+            ..SamplingParams::default()
+        });
+        s.next_token(&mut [1.0, 3.0, 2.0, 2.0, 0.0], &[]);
+        assert_eq!(s.last_candidates(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn top_p_follows_hf_cumulative_rule() {
+        // probs ∝ [0.5, 0.3, 0.15, 0.05]. top_p = 0.75: ascending cumulative is
+        // 0.05, 0.20, 0.50, 1.0; drop those <= 0.25 → keep ids 0 and 1.
+        let logits: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.75,
+            ..SamplingParams::default()
+        });
+        s.next_token(&mut logits.clone(), &[]);
+        assert_eq!(s.last_candidates(), vec![0, 1]);
+        // top_p = 0.85 (drop <= 0.15) needs the third token too.
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.85,
+            ..SamplingParams::default()
+        });
+        s.next_token(&mut logits.clone(), &[]);
+        assert_eq!(s.last_candidates(), vec![0, 1, 2]);
+        // A tiny top_p still keeps the most likely token.
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.01,
+            ..SamplingParams::default()
+        });
+        assert_eq!(s.next_token(&mut logits.clone(), &[]), 0);
+    }
+
+    #[test]
+    fn temperature_sharpens_and_sampling_follows_the_distribution() {
+        let logits = vec![(0.6f32).ln(), (0.3f32).ln(), (0.1f32).ln()];
+        let count = |temperature: f32| {
+            let mut s = sampler(SamplingParams {
+                top_k: 0,
+                temperature,
+                ..SamplingParams::default()
+            });
+            let mut counts = [0usize; 3];
+            for _ in 0..20_000 {
+                counts[s.next_token(&mut logits.clone(), &[]) as usize] += 1;
+            }
+            counts.map(|c| c as f64 / 20_000.0)
+        };
+        let f = count(1.0);
+        for (got, want) in f.iter().zip([0.6, 0.3, 0.1]) {
+            assert!((got - want).abs() < 0.015, "{f:?}");
+        }
+        // T = 0.5 squares the probabilities: [0.36, 0.09, 0.01] / 0.46.
+        let f = count(0.5);
+        for (got, want) in f.iter().zip([0.36 / 0.46, 0.09 / 0.46, 0.01 / 0.46]) {
+            assert!((got - want).abs() < 0.015, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32 * 0.05).collect();
+        let run = |seed| {
+            let mut s = Sampler::new(SamplingParams::default(), seed).expect("valid");
+            (0..50)
+                .map(|_| s.next_token(&mut logits.clone(), &[]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn invalid_params_are_rejected() {
+        for p in [
+            SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_p: 1.5,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                repetition_penalty: -1.0,
+                ..SamplingParams::default()
+            },
+        ] {
+            assert!(Sampler::new(p, 0).is_err());
+        }
+        // Temperature is unused (and so not checked) when greedy.
+        assert!(Sampler::new(
+            SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::greedy()
+            },
+            0
+        )
+        .is_ok());
+    }
+}

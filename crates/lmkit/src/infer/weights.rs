@@ -1,0 +1,386 @@
+//! GPT-2 weights in an inference format: where they live and how the
+//! matrices are multiplied.
+//!
+//! Shape legend: V vocabulary, P positions, C channels, I MLP width,
+//! IC/OC input/output channels of a matrix, N rows of activations.
+//!
+//! f32 weights stay where they are: in the memory-mapped checkpoint (or the
+//! caller's parameter buffer, copied once), so resident memory is about the
+//! file size. bf16 and int8 convert the four matrices of each block and the
+//! tied `wte` into `[OC, IC]` rows (what the decode kernels stream); each
+//! mapped f32 page is released as soon as it has been converted, so the
+//! process never holds both copies of a large tensor. Vectors (biases,
+//! LayerNorm) and `wpe` stay f32.
+
+use std::any::Any;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::infer::gemm::{gemm_f32, MatMut, MatRef};
+use crate::kernels::matvec::{
+    in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in, matvec_int8,
+};
+use crate::kernels::quant::{
+    bf16_rows_to_f32, dequantize_int8_rows, quantize_int8_out_in, to_bf16_out_in, SourceLayout,
+};
+
+/// The number format of the large matrices at inference time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightDtype {
+    /// As stored (f32 checkpoints are used in place, not copied).
+    #[default]
+    F32,
+    /// bfloat16: half the bytes; products use AVX-512 BF16 where available.
+    Bf16,
+    /// int8 with one f32 scale per output channel: a quarter of the bytes.
+    Int8,
+}
+
+impl WeightDtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightDtype::F32 => "f32",
+            WeightDtype::Bf16 => "bf16",
+            WeightDtype::Int8 => "int8",
+        }
+    }
+}
+
+impl FromStr for WeightDtype {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(WeightDtype::F32),
+            "bf16" | "bfloat16" => Ok(WeightDtype::Bf16),
+            "int8" | "i8" => Ok(WeightDtype::Int8),
+            _ => Err(Error::InvalidInput(format!(
+                "unknown weight dtype `{s}` (expected f32, bf16 or int8)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for WeightDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An f32 slice borrowed from storage that `keep` holds alive: a memory map
+/// or a shared parameter buffer. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct F32Slice {
+    _keep: Arc<dyn Any + Send + Sync>,
+    ptr: *const f32,
+    len: usize,
+}
+
+// SAFETY: the pointed-to memory is immutable for as long as `keep` lives (a
+// read-only map or a buffer nobody mutates), and `keep` is itself Send+Sync.
+unsafe impl Send for F32Slice {}
+unsafe impl Sync for F32Slice {}
+
+impl F32Slice {
+    /// `data` must point into storage owned by `keep`.
+    pub(crate) fn borrowed(keep: Arc<dyn Any + Send + Sync>, data: &[f32]) -> Self {
+        F32Slice {
+            _keep: keep,
+            ptr: data.as_ptr(),
+            len: data.len(),
+        }
+    }
+
+    pub(crate) fn owned(data: Vec<f32>) -> Self {
+        let data: Arc<Vec<f32>> = Arc::new(data);
+        let (ptr, len) = (data.as_ptr(), data.len());
+        F32Slice {
+            _keep: data,
+            ptr,
+            len,
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[f32] {
+        // SAFETY: ptr/len describe a live, immutable allocation held by `keep`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::Deref for F32Slice {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for F32Slice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "F32Slice[{}]", self.len)
+    }
+}
+
+/// Largest N for which the matrix-vector kernels beat a matmul: they read
+/// the weights once but do N times the arithmetic without register blocking.
+const MATVEC_MAX_ROWS: usize = 4;
+
+/// Rows of `[OC, IC]` converted to f32 at a time when a bf16/int8 matrix is
+/// multiplied by many rows (prefill, perplexity): bounds the scratch memory.
+const DEQUANT_TILE_ELEMS: usize = 4 << 20;
+
+/// One weight matrix, `y[N, OC] = x[N, IC] · W + b`.
+#[derive(Debug)]
+pub(crate) enum Matrix {
+    /// f32 `[IC, OC]` (Conv1D as stored).
+    F32InOut { w: F32Slice, ic: usize, oc: usize },
+    /// f32 `[OC, IC]` (`wte` as the tied LM head).
+    F32OutIn { w: F32Slice, ic: usize, oc: usize },
+    /// bf16 `[OC, IC]`.
+    Bf16 { w: Vec<u16>, ic: usize, oc: usize },
+    /// int8 `[OC, IC]`, one scale per output row.
+    Int8 {
+        w: Vec<i8>,
+        scales: Vec<f32>,
+        ic: usize,
+        oc: usize,
+    },
+}
+
+impl Matrix {
+    /// Converts f32 data in `layout` order to `dtype` (bf16 or int8) as
+    /// `[OC, IC]` rows. `release(part)` is called on each part of `src` once
+    /// converted, so that mapped pages can be dropped early.
+    pub(crate) fn quantize(
+        src: &[f32],
+        layout: SourceLayout,
+        ic: usize,
+        oc: usize,
+        dtype: WeightDtype,
+        release: &(dyn Fn(&[f32]) + Sync),
+    ) -> Matrix {
+        debug_assert_eq!(src.len(), ic * oc);
+        let rows = chunk_rows(ic);
+        match dtype {
+            WeightDtype::F32 => {
+                let w = F32Slice::owned(src.to_vec());
+                match layout {
+                    SourceLayout::InOut => Matrix::F32InOut { w, ic, oc },
+                    SourceLayout::OutIn => Matrix::F32OutIn { w, ic, oc },
+                }
+            }
+            WeightDtype::Bf16 => {
+                let mut w = vec![0u16; ic * oc];
+                match layout {
+                    // Row chunks converted in parallel, each released when done.
+                    SourceLayout::OutIn => w
+                        .par_chunks_mut(rows * ic)
+                        .zip(src.par_chunks(rows * ic))
+                        .for_each(|(d, s)| {
+                            to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn);
+                            release(s);
+                        }),
+                    SourceLayout::InOut => {
+                        to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut);
+                        release(src);
+                    }
+                }
+                Matrix::Bf16 { w, ic, oc }
+            }
+            WeightDtype::Int8 => {
+                let mut w = vec![0i8; ic * oc];
+                let mut scales = vec![0f32; oc];
+                match layout {
+                    SourceLayout::OutIn => w
+                        .par_chunks_mut(rows * ic)
+                        .zip(scales.par_chunks_mut(rows))
+                        .zip(src.par_chunks(rows * ic))
+                        .for_each(|((d, sc), s)| {
+                            quantize_int8_out_in(d, sc, s, ic, sc.len(), SourceLayout::OutIn);
+                            release(s);
+                        }),
+                    SourceLayout::InOut => {
+                        quantize_int8_out_in(&mut w, &mut scales, src, ic, oc, SourceLayout::InOut);
+                        release(src);
+                    }
+                }
+                Matrix::Int8 { w, scales, ic, oc }
+            }
+        }
+    }
+
+    pub(crate) fn ic(&self) -> usize {
+        match self {
+            Matrix::F32InOut { ic, .. }
+            | Matrix::F32OutIn { ic, .. }
+            | Matrix::Bf16 { ic, .. }
+            | Matrix::Int8 { ic, .. } => *ic,
+        }
+    }
+
+    pub(crate) fn oc(&self) -> usize {
+        match self {
+            Matrix::F32InOut { oc, .. }
+            | Matrix::F32OutIn { oc, .. }
+            | Matrix::Bf16 { oc, .. }
+            | Matrix::Int8 { oc, .. } => *oc,
+        }
+    }
+
+    /// Bytes the matrix occupies in its inference format.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Matrix::F32InOut { w, .. } | Matrix::F32OutIn { w, .. } => w.len() * 4,
+            Matrix::Bf16 { w, .. } => w.len() * 2,
+            Matrix::Int8 { w, scales, .. } => w.len() + scales.len() * 4,
+        }
+    }
+
+    /// `out[N, OC] = x[N, IC] · W + bias`. Small N goes through the
+    /// matrix-vector kernels; larger N through a matmul (bf16/int8 weights
+    /// are widened to f32 one tile of rows at a time).
+    pub(crate) fn forward(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        bias: Option<&[f32]>,
+        n: usize,
+        scratch: &mut Vec<f32>,
+    ) {
+        let (ic, oc) = (self.ic(), self.oc());
+        debug_assert_eq!(x.len(), n * ic);
+        debug_assert_eq!(out.len(), n * oc);
+        if n <= MATVEC_MAX_ROWS {
+            match self {
+                Matrix::F32InOut { w, .. } => {
+                    scratch.resize(in_out_partials_len(n, ic, oc), 0.0);
+                    matvec_f32_in_out(out, scratch, x, w, bias, n, ic, oc);
+                }
+                Matrix::F32OutIn { w, .. } => matvec_f32_out_in(out, x, w, bias, n, ic, oc),
+                Matrix::Bf16 { w, .. } => matvec_bf16(out, x, w, bias, n, ic, oc),
+                Matrix::Int8 { w, scales, .. } => matvec_int8(out, x, w, scales, bias, n, ic, oc),
+            }
+            return;
+        }
+        match self {
+            Matrix::F32InOut { w, .. } => {
+                gemm_f32(
+                    MatMut::row_major(out, n, oc),
+                    MatRef::row_major(x, n, ic),
+                    MatRef::row_major(w, ic, oc),
+                );
+                add_bias_rows(out, bias, oc);
+            }
+            Matrix::F32OutIn { w, .. } => {
+                gemm_f32(
+                    MatMut::row_major(out, n, oc),
+                    MatRef::row_major(x, n, ic),
+                    MatRef::transposed(w, oc, ic),
+                );
+                add_bias_rows(out, bias, oc);
+            }
+            Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
+                // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
+                // write the columns [o0, o1) of `out`.
+                let rows = (DEQUANT_TILE_ELEMS / ic.max(1)).clamp(1, oc);
+                scratch.resize(rows * ic, 0.0);
+                for o0 in (0..oc).step_by(rows) {
+                    let o1 = (o0 + rows).min(oc);
+                    let tile = &mut scratch[..(o1 - o0) * ic];
+                    self.widen_rows(o0, o1, tile);
+                    gemm_f32(
+                        MatMut::strided(&mut out[o0..], n, o1 - o0, oc as isize, 1),
+                        MatRef::row_major(x, n, ic),
+                        MatRef::transposed(tile, o1 - o0, ic),
+                    );
+                }
+                add_bias_rows(out, bias, oc);
+            }
+        }
+    }
+
+    /// `dst[IC]` = row `r` of the `[OC, IC]` matrix in f32 (an embedding lookup).
+    pub(crate) fn row_into(&self, r: usize, dst: &mut [f32]) {
+        let ic = self.ic();
+        match self {
+            Matrix::F32OutIn { w, .. } => dst.copy_from_slice(&w[r * ic..(r + 1) * ic]),
+            Matrix::Bf16 { w, .. } => bf16_rows_to_f32(dst, &w[r * ic..(r + 1) * ic]),
+            Matrix::Int8 { w, scales, .. } => {
+                dequantize_int8_rows(dst, &w[r * ic..(r + 1) * ic], &scales[r..r + 1], ic)
+            }
+            Matrix::F32InOut { w, oc, .. } => {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = w[i * oc + r];
+                }
+            }
+        }
+    }
+
+    /// `dst[(o1 - o0), IC]` = rows `[o0, o1)` of the `[OC, IC]` matrix in f32.
+    /// Only for row-major formats (bf16, int8, f32 `[OC, IC]`).
+    pub(crate) fn widen_rows(&self, o0: usize, o1: usize, dst: &mut [f32]) {
+        let ic = self.ic();
+        let chunk = chunk_rows(ic) * ic;
+        match self {
+            Matrix::F32OutIn { w, .. } => dst.copy_from_slice(&w[o0 * ic..o1 * ic]),
+            Matrix::Bf16 { w, .. } => {
+                dst.par_chunks_mut(chunk)
+                    .zip(w[o0 * ic..o1 * ic].par_chunks(chunk))
+                    .for_each(|(d, s)| bf16_rows_to_f32(d, s));
+            }
+            Matrix::Int8 { w, scales, .. } => {
+                dst.par_chunks_mut(chunk)
+                    .zip(w[o0 * ic..o1 * ic].par_chunks(chunk))
+                    .zip(scales[o0..o1].par_chunks(chunk / ic.max(1)))
+                    .for_each(|((d, q), s)| dequantize_int8_rows(d, q, s, ic));
+            }
+            Matrix::F32InOut { .. } => unreachable!("widen_rows is only used on [OC, IC] matrices"),
+        }
+    }
+}
+
+/// Rows per conversion chunk: about 1 MiB of f32 source.
+fn chunk_rows(ic: usize) -> usize {
+    ((1 << 18) / ic.max(1)).max(1)
+}
+
+fn add_bias_rows(out: &mut [f32], bias: Option<&[f32]>, oc: usize) {
+    if let Some(b) = bias {
+        out.par_chunks_mut(oc).for_each(|row| {
+            for (o, b) in row.iter_mut().zip(b) {
+                *o += b;
+            }
+        });
+    }
+}
+
+/// Tells the kernel that the mapped pages fully inside `data` are not needed
+/// any more: they leave the process's resident set (the file stays in the
+/// page cache and is read back transparently if touched again).
+#[cfg(unix)]
+pub(crate) fn release_mapped(data: &[f32]) {
+    let page = 4096usize;
+    let start = data.as_ptr() as usize;
+    let end = start + std::mem::size_of_val(data);
+    let first = start.div_ceil(page) * page;
+    let last = end / page * page;
+    if last > first {
+        // SAFETY: [first, last) lies inside `data`, which callers only pass
+        // for read-only, file-backed shared mappings (SafeTensors::open):
+        // MADV_DONTNEED there discards page-table entries only; the next
+        // access reads the same bytes from the file. The advice is a hint:
+        // failure is harmless and ignored.
+        unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_DONTNEED,
+            );
+        }
+    }
+}
+
+#[cfg(not(unix))]
+pub(crate) fn release_mapped(_data: &[f32]) {}

@@ -1,0 +1,383 @@
+//! Multi-head scaled dot-product self-attention over a packed `qkv` buffer,
+//! causal and/or key-padding masked, forward and backward.
+//!
+//! Shape legend: B batch, T sequence, C channels, NH heads, HS = C/NH.
+//! `qkv[B,T,3C]` holds q | k | v per row, head h at columns h·HS..(h+1)·HS of
+//! each third. `att[B,NH,T,T]` keeps the probabilities for backward.
+//!
+//! Each (batch, head) pair is one rayon task; its products run on `gemm`
+//! single-threaded. With a causal mask, queries are processed in blocks so a
+//! block only multiplies against the keys it can see.
+
+use super::matmul::{gemm_to_ptr, View};
+use super::simd::{self, dispatch, LANES};
+use super::SendPtr;
+use rayon::prelude::*;
+
+/// Sizes of an attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub b: usize,
+    pub t: usize,
+    pub c: usize,
+    pub nh: usize,
+}
+
+impl AttentionShape {
+    fn hs(&self) -> usize {
+        assert!(
+            self.nh > 0 && self.c.is_multiple_of(self.nh),
+            "attention: C must divide into NH heads"
+        );
+        self.c / self.nh
+    }
+}
+
+/// Query rows per block under a causal mask.
+const CAUSAL_BLOCK: usize = 64;
+
+/// Query blocks `[t0, t1)` and the number of keys each one sees.
+fn blocks(t: usize, causal: bool) -> impl Iterator<Item = (usize, usize, usize)> {
+    let step = if causal { CAUSAL_BLOCK } else { t.max(1) };
+    (0..t).step_by(step).map(move |t0| {
+        let t1 = (t0 + step).min(t);
+        (t0, t1, if causal { t1 } else { t })
+    })
+}
+
+/// `out[B,T,C]` = softmax(q·kᵀ/√HS + mask)·v per head; `att[B,NH,T,T]` gets the
+/// probabilities. `causal` masks keys after the query; `key_mask[B,T]` (1 =
+/// real token, 0 = padding) masks keys. A query with no allowed key gets zero
+/// probabilities and zero output.
+pub fn attention_forward(
+    out: &mut [f32],
+    att: &mut [f32],
+    qkv: &[f32],
+    shape: AttentionShape,
+    causal: bool,
+    key_mask: Option<&[u8]>,
+) {
+    let AttentionShape { b, t, c, nh } = shape;
+    let hs = shape.hs();
+    assert_eq!(
+        out.len(),
+        b * t * c,
+        "attention_forward: out must be [B,T,C]"
+    );
+    assert_eq!(
+        att.len(),
+        b * nh * t * t,
+        "attention_forward: att must be [B,NH,T,T]"
+    );
+    assert_eq!(
+        qkv.len(),
+        b * t * 3 * c,
+        "attention_forward: qkv must be [B,T,3C]"
+    );
+    if let Some(m) = key_mask {
+        assert_eq!(m.len(), b * t, "attention_forward: key_mask must be [B,T]");
+    }
+    if b * t * c == 0 {
+        return;
+    }
+    let scale = 1.0 / (hs as f32).sqrt();
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    att.par_chunks_mut(t * t).enumerate().for_each(|(bh, p)| {
+        let (bi, h) = bi_h(bh, nh);
+        let base = bi * t * 3 * c;
+        let q = &qkv[base + h * hs..];
+        let k = &qkv[base + c + h * hs..];
+        let v = &qkv[base + 2 * c + h * hs..];
+        let mask = key_mask.map(|m| &m[bi * t..(bi + 1) * t]);
+        for (t0, t1, nk) in blocks(t, causal) {
+            let rows = t1 - t0;
+            let pblk = &mut p[t0 * t..t1 * t];
+            // SAFETY (both gemm_to_ptr calls): the destinations lie inside the
+            // uniquely borrowed `p` block, or inside `out` at rows of batch
+            // `bi` and columns of head `h`, which only this task writes.
+            unsafe {
+                // scores[t0..t1, 0..nk] = scale · q·kᵀ
+                gemm_to_ptr(
+                    pblk.as_mut_ptr(),
+                    t,
+                    1,
+                    false,
+                    View {
+                        data: &q[t0 * 3 * c..],
+                        rs: 3 * c,
+                        cs: 1,
+                    },
+                    View {
+                        data: k,
+                        rs: 1,
+                        cs: 3 * c,
+                    },
+                    rows,
+                    nk,
+                    hs,
+                    scale,
+                    false,
+                );
+            }
+            dispatch(
+                #[inline(always)]
+                || {
+                    for (r, row) in pblk.chunks_exact_mut(t).enumerate() {
+                        let limit = if causal { t0 + r + 1 } else { t };
+                        softmax_masked(row, limit, mask);
+                    }
+                },
+            );
+            unsafe {
+                // out[t0..t1] = p[t0..t1, 0..nk] · v[0..nk]
+                gemm_to_ptr(
+                    out_ptr.get().add((bi * t + t0) * c + h * hs),
+                    c,
+                    1,
+                    false,
+                    View {
+                        data: pblk,
+                        rs: t,
+                        cs: 1,
+                    },
+                    View {
+                        data: v,
+                        rs: 3 * c,
+                        cs: 1,
+                    },
+                    rows,
+                    hs,
+                    nk,
+                    1.0,
+                    false,
+                );
+            }
+        }
+    });
+}
+
+fn bi_h(bh: usize, nh: usize) -> (usize, usize) {
+    (bh / nh, bh % nh)
+}
+
+/// In-place softmax of `row[..limit]` over keys allowed by `mask`; every
+/// other entry becomes 0 (all of them if no key is allowed).
+#[inline(always)]
+fn softmax_masked(row: &mut [f32], limit: usize, mask: Option<&[u8]>) {
+    let (live, dead) = row.split_at_mut(limit);
+    dead.fill(0.0);
+    if let Some(m) = mask {
+        for (x, &keep) in live.iter_mut().zip(m) {
+            if keep == 0 {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let mx = simd::max(live);
+    if mx == f32::NEG_INFINITY {
+        live.fill(0.0);
+        return;
+    }
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = live.chunks_exact_mut(LANES);
+    for ch in &mut chunks {
+        for l in 0..LANES {
+            let e = simd::exp(ch[l] - mx);
+            ch[l] = e;
+            acc[l] += e;
+        }
+    }
+    let mut tail = 0.0f32;
+    for x in chunks.into_remainder() {
+        let e = simd::exp(*x - mx);
+        *x = e;
+        tail += e;
+    }
+    let inv = 1.0 / (simd::hsum(&acc) + tail);
+    for x in live.iter_mut() {
+        *x *= inv;
+    }
+}
+
+/// Accumulates `dqkv[B,T,3C] +=` the gradient of [`attention_forward`] given
+/// `dout[B,T,C]`, the same `qkv` and the saved probabilities `att`. `datt`
+/// `[B,NH,T,T]` is scratch (overwritten). The mask is implied by the zeros
+/// in `att`.
+pub fn attention_backward(
+    dqkv: &mut [f32],
+    datt: &mut [f32],
+    dout: &[f32],
+    qkv: &[f32],
+    att: &[f32],
+    shape: AttentionShape,
+) {
+    let AttentionShape { b, t, c, nh } = shape;
+    let hs = shape.hs();
+    assert_eq!(
+        dqkv.len(),
+        b * t * 3 * c,
+        "attention_backward: dqkv must be [B,T,3C]"
+    );
+    assert_eq!(
+        datt.len(),
+        b * nh * t * t,
+        "attention_backward: datt must be [B,NH,T,T]"
+    );
+    assert_eq!(
+        att.len(),
+        b * nh * t * t,
+        "attention_backward: att must be [B,NH,T,T]"
+    );
+    assert_eq!(
+        dout.len(),
+        b * t * c,
+        "attention_backward: dout must be [B,T,C]"
+    );
+    assert_eq!(
+        qkv.len(),
+        b * t * 3 * c,
+        "attention_backward: qkv must be [B,T,3C]"
+    );
+    if b * t * c == 0 {
+        return;
+    }
+    let scale = 1.0 / (hs as f32).sqrt();
+    let dptr = SendPtr(dqkv.as_mut_ptr());
+    datt.par_chunks_mut(t * t).enumerate().for_each(|(bh, ds)| {
+        let (bi, h) = bi_h(bh, nh);
+        let base = bi * t * 3 * c;
+        let q = &qkv[base + h * hs..];
+        let k = &qkv[base + c + h * hs..];
+        let v = &qkv[base + 2 * c + h * hs..];
+        let p = &att[bh * t * t..(bh + 1) * t * t];
+        let go = &dout[bi * t * c + h * hs..];
+        // A causal forward shows only as zeros above the diagonal; skipping
+        // zero probabilities is exact, so detect it and walk causal blocks.
+        let causal = t > 1 && p[t - 1] == 0.0 && is_lower_triangular(p, t);
+        let dq = |t0: usize| unsafe { dptr.get().add(base + t0 * 3 * c + h * hs) };
+        let dk = unsafe { dptr.get().add(base + c + h * hs) };
+        let dv = unsafe { dptr.get().add(base + 2 * c + h * hs) };
+        for (t0, t1, nk) in blocks(t, causal) {
+            let rows = t1 - t0;
+            let pblk = View {
+                data: &p[t0 * t..t1 * t],
+                rs: t,
+                cs: 1,
+            };
+            let gblk = View {
+                data: &go[t0 * c..],
+                rs: c,
+                cs: 1,
+            };
+            let dsblk = &mut ds[t0 * t..t1 * t];
+            // SAFETY (every gemm_to_ptr below): destinations are the uniquely
+            // borrowed `ds` block, or dqkv entries of batch `bi` and head `h`,
+            // which only this task touches.
+            unsafe {
+                // dv[0..nk] += pᵀ · dout
+                gemm_to_ptr(
+                    dv,
+                    3 * c,
+                    1,
+                    true,
+                    View {
+                        data: pblk.data,
+                        rs: 1,
+                        cs: t,
+                    },
+                    gblk,
+                    nk,
+                    hs,
+                    rows,
+                    1.0,
+                    false,
+                );
+                // dp = dout · vᵀ
+                gemm_to_ptr(
+                    dsblk.as_mut_ptr(),
+                    t,
+                    1,
+                    false,
+                    gblk,
+                    View {
+                        data: v,
+                        rs: 1,
+                        cs: 3 * c,
+                    },
+                    rows,
+                    nk,
+                    hs,
+                    1.0,
+                    false,
+                );
+            }
+            // ds = p ⊙ (dp − Σ_j p·dp)
+            dispatch(
+                #[inline(always)]
+                || {
+                    for (r, drow) in dsblk.chunks_exact_mut(t).enumerate() {
+                        let prow = &pblk.data[r * t..r * t + nk];
+                        let drow = &mut drow[..nk];
+                        let dot = simd::dot(prow, drow);
+                        for (d, pv) in drow.iter_mut().zip(prow) {
+                            *d = *pv * (*d - dot);
+                        }
+                    }
+                },
+            );
+            let dsv = View {
+                data: dsblk,
+                rs: t,
+                cs: 1,
+            };
+            unsafe {
+                // dq[t0..t1] += scale · ds · k
+                gemm_to_ptr(
+                    dq(t0),
+                    3 * c,
+                    1,
+                    true,
+                    dsv,
+                    View {
+                        data: k,
+                        rs: 3 * c,
+                        cs: 1,
+                    },
+                    rows,
+                    hs,
+                    nk,
+                    scale,
+                    false,
+                );
+                // dk[0..nk] += scale · dsᵀ · q
+                gemm_to_ptr(
+                    dk,
+                    3 * c,
+                    1,
+                    true,
+                    View {
+                        data: dsv.data,
+                        rs: 1,
+                        cs: t,
+                    },
+                    View {
+                        data: &q[t0 * 3 * c..],
+                        rs: 3 * c,
+                        cs: 1,
+                    },
+                    nk,
+                    hs,
+                    rows,
+                    scale,
+                    false,
+                );
+            }
+        }
+    });
+}
+
+/// True when every entry above the diagonal is zero: backward may then skip
+/// those keys exactly as a causal forward did.
+fn is_lower_triangular(p: &[f32], t: usize) -> bool {
+    (0..t).all(|i| p[i * t + i + 1..(i + 1) * t].iter().all(|&x| x == 0.0))
+}

@@ -1,0 +1,64 @@
+//! Residual connections and simple element-wise buffer updates.
+
+use super::activation::par_zip3;
+use super::simd::dispatch;
+use super::ELEMS_PER_TASK;
+use rayon::prelude::*;
+
+/// `out = a + b` (residual forward).
+pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
+    assert_eq!(
+        out.len(),
+        a.len(),
+        "residual_forward: out and a lengths differ"
+    );
+    assert_eq!(
+        out.len(),
+        b.len(),
+        "residual_forward: out and b lengths differ"
+    );
+    par_zip3(out, a, b, |o, a, b| {
+        dispatch(
+            #[inline(always)]
+            || {
+                for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                    *o = *a + *b;
+                }
+            },
+        )
+    });
+}
+
+/// `acc += x` (residual backward, gradient accumulation).
+pub fn add_inplace(acc: &mut [f32], x: &[f32]) {
+    assert_eq!(acc.len(), x.len(), "add_inplace: lengths differ");
+    par_zip3(acc, x, x, |a, x, _| {
+        dispatch(
+            #[inline(always)]
+            || {
+                for (a, x) in a.iter_mut().zip(x) {
+                    *a += *x;
+                }
+            },
+        )
+    });
+}
+
+/// `buf *= s` (gradient clipping, loss scaling).
+pub fn scale_inplace(buf: &mut [f32], s: f32) {
+    let f = |b: &mut [f32]| {
+        dispatch(
+            #[inline(always)]
+            || {
+                for v in b.iter_mut() {
+                    *v *= s;
+                }
+            },
+        )
+    };
+    if buf.len() <= ELEMS_PER_TASK {
+        f(buf);
+    } else {
+        buf.par_chunks_mut(ELEMS_PER_TASK).for_each(f);
+    }
+}

@@ -1,0 +1,145 @@
+//! AdamW (PyTorch semantics) and the global gradient norm.
+
+use super::simd::{dispatch, fma, LANES};
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// AdamW hyper-parameters (as `torch.optim.AdamW`).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamW {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+}
+
+/// The f64 of the shortest decimal that rounds to `x`: the number the user
+/// wrote (0.95, not 0.949999988…). PyTorch forms `1 − β2`, `lr·wd` and the
+/// bias corrections from Python's f64 hyper-parameters; doing the same keeps
+/// the update bit-compatible with it.
+fn decimal(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(x as f64)
+}
+
+/// Elements per AdamW task.
+const ADAM_CHUNK: usize = 1 << 13;
+
+/// One `torch.optim.AdamW` step (`step` is 1-based, counted after this
+/// update). For each span `(range, decay)` of the flat buffers: decoupled
+/// decay `p *= 1 − lr·wd` when `decay`, then
+/// `m = lerp(m, g, 1−β1)`, `v = β2·v + (1−β2)·g²`,
+/// `p −= lr/(1−β1^step) · m / (√v/√(1−β2^step) + eps)`.
+/// Scalars are formed in f64 as Python does, tensor math in f32. Spans must
+/// cover `0..params.len()` in order without gaps.
+#[allow(clippy::type_complexity)]
+pub fn adamw_update(
+    params: &mut [f32],
+    grads: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    step: u64,
+    cfg: &AdamW,
+    decay: &[(Range<usize>, bool)],
+) {
+    let len = params.len();
+    assert_eq!(
+        grads.len(),
+        len,
+        "adamw_update: grads length differs from params"
+    );
+    assert_eq!(m.len(), len, "adamw_update: m length differs from params");
+    assert_eq!(v.len(), len, "adamw_update: v length differs from params");
+    assert!(step >= 1, "adamw_update: step is 1-based");
+    let mut next = 0;
+    for (r, _) in decay {
+        assert_eq!(
+            r.start, next,
+            "adamw_update: decay spans must be contiguous from 0"
+        );
+        assert!(r.end >= r.start, "adamw_update: empty or reversed span");
+        next = r.end;
+    }
+    assert_eq!(next, len, "adamw_update: decay spans must cover the buffer");
+
+    let (lr, beta1, beta2) = (decimal(cfg.lr), decimal(cfg.beta1), decimal(cfg.beta2));
+    let exponent = step.min(i32::MAX as u64) as i32;
+    let step_size = (lr / (1.0 - beta1.powi(exponent))) as f32;
+    let bc2_sqrt = (1.0 - beta2.powi(exponent)).sqrt() as f32;
+    let w1 = (1.0 - beta1) as f32;
+    let b2 = cfg.beta2;
+    let w2 = (1.0 - beta2) as f32;
+    let eps = cfg.eps;
+    let decay_mul = (1.0 - lr * decimal(cfg.weight_decay)) as f32;
+
+    for (r, apply_decay) in decay {
+        let dmul = if *apply_decay { decay_mul } else { 1.0 };
+        let body = |((p, g), (m, v)): ((&mut [f32], &[f32]), (&mut [f32], &mut [f32]))| {
+            dispatch(
+                #[inline(always)]
+                || {
+                    for (((p, g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut())
+                    {
+                        let g = *g;
+                        // The FMAs are where PyTorch's CPU kernels have
+                        // them (lerp, addcmul, addcdiv): results match it
+                        // bit for bit.
+                        let mm = if w1 < 0.5 {
+                            fma(w1, g - *m, *m)
+                        } else {
+                            fma(-(g - *m), 1.0 - w1, g)
+                        };
+                        let vv = fma(w2 * g, g, *v * b2);
+                        *m = mm;
+                        *v = vv;
+                        let denom = vv.sqrt() / bc2_sqrt + eps;
+                        *p = fma(-step_size, mm / denom, *p * dmul);
+                    }
+                },
+            )
+        };
+        let (p, g) = (&mut params[r.clone()], &grads[r.clone()]);
+        let (ms, vs) = (&mut m[r.clone()], &mut v[r.clone()]);
+        p.par_chunks_mut(ADAM_CHUNK)
+            .zip(g.par_chunks(ADAM_CHUNK))
+            .zip(
+                ms.par_chunks_mut(ADAM_CHUNK)
+                    .zip(vs.par_chunks_mut(ADAM_CHUNK)),
+            )
+            .for_each(body);
+    }
+}
+
+/// Elements per partial sum of [`global_norm`]. Fixed, so the reduction
+/// order (and the result) is the same for any thread count.
+const NORM_CHUNK: usize = 1 << 14;
+
+/// `sqrt(Σ g²)`: f32 lane sums within fixed chunks, f64 across chunks in
+/// order: identical for any thread count.
+pub fn global_norm(grads: &[f32]) -> f32 {
+    let partial = |ch: &[f32]| -> f64 {
+        dispatch(
+            #[inline(always)]
+            || {
+                let mut acc = [0.0f32; LANES];
+                let chunks = ch.chunks_exact(LANES);
+                let mut tail = 0.0f64;
+                for x in chunks.remainder() {
+                    tail += (*x as f64) * (*x as f64);
+                }
+                for c in chunks {
+                    for l in 0..LANES {
+                        acc[l] = c[l].mul_add(c[l], acc[l]);
+                    }
+                }
+                acc.iter().map(|&a| a as f64).sum::<f64>() + tail
+            },
+        )
+    };
+    let partials: Vec<f64> = if grads.len() <= NORM_CHUNK {
+        vec![partial(grads)]
+    } else {
+        grads.par_chunks(NORM_CHUNK).map(partial).collect()
+    };
+    partials.iter().sum::<f64>().sqrt() as f32
+}

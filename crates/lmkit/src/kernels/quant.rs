@@ -1,0 +1,207 @@
+//! Inference weight formats: bf16 and int8 (per output channel), converted
+//! from f32 weights in either stored orientation into `[OC, IC]` rows, the
+//! order the decode kernels in [`super::matvec`] stream.
+//!
+//! Shape legend: IC input channels, OC output channels.
+//!
+//! - bf16: the top 16 bits of an f32, rounded to nearest even (as
+//!   `torch.Tensor.to(torch.bfloat16)`); NaN stays NaN.
+//! - int8: symmetric, one scale per output row: `scale = max|w| / 127`,
+//!   `q = round(w / scale)` in [-127, 127], `w ≈ q · scale`.
+
+/// Orientation of a source f32 matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceLayout {
+    /// `[IC, OC]`: GPT-2's Conv1D.
+    InOut,
+    /// `[OC, IC]`: `nn.Linear`, embeddings.
+    OutIn,
+}
+
+/// f32 → bf16 bits, round to nearest even.
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if x.is_nan() {
+        // Keep the sign and force a quiet-NaN payload bit so the result is still NaN.
+        return ((bits >> 16) as u16) | 0x0040;
+    }
+    let round = 0x7FFF + ((bits >> 16) & 1);
+    (bits.wrapping_add(round) >> 16) as u16
+}
+
+/// bf16 bits → f32 (exact).
+#[inline]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// Side of the square tiles used to transpose while converting: 16×16 f32
+/// reads and writes stay within a few cache lines each.
+const TILE: usize = 16;
+
+/// Calls `f(o, i, value)` for every element of `src` in an order that reads
+/// and writes memory in small square tiles.
+fn for_each_out_in(
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    mut f: impl FnMut(usize, usize, f32),
+) {
+    assert_eq!(src.len(), ic * oc, "quant: source must hold IC·OC elements");
+    match layout {
+        SourceLayout::OutIn => {
+            for o in 0..oc {
+                for i in 0..ic {
+                    f(o, i, src[o * ic + i]);
+                }
+            }
+        }
+        SourceLayout::InOut => {
+            for i0 in (0..ic).step_by(TILE) {
+                for o0 in (0..oc).step_by(TILE) {
+                    for i in i0..(i0 + TILE).min(ic) {
+                        for o in o0..(o0 + TILE).min(oc) {
+                            f(o, i, src[i * oc + o]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[OC, IC]` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
+pub fn to_bf16_out_in(dst: &mut [u16], src: &[f32], ic: usize, oc: usize, layout: SourceLayout) {
+    assert_eq!(dst.len(), ic * oc, "to_bf16_out_in: dst must be [OC, IC]");
+    for_each_out_in(src, ic, oc, layout, |o, i, v| {
+        dst[o * ic + i] = f32_to_bf16(v)
+    });
+}
+
+/// `q[OC, IC]`, `scales[OC]` = per-output-row symmetric int8 quantization of
+/// `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
+pub fn quantize_int8_out_in(
+    q: &mut [i8],
+    scales: &mut [f32],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+) {
+    assert_eq!(q.len(), ic * oc, "quantize_int8_out_in: q must be [OC, IC]");
+    assert_eq!(
+        scales.len(),
+        oc,
+        "quantize_int8_out_in: scales must be [OC]"
+    );
+    let mut absmax = vec![0f32; oc];
+    for_each_out_in(src, ic, oc, layout, |o, _, v| {
+        absmax[o] = absmax[o].max(v.abs())
+    });
+    for (s, m) in scales.iter_mut().zip(&absmax) {
+        *s = m / 127.0;
+    }
+    // Multiply by the reciprocal: the same for every element of a row.
+    let inv: Vec<f32> = scales
+        .iter()
+        .map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 })
+        .collect();
+    for_each_out_in(src, ic, oc, layout, |o, i, v| {
+        q[o * ic + i] = (v * inv[o]).round().clamp(-127.0, 127.0) as i8;
+    });
+}
+
+/// `dst[rows, IC]` = bf16 rows widened to f32.
+pub fn bf16_rows_to_f32(dst: &mut [f32], src: &[u16]) {
+    assert_eq!(dst.len(), src.len(), "bf16_rows_to_f32: length mismatch");
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = bf16_to_f32(s);
+    }
+}
+
+/// `dst[rows, IC]` = `q[rows, IC] · scales[rows]` (dequantized rows).
+pub fn dequantize_int8_rows(dst: &mut [f32], q: &[i8], scales: &[f32], ic: usize) {
+    assert_eq!(dst.len(), q.len(), "dequantize_int8_rows: length mismatch");
+    assert_eq!(
+        q.len(),
+        scales.len() * ic,
+        "dequantize_int8_rows: scales must be one per row"
+    );
+    for ((d, q), &s) in dst
+        .chunks_exact_mut(ic.max(1))
+        .zip(q.chunks_exact(ic.max(1)))
+        .zip(scales)
+    {
+        for (d, &q) in d.iter_mut().zip(q) {
+            *d = q as f32 * s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties to even (1).
+        assert_eq!(f32_to_bf16(1.0 + 1.0 / 256.0), 0x3F80);
+        // 1 + 3·2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): rounds up.
+        assert_eq!(f32_to_bf16(1.0 + 3.0 / 256.0), 0x3F82);
+        // Just above the halfway point rounds up.
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3F80_8001)), 0x3F81);
+        assert_eq!(bf16_to_f32(f32_to_bf16(-2.5)), -2.5);
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+        assert_eq!(bf16_to_f32(f32_to_bf16(f32::INFINITY)), f32::INFINITY);
+        // The largest finite f32 overflows to infinity, as in PyTorch.
+        assert_eq!(bf16_to_f32(f32_to_bf16(f32::MAX)), f32::INFINITY);
+    }
+
+    #[test]
+    fn bf16_relative_error_is_within_half_ulp() {
+        for k in 0..10_000u32 {
+            let x = f32::from_bits(0x3000_0000 + k * 104_729);
+            let y = bf16_to_f32(f32_to_bf16(x));
+            assert!(((y - x) / x).abs() <= 1.0 / 256.0, "{x} -> {y}");
+        }
+    }
+
+    #[test]
+    fn conversions_transpose_in_out_sources() {
+        let (ic, oc) = (37, 21);
+        let src: Vec<f32> = (0..ic * oc).map(|v| v as f32 * 0.5 - 100.0).collect();
+        let mut from_in_out = vec![0u16; ic * oc];
+        to_bf16_out_in(&mut from_in_out, &src, ic, oc, SourceLayout::InOut);
+        for i in 0..ic {
+            for o in 0..oc {
+                assert_eq!(from_in_out[o * ic + i], f32_to_bf16(src[i * oc + o]));
+            }
+        }
+        let mut q = vec![0i8; ic * oc];
+        let mut scales = vec![0.0; oc];
+        quantize_int8_out_in(&mut q, &mut scales, &src, ic, oc, SourceLayout::InOut);
+        let mut back = vec![0.0; ic * oc];
+        dequantize_int8_rows(&mut back, &q, &scales, ic);
+        for i in 0..ic {
+            for o in 0..oc {
+                let (want, got) = (src[i * oc + o], back[o * ic + i]);
+                assert!(
+                    (want - got).abs() <= scales[o] / 2.0 + 1e-6,
+                    "({i},{o}): {want} vs {got}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn int8_uses_the_full_range_per_row_and_handles_zero_rows() {
+        let src = [0.0, 0.0, 0.0, 0.9, -2.0, 0.5];
+        let mut q = [0i8; 6];
+        let mut scales = [0.0; 2];
+        quantize_int8_out_in(&mut q, &mut scales, &src, 3, 2, SourceLayout::OutIn);
+        assert_eq!(scales, [0.0, 2.0 / 127.0]);
+        assert_eq!(q, [0, 0, 0, 57, -127, 32]);
+    }
+}

@@ -1,0 +1,199 @@
+//! Runtime CPU dispatch and vectorizable scalar math used by the fast kernels.
+//!
+//! The crate is built for baseline x86-64 (SSE2), so hot loops are compiled a
+//! second time with AVX2+FMA enabled and picked at run time. Bodies are `#[inline(always)]` so they are re-optimised (and
+//! auto-vectorised) under the caller's target features. Reductions use explicit
+//! lane arrays, so every path performs the same operations in the same order:
+//! results do not depend on which instruction set was chosen.
+
+/// Lanes of the explicit accumulators in reductions (two AVX2 registers).
+pub(crate) const LANES: usize = 16;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::sync::OnceLock;
+
+    pub(super) fn has_avx2_fma() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    #[target_feature(enable = "avx2,avx,fma,bmi1,bmi2")]
+    pub(super) unsafe fn v3<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
+/// Runs `f` compiled for AVX2+FMA when this CPU has them (baseline x86-64
+/// otherwise). Pass an `#[inline(always)]` closure that calls
+/// `#[inline(always)]` bodies. AVX-512 is left out on purpose: for these
+/// memory-bound loops it gains little (Zen 4 splits 512-bit ops in two) and
+/// it would need Rust 1.89, above the workspace MSRV; `gemm` uses it anyway.
+#[inline(always)]
+pub(crate) fn dispatch<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if x86::has_avx2_fma() {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { x86::v3(f) };
+        }
+    }
+    f()
+}
+
+/// `a·b + c`, a single FMA instruction on the dispatched paths.
+#[inline(always)]
+pub(crate) fn fma(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}
+
+/// e^x within 2e-7 relative error (degree-5 minimax polynomial after range
+/// reduction by ln 2), branch-free so loops vectorize. Exactly 0 below the
+/// smallest normal result; saturates at e^88.37 ≈ 2.4e38; NaN stays NaN.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const LO: f32 = -87.33;
+    const HI: f32 = 88.37;
+    // 1.5·2^23: adding it rounds to an integer, which then sits in the low
+    // mantissa bits. Reading it from there avoids a float→int conversion
+    // (Rust's saturating `as` does not vectorize).
+    const MAGIC: f32 = 12_582_912.0;
+    // Below LO the result is selected away, so only the top needs a clamp.
+    let xc = if x > HI { HI } else { x };
+    let t = fma(xc, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let r = fma(n, -LN2_LO, fma(n, -LN2_HI, xc));
+    // e^r ≈ 1 + r + r²·(c2 + c3·r + c4·r² + c5·r³) on |r| ≤ ln2/2.
+    let mut p = 8.312_733e-3_f32;
+    p = fma(p, r, 4.189_048_3e-2);
+    p = fma(p, r, 0.166_671_13);
+    p = fma(p, r, 0.499_992_28);
+    let e = fma(p, r * r, r) + 1.0;
+    let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
+    if x < LO {
+        0.0
+    } else {
+        e * scale
+    }
+}
+
+/// erf(x) as Eigen's `generic_fast_erf_float`: a rational function x·P(x²)/Q(x²)
+/// on x clamped to [−4, 4] (erf is ±1 in f32 beyond). Under 5e-7 absolute
+/// error; no exp, one divide.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10_f32;
+    p = fma(p, x2, 2.770_681_4e-8);
+    p = fma(p, x2, -2.101_024e-6);
+    p = fma(p, x2, -5.692_506_4e-5);
+    p = fma(p, x2, -7.349_906_3e-4);
+    p = fma(p, x2, -2.954_6e-3);
+    p = fma(p, x2, -1.609_603_3e-2);
+    let mut q = -1.456_607_2e-5_f32;
+    q = fma(q, x2, -2.133_740_6e-4);
+    q = fma(q, x2, -1.682_827e-3);
+    q = fma(q, x2, -7.373_329e-3);
+    q = fma(q, x2, -1.426_474e-2);
+    x * p / q
+}
+
+/// Σ a[i]·b[i] with 16 lane accumulators (fixed order on every path).
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0.0f32; LANES];
+    let (ac, ar) = (a.chunks_exact(LANES), a.chunks_exact(LANES).remainder());
+    let (bc, br) = (b.chunks_exact(LANES), b.chunks_exact(LANES).remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..LANES {
+            acc[l] = fma(x[l], y[l], acc[l]);
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ar.iter().zip(br) {
+        tail = fma(*x, *y, tail);
+    }
+    hsum(&acc) + tail
+}
+
+/// Σ a[i] with 16 lane accumulators.
+#[inline(always)]
+pub(crate) fn sum(a: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = a.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for x in chunks {
+        for l in 0..LANES {
+            acc[l] += x[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for x in rem {
+        tail += *x;
+    }
+    hsum(&acc) + tail
+}
+
+/// max a[i] (−∞ for an empty slice).
+#[inline(always)]
+pub(crate) fn max(a: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = a.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for x in chunks {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(x[l]);
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for v in acc.iter().chain(rem) {
+        m = m.max(*v);
+    }
+    m
+}
+
+/// Pairwise sum of the 16 lanes (a fixed tree).
+#[inline(always)]
+pub(crate) fn hsum(acc: &[f32; LANES]) -> f32 {
+    let mut h = [0.0f32; 8];
+    for l in 0..8 {
+        h[l] = acc[l] + acc[l + 8];
+    }
+    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::reference::erf_f64;
+
+    #[test]
+    fn exp_erf_match_f64() {
+        let mut worst = [0.0f64; 2]; // exp (relative), erf (absolute)
+        let mut x = -100.0f32;
+        while x < 90.0 {
+            let e = exp(x) as f64;
+            let r = (x as f64).exp();
+            if r > 1e-37 && r < 2e38 {
+                worst[0] = worst[0].max(((e - r) / r).abs());
+            }
+            if x.abs() < 10.0 {
+                worst[1] = worst[1].max((erf(x) as f64 - erf_f64(x as f64)).abs());
+            }
+            x += 0.001_37;
+        }
+        assert!(worst[0] < 3e-7, "exp rel err {}", worst[0]);
+        assert!(worst[1] < 6e-7, "erf abs err {}", worst[1]);
+        assert_eq!(exp(-200.0), 0.0);
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert!(exp(f32::NAN).is_nan());
+        assert!(exp(f32::INFINITY).is_finite() && exp(f32::INFINITY) > 1e38);
+    }
+}

@@ -1,0 +1,763 @@
+//! Fast kernels vs their plain reference twins on random shapes (odd sizes
+//! included), finite-difference checks of every backward, AdamW against
+//! PyTorch, and determinism.
+//!
+//! Shape legend: B batch, T sequence, C channels, NH heads, V vocabulary,
+//! OC output channels, N = B·T rows.
+
+use lmkit::kernels::{self, reference, AdamW, AttentionShape, Gelu, WeightLayout};
+
+/// splitmix64: small, seeded, good enough for test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.unit() * scale).collect()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+#[track_caller]
+fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= atol + rtol * w.abs();
+        assert!(
+            ok,
+            "{what}[{i}]: got {g}, want {w} (|diff| {})",
+            (g - w).abs()
+        );
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Checks `grad` = ∂f/∂x by central differences on up to 24 coordinates.
+#[track_caller]
+fn fd_check(what: &str, x: &[f32], grad: &[f32], f: impl Fn(&[f32]) -> f64, rng: &mut Rng) {
+    assert_eq!(x.len(), grad.len(), "{what}: grad length");
+    let mut x = x.to_vec();
+    let coords: Vec<usize> = if x.len() <= 24 {
+        (0..x.len()).collect()
+    } else {
+        (0..24).map(|_| rng.below(x.len())).collect()
+    };
+    for i in coords {
+        let x0 = x[i];
+        let h = 1e-2f32;
+        x[i] = x0 + h;
+        let (fp, hp) = (f(&x), x[i] - x0);
+        x[i] = x0 - h;
+        let (fm, hm) = (f(&x), x0 - x[i]);
+        x[i] = x0;
+        let num = (fp - fm) / (hp + hm) as f64;
+        let ana = grad[i] as f64;
+        let ok = (num - ana).abs() <= 3e-3 + 2e-2 * ana.abs().max(num.abs());
+        assert!(
+            ok,
+            "{what}: d/dx[{i}] finite difference {num} vs backward {ana}"
+        );
+    }
+}
+
+/// Σ out·r in f64: a scalar loss whose gradient w.r.t. `out` is `r`.
+fn dot64(out: &[f32], r: &[f32]) -> f64 {
+    out.iter().zip(r).map(|(a, b)| *a as f64 * *b as f64).sum()
+}
+
+const LAYOUTS: [WeightLayout; 2] = [WeightLayout::InOut, WeightLayout::OutIn];
+
+#[test]
+fn matmul_matches_reference() {
+    let mut rng = Rng(1);
+    for &(n, c, oc) in &[
+        (7, 13, 33),
+        (1, 1, 1),
+        (3, 64, 5),
+        (33, 257, 65),
+        (256, 128, 96),
+    ] {
+        for layout in LAYOUTS {
+            for with_bias in [false, true] {
+                let inp = rng.vec(n * c, 1.0);
+                let w = rng.vec(c * oc, 0.5);
+                let bias = rng.vec(oc, 1.0);
+                let b = with_bias.then_some(&bias[..]);
+                let mut got = vec![f32::NAN; n * oc];
+                let mut want = vec![0.0; n * oc];
+                kernels::matmul_forward(&mut got, &inp, &w, b, n, c, oc, layout);
+                reference::matmul_forward(&mut want, &inp, &w, b, n, c, oc, layout);
+                let tag = format!("matmul fwd {n}x{c}x{oc} {layout:?} bias={with_bias}");
+                assert_close(&tag, &got, &want, 1e-5, 1e-5);
+
+                // Backward accumulates onto existing gradients.
+                let dout = rng.vec(n * oc, 1.0);
+                let (dx0, dw0, db0) = (rng.vec(n * c, 1.0), rng.vec(c * oc, 1.0), rng.vec(oc, 1.0));
+                let (mut dx, mut dw, mut db) = (dx0.clone(), dw0.clone(), db0.clone());
+                let (mut rdx, mut rdw, mut rdb) = (dx0, dw0, db0);
+                kernels::matmul_backward(
+                    Some(&mut dx),
+                    Some(&mut dw),
+                    Some(&mut db),
+                    &dout,
+                    &inp,
+                    &w,
+                    n,
+                    c,
+                    oc,
+                    layout,
+                );
+                reference::matmul_backward(
+                    Some(&mut rdx),
+                    Some(&mut rdw),
+                    Some(&mut rdb),
+                    &dout,
+                    &inp,
+                    &w,
+                    n,
+                    c,
+                    oc,
+                    layout,
+                );
+                assert_close(&format!("{tag} dinp"), &dx, &rdx, 1e-5, 1e-5);
+                assert_close(&format!("{tag} dweight"), &dw, &rdw, 1e-4, 1e-5);
+                assert_close(&format!("{tag} dbias"), &db, &rdb, 1e-4, 1e-5);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_backward_finite_differences() {
+    let mut rng = Rng(2);
+    let (n, c, oc) = (5, 7, 9);
+    for layout in LAYOUTS {
+        let inp = rng.vec(n * c, 1.0);
+        let w = rng.vec(c * oc, 1.0);
+        let bias = rng.vec(oc, 1.0);
+        let r = rng.vec(n * oc, 1.0);
+        let loss = |inp: &[f32], w: &[f32], b: &[f32]| {
+            let mut out = vec![0.0; n * oc];
+            kernels::matmul_forward(&mut out, inp, w, Some(b), n, c, oc, layout);
+            dot64(&out, &r)
+        };
+        let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c * oc], vec![0.0; oc]);
+        kernels::matmul_backward(
+            Some(&mut dx),
+            Some(&mut dw),
+            Some(&mut db),
+            &r,
+            &inp,
+            &w,
+            n,
+            c,
+            oc,
+            layout,
+        );
+        fd_check("matmul dinp", &inp, &dx, |x| loss(x, &w, &bias), &mut rng);
+        fd_check(
+            "matmul dweight",
+            &w,
+            &dw,
+            |x| loss(&inp, x, &bias),
+            &mut rng,
+        );
+        fd_check("matmul dbias", &bias, &db, |x| loss(&inp, &w, x), &mut rng);
+    }
+}
+
+#[test]
+fn layernorm_matches_reference_and_finite_differences() {
+    let mut rng = Rng(3);
+    for &(n, c) in &[(7, 13), (1, 1), (5, 64), (70, 257), (64, 768)] {
+        let inp: Vec<f32> = rng.vec(n * c, 2.0).iter().map(|x| x + 0.5).collect();
+        let w = rng.vec(c, 1.0);
+        let b = rng.vec(c, 1.0);
+        let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+        let (mut rout, mut rmean, mut rrstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+        kernels::layernorm_forward(&mut out, &mut mean, &mut rstd, &inp, &w, &b, n, c, 1e-5);
+        reference::layernorm_forward(&mut rout, &mut rmean, &mut rrstd, &inp, &w, &b, n, c, 1e-5);
+        let tag = format!("layernorm {n}x{c}");
+        assert_close(&format!("{tag} out"), &out, &rout, 2e-5, 1e-4);
+        assert_close(&format!("{tag} mean"), &mean, &rmean, 1e-6, 1e-5);
+        assert_close(&format!("{tag} rstd"), &rstd, &rrstd, 1e-6, 1e-4);
+
+        let dout = rng.vec(n * c, 1.0);
+        let (g0, gw0, gb0) = (rng.vec(n * c, 1.0), rng.vec(c, 1.0), rng.vec(c, 1.0));
+        let (mut dx, mut dw, mut db) = (g0.clone(), gw0.clone(), gb0.clone());
+        let (mut rdx, mut rdw, mut rdb) = (g0, gw0, gb0);
+        kernels::layernorm_backward(
+            &mut dx, &mut dw, &mut db, &dout, &inp, &w, &mean, &rstd, n, c,
+        );
+        reference::layernorm_backward(
+            &mut rdx, &mut rdw, &mut rdb, &dout, &inp, &w, &mean, &rstd, n, c,
+        );
+        assert_close(&format!("{tag} dinp"), &dx, &rdx, 1e-4, 1e-4);
+        assert_close(&format!("{tag} dweight"), &dw, &rdw, 1e-4, 1e-4);
+        assert_close(&format!("{tag} dbias"), &db, &rdb, 1e-4, 1e-4);
+    }
+    let (n, c) = (4, 11);
+    let inp = rng.vec(n * c, 1.0);
+    let w = rng.vec(c, 1.0);
+    let b = rng.vec(c, 1.0);
+    let r = rng.vec(n * c, 1.0);
+    let loss = |x: &[f32], w: &[f32], b: &[f32]| {
+        let (mut out, mut m, mut s) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+        kernels::layernorm_forward(&mut out, &mut m, &mut s, x, w, b, n, c, 1e-5);
+        dot64(&out, &r)
+    };
+    let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+    kernels::layernorm_forward(&mut out, &mut mean, &mut rstd, &inp, &w, &b, n, c, 1e-5);
+    let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c], vec![0.0; c]);
+    kernels::layernorm_backward(&mut dx, &mut dw, &mut db, &r, &inp, &w, &mean, &rstd, n, c);
+    fd_check("layernorm dinp", &inp, &dx, |x| loss(x, &w, &b), &mut rng);
+    fd_check(
+        "layernorm dweight",
+        &w,
+        &dw,
+        |x| loss(&inp, x, &b),
+        &mut rng,
+    );
+    fd_check("layernorm dbias", &b, &db, |x| loss(&inp, &w, x), &mut rng);
+}
+
+#[test]
+fn activations_match_reference_and_finite_differences() {
+    let mut rng = Rng(4);
+    for kind in [Gelu::Tanh, Gelu::Erf] {
+        for &len in &[1usize, 13, 100_003] {
+            let x = rng.vec(len, 6.0);
+            let (mut got, mut want) = (vec![0.0; len], vec![0.0; len]);
+            kernels::gelu_forward(&mut got, &x, kind);
+            reference::gelu_forward(&mut want, &x, kind);
+            assert_close(&format!("gelu {kind:?} fwd {len}"), &got, &want, 1e-6, 1e-6);
+            let dout = rng.vec(len, 1.0);
+            let d0 = rng.vec(len, 1.0);
+            let (mut got, mut want) = (d0.clone(), d0);
+            kernels::gelu_backward(&mut got, &x, &dout, kind);
+            reference::gelu_backward(&mut want, &x, &dout, kind);
+            assert_close(&format!("gelu {kind:?} bwd {len}"), &got, &want, 1e-6, 1e-5);
+        }
+        let x = rng.vec(40, 3.0);
+        let r = rng.vec(40, 1.0);
+        let mut d = vec![0.0; 40];
+        kernels::gelu_backward(&mut d, &x, &r, kind);
+        let loss = |x: &[f32]| {
+            let mut out = vec![0.0; x.len()];
+            kernels::gelu_forward(&mut out, x, kind);
+            dot64(&out, &r)
+        };
+        fd_check(&format!("gelu {kind:?}"), &x, &d, loss, &mut rng);
+    }
+    // Known values: gelu_erf(1) = 0.8413447, gelu_tanh(1) = 0.8411920.
+    let mut out = [0.0f32; 1];
+    kernels::gelu_forward(&mut out, &[1.0], Gelu::Erf);
+    assert!(
+        (out[0] - 0.841_344_7).abs() < 1e-6,
+        "gelu erf(1) = {}",
+        out[0]
+    );
+    kernels::gelu_forward(&mut out, &[1.0], Gelu::Tanh);
+    assert!(
+        (out[0] - 0.841_192).abs() < 1e-6,
+        "gelu tanh(1) = {}",
+        out[0]
+    );
+
+    let x = rng.vec(37, 3.0);
+    let (mut y, mut ry) = (vec![0.0; 37], vec![0.0; 37]);
+    kernels::tanh_forward(&mut y, &x);
+    reference::tanh_forward(&mut ry, &x);
+    assert_close("tanh fwd", &y, &ry, 1e-7, 1e-6);
+    let r = rng.vec(37, 1.0);
+    let (mut d, mut rd) = (vec![0.5; 37], vec![0.5; 37]);
+    kernels::tanh_backward(&mut d, &y, &r);
+    reference::tanh_backward(&mut rd, &y, &r);
+    assert_close("tanh bwd", &d, &rd, 1e-6, 1e-6);
+    let mut d = vec![0.0; 37];
+    kernels::tanh_backward(&mut d, &y, &r);
+    let loss = |x: &[f32]| {
+        let mut out = vec![0.0; x.len()];
+        kernels::tanh_forward(&mut out, x);
+        dot64(&out, &r)
+    };
+    fd_check("tanh", &x, &d, loss, &mut rng);
+}
+
+/// A key mask with padding at both ends of some sequences, and one row whose
+/// keys are all padding.
+fn key_mask(b: usize, t: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut m = vec![1u8; b * t];
+    for bi in 0..b {
+        match bi % 3 {
+            0 => {}
+            1 => (t / 2..t).for_each(|j| m[bi * t + j] = 0), // right padding
+            _ => (0..=rng.below(t)).for_each(|j| m[bi * t + j] = 0), // left padding
+        }
+    }
+    if b > 2 {
+        m[2 * t..3 * t].fill(0);
+    }
+    m
+}
+
+#[test]
+fn attention_matches_reference() {
+    let mut rng = Rng(5);
+    let shapes = [
+        (1, 5, 9, 3),
+        (2, 7, 12, 3),
+        (3, 1, 4, 2),
+        (3, 70, 24, 2),
+        (2, 130, 32, 4),
+    ];
+    for &(b, t, c, nh) in &shapes {
+        let shape = AttentionShape { b, t, c, nh };
+        for causal in [false, true] {
+            for masked in [false, true] {
+                let qkv = rng.vec(b * t * 3 * c, 2.0);
+                let mask = key_mask(b, t, &mut rng);
+                let km = masked.then_some(&mask[..]);
+                let (mut out, mut att) =
+                    (vec![f32::NAN; b * t * c], vec![f32::NAN; b * nh * t * t]);
+                let (mut rout, mut ratt) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
+                kernels::attention_forward(&mut out, &mut att, &qkv, shape, causal, km);
+                reference::attention_forward(&mut rout, &mut ratt, &qkv, shape, causal, km);
+                let tag = format!("attention {shape:?} causal={causal} masked={masked}");
+                assert_close(&format!("{tag} out"), &out, &rout, 1e-5, 1e-4);
+                assert_close(&format!("{tag} att"), &att, &ratt, 1e-6, 1e-4);
+
+                let dout = rng.vec(b * t * c, 1.0);
+                let d0 = rng.vec(b * t * 3 * c, 1.0);
+                let (mut dqkv, mut rdqkv) = (d0.clone(), d0);
+                let (mut datt, mut rdatt) = (vec![0.0; b * nh * t * t], vec![0.0; b * nh * t * t]);
+                kernels::attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, shape);
+                reference::attention_backward(&mut rdqkv, &mut rdatt, &dout, &qkv, &att, shape);
+                assert_close(&format!("{tag} dqkv"), &dqkv, &rdqkv, 1e-4, 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_fully_masked_rows_are_zero() {
+    let (b, t, c, nh) = (1, 4, 4, 2);
+    let shape = AttentionShape { b, t, c, nh };
+    let qkv = Rng(6).vec(b * t * 3 * c, 1.0);
+    // Left padding of 2 under a causal mask: queries 0 and 1 see no real key.
+    let mask = [0u8, 0, 1, 1];
+    let (mut out, mut att) = (vec![f32::NAN; b * t * c], vec![f32::NAN; b * nh * t * t]);
+    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, Some(&mask));
+    assert!(
+        out[..2 * c].iter().all(|&x| x == 0.0),
+        "outputs of fully masked queries"
+    );
+    for h in 0..nh {
+        let p = &att[h * t * t..(h + 1) * t * t];
+        assert!(
+            p[..2 * t].iter().all(|&x| x == 0.0),
+            "probabilities of fully masked queries"
+        );
+        for i in 2..t {
+            let s: f32 = p[i * t..(i + 1) * t].iter().sum();
+            assert!((s - 1.0).abs() < 1e-6, "row {i} sums to {s}");
+            assert_eq!(p[i * t], 0.0);
+            assert_eq!(p[i * t + 1], 0.0);
+        }
+    }
+}
+
+#[test]
+fn attention_backward_finite_differences() {
+    let mut rng = Rng(7);
+    let (b, t, c, nh) = (2, 5, 6, 2);
+    let shape = AttentionShape { b, t, c, nh };
+    for causal in [false, true] {
+        for masked in [false, true] {
+            let qkv = rng.vec(b * t * 3 * c, 1.0);
+            let mask: Vec<u8> = vec![1, 1, 1, 0, 0, 0, 1, 1, 1, 1];
+            let km = masked.then_some(&mask[..]);
+            let r = rng.vec(b * t * c, 1.0);
+            let forward = |qkv: &[f32]| {
+                let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
+                kernels::attention_forward(&mut out, &mut att, qkv, shape, causal, km);
+                (out, att)
+            };
+            let (_, att) = forward(&qkv);
+            let mut dqkv = vec![0.0; b * t * 3 * c];
+            let mut datt = vec![0.0; b * nh * t * t];
+            kernels::attention_backward(&mut dqkv, &mut datt, &r, &qkv, &att, shape);
+            let tag = format!("attention causal={causal} masked={masked}");
+            fd_check(&tag, &qkv, &dqkv, |x| dot64(&forward(x).0, &r), &mut rng);
+        }
+    }
+}
+
+#[test]
+fn softmax_and_cross_entropy_match_reference() {
+    let mut rng = Rng(8);
+    for &(n, v) in &[(7, 33), (1, 1), (5, 2), (33, 1000), (9, 50_257)] {
+        // Large logits check the max-shift.
+        let logits = rng.vec(n * v, 30.0);
+        let targets: Vec<i32> = (0..n)
+            .map(|i| {
+                if i % 4 == 1 {
+                    -100
+                } else {
+                    rng.below(v) as i32
+                }
+            })
+            .collect();
+        let tag = format!("ce {n}x{v}");
+        let (mut p, mut rp) = (vec![0.0; n * v], vec![0.0; n * v]);
+        kernels::softmax_rows(&mut p, &logits, n, v);
+        reference::softmax_rows(&mut rp, &logits, n, v);
+        assert_close(&format!("{tag} softmax"), &p, &rp, 1e-7, 1e-5);
+
+        let (mut l, mut rl) = (vec![f32::NAN; n], vec![0.0; n]);
+        let (s, k) = kernels::cross_entropy_forward(&mut l, &logits, &targets, n, v, -100);
+        let (rs, rk) = reference::cross_entropy_forward(&mut rl, &logits, &targets, n, v, -100);
+        assert_close(&format!("{tag} losses"), &l, &rl, 1e-5, 1e-5);
+        assert_eq!(k, rk);
+        assert!(
+            (s - rs).abs() <= 1e-5 * (1.0 + rs.abs()),
+            "{tag}: sum {s} vs {rs}"
+        );
+
+        let scale = 1.0 / k.max(1) as f32;
+        let d0 = rng.vec(n * v, 1.0);
+        let (mut d, mut rd) = (d0.clone(), d0);
+        kernels::cross_entropy_backward(&mut d, &logits, &targets, n, v, -100, scale);
+        reference::cross_entropy_backward(&mut rd, &logits, &targets, n, v, -100, scale);
+        assert_close(&format!("{tag} dlogits"), &d, &rd, 1e-6, 1e-5);
+
+        let mut fused = logits.clone();
+        let mut fl = vec![f32::NAN; n];
+        let (fs, fk) =
+            kernels::cross_entropy_fused(&mut fused, &mut fl, &targets, n, v, -100, scale);
+        let mut rfused = logits.clone();
+        let mut rfl = vec![0.0; n];
+        reference::cross_entropy_fused(&mut rfused, &mut rfl, &targets, n, v, -100, scale);
+        assert_close(&format!("{tag} fused dlogits"), &fused, &rfused, 1e-7, 1e-5);
+        assert_close(&format!("{tag} fused losses"), &fl, &l, 1e-5, 1e-5);
+        assert_eq!(
+            (fs.to_bits(), fk),
+            (s.to_bits(), k),
+            "{tag}: fused and plain loss sums"
+        );
+    }
+}
+
+#[test]
+fn softmax_handles_masked_logits() {
+    // −∞ logits (masked vocabulary) spanning whole internal chunks.
+    let mut rng = Rng(14);
+    let (n, v) = (3, 5000);
+    let mut logits = rng.vec(n * v, 10.0);
+    logits[..2100].fill(f32::NEG_INFINITY);
+    logits[v + 3000..2 * v].fill(f32::NEG_INFINITY);
+    let (mut p, mut rp) = (vec![f32::NAN; n * v], vec![0.0; n * v]);
+    kernels::softmax_rows(&mut p, &logits, n, v);
+    reference::softmax_rows(&mut rp, &logits, n, v);
+    assert_close("masked softmax", &p, &rp, 1e-7, 1e-5);
+    assert!(p[..2100].iter().all(|&x| x == 0.0));
+    let targets = [2500, 10, -100];
+    let mut fused = logits.clone();
+    let (mut l, mut rl) = (vec![0.0; n], vec![0.0; n]);
+    kernels::cross_entropy_fused(&mut fused, &mut l, &targets, n, v, -100, 0.5);
+    reference::cross_entropy_forward(&mut rl, &logits, &targets, n, v, -100);
+    assert_close("masked ce losses", &l, &rl, 1e-5, 1e-5);
+    let mut rd = vec![0.0; n * v];
+    reference::cross_entropy_backward(&mut rd, &logits, &targets, n, v, -100, 0.5);
+    assert_close("masked ce dlogits", &fused, &rd, 1e-7, 1e-5);
+}
+
+#[test]
+fn cross_entropy_backward_finite_differences() {
+    let mut rng = Rng(9);
+    let (n, v) = (4, 7);
+    let logits = rng.vec(n * v, 2.0);
+    let targets = vec![3, -1, 0, 6];
+    let loss = |x: &[f32]| {
+        let mut l = vec![0.0; n];
+        kernels::cross_entropy_forward(&mut l, x, &targets, n, v, -1).0
+    };
+    let mut d = vec![0.0; n * v];
+    kernels::cross_entropy_backward(&mut d, &logits, &targets, n, v, -1, 1.0);
+    fd_check("cross entropy", &logits, &d, loss, &mut rng);
+    assert!(
+        d[v..2 * v].iter().all(|&x| x == 0.0),
+        "ignored row has zero gradient"
+    );
+    let mut fused = logits.clone();
+    let mut l = vec![0.0; n];
+    kernels::cross_entropy_fused(&mut fused, &mut l, &targets, n, v, -1, 1.0);
+    fd_check("cross entropy fused", &logits, &fused, loss, &mut rng);
+}
+
+#[test]
+fn embeddings_match_reference_and_finite_differences() {
+    let mut rng = Rng(10);
+    let (n, c) = (37, 13);
+    let (vocab, npos, ntype) = (50, 40, 2);
+    let wte = rng.vec(vocab * c, 1.0);
+    let wpe = rng.vec(npos * c, 1.0);
+    let tte = rng.vec(ntype * c, 1.0);
+    let tok: Vec<u32> = (0..n).map(|_| rng.below(vocab) as u32).collect();
+    let pos: Vec<u32> = (0..n as u32).collect();
+    let typ: Vec<u32> = (0..n).map(|i| (i > n / 2) as u32).collect();
+    let lookups = [
+        (&tok[..], &wte[..]),
+        (&pos[..], &wpe[..]),
+        (&typ[..], &tte[..]),
+    ];
+    let (mut out, mut rout) = (vec![f32::NAN; n * c], vec![0.0; n * c]);
+    kernels::embeddings_forward(&mut out, &lookups, c);
+    reference::embeddings_forward(&mut rout, &lookups, c);
+    assert_close("embeddings fwd", &out, &rout, 1e-6, 1e-6);
+
+    // Repeated ids exercise the scatter-add.
+    let tok2: Vec<u32> = (0..n).map(|i| (i % 5) as u32).collect();
+    for (ids, rows) in [(&tok2, vocab), (&tok, vocab), (&pos, npos)] {
+        let dout = rng.vec(n * c, 1.0);
+        let d0 = rng.vec(rows * c, 1.0);
+        let (mut d, mut rd) = (d0.clone(), d0);
+        kernels::embedding_backward(&mut d, &dout, ids, c);
+        reference::embedding_backward(&mut rd, &dout, ids, c);
+        assert_close("embedding bwd", &d, &rd, 1e-6, 1e-6);
+    }
+    let r = rng.vec(n * c, 1.0);
+    let mut d = vec![0.0; vocab * c];
+    kernels::embedding_backward(&mut d, &r, &tok2, c);
+    let loss = |t: &[f32]| {
+        let mut out = vec![0.0; n * c];
+        kernels::embeddings_forward(&mut out, &[(&tok2[..], t), (&pos[..], &wpe[..])], c);
+        dot64(&out, &r)
+    };
+    fd_check("embedding wte", &wte, &d, loss, &mut rng);
+    // Large enough to run the parallel path.
+    let (n, c, rows) = (1024, 96, 300);
+    let ids: Vec<u32> = (0..n).map(|_| rng.below(rows) as u32).collect();
+    let dout = rng.vec(n * c, 1.0);
+    let (mut d, mut rd) = (vec![0.0; rows * c], vec![0.0; rows * c]);
+    kernels::embedding_backward(&mut d, &dout, &ids, c);
+    reference::embedding_backward(&mut rd, &dout, &ids, c);
+    assert_eq!(bits(&d), bits(&rd), "embedding backward adds rows in order");
+}
+
+#[test]
+fn elementwise_match_reference() {
+    let mut rng = Rng(11);
+    for &len in &[0usize, 1, 17, 70_001] {
+        let a = rng.vec(len, 1.0);
+        let b = rng.vec(len, 1.0);
+        let (mut o, mut ro) = (vec![0.0; len], vec![0.0; len]);
+        kernels::residual_forward(&mut o, &a, &b);
+        reference::residual_forward(&mut ro, &a, &b);
+        assert_eq!(bits(&o), bits(&ro));
+        kernels::add_inplace(&mut o, &a);
+        reference::add_inplace(&mut ro, &a);
+        assert_eq!(bits(&o), bits(&ro));
+        kernels::scale_inplace(&mut o, 0.37);
+        reference::scale_inplace(&mut ro, 0.37);
+        assert_eq!(bits(&o), bits(&ro));
+        let g = kernels::global_norm(&a);
+        let rg = reference::global_norm(&a);
+        assert!(
+            (g - rg).abs() <= 1e-6 * rg.max(1e-30),
+            "global_norm {g} vs {rg}"
+        );
+    }
+    assert_eq!(kernels::global_norm(&[3.0, 4.0]), 5.0);
+}
+
+#[test]
+fn adamw_matches_pytorch() {
+    // torch.optim.AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8), three steps;
+    // weight_decay=0.1 on the first three entries, none on the rest.
+    let cfg = AdamW {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let grads = [
+        [0.1, -0.2, 0.3, -0.4, 0.5, -0.6],
+        [-0.05, 0.25, 0.0, 1.5, -2.0, 0.125],
+        [0.3, 0.3, -0.3, -0.3, 0.01, -0.01],
+    ];
+    // Values printed by PyTorch 2 (float32 tensors, shown exactly as f64).
+    let want_decayed = [0.4792644679546356, -1.2431479692459106, 1.9781049489974976];
+    let want_plain = [0.03290606290102005, -0.7501639723777771, 1.5192002058029175];
+    let want_m = [
+        0.03360000252723694,
+        0.03630000352859497,
+        -0.005700001958757639,
+        0.07259999215602875,
+        -0.13850000500679016,
+        -0.038350000977516174,
+    ];
+    let want_v = [
+        0.005070000421255827,
+        0.009273750707507133,
+        0.008561250753700733,
+        0.11859500408172607,
+        0.20128625631332397,
+        0.01699218712747097,
+    ];
+    let f32s = |x: &[f64]| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+    let decay = [(0..3, true), (3..6, false)];
+    let mut p = vec![0.5, -1.25, 2.0, 0.031_25, -0.75, 1.5];
+    let (mut m, mut v) = (vec![0.0; 6], vec![0.0; 6]);
+    let mut rp = p.clone();
+    let (mut rm, mut rv) = (m.clone(), v.clone());
+    for (i, g) in grads.iter().enumerate() {
+        kernels::adamw_update(&mut p, g, &mut m, &mut v, i as u64 + 1, &cfg, &decay);
+        reference::adamw_update(&mut rp, g, &mut rm, &mut rv, i as u64 + 1, &cfg, &decay);
+    }
+    let want_p = f32s(&[want_decayed, want_plain].concat());
+    // Same f64 scalars, f32 operations and FMAs as PyTorch: bit-exact.
+    assert_eq!(bits(&p), bits(&want_p), "adamw params {p:?}");
+    assert_eq!(bits(&m), bits(&f32s(&want_m)), "adamw m {m:?}");
+    assert_eq!(bits(&v), bits(&f32s(&want_v)), "adamw v {v:?}");
+    assert_eq!(bits(&rp), bits(&want_p), "adamw reference params {rp:?}");
+
+    // Larger buffers through the parallel path agree with the reference.
+    let mut rng = Rng(12);
+    let len = 50_001;
+    let decay = [
+        (0..20_000, true),
+        (20_000..20_013, false),
+        (20_013..len, true),
+    ];
+    let mut p = rng.vec(len, 1.0);
+    let (mut m, mut v) = (vec![0.0; len], vec![0.0; len]);
+    let (mut rp, mut rm, mut rv) = (p.clone(), m.clone(), v.clone());
+    for step in 1..=4 {
+        let g = rng.vec(len, 0.1);
+        kernels::adamw_update(&mut p, &g, &mut m, &mut v, step, &cfg, &decay);
+        reference::adamw_update(&mut rp, &g, &mut rm, &mut rv, step, &cfg, &decay);
+    }
+    assert_eq!(bits(&p), bits(&rp), "adamw large params");
+    assert_eq!(bits(&v), bits(&rv), "adamw large v");
+}
+
+/// Runs `f` on a dedicated rayon pool with `threads` threads.
+fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool")
+        .install(f)
+}
+
+/// Every kernel's outputs, as bits, on GPT-2-like shapes big enough to
+/// split across threads.
+fn run_all(seed: u64) -> Vec<Vec<u32>> {
+    let mut rng = Rng(seed);
+    let (n, c, oc) = (96, 64, 192);
+    let mut res = Vec::new();
+    let inp = rng.vec(n * c, 1.0);
+    let w = rng.vec(c * oc, 0.1);
+    let dout = rng.vec(n * oc, 1.0);
+    for layout in LAYOUTS {
+        let mut out = vec![0.0; n * oc];
+        kernels::matmul_forward(&mut out, &inp, &w, Some(&w[..oc]), n, c, oc, layout);
+        let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c * oc], vec![0.0; oc]);
+        kernels::matmul_backward(
+            Some(&mut dx),
+            Some(&mut dw),
+            Some(&mut db),
+            &dout,
+            &inp,
+            &w,
+            n,
+            c,
+            oc,
+            layout,
+        );
+        res.extend([bits(&out), bits(&dx), bits(&dw), bits(&db)]);
+    }
+    let (n, c) = (300, 96);
+    let x = rng.vec(n * c, 1.0);
+    let (mut out, mut mean, mut rstd) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
+    kernels::layernorm_forward(
+        &mut out,
+        &mut mean,
+        &mut rstd,
+        &x,
+        &w[..c],
+        &w[c..2 * c],
+        n,
+        c,
+        1e-5,
+    );
+    let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c], vec![0.0; c]);
+    kernels::layernorm_backward(
+        &mut dx,
+        &mut dw,
+        &mut db,
+        &x,
+        &x,
+        &w[..c],
+        &mean,
+        &rstd,
+        n,
+        c,
+    );
+    res.extend([bits(&out), bits(&dx), bits(&dw), bits(&db)]);
+    let shape = AttentionShape {
+        b: 2,
+        t: 70,
+        c: 24,
+        nh: 3,
+    };
+    let qkv = rng.vec(2 * 70 * 72, 1.0);
+    let (mut out, mut att) = (vec![0.0; 2 * 70 * 24], vec![0.0; 2 * 3 * 70 * 70]);
+    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, None);
+    let (mut dqkv, mut datt) = (vec![0.0; qkv.len()], vec![0.0; att.len()]);
+    kernels::attention_backward(&mut dqkv, &mut datt, &out, &qkv, &att, shape);
+    res.extend([bits(&out), bits(&att), bits(&dqkv)]);
+    let (n, v) = (40, 1001);
+    let mut logits = rng.vec(n * v, 5.0);
+    let targets: Vec<i32> = (0..n).map(|i| (i * 7 % v) as i32).collect();
+    let mut losses = vec![0.0; n];
+    let (s, _) = kernels::cross_entropy_fused(&mut logits, &mut losses, &targets, n, v, -100, 0.1);
+    res.extend([
+        bits(&logits),
+        bits(&losses),
+        vec![s.to_bits() as u32, (s.to_bits() >> 32) as u32],
+    ]);
+    let big = rng.vec(300_001, 1.0);
+    res.push(vec![kernels::global_norm(&big).to_bits()]);
+    res
+}
+
+#[test]
+fn kernels_are_deterministic() {
+    let first = run_all(13);
+    assert_eq!(first, run_all(13), "two runs on the same pool differ");
+    for threads in [1, 2, 3] {
+        assert_eq!(
+            first,
+            with_threads(threads, || run_all(13)),
+            "{threads} threads differ"
+        );
+    }
+}
