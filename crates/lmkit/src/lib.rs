@@ -6,6 +6,7 @@
 pub mod checkpoint;
 pub mod data;
 mod error;
+pub mod eval;
 pub mod infer;
 pub mod kernels;
 pub mod model;
