@@ -105,6 +105,15 @@ impl Tokenizer {
         }
     }
 
+    /// Turns off the truncation and padding a `tokenizer.json` may carry (MiniLM's
+    /// pads and truncates to 128), so a whole text encodes to all its tokens.
+    pub fn without_truncation_and_padding(mut self) -> Self {
+        if let Tokenizer::WordPiece(t) = &mut self {
+            t.set_truncation(None).set_padding(None);
+        }
+        self
+    }
+
     /// Short name of the kind: `"bpe"`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -135,6 +144,8 @@ impl Tokenizer {
     pub fn encode_ids_parallel(&self, text: &[u8], add_special_tokens: bool) -> Result<Vec<u32>> {
         match self {
             Tokenizer::Bpe(t) => Ok(t.encode_ids_parallel(text, add_special_tokens)),
+            // WordPiece texts are sentences or passages, not corpora: one call is enough.
+            Tokenizer::WordPiece(_) => self.encode_ids(text, add_special_tokens),
         }
     }
 

@@ -42,7 +42,10 @@ pub struct DetokenizeArgs {
 }
 
 fn load(dir: &PathBuf) -> Result<Tokenizer> {
-    Tokenizer::from_dir(dir).with_context(|| format!("loading the tokenizer in {}", dir.display()))
+    // The CLI contract is "all the ids of the whole text": no truncation or padding.
+    Tokenizer::from_dir(dir)
+        .map(Tokenizer::without_truncation_and_padding)
+        .with_context(|| format!("loading the tokenizer in {}", dir.display()))
 }
 
 pub fn run(args: TokenizeArgs) -> Result<()> {

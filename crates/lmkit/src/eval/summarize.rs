@@ -57,7 +57,7 @@ pub fn first_sentences(text: &str, n: usize) -> String {
     for (i, &c) in chars.iter().enumerate() {
         cur.push(c);
         let ends =
-            matches!(c, '.' | '!' | '?') && chars.get(i + 1).map_or(true, |n| n.is_whitespace());
+            matches!(c, '.' | '!' | '?') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
         if ends {
             out.push_str(&cur);
             cur.clear();
