@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(dir.join("tokenizer.json"), data).expect("write");
     let sample = b"Hello world, it's 2024! \xff\xfe <|endoftext|>";
     let loaded = [
-        BpeTokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).map(Tokenizer::from),
+        BpeTokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt"))
+            .map(Tokenizer::from),
         Tokenizer::from_tokenizer_json(dir.join("tokenizer.json")),
     ];
     for tok in loaded.into_iter().flatten() {

@@ -402,7 +402,10 @@ impl BpeTokenizer {
             })
     }
 
-    /// Encodes `text` with byte offsets (each token's byte range in `text`).
+    /// Encodes `text` with byte offsets (each token's byte range in `text`;
+    /// they tile it). A special token matched in the text (with `special`)
+    /// keeps its real range and has `special_tokens_mask` 1. GPT-2 adds no
+    /// tokens of its own, so `type_ids` are 0 and `attention_mask` is 1.
     pub fn encode(&self, text: &[u8], special: bool) -> Encoding {
         let ids = self.encode_ids(text, special);
         let mut offsets = Vec::with_capacity(ids.len());
