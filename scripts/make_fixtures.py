@@ -4,7 +4,7 @@
     python3 scripts/make_fixtures.py                 # (re)write every case under tests/fixtures/
     python3 scripts/make_fixtures.py --only gpt2-tiny bert-tiny-mlm
     python3 scripts/make_fixtures.py --check         # reload committed cases, recompute, compare
-    python3 scripts/make_fixtures.py --big assets/big          # large random checkpoints, not committed
+    python3 scripts/make_fixtures.py --big assets/big          # full-size, never committed
     python3 scripts/make_fixtures.py --big assets/big --check  # verify them
 
 Every case folder is an HF checkpoint (config.json + model.safetensors, written by
@@ -53,6 +53,7 @@ from transformers import (  # noqa: E402
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPT2Model,
     GPT2TokenizerFast,
 )
 
@@ -169,7 +170,8 @@ def write_case(case_dir, ref, header):
 
 def custom_init(model, seed):
     """Replaces every parameter: 2-D N(0, 0.35^2), LayerNorm weights 1+N(0, 0.1^2), other 1-D
-    N(0, 0.1^2), drawn in named_parameters() order from torch.Generator().manual_seed(seed). Non-zero biases make loaders that drop or swap a bias fail the tests."""
+    N(0, 0.1^2), drawn in named_parameters() order from torch.Generator().manual_seed(seed).
+    Non-zero biases make loaders that drop or swap a bias fail the tests."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied parameters appear once
@@ -394,7 +396,8 @@ def compute_gpt2_tiny(model, case_dir):
         min_gap = float("inf")
         for i, p in enumerate(GPT2_GEN_PROMPTS):
             inp = torch.tensor([p])
-            out = model.generate(inp, attention_mask=torch.ones_like(inp), generation_config=gen_cfg)
+            out = model.generate(inp, attention_mask=torch.ones_like(inp),
+                                 generation_config=gen_cfg)
             new = out[0, len(p) :]
             assert new.numel() == GPT2_GEN_NEW, "generation stopped early"
             gaps = greedy_check(model, p, new.tolist())
@@ -459,7 +462,33 @@ def make_gpt2_tiny(root):
                  "model.safetensors; the gradient of the shared tensor sums both uses)"},
         "conv1d": "c_attn/c_proj/c_fc weights are stored [in, out] (y = x W + b)",
     }
-    return case_dir, model, header
+    # The bare variant: the same tensors saved from a stand-alone GPT2Model, so its keys have
+    # no `transformer.` prefix (like the hub's original gpt2 files, minus their attn.bias
+    # buffers); its hidden states must equal gpt2-tiny's.
+    bare = GPT2Model(copy.deepcopy(model.config))
+    bare.load_state_dict(model.transformer.state_dict())
+    bare_dir = fresh_dir(root / "gpt2-tiny-bare")
+    bare.save_pretrained(bare_dir)
+    bare_header = {
+        "case": "gpt2-tiny-bare", "model_class": "GPT2Model", "attn_implementation": "eager",
+        "init": {**INIT, "seed": 1001},
+        "note": "the transformer of gpt2-tiny saved from a stand-alone GPT2Model: the same "
+        "tensors under keys without the transformer. prefix; outputs equal gpt2-tiny's",
+    }
+    return [(case_dir, model, header), (bare_dir, bare, bare_header)]
+
+
+def compute_gpt2_bare(model, case_dir):
+    model.eval()
+    ref = Ref()
+    ids = torch.tensor(GPT2_INPUT_IDS)
+    ref.add("input_ids", ids, "[2, 12] token ids (gpt2-tiny's input_ids)")
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+    ref.add("last_hidden_state", out.last_hidden_state, "[2, 12, 32] ln_f(output of the last "
+            "block) = gpt2-tiny's hidden_states[2]; logits would be this . wte^T")
+    ref.add("hidden_states", torch.stack(out.hidden_states), "[3, 2, 12, 32] as in gpt2-tiny")
+    return ref
 
 
 # --------------------------------------------------------------------------------------------
@@ -766,6 +795,7 @@ def case(name, cls, compute):
 
 
 case("gpt2-tiny", GPT2LMHeadModel, compute_gpt2_tiny)
+case("gpt2-tiny-bare", GPT2Model, compute_gpt2_bare)
 case("bert-tiny-pretraining", BertForPreTraining, compute_bert_pretraining)
 case("bert-tiny-bare", BertModel, compute_bert_bare)
 case("bert-tiny-classify", BertForSequenceClassification, compute_bert_classify)
@@ -931,12 +961,17 @@ def make_big(root):
     for f in ("vocab.json", "merges.txt"):
         shutil.copy(ASSETS / "gpt2" / f, g_dir / f)
     GPT2TokenizerFast.from_pretrained(str(g_dir)).save_pretrained(str(g_dir))
-    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    # initializer_range 0.2 instead of 0.02: at 0.02 the random model's greedy continuation is
+    # one token repeated (a broken KV cache could pass that); at 0.2 all 20 new ids differ.
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2,
+                     attn_implementation="eager")
     torch.manual_seed(0)
     model = GPT2LMHeadModel(cfg)
     model.save_pretrained(g_dir)
     header = {"case": "gpt2-124m-random", "model_class": "GPT2LMHeadModel",
-              "attn_implementation": "eager", "init": "HF default init after torch.manual_seed(0)",
+              "attn_implementation": "eager",
+              "init": "HF init (N(0, initializer_range^2) = N(0, 0.2^2), residual projections "
+              "/ sqrt(2 n_layer), LayerNorm 1/0, biases 0) after torch.manual_seed(0)",
               "tied": {"lm_head.weight": "transformer.wte.weight"}}
     yield g_dir, model, header
 
@@ -949,7 +984,8 @@ def make_big(root):
     model = BertModel(cfg)
     model.save_pretrained(b_dir)
     header = {"case": "bert-base-random", "model_class": "BertModel",
-              "attn_implementation": "eager", "init": "HF default init after torch.manual_seed(0)",
+              "attn_implementation": "eager",
+              "init": "HF default init (initializer_range 0.02) after torch.manual_seed(0)",
               "note": "bare BertModel: keys without the bert. prefix"}
     yield b_dir, model, header
 
@@ -964,7 +1000,7 @@ case("bert-base-random", BertModel, compute_bert_big)
 
 # (case names written, function root -> [(case_dir, in-memory model, reference.json header)])
 MAKERS = [
-    (["gpt2-tiny"], lambda root: [make_gpt2_tiny(root)]),
+    (["gpt2-tiny", "gpt2-tiny-bare"], make_gpt2_tiny),
     (["bert-tiny-pretraining", "bert-tiny-bare"], make_bert_pretraining),
     (["bert-tiny-classify"], lambda root: [make_bert(
         root, "bert-tiny-classify", BertForSequenceClassification, 3000,

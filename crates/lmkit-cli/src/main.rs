@@ -16,15 +16,45 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Draw the loss and learning-rate curves of a training run into a PNG.
+    Plot(cmd::plot::Args),
+    /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
+    Pretrain(Box<cmd::pretrain::Args>),
+    /// Train a tokenizer and a small GPT-2 on the Rust books in a few minutes, then sample from it.
+    Quickstart(cmd::quickstart::Args),
+    /// Encode a text into token ids.
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Decode token ids (read from stdin) into text.
+    Detokenize(cmd::tokenize::DetokenizeArgs),
+    /// Learn a BPE or WordPiece vocabulary from text files.
+    TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
     /// Continue a prompt with a GPT-2 model (streams the text).
     Generate(cmd::generate::Args),
     /// Perplexity of a GPT-2 model on a text file (sliding window).
     Perplexity(cmd::perplexity::Args),
+    /// Sentence embeddings (one JSON array per input line).
+    Embed(cmd::embed::Args),
+    /// Top-k tokens for each [MASK] of a text.
+    FillMask(cmd::fill_mask::Args),
+    /// Sequence classification, one result per input line.
+    Classify(cmd::classify::Args),
+    /// Extractive question answering over a context file.
+    Qa(cmd::qa::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Plot(a) => cmd::plot::run(a),
+        Command::Pretrain(a) => cmd::pretrain::run(*a),
+        Command::Quickstart(a) => cmd::quickstart::run(a),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
+        Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::FillMask(a) => cmd::fill_mask::run(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Qa(a) => cmd::qa::run(a),
     }
 }

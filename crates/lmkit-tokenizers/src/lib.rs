@@ -8,9 +8,13 @@ pub mod bpe;
 mod error;
 pub mod pretokenize;
 mod pretokenize_tables;
+pub mod tokenizer;
+pub mod train_bpe;
+pub mod wordpiece;
 
 pub use bpe::BpeTokenizer;
 pub use error::{Error, Result};
+pub use tokenizer::Tokenizer;
 
 /// The result of encoding one text (or one text pair).
 ///

@@ -28,7 +28,12 @@ pub(crate) struct BpeModel {
     pub(crate) byte_ids: [u32; 256],
     /// `(left << 32 | right)` -> `(rank << 32 | merged id)`.
     merges: FastMap<u64, u64>,
-    /// Tokens (2+ bytes) that BPE turns back into themselves, by their bytes.
+    /// The same for the two single-byte tokens of bytes `a`, `b` at `a << 8 | b`
+    /// (every piece starts as bytes: no hashing for the first pairs).
+    byte_pairs: Box<[u64]>,
+    /// Tokens (2+ bytes) that BPE turns back into themselves, by their bytes:
+    /// up to 16 bytes in `short`, longer ones in `whole`.
+    short: ShortMap,
     whole: FastMap<Box<[u8]>, u32>,
     max_token_len: usize,
 }
@@ -63,9 +68,14 @@ impl BpeModel {
             starts,
             byte_ids,
             merges: merge_map,
+            byte_pairs: Box::new([]),
+            short: ShortMap::default(),
             whole: FastMap::default(),
             max_token_len: 0,
         };
+        model.byte_pairs = (0..1usize << 16)
+            .map(|ab| model.pair(byte_ids[ab >> 8], byte_ids[ab & 255]))
+            .collect();
         let consistent: Vec<(Box<[u8]>, u32)> = (0..tokens.len() as u32)
             .into_par_iter()
             .filter(|&id| tokens[id as usize].as_ref().is_some_and(|t| t.len() >= 2))
@@ -77,7 +87,10 @@ impl BpeModel {
             })
             .collect();
         model.max_token_len = consistent.iter().map(|(t, _)| t.len()).max().unwrap_or(1);
-        model.whole = consistent.into_iter().collect();
+        let (short, long): (Vec<_>, Vec<_>) =
+            consistent.into_iter().partition(|(t, _)| t.len() <= SHORT);
+        model.short = ShortMap::new(&short);
+        model.whole = long.into_iter().collect();
         model
     }
 
@@ -95,20 +108,16 @@ impl BpeModel {
         }
     }
 
-    /// Appends the ids of one pre-tokenized piece.
+    /// The token a whole piece (2+ bytes) is, when BPE would give just that token.
     #[inline]
-    pub(crate) fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
-        if piece.len() == 1 {
-            out.push(self.byte_ids[piece[0] as usize]);
-            return;
+    pub(crate) fn lookup_whole(&self, piece: &[u8]) -> Option<u32> {
+        if piece.len() <= SHORT {
+            self.short.get(piece)
+        } else if piece.len() <= self.max_token_len {
+            self.whole.get(piece).copied()
+        } else {
+            None
         }
-        if piece.len() <= self.max_token_len {
-            if let Some(&id) = self.whole.get(piece) {
-                out.push(id);
-                return;
-            }
-        }
-        self.merge_piece(piece, out);
     }
 
     /// The merge loop proper (no whole-piece shortcut).
@@ -124,44 +133,47 @@ impl BpeModel {
     /// fastest for word-sized pieces.
     fn merge_small(&self, piece: &[u8], out: &mut Vec<u32>) {
         let n = piece.len();
-        debug_assert!(n <= SMALL_PIECE);
-        let mut ids = [0u32; SMALL_PIECE];
-        // pairs[i] = rank << 32 | merged id for (ids[i], ids[i + 1]).
-        let mut pairs = [NO_MERGE; SMALL_PIECE];
-        for (i, &b) in piece.iter().enumerate() {
-            ids[i] = self.byte_ids[b as usize];
+        debug_assert!((1..=SMALL_PIECE).contains(&n));
+        // parts[i] = (id, rank << 32 | merged id of (parts[i], parts[i + 1])).
+        let mut parts = [(0u32, NO_MERGE); SMALL_PIECE];
+        let parts = &mut parts[..n];
+        for (i, w) in piece.windows(2).enumerate() {
+            let pair = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
+            parts[i] = (self.byte_ids[w[0] as usize], pair);
         }
-        for i in 0..n.saturating_sub(1) {
-            pairs[i] = self.pair(ids[i], ids[i + 1]);
-        }
+        parts[n - 1] = (self.byte_ids[piece[n - 1] as usize], NO_MERGE);
         let mut len = n;
-        while len > 1 {
+        loop {
             let mut best = NO_MERGE;
             let mut at = 0;
-            for (i, &p) in pairs[..len - 1].iter().enumerate() {
-                if p < best {
-                    best = p;
+            for (i, p) in parts[..len - 1].iter().enumerate() {
+                if p.1 < best {
+                    best = p.1;
                     at = i;
                 }
             }
             if best == NO_MERGE {
                 break;
             }
-            ids[at] = best as u32;
-            ids.copy_within(at + 2..len, at + 1);
-            pairs.copy_within(at + 2..len, at + 1);
-            len -= 1;
-            pairs[len - 1] = NO_MERGE;
-            if at + 1 < len {
-                pairs[at] = self.pair(ids[at], ids[at + 1]);
-            } else {
-                pairs[at] = NO_MERGE;
+            let merged = best as u32;
+            for i in at + 1..len - 1 {
+                parts[i] = parts[i + 1];
             }
+            len -= 1;
+            parts[at].0 = merged;
+            parts[at].1 = if at + 1 < len {
+                self.pair(merged, parts[at + 1].0)
+            } else {
+                NO_MERGE
+            };
             if at > 0 {
-                pairs[at - 1] = self.pair(ids[at - 1], ids[at]);
+                parts[at - 1].1 = self.pair(parts[at - 1].0, merged);
+            }
+            if len == 1 {
+                break;
             }
         }
-        out.extend_from_slice(&ids[..len]);
+        out.extend(parts[..len].iter().map(|p| p.0));
     }
 
     /// O(n log n): a min-heap of (rank, position) over a linked list of parts,
@@ -175,7 +187,7 @@ impl BpeModel {
         let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
         let mut heap: BinaryHeap<Reverse<u64>> = (0..n - 1)
             .filter_map(|i| {
-                let p = self.pair(ids[i], ids[i + 1]);
+                let p = self.byte_pairs[(piece[i] as usize) << 8 | piece[i + 1] as usize];
                 (p != NO_MERGE).then_some(Reverse((p >> 32) << 32 | i as u64))
             })
             .collect();
@@ -216,6 +228,106 @@ impl BpeModel {
         while i < n {
             out.push(ids[i]);
             i = next[i] as usize;
+        }
+    }
+}
+
+/// Longest key of [`ShortMap`].
+const SHORT: usize = 16;
+
+/// Open-addressing map from byte strings of 2..=16 bytes to ids, with keys
+/// stored inline as two words: no pointer chase, no memcmp call.
+#[derive(Debug, Clone, Default)]
+struct ShortMap {
+    slots: Vec<ShortSlot>,
+    shift: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct ShortSlot {
+    lo: u64,
+    hi: u64,
+    /// Key length; 0 marks an empty slot.
+    len: u32,
+    id: u32,
+}
+
+/// The bytes of `p` (`p.len() <= 16`) as two little-endian words, zero-padded,
+/// with a few overlapping loads instead of a variable-length copy.
+#[inline(always)]
+fn load16(p: &[u8]) -> (u64, u64) {
+    let n = p.len();
+    let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes")) as u64;
+    if n >= 8 {
+        let hi = if n > 8 {
+            u64_at(n - 8) >> (8 * (16 - n))
+        } else {
+            0
+        };
+        (u64_at(0), hi)
+    } else if n >= 4 {
+        (u32_at(0) | u32_at(n - 4) << (8 * (n - 4)), 0)
+    } else if n > 0 {
+        let lo =
+            p[0] as u64 | (p[n / 2] as u64) << (8 * (n / 2)) | (p[n - 1] as u64) << (8 * (n - 1));
+        (lo, 0)
+    } else {
+        (0, 0)
+    }
+}
+
+impl ShortMap {
+    fn new(entries: &[(Box<[u8]>, u32)]) -> Self {
+        let bits = (entries.len() * 2)
+            .max(16)
+            .next_power_of_two()
+            .trailing_zeros();
+        let mut map = ShortMap {
+            slots: vec![ShortSlot::default(); 1 << bits],
+            shift: 64 - bits,
+        };
+        for (key, id) in entries {
+            let (lo, hi) = load16(key);
+            let mask = map.slots.len() - 1;
+            let mut i = map.index(lo, hi, key.len());
+            while map.slots[i].len != 0 {
+                i = (i + 1) & mask;
+            }
+            map.slots[i] = ShortSlot {
+                lo,
+                hi,
+                len: key.len() as u32,
+                id: *id,
+            };
+        }
+        map
+    }
+
+    #[inline(always)]
+    fn index(&self, lo: u64, hi: u64, len: usize) -> usize {
+        let h =
+            (lo ^ hi.rotate_left(29) ^ ((len as u64) << 58)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> self.shift) as usize
+    }
+
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let (lo, hi) = load16(key);
+        let mask = self.slots.len() - 1;
+        let mut i = self.index(lo, hi, key.len());
+        loop {
+            let s = &self.slots[i];
+            if s.len == key.len() as u32 && s.lo == lo && s.hi == hi {
+                return Some(s.id);
+            }
+            if s.len == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
         }
     }
 }

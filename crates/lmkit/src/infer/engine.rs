@@ -368,7 +368,7 @@ impl Gpt2Engine {
                 "the KV cache was made for a different model".into(),
             ));
         }
-        if ids.is_empty() || ids.len() % b != 0 {
+        if ids.is_empty() || !ids.len().is_multiple_of(b) {
             return Err(Error::InvalidInput(format!(
                 "{} token ids do not form {b} rows of at least one token",
                 ids.len()
@@ -406,7 +406,7 @@ impl Gpt2Engine {
         let mut next = cache.next_pos.clone();
         for r in 0..b {
             for i in 0..t {
-                if mask.map_or(true, |m| m[r * t + i] == 1) {
+                if mask.is_none_or(|m| m[r * t + i] == 1) {
                     pos[r * t + i] = next[r];
                     next[r] += 1;
                 }
@@ -526,7 +526,7 @@ impl Gpt2Engine {
         batch: usize,
         mask: Option<&[u8]>,
     ) -> Result<Vec<f32>> {
-        if batch == 0 || ids.len() % batch != 0 {
+        if batch == 0 || !ids.len().is_multiple_of(batch) {
             return Err(Error::InvalidInput(format!(
                 "{} ids do not split into {batch} rows",
                 ids.len()

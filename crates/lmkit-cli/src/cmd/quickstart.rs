@@ -1,0 +1,403 @@
+//! `lmkit quickstart`: the first command of the README. Trains a byte-level
+//! BPE tokenizer and a small GPT-2 on a corpus available offline, for a few
+//! minutes on 2 cores, showing progress; then prints the validation
+//! perplexity before and after, and samples from the trained model.
+//!
+//! Default corpus, in order: `--data`; `assets/books/corpus.txt` (made by
+//! `scripts/fetch-assets.sh`) when present; else the Rust toolchain's HTML
+//! books under `$(rustc --print sysroot)/share/doc/rust/html`, extracted here
+//! by a small HTML-to-text pass (the same rules as scripts/html_to_text.py).
+//! The toolchain's books are the robust default — every Rust install that
+//! has the `rust-docs` component (rustup's default profile) has them, and
+//! no Python or network is involved; the asset file is just the same text
+//! already extracted, so it is used when it exists.
+
+use crate::cmd::pretrain;
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use lmkit_tokenizers::train_bpe::{BpeTrainer, BpeTrainerOptions};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Text to train on instead of the default corpus (files, folders, JSONL).
+    #[arg(long, num_args = 1..)]
+    pub data: Vec<PathBuf>,
+    /// Where the tokenizer, shards, checkpoints and metrics go.
+    #[arg(long, default_value = "quickstart-out")]
+    pub output: PathBuf,
+    /// BPE vocabulary size (including <|endoftext|>).
+    #[arg(long, default_value_t = 4096)]
+    pub vocab_size: usize,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 500)]
+    pub steps: u64,
+    /// Start over even if OUTPUT holds a previous quickstart run.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Rayon threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Bytes of the corpus used to learn the tokenizer (enough for a 4k vocabulary).
+const TOKENIZER_SAMPLE_BYTES: usize = 3 << 20;
+
+pub fn run(args: Args) -> Result<()> {
+    if let Some(n) = args.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
+    let out = &args.output;
+    if args.fresh && out.exists() {
+        std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let start = std::time::Instant::now();
+
+    // 1. Corpus.
+    let data = if args.data.is_empty() {
+        vec![default_corpus(out)?]
+    } else {
+        args.data.clone()
+    };
+
+    // 2. Tokenizer.
+    let tok_dir = out.join("tokenizer");
+    if !tok_dir.join("vocab.json").is_file() {
+        eprintln!("[1/3] learning a {}-token BPE vocabulary", args.vocab_size);
+        let mut trainer = BpeTrainer::new(BpeTrainerOptions {
+            vocab_size: args.vocab_size,
+            ..BpeTrainerOptions::default()
+        })?;
+        let mut fed = 0usize;
+        for f in lmkit::data::shards::list_sources(&data)? {
+            if fed >= TOKENIZER_SAMPLE_BYTES {
+                break;
+            }
+            let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+            let take = bytes.len().min(TOKENIZER_SAMPLE_BYTES - fed);
+            trainer.feed(&bytes[..take]);
+            fed += take;
+        }
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template("      merges {bar:30} {pos}/{len}").expect("static"),
+        );
+        let tok = trainer.train(|done, total| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        })?;
+        pb.finish_and_clear();
+        tok.save(&tok_dir)?;
+    } else {
+        eprintln!("[1/3] reusing the tokenizer in {}", tok_dir.display());
+    }
+
+    // 3. Model. A 4-layer, d 256 GPT-2 with 128-token context: big enough to
+    // write English-looking text after a few minutes on 2 cores.
+    eprintln!("[2/3] pretraining a small GPT-2 ({} steps)", args.steps);
+    let run_dir = out.join("run");
+    let resume = pretrain::has_checkpoint(&run_dir)?;
+    let p = pretrain::Args {
+        arch: "gpt2".into(),
+        tokenizer: (!resume).then(|| tok_dir.clone()),
+        data,
+        output: run_dir.clone(),
+        n_layer: (!resume).then_some(4),
+        n_embd: (!resume).then_some(256),
+        n_head: (!resume).then_some(4),
+        n_positions: (!resume).then_some(128),
+        seq_len: Some(128),
+        batch_size: Some(16),
+        grad_accum: Some(1),
+        max_steps: Some(args.steps),
+        lr: Some(2e-3),
+        min_lr: Some(2e-4),
+        warmup_steps: Some(args.steps / 20),
+        eval_every: Some((args.steps / 6).max(1)),
+        eval_batches: Some(8),
+        save_every: Some((args.steps / 3).max(1)),
+        seed: Some(1337),
+        resume,
+        ..Default::default()
+    };
+    let summary = pretrain::run_training(&p)?;
+    if summary.interrupted {
+        eprintln!(
+            "stopped at step {}; run `lmkit quickstart` again to continue",
+            summary.steps
+        );
+        return Ok(());
+    }
+
+    // 4. Results.
+    eprintln!("[3/3] sampling from the trained model");
+    let model_dir = run_dir.clone();
+    let samples = pretrain::sample_texts(
+        &model_dir,
+        &[
+            "The Rust programming language",
+            "A function that",
+            "In this chapter, we",
+        ],
+        60,
+        7,
+    )?;
+    println!();
+    for (prompt, text) in samples {
+        println!("--- {prompt}{text}");
+        println!();
+    }
+    if let (Some(a), Some(b)) = (summary.first_val_loss, summary.last_val_loss) {
+        println!(
+            "validation perplexity: {:.1} before training -> {:.1} after {} steps (loss {:.3} -> {:.3})",
+            a.exp(),
+            b.exp(),
+            summary.steps,
+            a,
+            b
+        );
+    }
+    println!(
+        "done in {:.0} s. Model (HF layout): {}   curves: lmkit plot {}",
+        start.elapsed().as_secs_f64(),
+        model_dir.display(),
+        run_dir.display()
+    );
+    Ok(())
+}
+
+/// The default corpus file: assets/books/corpus.txt if present, else text
+/// extracted from the toolchain's HTML books into OUT/corpus.txt (once).
+fn default_corpus(out: &Path) -> Result<PathBuf> {
+    let assets = [
+        PathBuf::from("assets/books/corpus.txt"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/books/corpus.txt"),
+    ];
+    if let Some(p) = assets.iter().find(|p| p.is_file()) {
+        eprintln!("corpus: {}", p.display());
+        return Ok(p.clone());
+    }
+    let cached = out.join("corpus.txt");
+    if cached.is_file() {
+        eprintln!("corpus: {}", cached.display());
+        return Ok(cached);
+    }
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .context("running `rustc --print sysroot` to find the toolchain's books")?;
+    let html =
+        PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim()).join("share/doc/rust/html");
+    if !html.join("book").is_dir() {
+        bail!(
+            "no default corpus: {} has no books (install them with `rustup component add rust-docs`) \
+             and assets/books/corpus.txt is absent (scripts/fetch-assets.sh makes it); or pass --data FILE",
+            html.display()
+        );
+    }
+    eprintln!(
+        "corpus: extracting the text of the Rust books in {}",
+        html.display()
+    );
+    let text = books_text(&html)?;
+    lmkit::checkpoint::atomic_write(&cached, text.as_bytes())?;
+    Ok(cached)
+}
+
+const BOOKS: &[&str] = &[
+    "book",
+    "reference",
+    "rust-by-example",
+    "nomicon",
+    "cargo",
+    "rustc",
+    "edition-guide",
+    "embedded-book",
+    "rustdoc",
+    "unstable-book",
+    "error_codes",
+];
+
+/// All books' prose, documents (pages) separated by form-feed lines;
+/// paragraphs repeated across pages (navigation, licence blurbs) kept once.
+fn books_text(html_root: &Path) -> Result<String> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut out = String::new();
+    for book in BOOKS {
+        let mut files = Vec::new();
+        collect_html(&html_root.join(book), &mut files);
+        files.sort();
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if matches!(name, "print.html" | "404.html" | "toc.html") {
+                continue;
+            }
+            let Ok(raw) = std::fs::read(&f) else { continue };
+            let text = html_to_text(&String::from_utf8_lossy(&raw));
+            let paras: Vec<&str> = text
+                .split("\n\n")
+                .filter(|p| !p.trim().is_empty() && seen.insert(p.to_string()))
+                .collect();
+            let doc = paras.join("\n\n");
+            if doc.len() > 200 {
+                out.push_str(&doc);
+                out.push_str("\n\u{c}\n");
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!("{}: no text found in the books", html_root.display());
+    }
+    Ok(out)
+}
+
+fn collect_html(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect_html(&p, out);
+        } else if p.extension().is_some_and(|x| x == "html") {
+            out.push(p);
+        }
+    }
+}
+
+/// Visible text of an HTML page: skips script/style/nav/head/..., breaks
+/// lines at block tags, decodes the common entities, collapses spaces.
+fn html_to_text(html: &str) -> String {
+    const SKIP: &[&str] = &[
+        "script", "style", "nav", "head", "noscript", "svg", "button",
+    ];
+    const BLOCK: &[&str] = &[
+        "p",
+        "div",
+        "li",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "tr",
+        "br",
+        "blockquote",
+        "dt",
+        "dd",
+        "section",
+        "main",
+        "table",
+    ];
+    let mut raw = String::new();
+    let mut skip = 0usize;
+    let mut rest = html;
+    while let Some(lt) = rest.find('<') {
+        if skip == 0 {
+            raw.push_str(&rest[..lt]);
+        }
+        let Some(gt) = rest[lt..].find('>') else {
+            break;
+        };
+        let tag = &rest[lt + 1..lt + gt];
+        rest = &rest[lt + gt + 1..];
+        if tag.starts_with('!') {
+            continue;
+        }
+        let closing = tag.starts_with('/');
+        let name: String = tag
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if SKIP.contains(&name.as_str()) {
+            if closing {
+                skip = skip.saturating_sub(1);
+            } else if !tag.ends_with('/') {
+                skip += 1;
+            }
+        } else if BLOCK.contains(&name.as_str()) {
+            raw.push('\n');
+        }
+    }
+    if skip == 0 {
+        raw.push_str(rest);
+    }
+    let decoded = decode_entities(&raw);
+    let mut lines: Vec<String> = Vec::new();
+    let mut blank = false;
+    for line in decoded.split('\n') {
+        let l = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !l.is_empty() {
+            lines.push(l);
+            blank = false;
+        } else if !blank && !lines.is_empty() {
+            lines.push(String::new());
+            blank = true;
+        }
+    }
+    lines.join("\n").trim().to_string()
+}
+
+fn decode_entities(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let end = rest[..rest.len().min(12)].find(';');
+        let decoded = end.and_then(|e| {
+            let ent = &rest[1..e];
+            let c = match ent {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                "nbsp" => Some(' '),
+                _ if ent.starts_with("#x") || ent.starts_with("#X") => {
+                    u32::from_str_radix(&ent[2..], 16)
+                        .ok()
+                        .and_then(char::from_u32)
+                }
+                _ if ent.starts_with('#') => ent[1..].parse().ok().and_then(char::from_u32),
+                _ => None,
+            };
+            c.map(|c| (c, e))
+        });
+        match decoded {
+            Some((c, e)) => {
+                out.push(c);
+                rest = &rest[e + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_text_extraction() {
+        let html = "<html><head><title>T</title><script>var x = 1;</script></head><body>\
+            <nav>menu</nav><h1>Hello &amp; welcome</h1><p>A  <code>fn</code>\n  main &#x27;x&#39; &lt;3</p>\
+            <p>Second</p></body></html>";
+        let t = html_to_text(html);
+        assert_eq!(t, "Hello & welcome\n\nA fn\nmain 'x' <3\n\nSecond");
+        assert_eq!(decode_entities("a &unknown; b &amp"), "a &unknown; b &amp");
+    }
+}

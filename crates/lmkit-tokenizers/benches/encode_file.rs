@@ -1,0 +1,93 @@
+//! Times lmkit's GPT-2 encode (and tiktoken-rs's, same run) on one file and
+//! prints one JSON line per measurement; `scripts/bench_tokenizers.py` runs it
+//! beside Python tiktoken and HF tokenizers and prints the ratios.
+//!
+//! `cargo bench -p lmkit-tokenizers --bench encode_file -- [FILE] [--reps N]`
+//! (default FILE: assets/books/corpus.txt; documents split at "\n\f\n").
+//! Single-thread runs report thread CPU time (robust on a shared machine),
+//! batch runs wall time.
+
+use std::time::Instant;
+
+use lmkit_tokenizers::BpeTokenizer;
+use rayon::prelude::*;
+
+/// CPU time of the calling thread in seconds (Linux), so single-thread
+/// timings hold on a busy machine; wall time where it cannot be read.
+fn thread_cpu() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(s.split_whitespace().next()?.parse::<f64>().ok()? / 1e9)
+}
+
+/// Best of `reps` runs: thread CPU time when `cpu`, else wall time.
+fn best_of<T>(reps: usize, cpu: bool, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut best = f64::INFINITY;
+    let mut out = f();
+    for _ in 0..reps {
+        let (t, c) = (Instant::now(), thread_cpu());
+        out = f();
+        let took = match (cpu, c, thread_cpu()) {
+            (true, Some(a), Some(b)) => b - a,
+            _ => t.elapsed().as_secs_f64(),
+        };
+        best = best.min(took);
+    }
+    (best, out)
+}
+
+fn main() {
+    let root = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mut file = root.join("assets/books/corpus.txt");
+    let mut reps = 5;
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == "--reps" {
+            reps = args
+                .get(i + 1)
+                .and_then(|s| s.parse().ok())
+                .expect("--reps N");
+            i += 1;
+        } else {
+            file = args[i].clone().into();
+        }
+        i += 1;
+    }
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-assets.sh first", file.display()));
+    let docs: Vec<&str> = text.split("\n\u{c}\n").collect();
+    let lmkit = BpeTokenizer::from_dir(root.join("assets/gpt2"))
+        .unwrap_or_else(|e| panic!("{e}; run scripts/fetch-assets.sh first"));
+    let tiktoken = tiktoken_rs::r50k_base().expect("r50k_base");
+    let threads = rayon::current_num_threads();
+    let report = |name: &str, secs: f64, tokens: usize| {
+        println!(
+            "{{\"name\": \"{name}\", \"seconds\": {secs:.6}, \"bytes\": {}, \"tokens\": {tokens}, \"threads\": {threads}}}",
+            text.len()
+        );
+    };
+    let (s, ids) = best_of(reps, true, || lmkit.encode_ordinary(text.as_bytes()));
+    report("lmkit single", s, ids.len());
+    if std::env::var_os("LMKIT_BENCH_PARTS").is_some() {
+        let (s, n) = best_of(reps, true, || {
+            lmkit_tokenizers::pretokenize::split_gpt2(text.as_bytes()).count()
+        });
+        report("lmkit pretokenize-only", s, n);
+    }
+    if std::env::var_os("LMKIT_BENCH_ONLY").is_some() {
+        return;
+    }
+    let (s, ids) = best_of(reps, true, || tiktoken.encode_ordinary(&text));
+    report("tiktoken-rs single", s, ids.len());
+    let (s, ids) = best_of(reps, false, || lmkit.encode_batch(&docs, false));
+    report("lmkit batch", s, ids.iter().map(Vec::len).sum());
+    let (s, ids) = best_of(reps, false, || {
+        docs.par_iter()
+            .map(|d| tiktoken.encode_ordinary(d))
+            .collect::<Vec<_>>()
+    });
+    report("tiktoken-rs batch", s, ids.iter().map(Vec::len).sum());
+}

@@ -1,0 +1,207 @@
+//! Loading and saving: errors name the file and line; saved files load back
+//! (ours and HF's formats); training writes a tokenizer that round-trips.
+
+mod bpe_common;
+
+use std::path::{Path, PathBuf};
+
+use bpe_common::{assets, corpus_docs, gpt2};
+use lmkit_tokenizers::train_bpe::{BpeTrainer, BpeTrainerOptions};
+use lmkit_tokenizers::{BpeTokenizer, Error, Tokenizer};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lmkit-bpe-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A tiny valid vocabulary: all 256 bytes, then "ab", then "abc".
+fn tiny(dir: &Path, extra_vocab: &str, merges: &str) {
+    let mut vocab = String::from("{\n");
+    for (i, b) in lmkit_tokenizers::bpe::byte_level::BYTE_ORDER
+        .iter()
+        .enumerate()
+    {
+        let t = lmkit_tokenizers::bpe::byte_level::bytes_to_token(&[*b]);
+        vocab.push_str(&format!("  {}: {i},\n", serde_json::to_string(&t).unwrap()));
+    }
+    vocab.push_str(&format!(
+        "  \"ab\": 256,\n  \"abc\": 257{extra_vocab}\n}}\n"
+    ));
+    std::fs::write(dir.join("vocab.json"), vocab).unwrap();
+    std::fs::write(dir.join("merges.txt"), merges).unwrap();
+}
+
+fn parse_error(r: Result<BpeTokenizer, Error>) -> (PathBuf, usize, String) {
+    match r {
+        Err(Error::Parse {
+            path,
+            line,
+            message,
+        }) => (path, line, message),
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+}
+
+#[test]
+fn tiny_vocabulary_loads_and_merges() {
+    let dir = scratch("tiny");
+    tiny(&dir, "", "#version: 0.2\na b\nab c\n");
+    let t = BpeTokenizer::from_dir(&dir).unwrap();
+    assert_eq!(t.encode_ordinary(b"abc abcab"), [257, 220, 257, 256]);
+    assert_eq!(t.vocab_size(), 258);
+}
+
+#[test]
+fn errors_name_file_and_line() {
+    let dir = scratch("errors");
+    tiny(&dir, ",\n  \"a b\": 258", "a b\n");
+    let (path, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert!(path.ends_with("vocab.json"));
+    assert_eq!(line, 260, "{msg}");
+    assert!(msg.contains("byte-level alphabet"), "{msg}");
+
+    tiny(&dir, ",\n  \"x\": oops", "a b\n");
+    let (path, line, _) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert!(path.ends_with("vocab.json"));
+    assert_eq!(line, 260);
+
+    tiny(&dir, "", "#version: 0.2\na b\nab c d\n");
+    let (path, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert!(path.ends_with("merges.txt"));
+    assert_eq!((line, msg.contains("two tokens")), (3, true), "{msg}");
+
+    tiny(&dir, "", "a b\nab zz\n");
+    let (path, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert!(
+        path.ends_with("merges.txt") && msg.contains("\"zz\""),
+        "{msg}"
+    );
+    assert_eq!(line, 2);
+
+    tiny(&dir, "", "a b\nb c\n");
+    let (_, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert_eq!(line, 2);
+    assert!(msg.contains("\"bc\" is not in the vocabulary"), "{msg}");
+
+    tiny(&dir, ",\n  \"ab\": 300", "a b\n");
+    let (_, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert!(msg.contains("twice"), "{msg}");
+    assert_eq!(line, 258);
+
+    std::fs::remove_file(dir.join("merges.txt")).unwrap();
+    match Tokenizer::from_dir(&dir) {
+        Err(Error::Io { path, .. }) => assert!(path.ends_with("merges.txt")),
+        other => panic!("expected an io error naming merges.txt, got {other:?}"),
+    }
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        "{\"model\": {\"type\": \"BPE\",\n \"vocab\": [1, 2]}}",
+    )
+    .unwrap();
+    match Tokenizer::from_dir(&dir) {
+        Err(Error::Parse { path, line, .. }) => {
+            assert!(path.ends_with("tokenizer.json"));
+            assert_eq!(line, 2);
+        }
+        other => panic!("expected a parse error in tokenizer.json, got {other:?}"),
+    }
+    assert!(matches!(
+        Tokenizer::from_dir(dir.join("absent")),
+        Err(Error::Io { .. })
+    ));
+}
+
+#[test]
+fn unsupported_tokenizer_json_is_an_error() {
+    let dir = scratch("unsupported");
+    gpt2().save(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    let json = std::fs::read_to_string(&path).unwrap();
+    let patched = json.replacen(
+        "\"add_prefix_space\": false",
+        "\"add_prefix_space\": true",
+        1,
+    );
+    assert_ne!(json, patched);
+    std::fs::write(&path, patched).unwrap();
+    match BpeTokenizer::from_tokenizer_json(&path) {
+        Err(Error::Unsupported { message, .. }) => assert!(message.contains("pre_tokenizer")),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+
+    // transformers writes a no-op TemplateProcessing: accepted; one that adds
+    // a token is not (we would silently drop it).
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let seq = |id: &str| serde_json::json!({"Sequence": {"id": id, "type_id": 0}});
+    v["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing", "single": [seq("A")], "pair": [seq("A"), seq("B")],
+        "special_tokens": {}
+    });
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(BpeTokenizer::from_tokenizer_json(&path).is_ok());
+    v["post_processor"]["single"] = serde_json::json!([
+        {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, seq("A")
+    ]);
+    std::fs::write(&path, v.to_string()).unwrap();
+    match BpeTokenizer::from_tokenizer_json(&path) {
+        Err(Error::Unsupported { message, .. }) => assert!(message.contains("post_processor")),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn saved_files_load_back_identically() {
+    let dir = scratch("save");
+    gpt2().save(&dir).unwrap();
+    let from_json = BpeTokenizer::from_tokenizer_json(dir.join("tokenizer.json")).unwrap();
+    let from_files =
+        BpeTokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).unwrap();
+    let docs = corpus_docs();
+    let text = docs[..20].concat();
+    let want = gpt2().encode_ids(text.as_bytes(), true);
+    assert_eq!(from_json.encode_ids(text.as_bytes(), true), want);
+    assert_eq!(from_files.encode_ids(text.as_bytes(), true), want);
+    assert_eq!(from_json.endoftext_id(), Some(50256));
+    assert_eq!(from_json.vocab_size(), 50257);
+    // The saved vocabulary is GPT-2's, token for token.
+    let original = std::fs::read_to_string(assets().join("gpt2/vocab.json")).unwrap();
+    let original: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&original).unwrap();
+    let saved = std::fs::read_to_string(dir.join("vocab.json")).unwrap();
+    let saved: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&saved).unwrap();
+    assert_eq!(original, saved);
+}
+
+#[test]
+fn trained_tokenizer_round_trips_and_loads_back() {
+    let docs = corpus_docs();
+    let text = docs[..200].join("\n");
+    let mut trainer = BpeTrainer::new(BpeTrainerOptions {
+        vocab_size: 2000,
+        ..Default::default()
+    })
+    .unwrap();
+    trainer.feed(text.as_bytes());
+    let trained = trainer.train(|_, _| {}).unwrap();
+    assert_eq!(trained.vocab_size(), 2000);
+    assert_eq!(trained.endoftext_id(), Some(1999));
+    let dir = scratch("trained");
+    trained.save(&dir).unwrap();
+    let loaded = Tokenizer::from_dir(&dir).unwrap();
+    let sample = docs[300].as_bytes();
+    let ids = loaded.encode_ids(sample, false).unwrap();
+    assert_eq!(ids, trained.encode_ordinary(sample));
+    assert_eq!(loaded.decode(&ids).unwrap(), sample);
+    // Learned merges compress English well beyond bytes.
+    assert!(
+        ids.len() * 5 < sample.len() * 2,
+        "{} tokens for {} bytes",
+        ids.len(),
+        sample.len()
+    );
+    let from_files =
+        BpeTokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).unwrap();
+    assert_eq!(from_files.encode_ordinary(sample), ids);
+}

@@ -1,0 +1,571 @@
+//! Binary token shards.
+//!
+//! `prepare_shards` tokenizes text files, directories and JSONL (`text` field)
+//! once into `DIR/train.bin` + `DIR/val.bin` + `DIR/meta.json`; a later run
+//! with the same sources and tokenizer reuses them. Documents are joined with
+//! the end-of-text token (one before every document, as GPT-2 was trained).
+//!
+//! Shard file: a 32-byte header (`LMKTOK01`, token width u32 = 2 or 4,
+//! reserved u32, token count u64, 8 reserved bytes), then little-endian
+//! tokens: u16 when the vocabulary fits, else u32.
+//!
+//! Validation split: the token stream is cut into chunks of `chunk_tokens`,
+//! and every `stride`-th chunk goes to validation, so the held-out text is
+//! spread over the whole corpus (one long file still gets a fair split).
+
+use super::{io_err, DataError, Result};
+use memmap2::Mmap;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+pub const SHARD_MAGIC: &[u8; 8] = b"LMKTOK01";
+const HEADER_LEN: usize = 32;
+const META_VERSION: u32 = 1;
+/// Extensions picked up when a directory is given (explicit files are always read).
+const TEXT_EXTENSIONS: &[&str] = &["txt", "md", "markdown", "rst", "text", "jsonl", "ndjson"];
+/// Large documents are cut into pieces of about this many bytes to tokenize
+/// in parallel (at boundaries where the result is unchanged, see `split_pieces`).
+const PIECE_BYTES: usize = 1 << 16;
+
+/// A memory-mapped token shard.
+pub struct TokenShard {
+    path: PathBuf,
+    map: Mmap,
+    width: usize,
+    len: usize,
+}
+
+impl TokenShard {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(io_err(path))?;
+        // SAFETY: the shard is written once (temp file + rename) and never
+        // modified in place; a concurrent writer replaces, not mutates, it.
+        let map = unsafe { Mmap::map(&file) }.map_err(io_err(path))?;
+        let bad = |message: String| DataError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message,
+        };
+        if map.len() < HEADER_LEN || &map[..8] != SHARD_MAGIC {
+            return Err(bad("not an lmkit token shard (bad header)".into()));
+        }
+        let width = u32::from_le_bytes(map[8..12].try_into().expect("4 bytes")) as usize;
+        let len = u64::from_le_bytes(map[16..24].try_into().expect("8 bytes")) as usize;
+        if width != 2 && width != 4 {
+            return Err(bad(format!("token width {width} (expected 2 or 4)")));
+        }
+        if map.len() != HEADER_LEN + len * width {
+            return Err(bad(format!(
+                "truncated: header says {len} tokens of {width} bytes, file has {} bytes",
+                map.len()
+            )));
+        }
+        Ok(TokenShard {
+            path: path.to_path_buf(),
+            map,
+            width,
+            len,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes per token (2 or 4).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    pub fn get(&self, i: usize) -> u32 {
+        let o = HEADER_LEN + i * self.width;
+        if self.width == 2 {
+            u16::from_le_bytes([self.map[o], self.map[o + 1]]) as u32
+        } else {
+            u32::from_le_bytes(self.map[o..o + 4].try_into().expect("4 bytes"))
+        }
+    }
+
+    /// Copies tokens `start..start + out.len()` into `out`.
+    pub fn read_into(&self, start: usize, out: &mut [u32]) {
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.get(start + k);
+        }
+    }
+}
+
+/// Writes a shard to `PATH.tmp`, then fsyncs and renames it into place.
+struct ShardWriter {
+    tmp: PathBuf,
+    path: PathBuf,
+    out: BufWriter<File>,
+    width: usize,
+    len: u64,
+}
+
+impl ShardWriter {
+    fn create(path: &Path, width: usize) -> Result<Self> {
+        let tmp = path.with_extension("bin.tmp");
+        let file = File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(SHARD_MAGIC);
+        header[8..12].copy_from_slice(&(width as u32).to_le_bytes());
+        out.write_all(&header).map_err(io_err(&tmp))?;
+        Ok(ShardWriter {
+            tmp,
+            path: path.to_path_buf(),
+            out,
+            width,
+            len: 0,
+        })
+    }
+
+    fn push(&mut self, token: u32) -> Result<()> {
+        let r = if self.width == 2 {
+            self.out.write_all(&(token as u16).to_le_bytes())
+        } else {
+            self.out.write_all(&token.to_le_bytes())
+        };
+        r.map_err(io_err(&self.tmp))?;
+        self.len += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<u64> {
+        let tmp = self.tmp;
+        let mut file = self
+            .out
+            .into_inner()
+            .map_err(|e| io_err(&tmp)(e.into_error()))?;
+        file.seek(SeekFrom::Start(16)).map_err(io_err(&tmp))?;
+        file.write_all(&self.len.to_le_bytes())
+            .map_err(io_err(&tmp))?;
+        file.sync_all().map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &self.path).map_err(io_err(&self.path))?;
+        Ok(self.len)
+    }
+}
+
+/// One input file as recorded in `meta.json` (a change invalidates the shards).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    pub path: String,
+    pub bytes: u64,
+    pub modified_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardMeta {
+    pub version: u32,
+    pub token_width: u32,
+    pub vocab_size: u32,
+    pub eos_id: u32,
+    pub val_fraction: f64,
+    pub chunk_tokens: u64,
+    pub train_tokens: u64,
+    pub val_tokens: u64,
+    pub documents: u64,
+    /// Identifies the tokenizer (e.g. a hash of its files).
+    pub tokenizer: String,
+    pub sources: Vec<SourceInfo>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PrepareOptions {
+    pub vocab_size: usize,
+    pub eos_id: u32,
+    /// Fraction of tokens held out for validation, in [0, 0.5].
+    pub val_fraction: f64,
+    /// Identifies the tokenizer; shards made with another one are rebuilt.
+    pub tokenizer_id: String,
+}
+
+/// Result of [`prepare_shards`].
+pub struct PreparedData {
+    pub meta: ShardMeta,
+    /// True when existing shards matched and were reused.
+    pub reused: bool,
+}
+
+/// Train + optional validation shards, memory-mapped.
+pub struct TokenData {
+    pub meta: ShardMeta,
+    pub train: TokenShard,
+    pub val: Option<TokenShard>,
+}
+
+/// Expands files and directories (recursively, sorted, hidden entries and
+/// files without a text extension skipped) into the list of files to read.
+pub fn list_sources(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io_err(dir))?
+            .map(|e| e.map(|e| e.path()).map_err(io_err(dir)))
+            .collect::<Result<_>>()?;
+        entries.sort();
+        for p in entries {
+            let hidden = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'));
+            if hidden {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| TEXT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+            {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let md = std::fs::metadata(p).map_err(io_err(p))?;
+        if md.is_dir() {
+            let before = out.len();
+            walk(p, &mut out)?;
+            if out.len() == before {
+                return Err(DataError::Invalid(format!(
+                    "{}: directory holds no text files ({})",
+                    p.display(),
+                    TEXT_EXTENSIONS.join(", ")
+                )));
+            }
+        } else {
+            out.push(p.clone());
+        }
+    }
+    if out.is_empty() {
+        return Err(DataError::Invalid("no data files given".into()));
+    }
+    Ok(out)
+}
+
+fn source_info(path: &Path) -> Result<SourceInfo> {
+    let md = std::fs::metadata(path).map_err(io_err(path))?;
+    let modified_ns = md
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    Ok(SourceInfo {
+        path: abs.display().to_string(),
+        bytes: md.len(),
+        modified_ns,
+    })
+}
+
+fn is_jsonl(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("jsonl" | "ndjson" | "JSONL")
+    )
+}
+
+/// Splits one file into documents: JSONL → the `text` field of each line;
+/// text → the whole file, or its parts between form-feed lines (`\n\f\n`).
+fn split_documents<'a>(path: &Path, text: &'a str) -> Result<Vec<std::borrow::Cow<'a, str>>> {
+    if is_jsonl(path) {
+        let mut docs = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let parse = |message: String| DataError::Parse {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message,
+            };
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| parse(e.to_string()))?;
+            match v.get("text") {
+                Some(serde_json::Value::String(s)) => docs.push(std::borrow::Cow::Owned(s.clone())),
+                Some(_) => return Err(parse("field `text` is not a string".into())),
+                None => return Err(parse("no `text` field".into())),
+            }
+        }
+        Ok(docs)
+    } else {
+        Ok(text
+            .split("\n\u{c}\n")
+            .map(std::borrow::Cow::Borrowed)
+            .collect())
+    }
+}
+
+/// Cuts a document into pieces of about `PIECE_BYTES` at a newline that is
+/// followed by a non-whitespace character. A GPT-2 style pre-tokenizer always
+/// ends a pre-token there, so encoding the pieces separately gives exactly the
+/// tokens of encoding the whole document.
+fn split_pieces(doc: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let bytes = doc.as_bytes();
+    let mut start = 0;
+    while doc.len() - start > PIECE_BYTES {
+        let mut cut = None;
+        let mut i = start + PIECE_BYTES;
+        while i + 1 < bytes.len() {
+            if bytes[i] == b'\n' && !bytes[i + 1].is_ascii_whitespace() {
+                cut = Some(i + 1);
+                break;
+            }
+            i += 1;
+        }
+        match cut {
+            Some(c) => {
+                pieces.push(&doc[start..c]);
+                start = c;
+            }
+            None => break,
+        }
+    }
+    pieces.push(&doc[start..]);
+    pieces
+}
+
+/// Token ids produced for a piece of text; the error is the tokenizer's message.
+pub type EncodeFn<'a> = dyn Fn(&str) -> std::result::Result<Vec<u32>, String> + Sync + 'a;
+
+/// Tokenizes `paths` into `out_dir/{train,val}.bin` + `meta.json`, or reuses
+/// them when `meta.json` matches these sources and this tokenizer.
+/// `progress(bytes_done, bytes_total)` is called as files are read.
+pub fn prepare_shards(
+    paths: &[PathBuf],
+    out_dir: &Path,
+    opts: &PrepareOptions,
+    encode: &EncodeFn,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<PreparedData> {
+    if !(0.0..=0.5).contains(&opts.val_fraction) {
+        return Err(DataError::Invalid(format!(
+            "validation fraction {} is outside [0, 0.5]",
+            opts.val_fraction
+        )));
+    }
+    let files = list_sources(paths)?;
+    let sources = files
+        .iter()
+        .map(|f| source_info(f))
+        .collect::<Result<Vec<_>>>()?;
+    let total_bytes: u64 = sources.iter().map(|s| s.bytes).sum();
+    let width: u32 = if opts.vocab_size <= 1 << 16 { 2 } else { 4 };
+
+    let meta_path = out_dir.join("meta.json");
+    if let Ok(text) = std::fs::read_to_string(&meta_path) {
+        if let Ok(meta) = serde_json::from_str::<ShardMeta>(&text) {
+            let same = meta.version == META_VERSION
+                && meta.sources == sources
+                && meta.tokenizer == opts.tokenizer_id
+                && meta.vocab_size as usize == opts.vocab_size
+                && meta.eos_id == opts.eos_id
+                && meta.val_fraction == opts.val_fraction;
+            if same && open_shards(out_dir).is_ok() {
+                progress(total_bytes, total_bytes);
+                return Ok(PreparedData { meta, reused: true });
+            }
+        }
+    }
+    std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
+    // Invalidate old shards first: a crash mid-way must not leave a stale
+    // meta.json describing new shards.
+    let _ = std::fs::remove_file(&meta_path);
+
+    // ~4 bytes per token; aim for ≥ 20 validation chunks.
+    let stride: u64 = if opts.val_fraction > 0.0 {
+        ((1.0 / opts.val_fraction).round() as u64).max(2)
+    } else {
+        0
+    };
+    let est_tokens = (total_bytes / 4).max(1);
+    let chunk_tokens: u64 = if stride > 0 {
+        (est_tokens / (stride * 20)).clamp(32, 1 << 16)
+    } else {
+        u64::MAX
+    };
+
+    let mut train = ShardWriter::create(&out_dir.join("train.bin"), width as usize)?;
+    let mut val = if stride > 0 {
+        Some(ShardWriter::create(
+            &out_dir.join("val.bin"),
+            width as usize,
+        )?)
+    } else {
+        None
+    };
+    let mut position: u64 = 0;
+    let mut documents: u64 = 0;
+    let mut done_bytes: u64 = 0;
+    progress(0, total_bytes);
+    for (file, info) in files.iter().zip(&sources) {
+        let raw = std::fs::read(file).map_err(io_err(file))?;
+        let text = String::from_utf8(raw).map_err(|e| DataError::Parse {
+            path: file.clone(),
+            line: 0,
+            message: format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        let docs = split_documents(file, &text)?;
+        // (starts a document, text)
+        let mut pieces: Vec<(bool, &str)> = Vec::new();
+        for doc in &docs {
+            if doc.trim().is_empty() {
+                continue;
+            }
+            for (k, p) in split_pieces(doc).into_iter().enumerate() {
+                pieces.push((k == 0, p));
+            }
+        }
+        let file_pieces = pieces.len().max(1) as u64;
+        for (g, group) in pieces.chunks(64).enumerate() {
+            let encoded: Vec<std::result::Result<Vec<u32>, String>> =
+                group.par_iter().map(|(_, p)| encode(p)).collect();
+            for ((starts_doc, _), ids) in group.iter().zip(encoded) {
+                let ids = ids.map_err(|m| DataError::Parse {
+                    path: file.clone(),
+                    line: 0,
+                    message: format!("tokenizer: {m}"),
+                })?;
+                if *starts_doc {
+                    documents += 1;
+                }
+                let eos = starts_doc.then_some(opts.eos_id);
+                for tok in eos.into_iter().chain(ids) {
+                    if tok as usize >= opts.vocab_size {
+                        return Err(DataError::Invalid(format!(
+                            "{}: token id {tok} is outside the vocabulary of {} \
+                             (tokenizer and model do not match)",
+                            file.display(),
+                            opts.vocab_size
+                        )));
+                    }
+                    let to_val = stride > 0 && (position / chunk_tokens) % stride == stride - 1;
+                    match (&mut val, to_val) {
+                        (Some(v), true) => v.push(tok)?,
+                        _ => train.push(tok)?,
+                    }
+                    position += 1;
+                }
+            }
+            let frac = ((g + 1) * 64).min(pieces.len()) as u64;
+            progress(done_bytes + info.bytes * frac / file_pieces, total_bytes);
+        }
+        done_bytes += info.bytes;
+        progress(done_bytes, total_bytes);
+    }
+    let train_tokens = train.finish()?;
+    let val_tokens = match val {
+        Some(v) => v.finish()?,
+        None => {
+            let _ = std::fs::remove_file(out_dir.join("val.bin"));
+            0
+        }
+    };
+    if train_tokens == 0 || documents == 0 {
+        return Err(DataError::Invalid(format!(
+            "no text in the data ({} file(s), {} bytes)",
+            files.len(),
+            total_bytes
+        )));
+    }
+    let meta = ShardMeta {
+        version: META_VERSION,
+        token_width: width,
+        vocab_size: opts.vocab_size as u32,
+        eos_id: opts.eos_id,
+        val_fraction: opts.val_fraction,
+        chunk_tokens: if stride > 0 { chunk_tokens } else { 0 },
+        train_tokens,
+        val_tokens,
+        documents,
+        tokenizer: opts.tokenizer_id.clone(),
+        sources,
+    };
+    let json = serde_json::to_string_pretty(&meta).expect("meta serializes");
+    let tmp = meta_path.with_extension("json.tmp");
+    std::fs::write(&tmp, json).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, &meta_path).map_err(io_err(&meta_path))?;
+    Ok(PreparedData {
+        meta,
+        reused: false,
+    })
+}
+
+/// Opens the shards written by [`prepare_shards`].
+pub fn open_shards(dir: &Path) -> Result<TokenData> {
+    let meta_path = dir.join("meta.json");
+    let text = std::fs::read_to_string(&meta_path).map_err(io_err(&meta_path))?;
+    let meta: ShardMeta = serde_json::from_str(&text).map_err(|e| DataError::Parse {
+        path: meta_path.clone(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    let train = TokenShard::open(&dir.join("train.bin"))?;
+    let val = if meta.val_tokens > 0 {
+        Some(TokenShard::open(&dir.join("val.bin"))?)
+    } else {
+        None
+    };
+    let mismatch = train.len() as u64 != meta.train_tokens
+        || val.as_ref().map_or(0, |v| v.len() as u64) != meta.val_tokens;
+    if mismatch {
+        return Err(DataError::Invalid(format!(
+            "{}: shard sizes do not match meta.json; delete the folder to rebuild it",
+            dir.display()
+        )));
+    }
+    Ok(TokenData { meta, train, val })
+}
+
+/// FNV-1a over the contents of `files`: a cheap identity for a tokenizer.
+pub fn fingerprint_files(files: &[PathBuf]) -> std::io::Result<String> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in files {
+        for b in std::fs::read(f)? {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(format!("fnv1a64:{h:016x}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cut_only_before_non_space() {
+        let line = "word ".repeat(20) + "\n";
+        let doc = line.repeat(3000) + "\n\n  indented\nend";
+        let pieces = split_pieces(&doc);
+        assert!(pieces.len() > 2);
+        assert_eq!(pieces.concat(), doc);
+        for p in &pieces[..pieces.len() - 1] {
+            assert!(p.ends_with('\n'));
+        }
+        for p in &pieces[1..] {
+            assert!(!p.as_bytes()[0].is_ascii_whitespace());
+        }
+    }
+}

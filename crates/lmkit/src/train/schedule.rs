@@ -1,0 +1,113 @@
+//! Learning-rate schedules: linear warmup, then cosine / linear decay to a
+//! floor, or constant.
+
+use serde::{Deserialize, Serialize};
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleKind {
+    Cosine,
+    Linear,
+    Constant,
+}
+
+impl FromStr for ScheduleKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cosine" => Ok(Self::Cosine),
+            "linear" => Ok(Self::Linear),
+            "constant" => Ok(Self::Constant),
+            other => Err(format!(
+                "unknown schedule `{other}` (expected cosine, linear or constant)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LrSchedule {
+    pub kind: ScheduleKind,
+    /// Peak learning rate, reached at the end of warmup.
+    pub max_lr: f32,
+    /// Floor the decay ends at (cosine/linear); ignored by constant.
+    pub min_lr: f32,
+    pub warmup_steps: u64,
+    /// Total optimizer steps; the decay reaches `min_lr` at the last one.
+    pub total_steps: u64,
+}
+
+impl LrSchedule {
+    /// Learning rate for optimizer step `step` (0-based). Warmup is linear
+    /// from `max_lr / warmup` (never 0, so step 0 already learns) to `max_lr`.
+    pub fn lr(&self, step: u64) -> f32 {
+        if step < self.warmup_steps {
+            return self.max_lr * (step + 1) as f32 / self.warmup_steps as f32;
+        }
+        if self.kind == ScheduleKind::Constant {
+            return self.max_lr;
+        }
+        let decay_steps = self.total_steps.saturating_sub(self.warmup_steps);
+        if decay_steps <= 1 {
+            return self.max_lr;
+        }
+        let progress = ((step - self.warmup_steps) as f64 / (decay_steps - 1) as f64).min(1.0);
+        let coeff = match self.kind {
+            ScheduleKind::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+            ScheduleKind::Linear => 1.0 - progress,
+            ScheduleKind::Constant => 1.0,
+        };
+        (self.min_lr as f64 + coeff * (self.max_lr - self.min_lr) as f64) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(kind: ScheduleKind) -> LrSchedule {
+        LrSchedule {
+            kind,
+            max_lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_steps: 10,
+            total_steps: 110,
+        }
+    }
+
+    #[test]
+    fn warmup_then_decay_to_floor() {
+        for kind in [ScheduleKind::Cosine, ScheduleKind::Linear] {
+            let s = sched(kind);
+            assert!((s.lr(0) - 1e-4).abs() < 1e-9);
+            assert!((s.lr(9) - 1e-3).abs() < 1e-9);
+            assert!((s.lr(10) - 1e-3).abs() < 1e-9);
+            assert!((s.lr(109) - 1e-4).abs() < 1e-9, "{kind:?} {}", s.lr(109));
+            assert!((s.lr(500) - 1e-4).abs() < 1e-9);
+            for step in 10..109 {
+                assert!(s.lr(step + 1) <= s.lr(step));
+            }
+        }
+        // Cosine midpoint is halfway between the peak and the floor.
+        let c = sched(ScheduleKind::Cosine);
+        let mid = c.lr(10 + 99 / 2);
+        assert!((mid - 5.5e-4).abs() < 1e-5, "{mid}");
+        let l = sched(ScheduleKind::Linear);
+        assert!((l.lr(10 + 33) - (1e-3 - 0.9e-3 / 3.0)).abs() < 1e-7);
+    }
+
+    #[test]
+    fn constant_after_warmup() {
+        let s = sched(ScheduleKind::Constant);
+        assert!((s.lr(4) - 5e-4).abs() < 1e-9);
+        assert_eq!(s.lr(50), 1e-3);
+        assert_eq!(s.lr(5000), 1e-3);
+    }
+
+    #[test]
+    fn parses_names() {
+        assert_eq!("cosine".parse::<ScheduleKind>(), Ok(ScheduleKind::Cosine));
+        assert!("exp".parse::<ScheduleKind>().is_err());
+    }
+}

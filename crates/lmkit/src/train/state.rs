@@ -1,0 +1,335 @@
+//! Training checkpoints: `ROOT/step-NNNNNNNN/` folders, each complete and
+//! self-contained — the model in its architecture's own (HF) layout, written
+//! by a callback, plus `optimizer.safetensors` (AdamW moments `exp_avg`,
+//! `exp_avg_sq`, flat [P]) and `trainer_state.json` (step, data position,
+//! RNG, hyper-parameters).
+//!
+//! Atomicity: everything is written into `ROOT/.tmp-step-N/`, every file is
+//! fsynced, then the folder is renamed to `step-N` (atomic) and ROOT fsynced.
+//! The latest checkpoint is simply the highest complete `step-N`, so a crash
+//! (or a full disk) at any moment leaves the previous one intact; old
+//! checkpoints are removed only after the new one is in place.
+
+use super::rng::Rng;
+use super::trainer::{OptimConfig, OptimState};
+use crate::data::DataPosition;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+pub const STATE_FILE: &str = "trainer_state.json";
+pub const OPTIM_FILE: &str = "optimizer.safetensors";
+const STATE_FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+    #[error("writing the model into {}: {message}", path.display())]
+    Model { path: PathBuf, message: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Everything besides parameters and moments that resuming needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    pub format: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    pub data: DataPosition,
+    /// RNG for anything random during training (sampling); data order is
+    /// derived from `seed` and `data`.
+    pub rng: Rng,
+    pub seed: u64,
+    pub tokens_seen: u64,
+    pub elapsed_s: f64,
+    pub optim: OptimConfig,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub num_params: usize,
+    /// Architecture-specific facts (e.g. `{"arch": "gpt2"}`), checked on resume.
+    pub extra: serde_json::Value,
+}
+
+impl TrainState {
+    pub fn new(
+        seed: u64,
+        optim: OptimConfig,
+        batch_size: usize,
+        seq_len: usize,
+        num_params: usize,
+    ) -> Self {
+        TrainState {
+            format: STATE_FORMAT,
+            step: 0,
+            data: DataPosition::default(),
+            rng: Rng::derive(seed, 0x5a4d_504c),
+            seed,
+            tokens_seen: 0,
+            elapsed_s: 0.0,
+            optim,
+            batch_size,
+            seq_len,
+            num_params,
+            extra: serde_json::Value::Null,
+        }
+    }
+}
+
+/// Name of the folder for step `step`.
+pub fn step_dir_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+fn parse_step(name: &str) -> Option<u64> {
+    name.strip_prefix("step-")
+        .filter(|s| s.len() >= 8 && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
+}
+
+/// All complete checkpoints under `root`, oldest first.
+pub fn list_checkpoints(root: &Path) -> Result<Vec<(u64, PathBuf)>, StateError> {
+    if !root.exists() {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root).map_err(io_err(root))? {
+        let entry = entry.map_err(io_err(root))?;
+        if let Some(step) = entry.file_name().to_str().and_then(parse_step) {
+            if entry.path().join(STATE_FILE).is_file() {
+                out.push((step, entry.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The most recent complete checkpoint under `root`, if any.
+pub fn latest_checkpoint(root: &Path) -> Result<Option<PathBuf>, StateError> {
+    Ok(list_checkpoints(root)?.pop().map(|(_, p)| p))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StateError> {
+    // Directory fsync makes the rename durable (POSIX); not supported everywhere.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Writes the flat moments as a safetensors file (F32 tensors `exp_avg`,
+/// `exp_avg_sq`, shape [P]) plus `step` in the metadata.
+fn write_optimizer(path: &Path, opt: &OptimState) -> Result<(), StateError> {
+    let n = opt.m.len();
+    let bytes = n * 4;
+    let mut header = format!(
+        "{{\"__metadata__\":{{\"step\":\"{}\"}},\"exp_avg\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[0,{bytes}]}},\"exp_avg_sq\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[{bytes},{}]}}}}",
+        opt.step,
+        2 * bytes
+    );
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let file = File::create(path).map_err(io_err(path))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let write = || -> std::io::Result<()> {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(header.as_bytes())?;
+        for buf in [&opt.m, &opt.v] {
+            for chunk in buf.chunks(1 << 16) {
+                let b: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
+                w.write_all(&b)?;
+            }
+        }
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()
+    };
+    write().map_err(io_err(path))
+}
+
+fn read_optimizer(path: &Path, num_params: usize) -> Result<OptimState, StateError> {
+    let bad = |message: String| StateError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let data = std::fs::read(path).map_err(io_err(path))?;
+    if data.len() < 8 {
+        return Err(bad("truncated file".into()));
+    }
+    let hlen = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
+    if data.len() < 8 + hlen {
+        return Err(bad("truncated header".into()));
+    }
+    let header: serde_json::Value =
+        serde_json::from_slice(&data[8..8 + hlen]).map_err(|e| bad(format!("header: {e}")))?;
+    let body = &data[8 + hlen..];
+    let tensor = |name: &str| -> Result<Vec<f32>, StateError> {
+        let t = header
+            .get(name)
+            .ok_or_else(|| bad(format!("missing tensor `{name}`")))?;
+        let dtype = t.get("dtype").and_then(|d| d.as_str());
+        let offs: Vec<usize> = t
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_u64())
+                    .map(|x| x as usize)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if dtype != Some("F32") || offs.len() != 2 || offs[1] < offs[0] || offs[1] > body.len() {
+            return Err(bad(format!("tensor `{name}`: bad dtype or offsets")));
+        }
+        if (offs[1] - offs[0]) != num_params * 4 {
+            return Err(bad(format!(
+                "tensor `{name}` holds {} values, the model has {num_params} parameters",
+                (offs[1] - offs[0]) / 4
+            )));
+        }
+        Ok(body[offs[0]..offs[1]]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    };
+    let step = header
+        .get("__metadata__")
+        .and_then(|m| m.get("step"))
+        .and_then(|s| s.as_str())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("metadata has no `step`".into()))?;
+    Ok(OptimState {
+        m: tensor("exp_avg")?,
+        v: tensor("exp_avg_sq")?,
+        step,
+    })
+}
+
+/// Model writer callback: writes the model files into the given folder.
+pub type WriteModel<'a> =
+    dyn FnMut(&Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + 'a;
+
+/// Writes checkpoint `root/step-N` atomically (see the module doc) and then
+/// removes all but the newest `keep` checkpoints (keep ≥ 1).
+pub fn save_checkpoint(
+    root: &Path,
+    state: &TrainState,
+    opt: &OptimState,
+    write_model: &mut WriteModel,
+    keep: usize,
+) -> Result<PathBuf, StateError> {
+    std::fs::create_dir_all(root).map_err(io_err(root))?;
+    let name = step_dir_name(state.step);
+    let tmp = root.join(format!(".tmp-{name}"));
+    let fin = root.join(&name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    let result = (|| {
+        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        write_model(&tmp).map_err(|e| StateError::Model {
+            path: tmp.clone(),
+            message: e.to_string(),
+        })?;
+        write_optimizer(&tmp.join(OPTIM_FILE), opt)?;
+        let json = serde_json::to_vec_pretty(state).expect("state serializes");
+        let sp = tmp.join(STATE_FILE);
+        let mut f = File::create(&sp).map_err(io_err(&sp))?;
+        f.write_all(&json).map_err(io_err(&sp))?;
+        f.sync_all().map_err(io_err(&sp))?;
+        // The model writer may not fsync; make every file durable before the rename.
+        for entry in std::fs::read_dir(&tmp).map_err(io_err(&tmp))? {
+            let p = entry.map_err(io_err(&tmp))?.path();
+            if p.is_file() {
+                File::open(&p)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io_err(&p))?;
+            }
+        }
+        sync_dir(&tmp)?;
+        if fin.exists() {
+            // Same step saved twice (e.g. the end of a run right after a
+            // periodic save): move the old one aside, then drop it.
+            let old = root.join(format!(".old-{name}"));
+            let _ = std::fs::remove_dir_all(&old);
+            std::fs::rename(&fin, &old).map_err(io_err(&fin))?;
+            std::fs::rename(&tmp, &fin).map_err(io_err(&fin))?;
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            std::fs::rename(&tmp, &fin).map_err(io_err(&fin))?;
+        }
+        sync_dir(root)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // Leftovers of a run killed mid-save or mid-prune (never a complete `step-N`).
+    if let Ok(entries) = std::fs::read_dir(root) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if [".tmp-step-", ".trash-step-", ".old-step-"]
+                .iter()
+                .any(|p| name.starts_with(p))
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let all = list_checkpoints(root)?;
+    let keep = keep.max(1);
+    if all.len() > keep {
+        for (_, old) in &all[..all.len() - keep] {
+            // Rename first so a crash mid-delete never leaves a partial `step-N`.
+            let trash = root.join(format!(
+                ".trash-{}",
+                old.file_name().and_then(|n| n.to_str()).unwrap_or("old")
+            ));
+            if std::fs::rename(old, &trash).is_ok() {
+                let _ = std::fs::remove_dir_all(&trash);
+            }
+        }
+    }
+    Ok(fin)
+}
+
+/// Reads the training state and optimizer moments of checkpoint `dir`.
+pub fn load_train_state(dir: &Path) -> Result<(TrainState, OptimState), StateError> {
+    let sp = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&sp).map_err(io_err(&sp))?;
+    let state: TrainState = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
+        path: sp.clone(),
+        message: e.to_string(),
+    })?;
+    if state.format != STATE_FORMAT {
+        return Err(StateError::Invalid {
+            path: sp,
+            message: format!(
+                "state format {} (this build reads {STATE_FORMAT})",
+                state.format
+            ),
+        });
+    }
+    let opt = read_optimizer(&dir.join(OPTIM_FILE), state.num_params)?;
+    if opt.step != state.step {
+        return Err(StateError::Invalid {
+            path: dir.join(OPTIM_FILE),
+            message: format!("optimizer step {} != trainer step {}", opt.step, state.step),
+        });
+    }
+    Ok((state, opt))
+}

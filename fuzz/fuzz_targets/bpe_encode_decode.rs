@@ -1,0 +1,31 @@
+//! Any bytes: pre-tokenization tiles the input, encode never panics, and
+//! decode(encode(x)) == x with and without special tokens.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use lmkit_tokenizers::pretokenize::split_gpt2;
+use lmkit_tokenizers::BpeTokenizer;
+
+fn gpt2() -> &'static BpeTokenizer {
+    static TOK: OnceLock<BpeTokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/gpt2");
+        BpeTokenizer::from_dir(dir).expect("run scripts/fetch-assets.sh first")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut at = 0;
+    for r in split_gpt2(data) {
+        assert_eq!(r.start, at);
+        assert!(r.end > r.start);
+        at = r.end;
+    }
+    assert_eq!(at, data.len());
+    for special in [false, true] {
+        let ids = gpt2().encode_ids(data, special);
+        assert_eq!(gpt2().decode(&ids).expect("ids in range"), data);
+    }
+});
