@@ -6,7 +6,8 @@ Measures
 - batch-1 greedy decode tokens/s: a 32-token prompt, 128 new tokens
   (decode rate = the 127 tokens after the first, over their time);
 - prefill of a 512-token prompt (time to the first token's logits);
-- peak RSS of each `lmkit` run (wait4 rusage) against the weight bytes;
+- peak RSS of the `lmkit` decode runs (/usr/bin/time, the max over runs)
+  against the weight bytes (in the --dtype format, and the f32 file);
 - the memory-read peak of this machine (a parallel torch sum over 1 GiB),
   and the fraction of it the f32 decode reaches (bytes streamed per token =
   f32 weight bytes + the KV cache read at the average context length).
@@ -71,28 +72,22 @@ def prompt_text(tok, ids, n):
     raise SystemExit(f"could not find a {n}-token prompt")
 
 
+def lmkit_cmd(exe, model, prompt, new_tokens, dtype):
+    return [str(exe), "generate", "--model", str(model), "--prompt", prompt, "--max-new-tokens",
+            str(new_tokens), "--greedy", "--ignore-eos", "--dtype", dtype, "--json"]
+
+
 def run_lmkit(exe, model, prompt, new_tokens, dtype, threads):
-    cmd = [str(exe), "generate", "--model", str(model), "--prompt", prompt, "--max-new-tokens",
-           str(new_tokens), "--greedy", "--ignore-eos", "--dtype", dtype, "--json"]
+    """Runs lmkit under /usr/bin/time; returns its JSON plus `peak_rss_bytes`."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    out, err = p.communicate()
-    # communicate() reaps the child; its rusage is in RUSAGE_CHILDREN only as a
-    # max over all children, so measure peak RSS with a separate wait4 run below.
+    cmd = ["/usr/bin/time", "-f", "LMKIT_MAXRSS_KB=%M"] + lmkit_cmd(exe, model, prompt, new_tokens, dtype)
+    p = subprocess.run(cmd, capture_output=True, env=env)
     if p.returncode != 0:
-        raise SystemExit(f"lmkit failed ({p.returncode}): {err.decode()}")
-    return json.loads(out.decode().strip().splitlines()[-1])
-
-
-def peak_rss_kib(exe, model, prompt, new_tokens, dtype, threads):
-    cmd = [str(exe), "generate", "--model", str(model), "--prompt", prompt, "--max-new-tokens",
-           str(new_tokens), "--greedy", "--ignore-eos", "--dtype", dtype, "--json"]
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    pid = os.posix_spawn(cmd[0], cmd, env, file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
-    _, status, ru = os.wait4(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"lmkit failed: {cmd}")
-    return ru.ru_maxrss  # KiB on Linux
+        raise SystemExit(f"lmkit failed ({p.returncode}): {p.stderr.decode()}")
+    r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    rss = [l for l in p.stderr.decode().splitlines() if l.startswith("LMKIT_MAXRSS_KB=")]
+    r["peak_rss_bytes"] = int(rss[-1].split("=")[1]) * 1024
+    return r
 
 
 class StepTimes:
@@ -181,6 +176,7 @@ def main():
     for d in dtypes:
         m[f"lmkit_{d}_decode_tps"] = []
         m[f"lmkit_{d}_prefill_ms"] = []
+        m[f"lmkit_{d}_rss"] = []
     weight_bytes = {}
     for rep in range(args.reps):
         log(f"repetition {rep + 1}/{args.reps}")
@@ -192,17 +188,20 @@ def main():
             assert r["prompt_tokens"] == args.prompt_tokens, r
             assert len(r["ids"]) == args.new_tokens, r
             m[f"lmkit_{d}_decode_tps"].append(r["decode_tokens_per_s"])
+            m[f"lmkit_{d}_rss"].append(r["peak_rss_bytes"])
             weight_bytes[d] = r["weight_bytes"]
         m["hf_prefill_ms"].append(hf_prefill_ms(model, ids_long))
         for d in dtypes:
             r = run_lmkit(exe, model_dir, p_long, 1, d, args.threads)
             assert r["prompt_tokens"] == args.prefill_tokens, r
             m[f"lmkit_{d}_prefill_ms"].append(r["prefill_ms"])
-    rss = {d: peak_rss_kib(exe, model_dir, p_short, args.new_tokens, d, args.threads) * 1024 for d in dtypes}
 
     med = {k: statistics.median(v) for k, v in m.items()}
+    rss = {d: max(m[f"lmkit_{d}_rss"]) for d in dtypes}
     hf_tps, hf_pre = med["hf_decode_tps"], med["hf_prefill_ms"]
-    print(f"GPT-2 124M ({model_dir.name}), {args.threads} threads, medians of {args.reps} interleaved runs")
+    load = os.getloadavg()[0]
+    print(f"GPT-2 124M ({model_dir.name}), {args.threads} threads, medians of {args.reps} interleaved runs "
+          f"(load average {load:.1f} on {os.cpu_count()} CPUs)")
     print(f"HF transformers {__import__('transformers').__version__} / torch {torch.__version__} float32: "
           f"decode {hf_tps:.1f} tok/s, prefill {args.prefill_tokens} tokens {hf_pre:.0f} ms")
     print(f"{'dtype':<6} {'decode tok/s':>12} {'vs HF':>7} {'prefill ms':>11} {'vs HF':>7} "

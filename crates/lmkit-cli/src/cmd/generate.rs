@@ -120,7 +120,13 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             ControlFlow::Continue(())
         }
-    })?;
+    });
+    let out = match out {
+        Err(e @ lmkit::Error::ContextTooLong { .. }) => {
+            bail!("{e}: pass --truncate to drop tokens from the start of the prompt, or lower --max-new-tokens")
+        }
+        other => other?,
+    };
     if let Some(e) = write_err {
         return Err(e).context("writing to stdout");
     }

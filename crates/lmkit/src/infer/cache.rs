@@ -16,7 +16,7 @@ use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
 
 /// Preallocated per-layer keys and values for `batch` rows of up to
 /// `capacity` positions.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KvCache {
     pub(crate) n_layer: usize,
     pub(crate) batch: usize,
@@ -33,6 +33,17 @@ pub struct KvCache {
     pub(crate) next_pos: Vec<usize>,
     /// Positions filled so far (the same for every row).
     pub(crate) len: usize,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache")
+            .field("layers", &self.n_layer)
+            .field("batch", &self.batch)
+            .field("capacity", &self.capacity)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KvCache {

@@ -42,7 +42,7 @@ struct Block {
 }
 
 /// Activation buffers, grown to the largest N seen.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Scratch {
     /// Residual stream `[N, C]`.
     x: Vec<f32>,
@@ -146,7 +146,6 @@ impl Source for ParamSource<'_> {
 }
 
 /// A GPT-2 language model ready for inference.
-#[derive(Debug)]
 pub struct Gpt2Engine {
     cfg: Gpt2Config,
     dtype: WeightDtype,
@@ -161,6 +160,18 @@ pub struct Gpt2Engine {
     s: Scratch,
     /// Rows of the last forward call (N) held in `s.xn`.
     rows: usize,
+}
+
+impl std::fmt::Debug for Gpt2Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpt2Engine")
+            .field("n_layer", &self.cfg.n_layer)
+            .field("n_embd", &self.cfg.n_embd)
+            .field("vocab_size", &self.cfg.vocab_size)
+            .field("dtype", &self.dtype)
+            .field("weight_bytes", &self.weight_bytes())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Gpt2Engine {

@@ -133,7 +133,6 @@ const MATVEC_MAX_ROWS: usize = 4;
 const DEQUANT_TILE_ELEMS: usize = 4 << 20;
 
 /// One weight matrix, `y[N, OC] = x[N, IC] · W + b`.
-#[derive(Debug)]
 pub(crate) enum Matrix {
     /// f32 `[IC, OC]` (Conv1D as stored).
     F32InOut { w: F32Slice, ic: usize, oc: usize },
@@ -148,6 +147,19 @@ pub(crate) enum Matrix {
         ic: usize,
         oc: usize,
     },
+}
+
+impl std::fmt::Debug for Matrix {
+    /// Format and shape only: the data would be millions of numbers.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Matrix::F32InOut { .. } => "f32 [IC, OC]",
+            Matrix::F32OutIn { .. } => "f32 [OC, IC]",
+            Matrix::Bf16 { .. } => "bf16 [OC, IC]",
+            Matrix::Int8 { .. } => "int8 [OC, IC]",
+        };
+        write!(f, "Matrix({kind}, IC {}, OC {})", self.ic(), self.oc())
+    }
 }
 
 impl Matrix {
