@@ -90,7 +90,7 @@ pub struct Args {
     /// Global gradient-norm clip, 0 = off [default: 1.0].
     #[arg(long)]
     pub grad_clip: Option<f32>,
-    /// Validation loss every N steps, 0 = only at the end [default: 100].
+    /// Validation loss every N steps, 0 = only before the first and after the last step [default: 100].
     #[arg(long)]
     pub eval_every: Option<u64>,
     /// Validation batches per evaluation [default: 20].
@@ -99,7 +99,7 @@ pub struct Args {
     /// Fraction of the tokens held out for validation [default: 0.05].
     #[arg(long)]
     pub val_fraction: Option<f64>,
-    /// Checkpoint every N steps, 0 = only at the end [default: 500].
+    /// Checkpoint every N steps, 0 = only at the end (and on Ctrl-C) [default: 500].
     #[arg(long)]
     pub save_every: Option<u64>,
     /// Print a generated sample every N steps, 0 = never [default: --eval-every].
