@@ -32,6 +32,14 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Perplexity of a GPT-2 model on a text file (sliding window).
     Perplexity(cmd::perplexity::Args),
+    /// Sentence embeddings (one JSON array per input line).
+    Embed(cmd::embed::Args),
+    /// Top-k tokens for each [MASK] of a text.
+    FillMask(cmd::fill_mask::Args),
+    /// Sequence classification, one result per input line.
+    Classify(cmd::classify::Args),
+    /// Extractive question answering over a context file.
+    Qa(cmd::qa::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,5 +52,9 @@ fn main() -> anyhow::Result<()> {
         Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
+        Command::FillMask(a) => cmd::fill_mask::run(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Qa(a) => cmd::qa::run(a),
     }
 }

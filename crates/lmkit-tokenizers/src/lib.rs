@@ -10,6 +10,7 @@ pub mod pretokenize;
 mod pretokenize_tables;
 pub mod tokenizer;
 pub mod train_bpe;
+pub mod wordpiece;
 
 pub use bpe::BpeTokenizer;
 pub use error::{Error, Result};

@@ -139,7 +139,7 @@ fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
                 _ => is_cont(b1),
             };
             let b2 = *text.get(i + 2)?;
-            (ok1 && is_cont(b2)).then(|| {
+            (ok1 && is_cont(b2)).then_some({
                 (
                     ((b0 as u32 & 0x0F) << 12) | ((b1 as u32 & 0x3F) << 6) | (b2 as u32 & 0x3F),
                     3,
@@ -154,7 +154,7 @@ fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
             };
             let b2 = *text.get(i + 2)?;
             let b3 = *text.get(i + 3)?;
-            (ok1 && is_cont(b2) && is_cont(b3)).then(|| {
+            (ok1 && is_cont(b2) && is_cont(b3)).then_some({
                 (
                     ((b0 as u32 & 0x07) << 18)
                         | ((b1 as u32 & 0x3F) << 12)

@@ -8,18 +8,27 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::bpe::BpeTokenizer;
+use crate::wordpiece::WordPieceTokenizer;
 use crate::{Encoding, Error, Result};
 
 /// A loaded tokenizer of any supported kind.
 #[derive(Debug, Clone)]
 pub enum Tokenizer {
-    /// GPT-2 byte-level BPE.
-    Bpe(BpeTokenizer),
+    /// GPT-2 byte-level BPE. Both variants are boxed: each holds large inline tables.
+    Bpe(Box<BpeTokenizer>),
+    /// BERT WordPiece.
+    WordPiece(Box<WordPieceTokenizer>),
 }
 
 impl From<BpeTokenizer> for Tokenizer {
     fn from(t: BpeTokenizer) -> Self {
-        Tokenizer::Bpe(t)
+        Tokenizer::Bpe(Box::new(t))
+    }
+}
+
+impl From<WordPieceTokenizer> for Tokenizer {
+    fn from(t: WordPieceTokenizer) -> Self {
+        Tokenizer::WordPiece(Box::new(t))
     }
 }
 
@@ -44,14 +53,10 @@ impl Tokenizer {
         }
         let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
         if vocab.is_file() || merges.is_file() {
-            return Ok(Tokenizer::Bpe(BpeTokenizer::from_files(vocab, merges)?));
+            return Ok(BpeTokenizer::from_files(vocab, merges)?.into());
         }
-        let vocab_txt = dir.join("vocab.txt");
-        if vocab_txt.is_file() {
-            return Err(Error::Unsupported {
-                path: vocab_txt,
-                message: "WordPiece is not yet supported in this build".into(),
-            });
+        if dir.join("vocab.txt").is_file() {
+            return Ok(WordPieceTokenizer::from_dir(dir)?.into());
         }
         Err(Error::Io {
             path: dir.to_path_buf(),
@@ -91,7 +96,8 @@ impl Tokenizer {
             .into()
         });
         match kind.as_str() {
-            "BPE" => Ok(Tokenizer::Bpe(BpeTokenizer::from_tokenizer_json(path)?)),
+            "BPE" => Ok(BpeTokenizer::from_tokenizer_json(path)?.into()),
+            "WordPiece" => Ok(WordPieceTokenizer::from_tokenizer_json(path)?.into()),
             other => Err(Error::Unsupported {
                 path: path.to_path_buf(),
                 message: format!("model type {other:?} is not supported in this build"),
@@ -99,10 +105,20 @@ impl Tokenizer {
         }
     }
 
+    /// Turns off the truncation and padding a `tokenizer.json` may carry (MiniLM's
+    /// pads and truncates to 128), so a whole text encodes to all its tokens.
+    pub fn without_truncation_and_padding(mut self) -> Self {
+        if let Tokenizer::WordPiece(t) = &mut self {
+            t.set_truncation(None).set_padding(None);
+        }
+        self
+    }
+
     /// Short name of the kind: `"bpe"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Tokenizer::Bpe(_) => "bpe",
+            Tokenizer::WordPiece(_) => "wordpiece",
         }
     }
 
@@ -112,6 +128,7 @@ impl Tokenizer {
     pub fn encode(&self, text: &[u8], add_special_tokens: bool) -> Result<Encoding> {
         match self {
             Tokenizer::Bpe(t) => Ok(t.encode(text, add_special_tokens)),
+            Tokenizer::WordPiece(t) => t.encode_bytes(text, add_special_tokens),
         }
     }
 
@@ -119,6 +136,16 @@ impl Tokenizer {
     pub fn encode_ids(&self, text: &[u8], add_special_tokens: bool) -> Result<Vec<u32>> {
         match self {
             Tokenizer::Bpe(t) => Ok(t.encode_ids(text, add_special_tokens)),
+            Tokenizer::WordPiece(t) => Ok(t.encode_bytes(text, add_special_tokens)?.ids),
+        }
+    }
+
+    /// [`Self::encode_ids`] of one large text using all cores (same ids).
+    pub fn encode_ids_parallel(&self, text: &[u8], add_special_tokens: bool) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Bpe(t) => Ok(t.encode_ids_parallel(text, add_special_tokens)),
+            // WordPiece texts are sentences or passages, not corpora: one call is enough.
+            Tokenizer::WordPiece(_) => self.encode_ids(text, add_special_tokens),
         }
     }
 
@@ -139,6 +166,7 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32]) -> Result<Vec<u8>> {
         match self {
             Tokenizer::Bpe(t) => t.decode(ids),
+            Tokenizer::WordPiece(t) => Ok(t.decode(ids, false)?.into_bytes()),
         }
     }
 
@@ -146,12 +174,14 @@ impl Tokenizer {
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
         match self {
             Tokenizer::Bpe(t) => t.id_to_token(id),
+            Tokenizer::WordPiece(t) => t.id_to_token(id),
         }
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         match self {
             Tokenizer::Bpe(t) => t.token_to_id(token),
+            Tokenizer::WordPiece(t) => t.token_to_id(token),
         }
     }
 
@@ -159,6 +189,7 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         match self {
             Tokenizer::Bpe(t) => t.vocab_size(),
+            Tokenizer::WordPiece(t) => t.vocab_size(),
         }
     }
 
@@ -166,6 +197,7 @@ impl Tokenizer {
     pub fn eos_token_id(&self) -> Option<u32> {
         match self {
             Tokenizer::Bpe(t) => t.endoftext_id(),
+            Tokenizer::WordPiece(t) => Some(t.sep_id()),
         }
     }
 
@@ -173,6 +205,7 @@ impl Tokenizer {
     pub fn bos_token_id(&self) -> Option<u32> {
         match self {
             Tokenizer::Bpe(t) => t.endoftext_id(),
+            Tokenizer::WordPiece(t) => Some(t.cls_id()),
         }
     }
 
@@ -180,6 +213,7 @@ impl Tokenizer {
     pub fn pad_token_id(&self) -> Option<u32> {
         match self {
             Tokenizer::Bpe(_) => None,
+            Tokenizer::WordPiece(t) => Some(t.pad_id()),
         }
     }
 
@@ -187,6 +221,7 @@ impl Tokenizer {
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         match self {
             Tokenizer::Bpe(t) => t.save(dir),
+            Tokenizer::WordPiece(t) => t.save(dir),
         }
     }
 }

@@ -201,7 +201,7 @@ impl BpeTrainer {
                 }
             }
             pair_count.remove(&k);
-            if merges.len() % 64 == 0 || merges.len() == total {
+            if merges.len().is_multiple_of(64) || merges.len() == total {
                 progress(merges.len(), total);
             }
         }

@@ -130,6 +130,25 @@ fn unsupported_tokenizer_json_is_an_error() {
         Err(Error::Unsupported { message, .. }) => assert!(message.contains("pre_tokenizer")),
         other => panic!("expected unsupported, got {other:?}"),
     }
+
+    // transformers writes a no-op TemplateProcessing: accepted; one that adds
+    // a token is not (we would silently drop it).
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let seq = |id: &str| serde_json::json!({"Sequence": {"id": id, "type_id": 0}});
+    v["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing", "single": [seq("A")], "pair": [seq("A"), seq("B")],
+        "special_tokens": {}
+    });
+    std::fs::write(&path, v.to_string()).unwrap();
+    assert!(BpeTokenizer::from_tokenizer_json(&path).is_ok());
+    v["post_processor"]["single"] = serde_json::json!([
+        {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, seq("A")
+    ]);
+    std::fs::write(&path, v.to_string()).unwrap();
+    match BpeTokenizer::from_tokenizer_json(&path) {
+        Err(Error::Unsupported { message, .. }) => assert!(message.contains("post_processor")),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
 }
 
 #[test]

@@ -41,6 +41,32 @@ fn corpus_equals_tiktoken() {
 }
 
 #[test]
+fn parallel_encode_of_one_large_text_is_exact() {
+    let corpus = corpus_docs().join("\n<|endoftext|>\n");
+    for special in [false, true] {
+        let sequential = gpt2().encode_ids(corpus.as_bytes(), special);
+        assert_eq!(
+            gpt2().encode_ids_parallel(corpus.as_bytes(), special),
+            sequential
+        );
+    }
+    // Every cut it makes is a piece boundary of the whole text.
+    let bytes = corpus.as_bytes();
+    let boundaries: std::collections::HashSet<usize> =
+        lmkit_tokenizers::pretokenize::split_gpt2(bytes)
+            .map(|r| r.start)
+            .collect();
+    let mut at = 0;
+    let mut cuts = 0;
+    while let Some(cut) = lmkit_tokenizers::bpe::safe_split(bytes, at + 1000) {
+        assert!(boundaries.contains(&cut), "cut at {cut} is inside a piece");
+        at = cut;
+        cuts += 1;
+    }
+    assert!(cuts > 100);
+}
+
+#[test]
 fn adversarial_equals_tiktoken() {
     for text in adversarial() {
         check(&text);

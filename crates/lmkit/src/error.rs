@@ -52,7 +52,10 @@ pub enum Error {
     Safetensors { path: PathBuf, msg: String },
     /// A model name that is neither a directory nor in the local HF hub cache.
     #[error("model `{name}` not found; looked in: {}", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
-    ModelNotFound { name: String, searched: Vec<PathBuf> },
+    ModelNotFound {
+        name: String,
+        searched: Vec<PathBuf>,
+    },
     /// A token id outside the model's vocabulary.
     #[error("token id {id} is out of range for a vocabulary of {vocab}")]
     TokenIdOutOfRange { id: u32, vocab: usize },

@@ -6,9 +6,11 @@
 pub mod checkpoint;
 pub mod data;
 mod error;
+pub mod eval;
+pub mod infer;
 pub mod kernels;
 pub mod model;
+pub mod tasks;
 pub mod train;
-pub mod infer;
 
 pub use error::{Error, Result};

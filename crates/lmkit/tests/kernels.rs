@@ -464,6 +464,30 @@ fn softmax_and_cross_entropy_match_reference() {
 }
 
 #[test]
+fn softmax_handles_masked_logits() {
+    // −∞ logits (masked vocabulary) spanning whole internal chunks.
+    let mut rng = Rng(14);
+    let (n, v) = (3, 5000);
+    let mut logits = rng.vec(n * v, 10.0);
+    logits[..2100].fill(f32::NEG_INFINITY);
+    logits[v + 3000..2 * v].fill(f32::NEG_INFINITY);
+    let (mut p, mut rp) = (vec![f32::NAN; n * v], vec![0.0; n * v]);
+    kernels::softmax_rows(&mut p, &logits, n, v);
+    reference::softmax_rows(&mut rp, &logits, n, v);
+    assert_close("masked softmax", &p, &rp, 1e-7, 1e-5);
+    assert!(p[..2100].iter().all(|&x| x == 0.0));
+    let targets = [2500, 10, -100];
+    let mut fused = logits.clone();
+    let (mut l, mut rl) = (vec![0.0; n], vec![0.0; n]);
+    kernels::cross_entropy_fused(&mut fused, &mut l, &targets, n, v, -100, 0.5);
+    reference::cross_entropy_forward(&mut rl, &logits, &targets, n, v, -100);
+    assert_close("masked ce losses", &l, &rl, 1e-5, 1e-5);
+    let mut rd = vec![0.0; n * v];
+    reference::cross_entropy_backward(&mut rd, &logits, &targets, n, v, -100, 0.5);
+    assert_close("masked ce dlogits", &fused, &rd, 1e-7, 1e-5);
+}
+
+#[test]
 fn cross_entropy_backward_finite_differences() {
     let mut rng = Rng(9);
     let (n, v) = (4, 7);

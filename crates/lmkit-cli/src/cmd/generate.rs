@@ -70,7 +70,8 @@ pub fn run(a: Args) -> Result<()> {
     let tok_dir = a.tokenizer.clone().unwrap_or_else(|| dir.clone());
     let tokenizer = BpeTokenizer::from_dir(&tok_dir)
         .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
-    let mut engine = Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    let mut engine =
+        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
     let sampling = SamplingParams {
         greedy: a.greedy,
         temperature: a.temperature,
@@ -79,7 +80,10 @@ pub fn run(a: Args) -> Result<()> {
         repetition_penalty: a.repetition_penalty,
     };
     let seed = a.seed.unwrap_or_else(clock_seed);
-    let eos = engine.config().eos_token_id.or_else(|| tokenizer.endoftext_id());
+    let eos = engine
+        .config()
+        .eos_token_id
+        .or_else(|| tokenizer.endoftext_id());
     let cfg = GenerationConfig {
         max_new_tokens: a.max_new_tokens,
         sampling,
@@ -103,7 +107,10 @@ pub fn run(a: Args) -> Result<()> {
         }
         let piece = streamer.push(tokenizer.token_bytes(id).unwrap_or_default());
         if !a.json && !piece.is_empty() {
-            if let Err(e) = stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()) {
+            if let Err(e) = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|_| stdout.flush())
+            {
                 write_err = Some(e);
                 return ControlFlow::Break(());
             }
@@ -131,6 +138,7 @@ pub fn run(a: Args) -> Result<()> {
             "decode_tokens_per_s": out.decode_tokens_per_s,
             "seed": seed,
             "dtype": dtype.as_str(),
+            "weight_bytes": engine.weight_bytes(),
         });
         writeln!(stdout, "{json}").context("writing to stdout")?;
     } else {

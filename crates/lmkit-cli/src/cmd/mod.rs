@@ -1,9 +1,13 @@
 //! One module per subcommand.
 
+pub mod classify;
+pub mod embed;
+pub mod fill_mask;
+pub mod generate;
+pub mod perplexity;
 pub mod plot;
 pub mod pretrain;
+pub mod qa;
 pub mod quickstart;
 pub mod tokenize;
 pub mod train_tokenizer;
-pub mod generate;
-pub mod perplexity;

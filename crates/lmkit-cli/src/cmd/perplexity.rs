@@ -43,7 +43,8 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
     let text = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let ids = tokenizer.encode_ordinary(&text);
-    let mut engine = Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    let mut engine =
+        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
     let context = a.context.unwrap_or(engine.config().n_positions);
     let stride = a.stride.unwrap_or((context / 2).max(1));
     if a.stride == Some(0) || a.context == Some(0) {
@@ -55,7 +56,9 @@ pub fn run(a: Args) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let report = engine
-        .perplexity(&ids, context, stride, |done, _| bar.set_position(done as u64))
+        .perplexity(&ids, context, stride, |done, _| {
+            bar.set_position(done as u64)
+        })
         .with_context(|| format!("scoring {}", a.input.display()))?;
     bar.finish_and_clear();
     if a.json {

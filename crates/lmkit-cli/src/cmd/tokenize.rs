@@ -42,7 +42,10 @@ pub struct DetokenizeArgs {
 }
 
 fn load(dir: &PathBuf) -> Result<Tokenizer> {
-    Tokenizer::from_dir(dir).with_context(|| format!("loading the tokenizer in {}", dir.display()))
+    // The CLI contract is "all the ids of the whole text": no truncation or padding.
+    Tokenizer::from_dir(dir)
+        .map(Tokenizer::without_truncation_and_padding)
+        .with_context(|| format!("loading the tokenizer in {}", dir.display()))
 }
 
 pub fn run(args: TokenizeArgs) -> Result<()> {
@@ -80,7 +83,7 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
         writeln!(out)?;
     } else {
         let ids = tokenizer
-            .encode_ids(&text, args.special)
+            .encode_ids_parallel(&text, args.special)
             .with_context(|| format!("encoding {source}"))?;
         if args.count {
             writeln!(out, "{}", ids.len())?;

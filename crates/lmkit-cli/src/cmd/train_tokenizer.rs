@@ -11,6 +11,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit_tokenizers::train_bpe::{BpeTrainer, BpeTrainerOptions};
+use lmkit_tokenizers::wordpiece::{
+    train_wordpiece_files, TrainProgress, WordPieceTokenizer, WordPieceTrainer,
+};
 use lmkit_tokenizers::Tokenizer;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -78,7 +81,7 @@ pub fn run(args: TrainTokenizerArgs) -> Result<()> {
     let start = Instant::now();
     let tokenizer: Tokenizer = match args.kind {
         Kind::Bpe => train_bpe(&args)?.into(),
-        Kind::Wordpiece => bail!("--kind wordpiece is not yet supported in this build"),
+        Kind::Wordpiece => train_wordpiece(&args)?.into(),
     };
     tokenizer
         .save(&args.output)
@@ -109,6 +112,33 @@ fn train_bpe(args: &TrainTokenizerArgs) -> Result<lmkit_tokenizers::BpeTokenizer
     let tokenizer = trainer.train(|done, total| {
         progress.set_length(total as u64);
         progress.set_position(done as u64);
+    })?;
+    progress.finish_and_clear();
+    Ok(tokenizer)
+}
+
+fn train_wordpiece(args: &TrainTokenizerArgs) -> Result<WordPieceTokenizer> {
+    if !args.special_tokens.is_empty() {
+        bail!("--special-token is for BPE; WordPiece always has [PAD] [UNK] [CLS] [SEP] [MASK]");
+    }
+    let trainer = WordPieceTrainer {
+        vocab_size: args.vocab_size,
+        min_frequency: args.min_frequency,
+        ..Default::default()
+    };
+    let progress = bar(0, "training");
+    let tokenizer = train_wordpiece_files(&args.files, &trainer, |p| match p {
+        TrainProgress::Counting {
+            done_bytes,
+            total_bytes,
+        } => {
+            progress.set_length(total_bytes);
+            progress.set_position(done_bytes);
+        }
+        TrainProgress::Merging { vocab_size, target } => {
+            progress.set_length(target as u64);
+            progress.set_position(vocab_size as u64);
+        }
     })?;
     progress.finish_and_clear();
     Ok(tokenizer)

@@ -256,14 +256,27 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
             )))
         }
     }
-    for (name, v) in [
-        ("post_processor", &json.post_processor),
-        ("decoder", &json.decoder),
-    ] {
-        // A ByteLevel post-processor only trims offsets; GPT-2's does not even that.
-        if v.as_ref().is_some_and(|v| !is_type(v, "ByteLevel")) {
-            return Err(unsupported(format!("{name} must be ByteLevel or null")));
+    // A ByteLevel post-processor only trims offsets (GPT-2's does not even
+    // that); transformers writes a TemplateProcessing that adds nothing.
+    let adds_nothing = |v: &Value| {
+        is_type(v, "TemplateProcessing")
+            && v.get("single")
+                .and_then(Value::as_array)
+                .is_some_and(|items| items.iter().all(|item| item.get("Sequence").is_some()))
+    };
+    if let Some(v) = &json.post_processor {
+        if !is_type(v, "ByteLevel") && !adds_nothing(v) {
+            return Err(unsupported(format!(
+                "post_processor must be ByteLevel, null or a TemplateProcessing that adds no tokens, found {v}"
+            )));
         }
+    }
+    if json
+        .decoder
+        .as_ref()
+        .is_some_and(|v| !is_type(v, "ByteLevel"))
+    {
+        return Err(unsupported("decoder must be ByteLevel or null".into()));
     }
     if json.truncation.is_some() || json.padding.is_some() {
         return Err(unsupported(

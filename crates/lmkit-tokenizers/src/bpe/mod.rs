@@ -319,6 +319,52 @@ impl BpeTokenizer {
         out
     }
 
+    /// [`Self::encode_ids`] on all cores (rayon) for one large text: the text
+    /// is cut into ~1 MB chunks at places where GPT-2's pre-tokenization
+    /// always has a piece boundary (see [`safe_split`]), so the ids are exactly
+    /// those of [`Self::encode_ids`].
+    pub fn encode_ids_parallel(&self, text: &[u8], special: bool) -> Vec<u32> {
+        const CHUNK: usize = 1 << 20;
+        if text.len() < 2 * CHUNK {
+            return self.encode_ids(text, special);
+        }
+        // (start, end, Some(id)) for a special token, None for ordinary text.
+        let mut jobs: Vec<(usize, usize, Option<u32>)> = Vec::new();
+        let push_text = |mut start: usize, end: usize, jobs: &mut Vec<_>| {
+            while end - start > 2 * CHUNK {
+                match safe_split(&text[start..end], CHUNK) {
+                    Some(cut) => {
+                        jobs.push((start, start + cut, None));
+                        start += cut;
+                    }
+                    None => break,
+                }
+            }
+            jobs.push((start, end, None));
+        };
+        let mut start = 0;
+        if special {
+            while let Some((at, len, id)) = self.find_special(text, start) {
+                push_text(start, at, &mut jobs);
+                jobs.push((at, at + len, Some(id)));
+                start = at + len;
+            }
+        }
+        push_text(start, text.len(), &mut jobs);
+        let parts: Vec<Vec<u32>> = jobs
+            .par_iter()
+            .map(|&(s, e, special_id)| match special_id {
+                Some(id) => vec![id],
+                None => {
+                    let mut out = Vec::with_capacity((e - s) / 3 + 8);
+                    self.encode_ordinary_into(&text[s..e], &mut out);
+                    out
+                }
+            })
+            .collect();
+        parts.concat()
+    }
+
     /// Token ids of `text`, special-token strings encoded as ordinary text.
     pub fn encode_ordinary(&self, text: &[u8]) -> Vec<u32> {
         self.encode_ids(text, false)
@@ -457,4 +503,16 @@ impl BpeTokenizer {
     pub fn merges(&self) -> &[(u32, u32)] {
         &self.merges
     }
+}
+
+/// A cut position at or after `from` where GPT-2 pre-tokenization of `text`
+/// always has a piece boundary, and the pieces on each side equal those of
+/// each side alone: after a `\n` that follows an ASCII non-space byte and
+/// precedes one. (The `\n` is then a lone whitespace character: it is its
+/// own piece in both the whole and the cut text, and nothing after it looks
+/// back.)
+pub fn safe_split(text: &[u8], from: usize) -> Option<usize> {
+    let solid = |b: u8| b.is_ascii() && !b.is_ascii_whitespace() && b != 0x0B;
+    (from.max(2)..text.len())
+        .find(|&i| text[i - 1] == b'\n' && solid(text[i - 2]) && solid(text[i]))
 }

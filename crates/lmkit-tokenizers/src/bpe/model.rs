@@ -28,6 +28,9 @@ pub(crate) struct BpeModel {
     pub(crate) byte_ids: [u32; 256],
     /// `(left << 32 | right)` -> `(rank << 32 | merged id)`.
     merges: FastMap<u64, u64>,
+    /// The same for the two single-byte tokens of bytes `a`, `b` at `a << 8 | b`
+    /// (every piece starts as bytes: no hashing for the first pairs).
+    byte_pairs: Box<[u64]>,
     /// Tokens (2+ bytes) that BPE turns back into themselves, by their bytes:
     /// up to 16 bytes in `short`, longer ones in `whole`.
     short: ShortMap,
@@ -65,10 +68,14 @@ impl BpeModel {
             starts,
             byte_ids,
             merges: merge_map,
+            byte_pairs: Box::new([]),
             short: ShortMap::default(),
             whole: FastMap::default(),
             max_token_len: 0,
         };
+        model.byte_pairs = (0..1usize << 16)
+            .map(|ab| model.pair(byte_ids[ab >> 8], byte_ids[ab & 255]))
+            .collect();
         let consistent: Vec<(Box<[u8]>, u32)> = (0..tokens.len() as u32)
             .into_par_iter()
             .filter(|&id| tokens[id as usize].as_ref().is_some_and(|t| t.len() >= 2))
@@ -130,13 +137,11 @@ impl BpeModel {
         // parts[i] = (id, rank << 32 | merged id of (parts[i], parts[i + 1])).
         let mut parts = [(0u32, NO_MERGE); SMALL_PIECE];
         let parts = &mut parts[..n];
-        let mut prev = self.byte_ids[piece[0] as usize];
-        for i in 1..n {
-            let id = self.byte_ids[piece[i] as usize];
-            parts[i - 1] = (prev, self.pair(prev, id));
-            prev = id;
+        for (i, w) in piece.windows(2).enumerate() {
+            let pair = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
+            parts[i] = (self.byte_ids[w[0] as usize], pair);
         }
-        parts[n - 1] = (prev, NO_MERGE);
+        parts[n - 1] = (self.byte_ids[piece[n - 1] as usize], NO_MERGE);
         let mut len = n;
         loop {
             let mut best = NO_MERGE;
@@ -182,7 +187,7 @@ impl BpeModel {
         let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
         let mut heap: BinaryHeap<Reverse<u64>> = (0..n - 1)
             .filter_map(|i| {
-                let p = self.pair(ids[i], ids[i + 1]);
+                let p = self.byte_pairs[(piece[i] as usize) << 8 | piece[i + 1] as usize];
                 (p != NO_MERGE).then_some(Reverse((p >> 32) << 32 | i as u64))
             })
             .collect();

@@ -81,8 +81,15 @@ mod tests {
             Err(std::io::Error::other("boom"))
         });
         assert!(err.is_err());
-        assert_eq!(fs::read(&p).unwrap(), b"two", "failed write must leave the old file");
-        let names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"two",
+            "failed write must leave the old file"
+        );
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "temp file left behind: {names:?}");
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -16,14 +16,21 @@ const RENAMED: &[(&str, &str)] = &[
     ("bert-base-cased", "google-bert/bert-base-cased"),
     ("bert-large-uncased", "google-bert/bert-large-uncased"),
     ("bert-large-cased", "google-bert/bert-large-cased"),
-    ("bert-base-multilingual-cased", "google-bert/bert-base-multilingual-cased"),
+    (
+        "bert-base-multilingual-cased",
+        "google-bert/bert-base-multilingual-cased",
+    ),
 ];
 
 /// The hub cache directories HF would use, in priority order:
 /// `$HF_HUB_CACHE`, `$HF_HOME/hub`, `$XDG_CACHE_HOME/huggingface/hub`,
 /// `~/.cache/huggingface/hub`.
 pub fn hub_cache_dirs() -> Vec<PathBuf> {
-    cache_dirs_from(|k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from))
+    cache_dirs_from(|k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
 }
 
 fn cache_dirs_from(env: impl Fn(&str) -> Option<PathBuf>) -> Vec<PathBuf> {
@@ -83,7 +90,8 @@ fn is_hub_name(s: &str) -> bool {
         && parts.iter().all(|p| {
             !p.is_empty()
                 && !p.starts_with('.')
-                && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         })
 }
 
@@ -115,11 +123,25 @@ mod tests {
     #[test]
     fn env_priority() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| PathBuf::from(v))
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| PathBuf::from(v))
+            }
         };
-        assert_eq!(cache_dirs_from(env(&[("HF_HUB_CACHE", "/a"), ("HF_HOME", "/b")])), vec![PathBuf::from("/a")]);
-        assert_eq!(cache_dirs_from(env(&[("HF_HOME", "/b"), ("HOME", "/h")])), vec![PathBuf::from("/b/hub")]);
-        assert_eq!(cache_dirs_from(env(&[("HOME", "/h")])), vec![PathBuf::from("/h/.cache/huggingface/hub")]);
+        assert_eq!(
+            cache_dirs_from(env(&[("HF_HUB_CACHE", "/a"), ("HF_HOME", "/b")])),
+            vec![PathBuf::from("/a")]
+        );
+        assert_eq!(
+            cache_dirs_from(env(&[("HF_HOME", "/b"), ("HOME", "/h")])),
+            vec![PathBuf::from("/b/hub")]
+        );
+        assert_eq!(
+            cache_dirs_from(env(&[("HOME", "/h")])),
+            vec![PathBuf::from("/h/.cache/huggingface/hub")]
+        );
     }
 
     #[test]
@@ -131,13 +153,22 @@ mod tests {
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs/main"), "abc123\n").unwrap();
         let caches = [cache.clone()];
-        assert_eq!(resolve_in("gpt2", &caches).unwrap(), repo.join("snapshots/abc123"));
-        assert_eq!(resolve_in("openai-community/gpt2", &caches).unwrap(), repo.join("snapshots/abc123"));
+        assert_eq!(
+            resolve_in("gpt2", &caches).unwrap(),
+            repo.join("snapshots/abc123")
+        );
+        assert_eq!(
+            resolve_in("openai-community/gpt2", &caches).unwrap(),
+            repo.join("snapshots/abc123")
+        );
         let e = resolve_in("org/missing", &caches).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("models--org--missing"), "{msg}");
         let e = resolve_in("../not/a/name", &caches).unwrap_err();
-        assert!(matches!(e, Error::ModelNotFound { ref searched, .. } if searched.len() == 1), "{e}");
+        assert!(
+            matches!(e, Error::ModelNotFound { ref searched, .. } if searched.len() == 1),
+            "{e}"
+        );
         std::fs::remove_dir_all(&cache).unwrap();
     }
 }

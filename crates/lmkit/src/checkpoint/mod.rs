@@ -190,7 +190,8 @@ pub fn save_params(
     if let Some(m) = json.as_object_mut() {
         m.insert("architectures".into(), serde_json::json!([arch.hf_name()]));
     }
-    let mut text = serde_json::to_string_pretty(&json).map_err(|e| Error::InvalidInput(e.to_string()))?;
+    let mut text =
+        serde_json::to_string_pretty(&json).map_err(|e| Error::InvalidInput(e.to_string()))?;
     text.push('\n');
     atomic_write(dir.join(CONFIG_FILE), text.as_bytes())
 }

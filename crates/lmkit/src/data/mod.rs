@@ -4,7 +4,11 @@
 //! Shape legend: B batch, T sequence length.
 
 pub mod batch;
+pub mod classify_data;
+pub mod mlm;
+pub mod nsp;
 pub mod shards;
+pub mod squad;
 
 pub use batch::{BatchSampler, DataPosition, TokenBatch};
 pub use shards::{

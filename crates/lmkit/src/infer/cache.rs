@@ -36,7 +36,13 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub(crate) fn new(n_layer: usize, batch: usize, capacity: usize, n_head: usize, head_size: usize) -> Self {
+    pub(crate) fn new(
+        n_layer: usize,
+        batch: usize,
+        capacity: usize,
+        n_head: usize,
+        head_size: usize,
+    ) -> Self {
         let elems = n_layer * batch * n_head * capacity * head_size;
         KvCache {
             n_layer,
@@ -214,7 +220,12 @@ fn masked_softmax(row: &mut [f32], mask: &[u8], visible: usize) -> bool {
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in ac.zip(bc) {
         for l in 0..8 {
             acc[l] += x[l] * y[l];
@@ -232,12 +243,35 @@ mod tests {
         let hs = q.len();
         let scores: Vec<f64> = keys
             .iter()
-            .map(|k| q.iter().zip(k).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() / (hs as f64).sqrt())
+            .map(|k| {
+                q.iter()
+                    .zip(k)
+                    .map(|(a, b)| (*a as f64) * (*b as f64))
+                    .sum::<f64>()
+                    / (hs as f64).sqrt()
+            })
             .collect();
-        let max = scores.iter().zip(visible).filter(|(_, v)| **v).map(|(s, _)| *s).fold(f64::MIN, f64::max);
-        let w: Vec<f64> = scores.iter().zip(visible).map(|(s, v)| if *v { (s - max).exp() } else { 0.0 }).collect();
+        let max = scores
+            .iter()
+            .zip(visible)
+            .filter(|(_, v)| **v)
+            .map(|(s, _)| *s)
+            .fold(f64::MIN, f64::max);
+        let w: Vec<f64> = scores
+            .iter()
+            .zip(visible)
+            .map(|(s, v)| if *v { (s - max).exp() } else { 0.0 })
+            .collect();
         let z: f64 = w.iter().sum();
-        (0..hs).map(|d| (w.iter().zip(vals).map(|(p, v)| p * v[d] as f64).sum::<f64>() / z) as f32).collect()
+        (0..hs)
+            .map(|d| {
+                (w.iter()
+                    .zip(vals)
+                    .map(|(p, v)| p * v[d] as f64)
+                    .sum::<f64>()
+                    / z) as f32
+            })
+            .collect()
     }
 
     #[test]
@@ -247,7 +281,9 @@ mod tests {
         let total = 5;
         // Row 0 has 2 padding positions on the left, row 1 none.
         let mask_rows = [[0u8, 0, 1, 1, 1], [1, 1, 1, 1, 1]];
-        let qkv_all: Vec<f32> = (0..batch * total * 3 * c).map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1).collect();
+        let qkv_all: Vec<f32> = (0..batch * total * 3 * c)
+            .map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1)
+            .collect();
         // Prefill 3 positions, then decode one at a time.
         let mut cache = KvCache::new(1, batch, total, nh, hs);
         let mut outputs = vec![vec![0f32; c]; batch * total];
@@ -257,7 +293,8 @@ mod tests {
             for b in 0..batch {
                 for i in 0..t {
                     let src = (b * total + fed + i) * 3 * c;
-                    qkv[(b * t + i) * 3 * c..(b * t + i + 1) * 3 * c].copy_from_slice(&qkv_all[src..src + 3 * c]);
+                    qkv[(b * t + i) * 3 * c..(b * t + i + 1) * 3 * c]
+                        .copy_from_slice(&qkv_all[src..src + 3 * c]);
                     cache.key_mask[b * total + fed + i] = mask_rows[b][fed + i];
                 }
             }
@@ -267,7 +304,8 @@ mod tests {
             cache.len += t;
             for b in 0..batch {
                 for i in 0..t {
-                    outputs[b * total + fed + i] = out[(b * t + i) * c..(b * t + i + 1) * c].to_vec();
+                    outputs[b * total + fed + i] =
+                        out[(b * t + i) * c..(b * t + i + 1) * c].to_vec();
                 }
             }
             fed += t;
@@ -275,20 +313,30 @@ mod tests {
         for b in 0..batch {
             for pos in 0..total {
                 for h in 0..nh {
-                    let row = |p: usize| &qkv_all[(b * total + p) * 3 * c..(b * total + p + 1) * 3 * c];
+                    let row =
+                        |p: usize| &qkv_all[(b * total + p) * 3 * c..(b * total + p + 1) * 3 * c];
                     let q = &row(pos)[h * hs..(h + 1) * hs];
-                    let keys: Vec<Vec<f32>> = (0..=pos).map(|p| row(p)[c + h * hs..c + (h + 1) * hs].to_vec()).collect();
-                    let vals: Vec<Vec<f32>> =
-                        (0..=pos).map(|p| row(p)[2 * c + h * hs..2 * c + (h + 1) * hs].to_vec()).collect();
+                    let keys: Vec<Vec<f32>> = (0..=pos)
+                        .map(|p| row(p)[c + h * hs..c + (h + 1) * hs].to_vec())
+                        .collect();
+                    let vals: Vec<Vec<f32>> = (0..=pos)
+                        .map(|p| row(p)[2 * c + h * hs..2 * c + (h + 1) * hs].to_vec())
+                        .collect();
                     let visible: Vec<bool> = (0..=pos).map(|p| mask_rows[b][p] == 1).collect();
                     let got = &outputs[b * total + pos][h * hs..(h + 1) * hs];
                     if visible.iter().any(|v| *v) {
                         let want = naive(q, &keys, &vals, &visible);
                         for (g, w) in got.iter().zip(&want) {
-                            assert!((g - w).abs() < 1e-5, "b{b} pos{pos} h{h}: {got:?} vs {want:?}");
+                            assert!(
+                                (g - w).abs() < 1e-5,
+                                "b{b} pos{pos} h{h}: {got:?} vs {want:?}"
+                            );
                         }
                     } else {
-                        assert!(got.iter().all(|v| *v == 0.0), "fully masked query gives zeros");
+                        assert!(
+                            got.iter().all(|v| *v == 0.0),
+                            "fully masked query gives zeros"
+                        );
                     }
                 }
             }

@@ -14,13 +14,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::checkpoint::{open_model_dir, SafeTensors};
 use crate::error::{Error, Result};
 use crate::infer::cache::KvCache;
-use crate::infer::weights::{release_mapped, F32Slice, Matrix, WeightDtype};
+use crate::infer::weights::{prefault_mapped, release_mapped, F32Slice, Matrix, WeightDtype};
 use crate::kernels::quant::SourceLayout;
+use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
 use crate::model::config::{Activation, AnyConfig, Gpt2Config};
 use crate::model::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::model::names::{resolve_key, Family, KeyRole};
@@ -55,13 +54,22 @@ struct Scratch {
     att: Vec<f32>,
     /// Sub-block output before the residual add `[N, C]`.
     y: Vec<f32>,
-    /// MLP hidden `[N, I]`.
+    /// MLP hidden before / after GELU `[N, I]`.
+    fc_pre: Vec<f32>,
     fc: Vec<f32>,
+    /// LayerNorm statistics `[N]` (required by the kernel, unused here).
+    mean: Vec<f32>,
+    rstd: Vec<f32>,
     /// Matrix kernels' scratch (partial sums, widened weight tiles).
     mat: Vec<f32>,
     /// Hidden rows gathered for the LM head `[M, C]`.
     gather: Vec<f32>,
 }
+
+/// Called on each part of a source tensor once it has been converted.
+type Release<'a> = &'a (dyn Fn(&[f32]) + Sync);
+/// Converts a source tensor, given its data and a [`Release`].
+type ConvertFn<'a> = dyn FnMut(&[f32], Release<'_>) + 'a;
 
 /// Where the tensors come from while an engine is built.
 trait Source {
@@ -69,7 +77,7 @@ trait Source {
     fn keep(&self, name: &str) -> Result<F32Slice>;
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()>;
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()>;
 }
 
 /// A memory-mapped safetensors file; `keys` maps canonical names to file keys.
@@ -91,12 +99,15 @@ impl FileSource {
 impl Source for FileSource {
     fn keep(&self, name: &str) -> Result<F32Slice> {
         Ok(match self.tensor(name)? {
-            Cow::Borrowed(s) => F32Slice::borrowed(self.file.clone(), s),
+            Cow::Borrowed(s) => {
+                prefault_mapped(s);
+                F32Slice::borrowed(self.file.clone(), s)
+            }
             Cow::Owned(v) => F32Slice::owned(v),
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()> {
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
         match self.tensor(name)? {
             // Borrowed = straight from the read-only file map: pages may be dropped.
             Cow::Borrowed(s) => f(s, &release_mapped),
@@ -116,21 +127,19 @@ struct ParamSource<'a> {
 
 impl Source for ParamSource<'_> {
     fn keep(&self, name: &str) -> Result<F32Slice> {
-        let range = self
-            .layout
-            .range(name)
-            .ok_or_else(|| Error::InvalidInput(format!("parameter `{name}` is not in the layout")))?;
+        let range = self.layout.range(name).ok_or_else(|| {
+            Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
+        })?;
         Ok(match &self.shared {
             Some(all) => F32Slice::borrowed(all.clone(), &all[range]),
             None => F32Slice::owned(self.params[range].to_vec()),
         })
     }
 
-    fn convert(&self, name: &str, f: &mut dyn FnMut(&[f32], &(dyn Fn(&[f32]) + Sync))) -> Result<()> {
-        let range = self
-            .layout
-            .range(name)
-            .ok_or_else(|| Error::InvalidInput(format!("parameter `{name}` is not in the layout")))?;
+    fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
+        let range = self.layout.range(name).ok_or_else(|| {
+            Error::InvalidInput(format!("parameter `{name}` is not in the layout"))
+        })?;
         f(&self.params[range], &|_| {});
         Ok(())
     }
@@ -141,7 +150,7 @@ impl Source for ParamSource<'_> {
 pub struct Gpt2Engine {
     cfg: Gpt2Config,
     dtype: WeightDtype,
-    act: Activation,
+    gelu: Gelu,
     /// `[V, C]`: token embeddings and the tied LM head.
     wte: Matrix,
     /// `[P, C]`
@@ -164,24 +173,41 @@ impl Gpt2Engine {
         let cfg = match config {
             AnyConfig::Gpt2(c) => c,
             AnyConfig::Bert(_) => {
-                return Err(Error::InvalidInput(format!("{} holds a BERT model, not GPT-2", dir.display())))
+                return Err(Error::InvalidInput(format!(
+                    "{} holds a BERT model, not GPT-2",
+                    dir.display()
+                )))
             }
         };
         let layout = gpt2_layout(&cfg)?;
         let keys = resolve_file_keys(&layout, &file)?;
-        let source = FileSource { file: Arc::new(file), keys };
+        let source = FileSource {
+            file: Arc::new(file),
+            keys,
+        };
         Self::build(cfg, dtype, &source)
     }
 
     /// Builds an engine from a flat parameter buffer laid out by
     /// `gpt2_layout(cfg)` (e.g. the trainer's weights, for samples). The
     /// weights are copied (f32) or converted, so `params` may change afterwards.
-    pub fn from_params(cfg: &Gpt2Config, layout: &ParamLayout, params: &[f32], dtype: WeightDtype) -> Result<Self> {
+    pub fn from_params(
+        cfg: &Gpt2Config,
+        layout: &ParamLayout,
+        params: &[f32],
+        dtype: WeightDtype,
+    ) -> Result<Self> {
         let expected = gpt2_layout(cfg)?;
         let same = expected.specs().len() == layout.specs().len()
-            && expected.specs().iter().zip(layout.specs()).all(|(a, b)| a.name == b.name && a.shape == b.shape);
+            && expected
+                .specs()
+                .iter()
+                .zip(layout.specs())
+                .all(|(a, b)| a.name == b.name && a.shape == b.shape);
         if !same {
-            return Err(Error::InvalidInput("the parameter layout does not match the GPT-2 config".into()));
+            return Err(Error::InvalidInput(
+                "the parameter layout does not match the GPT-2 config".into(),
+            ));
         }
         if params.len() != layout.total_len() {
             return Err(Error::InvalidInput(format!(
@@ -191,7 +217,11 @@ impl Gpt2Engine {
             )));
         }
         let shared = (dtype == WeightDtype::F32).then(|| Arc::new(params.to_vec()));
-        let source = ParamSource { layout, params, shared };
+        let source = ParamSource {
+            layout,
+            params,
+            shared,
+        };
         Self::build(cfg.clone(), dtype, &source)
     }
 
@@ -210,7 +240,9 @@ impl Gpt2Engine {
             src.convert(name, &mut |data, release| {
                 out = Some(Matrix::quantize(data, layout, ic, oc, dtype, release));
             })?;
-            out.ok_or_else(|| Error::InvalidInput(format!("tensor `{name}` could not be converted")))
+            out.ok_or_else(|| {
+                Error::InvalidInput(format!("tensor `{name}` could not be converted"))
+            })
         };
         // wte first: the largest tensor, converted while little else is resident.
         let wte = matrix("wte.weight", SourceLayout::OutIn, c, v)?;
@@ -234,7 +266,10 @@ impl Gpt2Engine {
             });
         }
         Ok(Gpt2Engine {
-            act: cfg.activation(),
+            gelu: match cfg.activation() {
+                Activation::GeluTanh => Gelu::Tanh,
+                Activation::GeluErf => Gelu::Erf,
+            },
             wpe: src.keep("wpe.weight")?,
             ln_f_w: src.keep("ln_f.weight")?,
             ln_f_b: src.keep("ln_f.bias")?,
@@ -258,10 +293,19 @@ impl Gpt2Engine {
     /// Bytes of the weights in their inference format (matrices, vectors, `wpe`).
     pub fn weight_bytes(&self) -> usize {
         let vectors = |b: &Block| {
-            [&b.ln_1_w, &b.ln_1_b, &b.c_attn_b, &b.attn_proj_b, &b.ln_2_w, &b.ln_2_b, &b.c_fc_b, &b.mlp_proj_b]
-                .iter()
-                .map(|s| s.len() * 4)
-                .sum::<usize>()
+            [
+                &b.ln_1_w,
+                &b.ln_1_b,
+                &b.c_attn_b,
+                &b.attn_proj_b,
+                &b.ln_2_w,
+                &b.ln_2_b,
+                &b.c_fc_b,
+                &b.mlp_proj_b,
+            ]
+            .iter()
+            .map(|s| s.len() * 4)
+            .sum::<usize>()
         };
         self.wte.bytes()
             + self.wpe.len() * 4
@@ -269,17 +313,31 @@ impl Gpt2Engine {
             + self
                 .blocks
                 .iter()
-                .map(|b| b.c_attn.bytes() + b.attn_proj.bytes() + b.c_fc.bytes() + b.mlp_proj.bytes() + vectors(b))
+                .map(|b| {
+                    b.c_attn.bytes()
+                        + b.attn_proj.bytes()
+                        + b.c_fc.bytes()
+                        + b.mlp_proj.bytes()
+                        + vectors(b)
+                })
                 .sum::<usize>()
     }
 
     /// A cache for `batch` rows of up to `capacity` positions (padding included).
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
-            return Err(Error::InvalidInput("a KV cache needs at least one row and one position".into()));
+            return Err(Error::InvalidInput(
+                "a KV cache needs at least one row and one position".into(),
+            ));
         }
         let c = &self.cfg;
-        Ok(KvCache::new(c.n_layer, batch, capacity, c.n_head, c.head_size()))
+        Ok(KvCache::new(
+            c.n_layer,
+            batch,
+            capacity,
+            c.n_head,
+            c.head_size(),
+        ))
     }
 
     /// Runs `T = ids.len() / B` new tokens of each of the cache's B rows
@@ -291,10 +349,15 @@ impl Gpt2Engine {
     pub fn forward(&mut self, cache: &mut KvCache, ids: &[u32], mask: Option<&[u8]>) -> Result<()> {
         let cfg = &self.cfg;
         let b = cache.batch;
-        if cache.n_layer != cfg.n_layer || cache.n_head != cfg.n_head || cache.head_size != cfg.head_size() {
-            return Err(Error::InvalidInput("the KV cache was made for a different model".into()));
+        if cache.n_layer != cfg.n_layer
+            || cache.n_head != cfg.n_head
+            || cache.head_size != cfg.head_size()
+        {
+            return Err(Error::InvalidInput(
+                "the KV cache was made for a different model".into(),
+            ));
         }
-        if ids.is_empty() || ids.len() % b != 0 {
+        if ids.is_empty() || !ids.len().is_multiple_of(b) {
             return Err(Error::InvalidInput(format!(
                 "{} token ids do not form {b} rows of at least one token",
                 ids.len()
@@ -302,7 +365,10 @@ impl Gpt2Engine {
         }
         let t = ids.len() / b;
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-            return Err(Error::TokenIdOutOfRange { id, vocab: cfg.vocab_size });
+            return Err(Error::TokenIdOutOfRange {
+                id,
+                vocab: cfg.vocab_size,
+            });
         }
         if let Some(m) = mask {
             if m.len() != ids.len() {
@@ -313,11 +379,16 @@ impl Gpt2Engine {
                 )));
             }
             if m.iter().any(|&x| x > 1) {
-                return Err(Error::InvalidInput("attention mask values must be 0 or 1".into()));
+                return Err(Error::InvalidInput(
+                    "attention mask values must be 0 or 1".into(),
+                ));
             }
         }
         if cache.len + t > cache.capacity {
-            return Err(Error::ContextTooLong { len: cache.len + t, max: cache.capacity });
+            return Err(Error::ContextTooLong {
+                len: cache.len + t,
+                max: cache.capacity,
+            });
         }
         // Position ids: HF's cumsum(mask) - 1 continued from the cache; 1 on padding.
         let mut pos = vec![1usize; b * t];
@@ -332,13 +403,17 @@ impl Gpt2Engine {
         }
         if let Some(&max) = next.iter().max() {
             if max > cfg.n_positions {
-                return Err(Error::ContextTooLong { len: max, max: cfg.n_positions });
+                return Err(Error::ContextTooLong {
+                    len: max,
+                    max: cfg.n_positions,
+                });
             }
         }
         // Validated: from here on nothing fails, so the cache stays consistent.
         for r in 0..b {
             for i in 0..t {
-                cache.key_mask[r * cache.capacity + cache.len + i] = mask.map_or(1, |m| m[r * t + i]);
+                cache.key_mask[r * cache.capacity + cache.len + i] =
+                    mask.map_or(1, |m| m[r * t + i]);
             }
         }
         let (c, inner) = (cfg.n_embd, cfg.inner());
@@ -351,18 +426,23 @@ impl Gpt2Engine {
             (&mut s.qkv, n * 3 * c),
             (&mut s.att, n * c),
             (&mut s.y, n * c),
+            (&mut s.fc_pre, n * inner),
             (&mut s.fc, n * inner),
+            (&mut s.mean, n),
+            (&mut s.rstd, n),
         ] {
             buf.resize(len, 0.0);
         }
-        let (x, xn, qkv, att, y, fc) = (
+        let (x, xn, qkv, att, y, fc_pre, fc) = (
             &mut s.x[..n * c],
             &mut s.xn[..n * c],
             &mut s.qkv[..n * 3 * c],
             &mut s.att[..n * c],
             &mut s.y[..n * c],
+            &mut s.fc_pre[..n * inner],
             &mut s.fc[..n * inner],
         );
+        let (mean, rstd) = (&mut s.mean[..n], &mut s.rstd[..n]);
         // x = wte[id] + wpe[pos]
         for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(&pos)) {
             self.wte.row_into(id as usize, row);
@@ -371,19 +451,23 @@ impl Gpt2Engine {
             }
         }
         for (l, blk) in self.blocks.iter().enumerate() {
-            layernorm(xn, x, &blk.ln_1_w, &blk.ln_1_b, c, eps);
-            blk.c_attn.forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
+            layernorm_forward(xn, mean, rstd, x, &blk.ln_1_w, &blk.ln_1_b, n, c, eps);
+            blk.c_attn
+                .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
             cache.store(l, qkv, t);
             cache.attend(att, qkv, l, t);
-            blk.attn_proj.forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
+            blk.attn_proj
+                .forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
             add_inplace(x, y);
-            layernorm(xn, x, &blk.ln_2_w, &blk.ln_2_b, c, eps);
-            blk.c_fc.forward(fc, xn, Some(&blk.c_fc_b), n, &mut s.mat);
-            gelu_inplace(fc, self.act);
-            blk.mlp_proj.forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
+            layernorm_forward(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b, n, c, eps);
+            blk.c_fc
+                .forward(fc_pre, xn, Some(&blk.c_fc_b), n, &mut s.mat);
+            gelu_forward(fc, fc_pre, self.gelu);
+            blk.mlp_proj
+                .forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
             add_inplace(x, y);
         }
-        layernorm(xn, x, &self.ln_f_w, &self.ln_f_b, c, eps);
+        layernorm_forward(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b, n, c, eps);
         cache.len += t;
         cache.next_pos = next;
         self.rows = n;
@@ -408,22 +492,34 @@ impl Gpt2Engine {
             )));
         }
         if let Some(&r) = rows.iter().find(|&&r| r >= self.rows) {
-            return Err(Error::InvalidInput(format!("row {r} is not among the {} rows of the last forward", self.rows)));
+            return Err(Error::InvalidInput(format!(
+                "row {r} is not among the {} rows of the last forward",
+                self.rows
+            )));
         }
         let s = &mut self.s;
         s.gather.clear();
         for &r in rows {
             s.gather.extend_from_slice(&s.xn[r * c..(r + 1) * c]);
         }
-        self.wte.forward(out, &s.gather, None, rows.len(), &mut s.mat);
+        self.wte
+            .forward(out, &s.gather, None, rows.len(), &mut s.mat);
         Ok(())
     }
 
     /// Convenience: a fresh cache, one forward over `ids` (`[B, T]`, `mask`
     /// as in [`Self::forward`]), and the logits of every position `[B, T, V]`.
-    pub fn forward_all_logits(&mut self, ids: &[u32], batch: usize, mask: Option<&[u8]>) -> Result<Vec<f32>> {
-        if batch == 0 || ids.len() % batch != 0 {
-            return Err(Error::InvalidInput(format!("{} ids do not split into {batch} rows", ids.len())));
+    pub fn forward_all_logits(
+        &mut self,
+        ids: &[u32],
+        batch: usize,
+        mask: Option<&[u8]>,
+    ) -> Result<Vec<f32>> {
+        if batch == 0 || !ids.len().is_multiple_of(batch) {
+            return Err(Error::InvalidInput(format!(
+                "{} ids do not split into {batch} rows",
+                ids.len()
+            )));
         }
         let mut cache = self.new_cache(batch, ids.len() / batch)?;
         self.forward(&mut cache, ids, mask)?;
@@ -443,7 +539,10 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
     for key in file.names() {
         let found = file.shape(key).unwrap_or(&[]).to_vec();
         let check = |name: &str| -> Result<()> {
-            let spec = layout.get(name).ok_or_else(|| Error::UnexpectedTensor { file: path.clone(), key: key.clone() })?;
+            let spec = layout.get(name).ok_or_else(|| Error::UnexpectedTensor {
+                file: path.clone(),
+                key: key.clone(),
+            })?;
             if spec.shape != found {
                 return Err(Error::ShapeMismatch {
                     file: path.clone(),
@@ -469,85 +568,10 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
         }
     }
     if let Some(spec) = layout.specs().iter().find(|s| !keys.contains_key(&s.name)) {
-        return Err(Error::MissingTensor { file: path, key: spec.name.clone() });
+        return Err(Error::MissingTensor {
+            file: path,
+            key: spec.name.clone(),
+        });
     }
     Ok(keys)
-}
-
-/// `out[N, C]` = LayerNorm of `inp[N, C]` (biased variance, as torch).
-fn layernorm(out: &mut [f32], inp: &[f32], w: &[f32], b: &[f32], c: usize, eps: f32) {
-    out.par_chunks_mut(c).zip(inp.par_chunks(c)).for_each(|(o, x)| {
-        let mean64 = x.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
-        let var = x.iter().map(|&v| (v as f64 - mean64) * (v as f64 - mean64)).sum::<f64>() / c as f64;
-        let mean = mean64 as f32;
-        let rstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-        for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
-            *o = (x - mean) * rstd * w + b;
-        }
-    });
-}
-
-fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
-
-fn gelu_inplace(x: &mut [f32], act: Activation) {
-    const S2PI: f32 = 0.797_884_6; // sqrt(2/pi)
-    x.par_chunks_mut(4096).for_each(|chunk| match act {
-        Activation::GeluTanh => {
-            for v in chunk.iter_mut() {
-                let u = *v;
-                *v = 0.5 * u * (1.0 + (S2PI * (u + 0.044715 * u * u * u)).tanh());
-            }
-        }
-        Activation::GeluErf => {
-            for v in chunk.iter_mut() {
-                let u = *v as f64;
-                *v = (0.5 * u * (1.0 + erf(u / std::f64::consts::SQRT_2))) as f32;
-            }
-        }
-    });
-}
-
-/// erf to ~1e-15 (Abramowitz–Stegun 7.1.26 is too coarse for f32 parity).
-fn erf(x: f64) -> f64 {
-    // W. J. Cody's rational approximations are overkill here; a Taylor series
-    // near 0 and the continued-fraction erfc beyond converge to f64 precision.
-    let ax = x.abs();
-    let r = if ax < 2.5 {
-        let mut sum = ax;
-        let mut term = ax;
-        let x2 = ax * ax;
-        let mut k = 0.0;
-        while term.abs() > 1e-17 * sum.abs() {
-            k += 1.0;
-            term *= -x2 / k;
-            sum += term / (2.0 * k + 1.0);
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else {
-        // erfc via Lentz's continued fraction.
-        let mut f = ax;
-        let mut cc = ax;
-        let mut d = 0.0;
-        for n in 1..200 {
-            let an = n as f64 / 2.0;
-            d = ax + an * d;
-            d = if d == 0.0 { 1e-300 } else { 1.0 / d };
-            cc = ax + an / cc;
-            let delta = cc * d;
-            f *= delta;
-            if (delta - 1.0).abs() < 1e-16 {
-                break;
-            }
-        }
-        1.0 - (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt())
-    };
-    if x < 0.0 {
-        -r
-    } else {
-        r
-    }
 }

@@ -29,7 +29,13 @@ impl<'a> MatRef<'a> {
     /// Element (r, c) at `data[r·rs + c·cs]`; strides must be non-negative.
     pub(crate) fn strided(data: &'a [f32], rows: usize, cols: usize, rs: isize, cs: isize) -> Self {
         check_bounds(data.len(), rows, cols, rs, cs);
-        MatRef { data, rows, cols, rs, cs }
+        MatRef {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+        }
     }
 }
 
@@ -47,17 +53,35 @@ impl<'a> MatMut<'a> {
         Self::strided(data, rows, cols, cols as isize, 1)
     }
 
-    pub(crate) fn strided(data: &'a mut [f32], rows: usize, cols: usize, rs: isize, cs: isize) -> Self {
+    pub(crate) fn strided(
+        data: &'a mut [f32],
+        rows: usize,
+        cols: usize,
+        rs: isize,
+        cs: isize,
+    ) -> Self {
         check_bounds(data.len(), rows, cols, rs, cs);
-        MatMut { data, rows, cols, rs, cs }
+        MatMut {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+        }
     }
 }
 
 fn check_bounds(len: usize, rows: usize, cols: usize, rs: isize, cs: isize) {
-    assert!(rs >= 0 && cs >= 0, "gemm view: negative strides are not supported");
+    assert!(
+        rs >= 0 && cs >= 0,
+        "gemm view: negative strides are not supported"
+    );
     if rows > 0 && cols > 0 {
         let last = (rows - 1) * rs as usize + (cols - 1) * cs as usize;
-        assert!(last < len, "gemm view: {rows}x{cols} (strides {rs}, {cs}) exceeds a buffer of {len}");
+        assert!(
+            last < len,
+            "gemm view: {rows}x{cols} (strides {rs}, {cs}) exceeds a buffer of {len}"
+        );
     }
 }
 
@@ -73,7 +97,11 @@ pub(crate) fn gemm_f32_serial(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>)
 
 fn gemm_f32_with(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, par: Parallelism) {
     assert_eq!(lhs.cols, rhs.rows, "gemm: inner dimensions differ");
-    assert_eq!((dst.rows, dst.cols), (lhs.rows, rhs.cols), "gemm: output shape");
+    assert_eq!(
+        (dst.rows, dst.cols),
+        (lhs.rows, rhs.cols),
+        "gemm: output shape"
+    );
     let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
     if m == 0 || n == 0 {
         return;
@@ -127,14 +155,17 @@ mod tests {
         let b: Vec<f32> = (0..12).map(|v| (v as f32).sin()).collect();
         let rhs = MatRef::transposed(&b, 4, 3);
         // dst: [2, 4] inside a [2, 6] buffer at column 1.
-        let mut d = vec![f32::NAN; 12];
+        let mut d = [f32::NAN; 12];
         gemm_f32(MatMut::strided(&mut d[1..], 2, 4, 6, 1), lhs, rhs);
         for r in 0..2 {
             for c in 0..4 {
                 let want: f32 = (0..3).map(|k| a[5 + r * 5 + k] * b[c * 3 + k]).sum();
                 assert!((d[r * 6 + 1 + c] - want).abs() < 1e-5);
             }
-            assert!(d[r * 6].is_nan() && d[r * 6 + 5].is_nan(), "columns outside the view untouched");
+            assert!(
+                d[r * 6].is_nan() && d[r * 6 + 5].is_nan(),
+                "columns outside the view untouched"
+            );
         }
     }
 

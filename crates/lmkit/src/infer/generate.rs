@@ -86,7 +86,9 @@ impl Gpt2Engine {
     fn fit_prompt(&self, prompt_len: usize, max_new: usize, truncate: bool) -> Result<usize> {
         let ctx = self.config().n_positions;
         if prompt_len == 0 {
-            return Err(Error::InvalidInput("the prompt is empty: GPT-2 needs at least one token".into()));
+            return Err(Error::InvalidInput(
+                "the prompt is empty: GPT-2 needs at least one token".into(),
+            ));
         }
         let room = (ctx + 1).saturating_sub(max_new.max(1));
         if room == 0 {
@@ -100,7 +102,10 @@ impl Gpt2Engine {
         if truncate {
             return Ok(room);
         }
-        Err(Error::ContextTooLong { len: prompt_len + max_new.max(1) - 1, max: ctx })
+        Err(Error::ContextTooLong {
+            len: prompt_len + max_new.max(1) - 1,
+            max: ctx,
+        })
     }
 
     /// Generates up to `cfg.max_new_tokens` tokens after `prompt`, calling
@@ -127,8 +132,14 @@ impl Gpt2Engine {
         };
         if cfg.max_new_tokens == 0 {
             // Still validate the prompt (ids in range) as a generation would.
-            if let Some(&id) = prompt.iter().find(|&&id| id as usize >= self.config().vocab_size) {
-                return Err(Error::TokenIdOutOfRange { id, vocab: self.config().vocab_size });
+            if let Some(&id) = prompt
+                .iter()
+                .find(|&&id| id as usize >= self.config().vocab_size)
+            {
+                return Err(Error::TokenIdOutOfRange {
+                    id,
+                    vocab: self.config().vocab_size,
+                });
             }
             return Ok(out);
         }
@@ -174,16 +185,23 @@ impl Gpt2Engine {
     /// row with its own sampler seeded `cfg.seed + row`. Rows that finish
     /// early keep being fed (their output is ignored) until all are done.
     /// Timings are those of the whole batch.
-    pub fn generate_batch(&mut self, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Result<Vec<GenerationOutput>> {
+    pub fn generate_batch(
+        &mut self,
+        prompts: &[Vec<u32>],
+        cfg: &GenerationConfig,
+    ) -> Result<Vec<GenerationOutput>> {
         let b = prompts.len();
         if b == 0 {
             return Ok(Vec::new());
         }
-        let keeps: Vec<usize> =
-            prompts.iter().map(|p| self.fit_prompt(p.len(), cfg.max_new_tokens, cfg.truncate)).collect::<Result<_>>()?;
+        let keeps: Vec<usize> = prompts
+            .iter()
+            .map(|p| self.fit_prompt(p.len(), cfg.max_new_tokens, cfg.truncate))
+            .collect::<Result<_>>()?;
         let t = *keeps.iter().max().unwrap_or(&1);
-        let mut samplers: Vec<Sampler> =
-            (0..b).map(|r| Sampler::new(cfg.sampling.clone(), cfg.seed.wrapping_add(r as u64))).collect::<Result<_>>()?;
+        let mut samplers: Vec<Sampler> = (0..b)
+            .map(|r| Sampler::new(cfg.sampling.clone(), cfg.seed.wrapping_add(r as u64)))
+            .collect::<Result<_>>()?;
         let mut outs: Vec<GenerationOutput> = prompts
             .iter()
             .zip(&keeps)

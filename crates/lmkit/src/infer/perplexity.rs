@@ -51,7 +51,11 @@ impl Gpt2Engine {
                 "perplexity context must be in [2, {n_pos}] (the model's n_positions), got {context}"
             )));
         }
-        let stride = if stride == 0 { (context / 2).max(1) } else { stride };
+        let stride = if stride == 0 {
+            (context / 2).max(1)
+        } else {
+            stride
+        };
         if stride > context {
             return Err(Error::InvalidInput(format!(
                 "stride {stride} is larger than the context {context}: tokens would be skipped"
@@ -98,7 +102,14 @@ impl Gpt2Engine {
         }
         let nll_sum: f64 = token_nll.iter().map(|&x| x as f64).sum();
         let mean_nll = nll_sum / total as f64;
-        Ok(PerplexityReport { tokens: total, nll_sum, mean_nll, perplexity: mean_nll.exp(), windows, token_nll })
+        Ok(PerplexityReport {
+            tokens: total,
+            nll_sum,
+            mean_nll,
+            perplexity: mean_nll.exp(),
+            windows,
+            token_nll,
+        })
     }
 }
 

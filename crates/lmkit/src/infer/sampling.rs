@@ -27,7 +27,9 @@ impl Rng {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        Rng { s: [next(), next(), next(), next()] }
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -70,13 +72,22 @@ pub struct SamplingParams {
 impl Default for SamplingParams {
     /// HF's `GenerationConfig` defaults with sampling on.
     fn default() -> Self {
-        SamplingParams { greedy: false, temperature: 1.0, top_k: 50, top_p: 1.0, repetition_penalty: 1.0 }
+        SamplingParams {
+            greedy: false,
+            temperature: 1.0,
+            top_k: 50,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+        }
     }
 }
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        SamplingParams { greedy: true, ..Self::default() }
+        SamplingParams {
+            greedy: true,
+            ..Self::default()
+        }
     }
 
     /// Rejects values HF would reject (or that make no sense).
@@ -100,7 +111,12 @@ impl SamplingParams {
 /// Applies the repetition penalty to `logits[V]` for every distinct id in
 /// `context` (prompt and generated tokens), as HF's
 /// `RepetitionPenaltyLogitsProcessor` (each id once, however often it occurs).
-pub fn apply_repetition_penalty(logits: &mut [f32], context: &[u32], penalty: f32, seen: &mut Vec<u32>) {
+pub fn apply_repetition_penalty(
+    logits: &mut [f32],
+    context: &[u32],
+    penalty: f32,
+    seen: &mut Vec<u32>,
+) {
     if penalty == 1.0 {
         return;
     }
@@ -143,7 +159,13 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(params: SamplingParams, seed: u64) -> Result<Self> {
         params.validate()?;
-        Ok(Sampler { params, rng: Rng::new(seed), seen: Vec::new(), cand: Vec::new(), probs: Vec::new() })
+        Ok(Sampler {
+            params,
+            rng: Rng::new(seed),
+            seen: Vec::new(),
+            cand: Vec::new(),
+            probs: Vec::new(),
+        })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -153,7 +175,12 @@ impl Sampler {
     /// Chooses the next token from `logits[V]` (modified in place) given the
     /// ids so far (`context`, prompt included).
     pub fn next_token(&mut self, logits: &mut [f32], context: &[u32]) -> u32 {
-        apply_repetition_penalty(logits, context, self.params.repetition_penalty, &mut self.seen);
+        apply_repetition_penalty(
+            logits,
+            context,
+            self.params.repetition_penalty,
+            &mut self.seen,
+        );
         if self.params.greedy {
             return argmax(logits);
         }
@@ -167,7 +194,11 @@ impl Sampler {
         let t = self.params.temperature;
         self.cand.clear();
         self.cand.extend(
-            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (l / t, i as u32)),
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(i, &l)| (l / t, i as u32)),
         );
         let order = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let k = self.params.top_k;
@@ -207,11 +238,12 @@ impl Sampler {
         let Some(&(max, first)) = self.cand.first() else {
             return 0; // every logit was NaN: nothing to choose from
         };
-        if max == f32::INFINITY || max == f32::NEG_INFINITY {
+        if max.is_infinite() {
             return first;
         }
         self.probs.clear();
-        self.probs.extend(self.cand.iter().map(|c| ((c.0 - max) as f64).exp()));
+        self.probs
+            .extend(self.cand.iter().map(|c| ((c.0 - max) as f64).exp()));
         let total: f64 = self.probs.iter().sum();
         let mut u = self.rng.next_f64() * total;
         for (c, &pr) in self.cand.iter().zip(&self.probs) {
@@ -264,16 +296,22 @@ mod tests {
 
     #[test]
     fn greedy_takes_first_maximum_after_penalty() {
-        let mut s = sampler(SamplingParams { repetition_penalty: 4.0, ..SamplingParams::greedy() });
+        let mut s = sampler(SamplingParams {
+            repetition_penalty: 4.0,
+            ..SamplingParams::greedy()
+        });
         // Token 1 wins unpenalised; with it in the context, token 2 (tied with 3) wins.
-        assert_eq!(s.next_token(&mut vec![0.0, 3.0, 1.0, 1.0], &[]), 1);
-        assert_eq!(s.next_token(&mut vec![0.0, 3.0, 1.0, 1.0], &[1]), 2);
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[]), 1);
+        assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[1]), 2);
     }
 
     #[test]
     fn top_k_keeps_ties_with_the_kth_value() {
-        let mut s = sampler(SamplingParams { top_k: 2, ..SamplingParams::default() });
-        s.next_token(&mut vec![1.0, 3.0, 2.0, 2.0, 0.0], &[]);
+        let mut s = sampler(SamplingParams {
+            top_k: 2,
+            ..SamplingParams::default()
+        });
+        s.next_token(&mut [1.0, 3.0, 2.0, 2.0, 0.0], &[]);
         assert_eq!(s.last_candidates(), vec![1, 2, 3]);
     }
 
@@ -282,15 +320,27 @@ mod tests {
         // probs ∝ [0.5, 0.3, 0.15, 0.05]. top_p = 0.75: ascending cumulative is
         // 0.05, 0.20, 0.50, 1.0; drop those <= 0.25 → keep ids 0 and 1.
         let logits: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
-        let mut s = sampler(SamplingParams { top_k: 0, top_p: 0.75, ..SamplingParams::default() });
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.75,
+            ..SamplingParams::default()
+        });
         s.next_token(&mut logits.clone(), &[]);
         assert_eq!(s.last_candidates(), vec![0, 1]);
         // top_p = 0.85 (drop <= 0.15) needs the third token too.
-        let mut s = sampler(SamplingParams { top_k: 0, top_p: 0.85, ..SamplingParams::default() });
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.85,
+            ..SamplingParams::default()
+        });
         s.next_token(&mut logits.clone(), &[]);
         assert_eq!(s.last_candidates(), vec![0, 1, 2]);
         // A tiny top_p still keeps the most likely token.
-        let mut s = sampler(SamplingParams { top_k: 0, top_p: 0.01, ..SamplingParams::default() });
+        let mut s = sampler(SamplingParams {
+            top_k: 0,
+            top_p: 0.01,
+            ..SamplingParams::default()
+        });
         assert_eq!(s.next_token(&mut logits.clone(), &[]), 0);
     }
 
@@ -298,7 +348,11 @@ mod tests {
     fn temperature_sharpens_and_sampling_follows_the_distribution() {
         let logits = vec![(0.6f32).ln(), (0.3f32).ln(), (0.1f32).ln()];
         let count = |temperature: f32| {
-            let mut s = sampler(SamplingParams { top_k: 0, temperature, ..SamplingParams::default() });
+            let mut s = sampler(SamplingParams {
+                top_k: 0,
+                temperature,
+                ..SamplingParams::default()
+            });
             let mut counts = [0usize; 3];
             for _ in 0..20_000 {
                 counts[s.next_token(&mut logits.clone(), &[]) as usize] += 1;
@@ -321,7 +375,9 @@ mod tests {
         let logits: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32 * 0.05).collect();
         let run = |seed| {
             let mut s = Sampler::new(SamplingParams::default(), seed).expect("valid");
-            (0..50).map(|_| s.next_token(&mut logits.clone(), &[])).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.next_token(&mut logits.clone(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));
@@ -330,14 +386,33 @@ mod tests {
     #[test]
     fn invalid_params_are_rejected() {
         for p in [
-            SamplingParams { temperature: 0.0, ..SamplingParams::default() },
-            SamplingParams { top_p: 0.0, ..SamplingParams::default() },
-            SamplingParams { top_p: 1.5, ..SamplingParams::default() },
-            SamplingParams { repetition_penalty: -1.0, ..SamplingParams::default() },
+            SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_p: 1.5,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                repetition_penalty: -1.0,
+                ..SamplingParams::default()
+            },
         ] {
             assert!(Sampler::new(p, 0).is_err());
         }
         // Temperature is unused (and so not checked) when greedy.
-        assert!(Sampler::new(SamplingParams { temperature: 0.0, ..SamplingParams::greedy() }, 0).is_ok());
+        assert!(Sampler::new(
+            SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::greedy()
+            },
+            0
+        )
+        .is_ok());
     }
 }

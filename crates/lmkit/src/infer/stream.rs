@@ -35,7 +35,10 @@ impl Utf8Stream {
                 Err(e) => {
                     let valid = e.valid_up_to();
                     // Validated by from_utf8 just above, so never the default.
-                    out.push_str(std::str::from_utf8(&self.pending[start..start + valid]).unwrap_or_default());
+                    out.push_str(
+                        std::str::from_utf8(&self.pending[start..start + valid])
+                            .unwrap_or_default(),
+                    );
                     match e.error_len() {
                         Some(bad) => {
                             out.push(char::REPLACEMENT_CHARACTER);
@@ -73,7 +76,10 @@ pub struct StopMatcher {
 impl StopMatcher {
     /// Empty stop strings are ignored.
     pub fn new(stops: &[String]) -> Self {
-        StopMatcher { stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(), ..Self::default() }
+        StopMatcher {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            ..Self::default()
+        }
     }
 
     pub fn stopped(&self) -> bool {
@@ -88,7 +94,12 @@ impl StopMatcher {
             return String::new();
         }
         self.held.push_str(text);
-        if let Some(pos) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(pos) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             self.stopped = true;
             let out = self.held[..pos].to_string();
             self.held.clear();
@@ -122,7 +133,11 @@ pub struct TextStreamer {
 
 impl TextStreamer {
     pub fn new(stops: &[String]) -> Self {
-        TextStreamer { utf8: Utf8Stream::new(), stop: StopMatcher::new(stops), text: String::new() }
+        TextStreamer {
+            utf8: Utf8Stream::new(),
+            stop: StopMatcher::new(stops),
+            text: String::new(),
+        }
     }
 
     /// Feeds one token's bytes; returns the text ready to show (possibly empty).
@@ -177,7 +192,9 @@ mod tests {
         for b in bytes {
             pieces.push(s.push(&[*b]));
         }
-        assert!(pieces.iter().all(|p| p.chars().all(|c| c != char::REPLACEMENT_CHARACTER)));
+        assert!(pieces
+            .iter()
+            .all(|p| p.chars().all(|c| c != char::REPLACEMENT_CHARACTER)));
         assert_eq!(pieces.concat(), text);
         // The crab's four bytes produce output only with the last one.
         let crab = "🦀".as_bytes();

@@ -19,13 +19,14 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::infer::gemm::{gemm_f32, MatMut, MatRef};
 use crate::kernels::matvec::{
     in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in, matvec_int8,
 };
 use crate::kernels::quant::{
     bf16_rows_to_f32, dequantize_int8_rows, quantize_int8_out_in, to_bf16_out_in, SourceLayout,
 };
-use crate::infer::gemm::{gemm_f32, MatRef, MatMut};
+use crate::kernels::{matmul_forward, WeightLayout};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,7 +58,9 @@ impl FromStr for WeightDtype {
             "f32" | "float32" => Ok(WeightDtype::F32),
             "bf16" | "bfloat16" => Ok(WeightDtype::Bf16),
             "int8" | "i8" => Ok(WeightDtype::Int8),
-            _ => Err(Error::InvalidInput(format!("unknown weight dtype `{s}` (expected f32, bf16 or int8)"))),
+            _ => Err(Error::InvalidInput(format!(
+                "unknown weight dtype `{s}` (expected f32, bf16 or int8)"
+            ))),
         }
     }
 }
@@ -85,13 +88,21 @@ unsafe impl Sync for F32Slice {}
 impl F32Slice {
     /// `data` must point into storage owned by `keep`.
     pub(crate) fn borrowed(keep: Arc<dyn Any + Send + Sync>, data: &[f32]) -> Self {
-        F32Slice { _keep: keep, ptr: data.as_ptr(), len: data.len() }
+        F32Slice {
+            _keep: keep,
+            ptr: data.as_ptr(),
+            len: data.len(),
+        }
     }
 
     pub(crate) fn owned(data: Vec<f32>) -> Self {
         let data: Arc<Vec<f32>> = Arc::new(data);
         let (ptr, len) = (data.as_ptr(), data.len());
-        F32Slice { _keep: data, ptr, len }
+        F32Slice {
+            _keep: data,
+            ptr,
+            len,
+        }
     }
 
     pub(crate) fn as_slice(&self) -> &[f32] {
@@ -131,7 +142,12 @@ pub(crate) enum Matrix {
     /// bf16 `[OC, IC]`.
     Bf16 { w: Vec<u16>, ic: usize, oc: usize },
     /// int8 `[OC, IC]`, one scale per output row.
-    Int8 { w: Vec<i8>, scales: Vec<f32>, ic: usize, oc: usize },
+    Int8 {
+        w: Vec<i8>,
+        scales: Vec<f32>,
+        ic: usize,
+        oc: usize,
+    },
 }
 
 impl Matrix {
@@ -160,12 +176,13 @@ impl Matrix {
                 let mut w = vec![0u16; ic * oc];
                 match layout {
                     // Row chunks converted in parallel, each released when done.
-                    SourceLayout::OutIn => {
-                        w.par_chunks_mut(rows * ic).zip(src.par_chunks(rows * ic)).for_each(|(d, s)| {
+                    SourceLayout::OutIn => w
+                        .par_chunks_mut(rows * ic)
+                        .zip(src.par_chunks(rows * ic))
+                        .for_each(|(d, s)| {
                             to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn);
                             release(s);
-                        })
-                    }
+                        }),
                     SourceLayout::InOut => {
                         to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut);
                         release(src);
@@ -225,7 +242,14 @@ impl Matrix {
     /// `out[N, OC] = x[N, IC] · W + bias`. Small N goes through the
     /// matrix-vector kernels; larger N through a matmul (bf16/int8 weights
     /// are widened to f32 one tile of rows at a time).
-    pub(crate) fn forward(&self, out: &mut [f32], x: &[f32], bias: Option<&[f32]>, n: usize, scratch: &mut Vec<f32>) {
+    pub(crate) fn forward(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        bias: Option<&[f32]>,
+        n: usize,
+        scratch: &mut Vec<f32>,
+    ) {
         let (ic, oc) = (self.ic(), self.oc());
         debug_assert_eq!(x.len(), n * ic);
         debug_assert_eq!(out.len(), n * oc);
@@ -243,16 +267,10 @@ impl Matrix {
         }
         match self {
             Matrix::F32InOut { w, .. } => {
-                gemm_f32(
-                    MatMut::row_major(out, n, oc),
-                    MatRef::row_major(x, n, ic),
-                    MatRef::row_major(w, ic, oc),
-                );
-                add_bias_rows(out, bias, oc);
+                matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::InOut)
             }
             Matrix::F32OutIn { w, .. } => {
-                gemm_f32(MatMut::row_major(out, n, oc), MatRef::row_major(x, n, ic), MatRef::transposed(w, oc, ic));
-                add_bias_rows(out, bias, oc);
+                matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
             }
             Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
@@ -280,7 +298,9 @@ impl Matrix {
         match self {
             Matrix::F32OutIn { w, .. } => dst.copy_from_slice(&w[r * ic..(r + 1) * ic]),
             Matrix::Bf16 { w, .. } => bf16_rows_to_f32(dst, &w[r * ic..(r + 1) * ic]),
-            Matrix::Int8 { w, scales, .. } => dequantize_int8_rows(dst, &w[r * ic..(r + 1) * ic], &scales[r..r + 1], ic),
+            Matrix::Int8 { w, scales, .. } => {
+                dequantize_int8_rows(dst, &w[r * ic..(r + 1) * ic], &scales[r..r + 1], ic)
+            }
             Matrix::F32InOut { w, oc, .. } => {
                 for (i, d) in dst.iter_mut().enumerate() {
                     *d = w[i * oc + r];
@@ -344,10 +364,46 @@ pub(crate) fn release_mapped(data: &[f32]) {
         // access reads the same bytes from the file. The advice is a hint:
         // failure is harmless and ignored.
         unsafe {
-            libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED);
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_DONTNEED,
+            );
         }
     }
 }
 
 #[cfg(not(unix))]
 pub(crate) fn release_mapped(_data: &[f32]) {}
+
+/// Maps the pages of `data` (a read-only file map) into the process now, so
+/// that the first forward pass does not pay a page fault per page.
+pub(crate) fn prefault_mapped(data: &[f32]) {
+    #[cfg(target_os = "linux")]
+    {
+        let page = 4096usize;
+        let start = data.as_ptr() as usize / page * page;
+        let end = data.as_ptr() as usize + std::mem::size_of_val(data);
+        // SAFETY: [start, end) covers `data`'s pages, all inside the live
+        // mapping; MADV_POPULATE_READ only faults them in (read-only). It is
+        // a hint: on kernels without it the pages fault in on first use.
+        let ok = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_READ,
+            )
+        } == 0;
+        if ok {
+            return;
+        }
+    }
+    // Touch one value per page.
+    let step = 4096 / std::mem::size_of::<f32>();
+    let mut sum = 0f32;
+    for i in (0..data.len()).step_by(step) {
+        // black_box keeps the otherwise unused reads.
+        sum += std::hint::black_box(data[i]);
+    }
+    std::hint::black_box(sum);
+}

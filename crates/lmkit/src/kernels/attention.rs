@@ -26,7 +26,7 @@ pub struct AttentionShape {
 impl AttentionShape {
     fn hs(&self) -> usize {
         assert!(
-            self.nh > 0 && self.c % self.nh == 0,
+            self.nh > 0 && self.c.is_multiple_of(self.nh),
             "attention: C must divide into NH heads"
         );
         self.c / self.nh

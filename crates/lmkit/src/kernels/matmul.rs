@@ -232,92 +232,100 @@ pub fn matmul_backward(
         c * oc,
         "matmul_backward: weight must hold C·OC"
     );
-    if let Some(dinp) = dinp {
-        assert_eq!(dinp.len(), n * c, "matmul_backward: dinp must be [N,C]");
-        // Wᵀ as a [OC, C] operand.
-        let wt = match layout {
-            WeightLayout::InOut => View {
-                data: weight,
-                rs: 1,
-                cs: oc,
-            },
-            WeightLayout::OutIn => View {
-                data: weight,
-                rs: c,
-                cs: 1,
-            },
-        };
-        gemm_into(
-            dinp,
-            c,
-            1,
-            true,
-            View {
-                data: dout,
-                rs: oc,
-                cs: 1,
-            },
-            wt,
-            n,
-            c,
-            oc,
-            1.0,
-            true,
-        );
-    }
-    if let Some(dw) = dweight {
-        assert_eq!(dw.len(), c * oc, "matmul_backward: dweight must hold C·OC");
-        match layout {
-            // dW[C,OC] += inpᵀ[C,N]·dout[N,OC]
-            WeightLayout::InOut => gemm_into(
-                dw,
-                oc,
+    // The input and weight gradients are independent products: run them side
+    // by side (each may still split further), which keeps both cores busy on
+    // mid-sized layers where one gemm alone scales poorly.
+    let input_grad = move || {
+        if let Some(dinp) = dinp {
+            assert_eq!(dinp.len(), n * c, "matmul_backward: dinp must be [N,C]");
+            // Wᵀ as a [OC, C] operand.
+            let wt = match layout {
+                WeightLayout::InOut => View {
+                    data: weight,
+                    rs: 1,
+                    cs: oc,
+                },
+                WeightLayout::OutIn => View {
+                    data: weight,
+                    rs: c,
+                    cs: 1,
+                },
+            };
+            gemm_into(
+                dinp,
+                c,
                 1,
                 true,
-                View {
-                    data: inp,
-                    rs: 1,
-                    cs: c,
-                },
                 View {
                     data: dout,
                     rs: oc,
                     cs: 1,
                 },
+                wt,
+                n,
                 c,
                 oc,
-                n,
                 1.0,
                 true,
-            ),
-            // dW[OC,C] += doutᵀ[OC,N]·inp[N,C]
-            WeightLayout::OutIn => gemm_into(
-                dw,
-                c,
-                1,
-                true,
-                View {
-                    data: dout,
-                    rs: 1,
-                    cs: oc,
-                },
-                View {
-                    data: inp,
-                    rs: c,
-                    cs: 1,
-                },
-                oc,
-                c,
-                n,
-                1.0,
-                true,
-            ),
+            );
         }
-    }
-    if let Some(db) = dbias {
-        assert_eq!(db.len(), oc, "matmul_backward: dbias must be [OC]");
-        col_sums_into(db, dout, n, oc);
-    }
+    };
+    let weight_grads = move || {
+        if let Some(dw) = dweight {
+            assert_eq!(dw.len(), c * oc, "matmul_backward: dweight must hold C·OC");
+            match layout {
+                // dW[C,OC] += inpᵀ[C,N]·dout[N,OC]
+                WeightLayout::InOut => gemm_into(
+                    dw,
+                    oc,
+                    1,
+                    true,
+                    View {
+                        data: inp,
+                        rs: 1,
+                        cs: c,
+                    },
+                    View {
+                        data: dout,
+                        rs: oc,
+                        cs: 1,
+                    },
+                    c,
+                    oc,
+                    n,
+                    1.0,
+                    true,
+                ),
+                // dW[OC,C] += doutᵀ[OC,N]·inp[N,C]
+                WeightLayout::OutIn => gemm_into(
+                    dw,
+                    c,
+                    1,
+                    true,
+                    View {
+                        data: dout,
+                        rs: 1,
+                        cs: oc,
+                    },
+                    View {
+                        data: inp,
+                        rs: c,
+                        cs: 1,
+                    },
+                    oc,
+                    c,
+                    n,
+                    1.0,
+                    true,
+                ),
+            }
+        }
+        if let Some(db) = dbias {
+            assert_eq!(db.len(), oc, "matmul_backward: dbias must be [OC]");
+            col_sums_into(db, dout, n, oc);
+        }
+    };
+    rayon::join(input_grad, weight_grads);
 }
 
 /// `acc[j] += Σ_i m[i, j]` for a row-major `m[N, OC]`. Columns are split

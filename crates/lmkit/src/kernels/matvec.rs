@@ -46,6 +46,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// A method, not `.0`, so closures capture the whole Send + Sync wrapper.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Output rows per task for `[OC, IC]` weights: about 64 KiB of weights per
 /// task (enough to amortise scheduling, small enough to stay in L2 while the
 /// N rows of `x` are applied), in multiples of 4 rows.
@@ -54,7 +61,15 @@ fn rows_per_task(ic: usize, elem_bytes: usize) -> usize {
     (rows.max(4) / 4) * 4
 }
 
-fn check_shapes(out: &[f32], x: &[f32], w_len: usize, bias: Option<&[f32]>, n: usize, ic: usize, oc: usize) {
+fn check_shapes(
+    out: &[f32],
+    x: &[f32],
+    w_len: usize,
+    bias: Option<&[f32]>,
+    n: usize,
+    ic: usize,
+    oc: usize,
+) {
     assert_eq!(out.len(), n * oc, "matvec: out must be [N, OC]");
     assert_eq!(x.len(), n * ic, "matvec: x must be [N, IC]");
     assert_eq!(w_len, ic * oc, "matvec: weight must hold IC·OC elements");
@@ -76,10 +91,9 @@ where
         let r0 = t * rows_per_task;
         let len = rows_per_task.min(oc - r0);
         for k in 0..n {
-            let ptr = ptr;
             // SAFETY: `out` has n·oc elements (checked by the caller); this
             // task alone writes rows [r0, r0 + len) of output row k.
-            let dst = unsafe { std::slice::from_raw_parts_mut(ptr.0.add(k * oc + r0), len) };
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(k * oc + r0), len) };
             rows(dst, r0, k);
         }
     });
@@ -112,25 +126,32 @@ pub fn matvec_f32_in_out(
     oc: usize,
 ) {
     check_shapes(out, x, w.len(), bias, n, ic, oc);
-    assert_eq!(partials.len(), in_out_partials_len(n, ic, oc), "matvec: partials length");
+    assert_eq!(
+        partials.len(),
+        in_out_partials_len(n, ic, oc),
+        "matvec: partials length"
+    );
     if n == 0 || oc == 0 {
         return;
     }
-    partials.par_chunks_mut(n * oc).enumerate().for_each(|(blk, part)| {
-        part.fill(0.0);
-        let i0 = blk * IN_OUT_BLOCK;
-        let i1 = (i0 + IN_OUT_BLOCK).min(ic);
-        let mut i = i0;
-        while i < i1 {
-            let rows = (i1 - i).min(4);
-            let wrows = &w[i * oc..(i + rows) * oc];
-            for k in 0..n {
-                let xs = &x[k * ic + i..k * ic + i + rows];
-                axpy_rows(&mut part[k * oc..(k + 1) * oc], xs, wrows, oc);
+    partials
+        .par_chunks_mut(n * oc)
+        .enumerate()
+        .for_each(|(blk, part)| {
+            part.fill(0.0);
+            let i0 = blk * IN_OUT_BLOCK;
+            let i1 = (i0 + IN_OUT_BLOCK).min(ic);
+            let mut i = i0;
+            while i < i1 {
+                let rows = (i1 - i).min(4);
+                let wrows = &w[i * oc..(i + rows) * oc];
+                for k in 0..n {
+                    let xs = &x[k * ic + i..k * ic + i + rows];
+                    axpy_rows(&mut part[k * oc..(k + 1) * oc], xs, wrows, oc);
+                }
+                i += rows;
             }
-            i += rows;
-        }
-    });
+        });
     let nblk = ic.div_ceil(IN_OUT_BLOCK);
     let parts: &[f32] = partials;
     out.par_chunks_mut(1024).enumerate().for_each(|(t, dst)| {
@@ -302,7 +323,11 @@ pub fn matvec_int8(
     });
 }
 
+// AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) are stable since
+// Rust 1.89: this module, hence lmkit, needs 1.89 even though the workspace
+// still declares 1.80.
 #[cfg(target_arch = "x86_64")]
+#[clippy::msrv = "1.89"]
 mod x86 {
     use std::arch::x86_64::*;
 
@@ -334,7 +359,8 @@ mod x86 {
             c += 16;
         }
         while c < oc {
-            y[c] += xs[0] * w[c] + xs[1] * w[oc + c] + xs[2] * w[2 * oc + c] + xs[3] * w[3 * oc + c];
+            y[c] +=
+                xs[0] * w[c] + xs[1] * w[oc + c] + xs[2] * w[2 * oc + c] + xs[3] * w[3 * oc + c];
             c += 1;
         }
     }
@@ -380,7 +406,13 @@ mod x86 {
     /// # Safety
     /// The CPU must support avx512f and avx512bf16.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn dot_rows_bf16_avx512(dst: &mut [f32], xh: &[u16], xl: &[u16], w: &[u16], ic: usize) {
+    pub unsafe fn dot_rows_bf16_avx512(
+        dst: &mut [f32],
+        xh: &[u16],
+        xl: &[u16],
+        w: &[u16],
+        ic: usize,
+    ) {
         assert!(xh.len() == ic && xl.len() == ic && w.len() == dst.len() * ic);
         let main = ic / 32 * 32;
         let mut r = 0;
@@ -391,11 +423,14 @@ mod x86 {
             let mut j = 0;
             while j < main {
                 // SAFETY: j + 32 <= ic elements of u16 in xh, xl and each row.
-                let vh: __m512bh = std::mem::transmute(_mm512_loadu_si512(xh.as_ptr().add(j) as *const _));
-                let vl: __m512bh = std::mem::transmute(_mm512_loadu_si512(xl.as_ptr().add(j) as *const _));
+                let vh: __m512bh =
+                    std::mem::transmute(_mm512_loadu_si512(xh.as_ptr().add(j) as *const _));
+                let vl: __m512bh =
+                    std::mem::transmute(_mm512_loadu_si512(xl.as_ptr().add(j) as *const _));
                 for q in 0..rows {
-                    let wv: __m512bh =
-                        std::mem::transmute(_mm512_loadu_si512(w.as_ptr().add((r + q) * ic + j) as *const _));
+                    let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(
+                        w.as_ptr().add((r + q) * ic + j) as *const _,
+                    ));
                     acc[q] = _mm512_dpbf16_ps(acc[q], wv, vh);
                     acl[q] = _mm512_dpbf16_ps(acl[q], wv, vl);
                 }
@@ -454,7 +489,13 @@ mod x86 {
 pub mod reference {
     use super::bf16_to_f32;
 
-    fn finish(out: &mut [f32], n: usize, oc: usize, bias: Option<&[f32]>, mut f: impl FnMut(usize, usize) -> f64) {
+    fn finish(
+        out: &mut [f32],
+        n: usize,
+        oc: usize,
+        bias: Option<&[f32]>,
+        mut f: impl FnMut(usize, usize) -> f64,
+    ) {
         for k in 0..n {
             for o in 0..oc {
                 out[k * oc + o] = (f(k, o) + bias.map_or(0.0, |b| b[o] as f64)) as f32;
@@ -472,7 +513,11 @@ pub mod reference {
         ic: usize,
         oc: usize,
     ) {
-        finish(out, n, oc, bias, |k, o| (0..ic).map(|i| x[k * ic + i] as f64 * w[i * oc + o] as f64).sum());
+        finish(out, n, oc, bias, |k, o| {
+            (0..ic)
+                .map(|i| x[k * ic + i] as f64 * w[i * oc + o] as f64)
+                .sum()
+        });
     }
 
     /// See [`super::matvec_f32_out_in`].
@@ -485,13 +530,27 @@ pub mod reference {
         ic: usize,
         oc: usize,
     ) {
-        finish(out, n, oc, bias, |k, o| (0..ic).map(|i| x[k * ic + i] as f64 * w[o * ic + i] as f64).sum());
+        finish(out, n, oc, bias, |k, o| {
+            (0..ic)
+                .map(|i| x[k * ic + i] as f64 * w[o * ic + i] as f64)
+                .sum()
+        });
     }
 
     /// See [`super::matvec_bf16`].
-    pub fn matvec_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n: usize, ic: usize, oc: usize) {
+    pub fn matvec_bf16(
+        out: &mut [f32],
+        x: &[f32],
+        w: &[u16],
+        bias: Option<&[f32]>,
+        n: usize,
+        ic: usize,
+        oc: usize,
+    ) {
         finish(out, n, oc, bias, |k, o| {
-            (0..ic).map(|i| x[k * ic + i] as f64 * bf16_to_f32(w[o * ic + i]) as f64).sum()
+            (0..ic)
+                .map(|i| x[k * ic + i] as f64 * bf16_to_f32(w[o * ic + i]) as f64)
+                .sum()
         });
     }
 
@@ -508,7 +567,9 @@ pub mod reference {
         oc: usize,
     ) {
         finish(out, n, oc, bias, |k, o| {
-            let dot: f64 = (0..ic).map(|i| x[k * ic + i] as f64 * w[o * ic + i] as f64).sum();
+            let dot: f64 = (0..ic)
+                .map(|i| x[k * ic + i] as f64 * w[o * ic + i] as f64)
+                .sum();
             dot * scales[o] as f64
         });
     }
@@ -536,7 +597,10 @@ mod tests {
     /// computed from the same data so the bound is tight but fair.
     fn assert_close(fast: &[f32], reference: &[f32], scale: &[f32], tol: f32) {
         for (i, ((a, b), s)) in fast.iter().zip(reference).zip(scale).enumerate() {
-            assert!((a - b).abs() <= tol * (s + 1.0), "output {i}: fast {a} vs reference {b} (scale {s})");
+            assert!(
+                (a - b).abs() <= tol * (s + 1.0),
+                "output {i}: fast {a} vs reference {b} (scale {s})"
+            );
         }
     }
 
@@ -561,7 +625,13 @@ mod tests {
 
     // Shapes cover tails in both dimensions (not multiples of 4/16/32/64),
     // several tasks, and N > 1.
-    const SHAPES: [(usize, usize, usize); 5] = [(1, 768, 2304), (3, 100, 37), (1, 33, 5), (2, 130, 300), (5, 64, 1)];
+    const SHAPES: [(usize, usize, usize); 5] = [
+        (1, 768, 2304),
+        (3, 100, 37),
+        (1, 33, 5),
+        (2, 130, 300),
+        (5, 64, 1),
+    ];
 
     #[test]
     fn f32_in_out_matches_reference() {
@@ -574,7 +644,12 @@ mod tests {
             matvec_f32_in_out(&mut fast, &mut partials, &x, &w, Some(&b), n, ic, oc);
             let mut want = vec![0.0; n * oc];
             reference::matvec_f32_in_out(&mut want, &x, &w, Some(&b), n, ic, oc);
-            assert_close(&fast, &want, &abs_scale(&x, &transpose(&w, ic, oc), n, ic, oc), 1e-6);
+            assert_close(
+                &fast,
+                &want,
+                &abs_scale(&x, &transpose(&w, ic, oc), n, ic, oc),
+                1e-6,
+            );
         }
     }
 
@@ -584,7 +659,10 @@ mod tests {
         let x = values(n * ic, 7);
         let w = values(ic * oc, 8);
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool");
             let mut out = vec![0.0; n * oc];
             let mut partials = vec![0.0; in_out_partials_len(n, ic, oc)];
             pool.install(|| matvec_f32_in_out(&mut out, &mut partials, &x, &w, None, n, ic, oc));

@@ -42,7 +42,13 @@ const TILE: usize = 16;
 
 /// Calls `f(o, i, value)` for every element of `src` in an order that reads
 /// and writes memory in small square tiles.
-fn for_each_out_in(src: &[f32], ic: usize, oc: usize, layout: SourceLayout, mut f: impl FnMut(usize, usize, f32)) {
+fn for_each_out_in(
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    mut f: impl FnMut(usize, usize, f32),
+) {
     assert_eq!(src.len(), ic * oc, "quant: source must hold IC·OC elements");
     match layout {
         SourceLayout::OutIn => {
@@ -69,21 +75,39 @@ fn for_each_out_in(src: &[f32], ic: usize, oc: usize, layout: SourceLayout, mut 
 /// `dst[OC, IC]` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
 pub fn to_bf16_out_in(dst: &mut [u16], src: &[f32], ic: usize, oc: usize, layout: SourceLayout) {
     assert_eq!(dst.len(), ic * oc, "to_bf16_out_in: dst must be [OC, IC]");
-    for_each_out_in(src, ic, oc, layout, |o, i, v| dst[o * ic + i] = f32_to_bf16(v));
+    for_each_out_in(src, ic, oc, layout, |o, i, v| {
+        dst[o * ic + i] = f32_to_bf16(v)
+    });
 }
 
 /// `q[OC, IC]`, `scales[OC]` = per-output-row symmetric int8 quantization of
 /// `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
-pub fn quantize_int8_out_in(q: &mut [i8], scales: &mut [f32], src: &[f32], ic: usize, oc: usize, layout: SourceLayout) {
+pub fn quantize_int8_out_in(
+    q: &mut [i8],
+    scales: &mut [f32],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+) {
     assert_eq!(q.len(), ic * oc, "quantize_int8_out_in: q must be [OC, IC]");
-    assert_eq!(scales.len(), oc, "quantize_int8_out_in: scales must be [OC]");
+    assert_eq!(
+        scales.len(),
+        oc,
+        "quantize_int8_out_in: scales must be [OC]"
+    );
     let mut absmax = vec![0f32; oc];
-    for_each_out_in(src, ic, oc, layout, |o, _, v| absmax[o] = absmax[o].max(v.abs()));
+    for_each_out_in(src, ic, oc, layout, |o, _, v| {
+        absmax[o] = absmax[o].max(v.abs())
+    });
     for (s, m) in scales.iter_mut().zip(&absmax) {
         *s = m / 127.0;
     }
     // Multiply by the reciprocal: the same for every element of a row.
-    let inv: Vec<f32> = scales.iter().map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 }).collect();
+    let inv: Vec<f32> = scales
+        .iter()
+        .map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 })
+        .collect();
     for_each_out_in(src, ic, oc, layout, |o, i, v| {
         q[o * ic + i] = (v * inv[o]).round().clamp(-127.0, 127.0) as i8;
     });
@@ -100,8 +124,16 @@ pub fn bf16_rows_to_f32(dst: &mut [f32], src: &[u16]) {
 /// `dst[rows, IC]` = `q[rows, IC] · scales[rows]` (dequantized rows).
 pub fn dequantize_int8_rows(dst: &mut [f32], q: &[i8], scales: &[f32], ic: usize) {
     assert_eq!(dst.len(), q.len(), "dequantize_int8_rows: length mismatch");
-    assert_eq!(q.len(), scales.len() * ic, "dequantize_int8_rows: scales must be one per row");
-    for ((d, q), &s) in dst.chunks_exact_mut(ic.max(1)).zip(q.chunks_exact(ic.max(1))).zip(scales) {
+    assert_eq!(
+        q.len(),
+        scales.len() * ic,
+        "dequantize_int8_rows: scales must be one per row"
+    );
+    for ((d, q), &s) in dst
+        .chunks_exact_mut(ic.max(1))
+        .zip(q.chunks_exact(ic.max(1)))
+        .zip(scales)
+    {
         for (d, &q) in d.iter_mut().zip(q) {
             *d = q as f32 * s;
         }
@@ -155,7 +187,10 @@ mod tests {
         for i in 0..ic {
             for o in 0..oc {
                 let (want, got) = (src[i * oc + o], back[o * ic + i]);
-                assert!((want - got).abs() <= scales[o] / 2.0 + 1e-6, "({i},{o}): {want} vs {got}");
+                assert!(
+                    (want - got).abs() <= scales[o] / 2.0 + 1e-6,
+                    "({i},{o}): {want} vs {got}"
+                );
             }
         }
     }

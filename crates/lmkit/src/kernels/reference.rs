@@ -202,7 +202,7 @@ pub fn tanh_backward(dinp: &mut [f32], out: &[f32], dout: &[f32]) {
 }
 
 fn allowed(bi: usize, i: usize, j: usize, t: usize, causal: bool, key_mask: Option<&[u8]>) -> bool {
-    !(causal && j > i) && key_mask.map_or(true, |m| m[bi * t + j] != 0)
+    !(causal && j > i) && key_mask.is_none_or(|m| m[bi * t + j] != 0)
 }
 
 pub fn attention_forward(

@@ -60,6 +60,127 @@ fn exp_sum(row: &[f32], max: f32) -> f32 {
     simd::hsum(&acc) + tail
 }
 
+// One-pass softmax statistics. A row is cut into chunks small enough to stay
+// in L1 between taking their max and their exponentials, so the row is read
+// from memory once while the exps are computed (instead of a memory-bound
+// max pass followed by a compute-bound exp pass). Chunk j keeps its own max
+// m_j; the row max M and sum S = Σ_j s_j·e^(m_j − M) are combined afterwards.
+
+/// Most chunks per row (bounds the per-row stack arrays).
+const MAX_CHUNKS: usize = 128;
+
+/// Chunk width for a row of `v`: at least 1024 floats, at most MAX_CHUNKS chunks.
+fn chunk_len(v: usize) -> usize {
+    v.div_ceil(MAX_CHUNKS).max(1024).next_multiple_of(LANES)
+}
+
+/// (M, S) such that softmax(row) = exp(row − M)/S, reading the row once.
+#[inline(always)]
+fn row_stats(row: &[f32], cl: usize) -> (f32, f32) {
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    for ch in row.chunks(cl) {
+        let mj = simd::max(ch);
+        if mj == f32::NEG_INFINITY {
+            continue; // every entry is −∞: contributes nothing
+        }
+        let sj = exp_sum(ch, mj);
+        if mj > m {
+            s = simd::fma(s, simd::exp(m - mj), sj);
+            m = mj;
+        } else {
+            s = simd::fma(sj, simd::exp(mj - m), s);
+        }
+    }
+    (m, s)
+}
+
+/// Overwrites `row` with exp(row − m_j) per chunk j, filling `maxes[j]` and
+/// returning (M, S) as [`row_stats`]. [`scale_chunks`] finishes the softmax.
+#[inline(always)]
+fn exp_chunks_in_place(row: &mut [f32], cl: usize, maxes: &mut [f32; MAX_CHUNKS]) -> (f32, f32) {
+    let mut sums = [0.0f32; MAX_CHUNKS];
+    let mut m = f32::NEG_INFINITY;
+    for (j, ch) in row.chunks_mut(cl).enumerate() {
+        let mj = simd::max(ch);
+        maxes[j] = mj;
+        if mj == f32::NEG_INFINITY {
+            ch.fill(0.0);
+            continue;
+        }
+        sums[j] = exp_shift_sum(ch, mj);
+        m = m.max(mj);
+    }
+    combine(row.len().div_ceil(cl), maxes, &sums, m)
+}
+
+/// [`exp_chunks_in_place`] reading `src` and writing `dst` (no copy first).
+#[inline(always)]
+fn exp_chunks_into(
+    dst: &mut [f32],
+    src: &[f32],
+    cl: usize,
+    maxes: &mut [f32; MAX_CHUNKS],
+) -> (f32, f32) {
+    let mut sums = [0.0f32; MAX_CHUNKS];
+    let mut m = f32::NEG_INFINITY;
+    for (j, (d, x)) in dst.chunks_mut(cl).zip(src.chunks(cl)).enumerate() {
+        let mj = simd::max(x);
+        maxes[j] = mj;
+        if mj == f32::NEG_INFINITY {
+            d.fill(0.0);
+            continue;
+        }
+        let mut acc = [0.0f32; LANES];
+        let mut dc = d.chunks_exact_mut(LANES);
+        let xc = x.chunks_exact(LANES);
+        let xr = xc.remainder();
+        for (dv, xv) in (&mut dc).zip(xc) {
+            for l in 0..LANES {
+                let e = simd::exp(xv[l] - mj);
+                dv[l] = e;
+                acc[l] += e;
+            }
+        }
+        let mut tail = 0.0f32;
+        for (dv, xv) in dc.into_remainder().iter_mut().zip(xr) {
+            let e = simd::exp(*xv - mj);
+            *dv = e;
+            tail += e;
+        }
+        sums[j] = simd::hsum(&acc) + tail;
+        m = m.max(mj);
+    }
+    combine(src.len().div_ceil(cl), maxes, &sums, m)
+}
+
+/// (M, S) from per-chunk maxima and sums: S = Σ_j s_j·e^(m_j − M).
+#[inline(always)]
+fn combine(
+    chunks: usize,
+    maxes: &[f32; MAX_CHUNKS],
+    sums: &[f32; MAX_CHUNKS],
+    m: f32,
+) -> (f32, f32) {
+    let mut s = 0.0f32;
+    for j in 0..chunks {
+        if maxes[j] != f32::NEG_INFINITY {
+            s = simd::fma(sums[j], simd::exp(maxes[j] - m), s);
+        }
+    }
+    (m, s)
+}
+
+/// After [`exp_chunks_in_place`]: row ← row·k·e^(m_j − M), i.e. k·softmax·S.
+#[inline(always)]
+fn scale_chunks(row: &mut [f32], cl: usize, maxes: &[f32; MAX_CHUNKS], m: f32, k: f32) {
+    for (j, ch) in row.chunks_mut(cl).enumerate() {
+        let f = k * simd::exp(maxes[j] - m);
+        for x in ch.iter_mut() {
+            *x *= f;
+        }
+    }
+}
+
 fn target_index(t: i32, v: usize) -> usize {
     debug_assert!(
         t >= 0 && (t as usize) < v,
@@ -76,20 +197,17 @@ pub fn softmax_rows(out: &mut [f32], inp: &[f32], n: usize, v: usize) {
         return;
     }
     let rpt = rows_per_task(v);
+    let cl = chunk_len(v);
     out.par_chunks_mut(rpt * v)
         .zip(inp.par_chunks(rpt * v))
         .for_each(|(o, x)| {
             dispatch(
                 #[inline(always)]
                 || {
+                    let mut maxes = [0.0f32; MAX_CHUNKS];
                     for (orow, xrow) in o.chunks_exact_mut(v).zip(x.chunks_exact(v)) {
-                        let m = simd::max(xrow);
-                        orow.copy_from_slice(xrow);
-                        let s = exp_shift_sum(orow, m);
-                        let inv = 1.0 / s;
-                        for p in orow.iter_mut() {
-                            *p *= inv;
-                        }
+                        let (m, s) = exp_chunks_into(orow, xrow, cl, &mut maxes);
+                        scale_chunks(orow, cl, &maxes, m, 1.0 / s);
                     }
                 },
             )
@@ -132,6 +250,7 @@ pub fn cross_entropy_forward(
     );
     if v > 0 {
         let rpt = rows_per_task(v);
+        let cl = chunk_len(v);
         losses
             .par_chunks_mut(rpt)
             .zip(logits.par_chunks(rpt * v))
@@ -146,8 +265,7 @@ pub fn cross_entropy_forward(
                                 *loss = 0.0;
                                 continue;
                             }
-                            let m = simd::max(row);
-                            let s = exp_sum(row, m);
+                            let (m, s) = row_stats(row, cl);
                             *loss = s.ln() - (row[target_index(t, v)] - m);
                         }
                     },
@@ -189,6 +307,7 @@ pub fn cross_entropy_backward(
         return;
     }
     let rpt = rows_per_task(v);
+    let cl = chunk_len(v);
     dlogits
         .par_chunks_mut(rpt * v)
         .zip(logits.par_chunks(rpt * v))
@@ -203,8 +322,8 @@ pub fn cross_entropy_backward(
                         if t == ignore_index {
                             continue;
                         }
-                        let m = simd::max(row);
-                        let k = scale / exp_sum(row, m);
+                        let (m, s) = row_stats(row, cl);
+                        let k = scale / s;
                         for (dv, xv) in drow.iter_mut().zip(row) {
                             *dv += k * simd::exp(*xv - m);
                         }
@@ -238,10 +357,12 @@ pub fn cross_entropy_fused(
         losses.fill(0.0);
         return total(losses, targets, ignore_index);
     }
+    let cl = chunk_len(v);
     par_rows(logits_to_dlogits, losses, v, |row0, x, l| {
         dispatch(
             #[inline(always)]
             || {
+                let mut maxes = [0.0f32; MAX_CHUNKS];
                 for (r, (row, loss)) in x.chunks_exact_mut(v).zip(l.iter_mut()).enumerate() {
                     let t = targets[row0 + r];
                     if t == ignore_index {
@@ -250,14 +371,10 @@ pub fn cross_entropy_fused(
                         continue;
                     }
                     let ti = target_index(t, v);
-                    let m = simd::max(row);
                     let xt = row[ti];
-                    let s = exp_shift_sum(row, m);
+                    let (m, s) = exp_chunks_in_place(row, cl, &mut maxes);
                     *loss = s.ln() - (xt - m);
-                    let k = scale / s;
-                    for p in row.iter_mut() {
-                        *p *= k;
-                    }
+                    scale_chunks(row, cl, &maxes, m, scale / s);
                     row[ti] -= scale;
                 }
             },

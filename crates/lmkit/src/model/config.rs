@@ -169,7 +169,11 @@ impl Gpt2Config {
         let d = Gpt2Config::default();
         let c = Gpt2Config {
             vocab_size: f.usize_or("vocab_size", &[], d.vocab_size)?,
-            n_positions: f.usize_or("n_positions", &["n_ctx", "max_position_embeddings"], d.n_positions)?,
+            n_positions: f.usize_or(
+                "n_positions",
+                &["n_ctx", "max_position_embeddings"],
+                d.n_positions,
+            )?,
             n_embd: f.usize_or("n_embd", &["hidden_size"], d.n_embd)?,
             n_layer: f.usize_or("n_layer", &["num_hidden_layers"], d.n_layer)?,
             n_head: f.usize_or("n_head", &["num_attention_heads"], d.n_head)?,
@@ -213,10 +217,13 @@ impl Gpt2Config {
         positive("n_embd", self.n_embd)?;
         positive("n_layer", self.n_layer)?;
         positive("n_head", self.n_head)?;
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(Error::config(
                 "n_embd",
-                format!("{} is not divisible by n_head = {}", self.n_embd, self.n_head),
+                format!(
+                    "{} is not divisible by n_head = {}",
+                    self.n_embd, self.n_head
+                ),
             ));
         }
         if let Some(n) = self.n_inner {
@@ -228,10 +235,16 @@ impl Gpt2Config {
         positive_f64("layer_norm_epsilon", self.layer_norm_epsilon)?;
         non_negative_f64("initializer_range", self.initializer_range)?;
         if !self.tie_word_embeddings {
-            return Err(unsupported("tie_word_embeddings", "false (an untied LM head)"));
+            return Err(unsupported(
+                "tie_word_embeddings",
+                "false (an untied LM head)",
+            ));
         }
         if !self.scale_attn_weights {
-            return Err(unsupported("scale_attn_weights", "false (unscaled attention)"));
+            return Err(unsupported(
+                "scale_attn_weights",
+                "false (unscaled attention)",
+            ));
         }
         reject_true(&self.extra, "scale_attn_by_inverse_layer_idx")?;
         reject_true(&self.extra, "add_cross_attention")?;
@@ -257,7 +270,10 @@ impl ModelConfig for Gpt2Config {
         put("n_layer", self.n_layer.into());
         put("n_head", self.n_head.into());
         put("n_inner", self.n_inner.into());
-        put("activation_function", self.activation_function.as_str().into());
+        put(
+            "activation_function",
+            self.activation_function.as_str().into(),
+        );
         put("resid_pdrop", self.resid_pdrop.into());
         put("embd_pdrop", self.embd_pdrop.into());
         put("attn_pdrop", self.attn_pdrop.into());
@@ -273,7 +289,9 @@ impl ModelConfig for Gpt2Config {
 
     fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
         if arch.family() != Family::Gpt2 {
-            return Err(Error::InvalidInput(format!("{arch} is not a GPT-2 architecture")));
+            return Err(Error::InvalidInput(format!(
+                "{arch} is not a GPT-2 architecture"
+            )));
         }
         gpt2_layout(self)
     }
@@ -368,11 +386,16 @@ impl BertConfig {
             intermediate_size: f.usize_or("intermediate_size", &[], d.intermediate_size)?,
             hidden_act: f.activation("hidden_act", d.hidden_act)?,
             hidden_dropout_prob: f.f64_or("hidden_dropout_prob", d.hidden_dropout_prob)?,
-            attention_probs_dropout_prob: f
-                .f64_or("attention_probs_dropout_prob", d.attention_probs_dropout_prob)?,
+            attention_probs_dropout_prob: f.f64_or(
+                "attention_probs_dropout_prob",
+                d.attention_probs_dropout_prob,
+            )?,
             classifier_dropout: f.opt_f64("classifier_dropout")?,
-            max_position_embeddings: f
-                .usize_or("max_position_embeddings", &[], d.max_position_embeddings)?,
+            max_position_embeddings: f.usize_or(
+                "max_position_embeddings",
+                &[],
+                d.max_position_embeddings,
+            )?,
             type_vocab_size: f.usize_or("type_vocab_size", &[], d.type_vocab_size)?,
             layer_norm_eps: f.f64_or("layer_norm_eps", d.layer_norm_eps)?,
             initializer_range: f.f64_or("initializer_range", d.initializer_range)?,
@@ -410,7 +433,7 @@ impl BertConfig {
         positive("hidden_size", self.hidden_size)?;
         positive("num_hidden_layers", self.num_hidden_layers)?;
         positive("num_attention_heads", self.num_attention_heads)?;
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::config(
                 "hidden_size",
                 format!(
@@ -423,7 +446,10 @@ impl BertConfig {
         positive("max_position_embeddings", self.max_position_embeddings)?;
         positive("type_vocab_size", self.type_vocab_size)?;
         probability("hidden_dropout_prob", self.hidden_dropout_prob)?;
-        probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)?;
+        probability(
+            "attention_probs_dropout_prob",
+            self.attention_probs_dropout_prob,
+        )?;
         if let Some(p) = self.classifier_dropout {
             probability("classifier_dropout", p)?;
         }
@@ -462,8 +488,14 @@ impl BertConfig {
         }
         reject_true(&self.extra, "is_decoder")?;
         reject_true(&self.extra, "add_cross_attention")?;
-        if matches!(self.extra.get("tie_word_embeddings"), Some(Value::Bool(false))) {
-            return Err(unsupported("tie_word_embeddings", "false (an untied MLM decoder)"));
+        if matches!(
+            self.extra.get("tie_word_embeddings"),
+            Some(Value::Bool(false))
+        ) {
+            return Err(unsupported(
+                "tie_word_embeddings",
+                "false (an untied MLM decoder)",
+            ));
         }
         Ok(())
     }
@@ -488,9 +520,15 @@ impl ModelConfig for BertConfig {
         put("intermediate_size", self.intermediate_size.into());
         put("hidden_act", self.hidden_act.as_str().into());
         put("hidden_dropout_prob", self.hidden_dropout_prob.into());
-        put("attention_probs_dropout_prob", self.attention_probs_dropout_prob.into());
+        put(
+            "attention_probs_dropout_prob",
+            self.attention_probs_dropout_prob.into(),
+        );
         put("classifier_dropout", self.classifier_dropout.into());
-        put("max_position_embeddings", self.max_position_embeddings.into());
+        put(
+            "max_position_embeddings",
+            self.max_position_embeddings.into(),
+        );
         put("type_vocab_size", self.type_vocab_size.into());
         put("layer_norm_eps", self.layer_norm_eps.into());
         put("initializer_range", self.initializer_range.into());
@@ -517,7 +555,9 @@ impl ModelConfig for BertConfig {
 
     fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
         if arch.family() != Family::Bert {
-            return Err(Error::InvalidInput(format!("{arch} is not a BERT architecture")));
+            return Err(Error::InvalidInput(format!(
+                "{arch} is not a BERT architecture"
+            )));
         }
         bert_layout(self, arch.bert_heads())
     }
@@ -694,21 +734,30 @@ fn positive(field: &str, v: usize) -> Result<()> {
 
 fn positive_f64(field: &str, v: f64) -> Result<()> {
     if !(v.is_finite() && v > 0.0) {
-        return Err(Error::config(field, format!("must be a positive number, found {v}")));
+        return Err(Error::config(
+            field,
+            format!("must be a positive number, found {v}"),
+        ));
     }
     Ok(())
 }
 
 fn non_negative_f64(field: &str, v: f64) -> Result<()> {
     if !(v.is_finite() && v >= 0.0) {
-        return Err(Error::config(field, format!("must be a non-negative number, found {v}")));
+        return Err(Error::config(
+            field,
+            format!("must be a non-negative number, found {v}"),
+        ));
     }
     Ok(())
 }
 
 fn probability(field: &str, v: f64) -> Result<()> {
     if !(0.0..1.0).contains(&v) {
-        return Err(Error::config(field, format!("must be in [0, 1), found {v}")));
+        return Err(Error::config(
+            field,
+            format!("must be in [0, 1), found {v}"),
+        ));
     }
     Ok(())
 }
@@ -721,7 +770,10 @@ fn reject_true(extra: &Map<String, Value>, field: &str) -> Result<()> {
     match extra.get(field) {
         None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(()),
         Some(Value::Bool(true)) => Err(unsupported(field, "true")),
-        Some(v) => Err(Error::config(field, format!("expected a boolean, found {}", kind_of(v)))),
+        Some(v) => Err(Error::config(
+            field,
+            format!("expected a boolean, found {}", kind_of(v)),
+        )),
     }
 }
 
@@ -758,7 +810,9 @@ impl Fields {
     }
 
     fn opt_usize(&mut self, key: &str) -> Result<Option<usize>> {
-        self.take(key, &[])?.map(|(k, v)| as_usize(&k, &v)).transpose()
+        self.take(key, &[])?
+            .map(|(k, v)| as_usize(&k, &v))
+            .transpose()
     }
 
     /// An optional id: absent → `default`, explicit `null` → `None`.
@@ -782,10 +836,9 @@ impl Fields {
     fn opt_f64(&mut self, key: &str) -> Result<Option<f64>> {
         match self.take(key, &[])? {
             None => Ok(None),
-            Some((k, v)) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| Error::config(k, format!("expected a number, found {}", kind_of(&v)))),
+            Some((k, v)) => v.as_f64().map(Some).ok_or_else(|| {
+                Error::config(k, format!("expected a number, found {}", kind_of(&v)))
+            }),
         }
     }
 
@@ -796,7 +849,10 @@ impl Fields {
                 let _ = k;
                 Ok(b)
             }
-            Some((k, v)) => Err(Error::config(k, format!("expected a boolean, found {}", kind_of(&v)))),
+            Some((k, v)) => Err(Error::config(
+                k,
+                format!("expected a boolean, found {}", kind_of(&v)),
+            )),
         }
     }
 
@@ -804,7 +860,10 @@ impl Fields {
         match self.take(key, &[])? {
             None => Ok(None),
             Some((_, Value::String(s))) => Ok(Some(s)),
-            Some((k, v)) => Err(Error::config(k, format!("expected a string, found {}", kind_of(&v)))),
+            Some((k, v)) => Err(Error::config(
+                k,
+                format!("expected a string, found {}", kind_of(&v)),
+            )),
         }
     }
 
@@ -813,7 +872,13 @@ impl Fields {
             None => Ok(default),
             Some(s) => HfActivation::parse(&s).ok_or_else(|| {
                 let ok: Vec<&str> = HfActivation::ALL.iter().map(|a| a.as_str()).collect();
-                Error::config(key, format!("unsupported activation {s:?} (supported: {})", ok.join(", ")))
+                Error::config(
+                    key,
+                    format!(
+                        "unsupported activation {s:?} (supported: {})",
+                        ok.join(", ")
+                    ),
+                )
             }),
         }
     }
@@ -856,7 +921,10 @@ impl Fields {
         let label2id = self.take("label2id", &[])?;
         let labels = if let Some((_, v)) = id2label {
             let Value::Object(m) = v else {
-                return Err(Error::config("id2label", format!("expected an object, found {}", kind_of(&v))));
+                return Err(Error::config(
+                    "id2label",
+                    format!("expected an object, found {}", kind_of(&v)),
+                ));
             };
             let mut labels: Vec<Option<String>> = vec![None; m.len()];
             for (k, v) in m {
@@ -864,9 +932,17 @@ impl Fields {
                     .parse()
                     .ok()
                     .filter(|&i| i < labels.len())
-                    .ok_or_else(|| Error::config("id2label", format!("key {k:?} is not an id in 0..{}", labels.len())))?;
+                    .ok_or_else(|| {
+                        Error::config(
+                            "id2label",
+                            format!("key {k:?} is not an id in 0..{}", labels.len()),
+                        )
+                    })?;
                 let Value::String(name) = v else {
-                    return Err(Error::config("id2label", format!("label of id {k} is not a string")));
+                    return Err(Error::config(
+                        "id2label",
+                        format!("label of id {k} is not a string"),
+                    ));
                 };
                 labels[id] = Some(name);
             }
@@ -874,7 +950,10 @@ impl Fields {
             labels.into_iter().map(Option::unwrap_or_default).collect()
         } else if let Some((_, v)) = label2id {
             let Value::Object(m) = v else {
-                return Err(Error::config("label2id", format!("expected an object, found {}", kind_of(&v))));
+                return Err(Error::config(
+                    "label2id",
+                    format!("expected an object, found {}", kind_of(&v)),
+                ));
             };
             let mut labels: Vec<Option<String>> = vec![None; m.len()];
             for (name, v) in m {
@@ -884,7 +963,10 @@ impl Fields {
                     _ => {
                         return Err(Error::config(
                             "label2id",
-                            format!("ids must be 0..{} each used once; bad id {id} for {name:?}", labels.len()),
+                            format!(
+                                "ids must be 0..{} each used once; bad id {id} for {name:?}",
+                                labels.len()
+                            ),
                         ))
                     }
                 }
@@ -906,7 +988,12 @@ impl Fields {
 
     /// What is left, minus keys describing the file rather than the model.
     fn into_extra(mut self) -> Map<String, Value> {
-        for k in ["transformers_version", "dtype", "torch_dtype", "_name_or_path"] {
+        for k in [
+            "transformers_version",
+            "dtype",
+            "torch_dtype",
+            "_name_or_path",
+        ] {
             self.0.remove(k);
         }
         self.0
@@ -926,18 +1013,31 @@ mod tests {
     #[test]
     fn gpt2_aliases_defaults_and_errors() {
         let c = Gpt2Config::from_json_str(r#"{"n_ctx": 64, "n_positions": 64, "hidden_size": 32, "n_head": 4, "n_layer": 2, "foo": [1]}"#).unwrap();
-        assert_eq!((c.n_positions, c.n_embd, c.inner(), c.vocab_size), (64, 32, 128, 50257));
+        assert_eq!(
+            (c.n_positions, c.n_embd, c.inner(), c.vocab_size),
+            (64, 32, 128, 50257)
+        );
         assert_eq!(c.extra.get("foo"), Some(&serde_json::json!([1])));
         let e = Gpt2Config::from_json_str(r#"{"n_ctx": 64, "n_positions": 32}"#).unwrap_err();
         assert!(e.to_string().contains("n_ctx"), "{e}");
         let e = Gpt2Config::from_json_str(r#"{"n_embd": 30, "n_head": 4}"#).unwrap_err();
-        assert!(matches!(&e, Error::Config { field, .. } if field == "n_embd"), "{e}");
+        assert!(
+            matches!(&e, Error::Config { field, .. } if field == "n_embd"),
+            "{e}"
+        );
         let e = Gpt2Config::from_json_str(r#"{"activation_function": "relu"}"#).unwrap_err();
         assert!(e.to_string().contains("\"relu\""), "{e}");
         let e = Gpt2Config::from_json_str(r#"{"n_layer": -1}"#).unwrap_err();
-        assert!(matches!(&e, Error::Config { field, .. } if field == "n_layer"), "{e}");
-        let e = Gpt2Config::from_json_str(r#"{"scale_attn_by_inverse_layer_idx": true}"#).unwrap_err();
-        assert!(e.to_string().contains("scale_attn_by_inverse_layer_idx"), "{e}");
+        assert!(
+            matches!(&e, Error::Config { field, .. } if field == "n_layer"),
+            "{e}"
+        );
+        let e =
+            Gpt2Config::from_json_str(r#"{"scale_attn_by_inverse_layer_idx": true}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("scale_attn_by_inverse_layer_idx"),
+            "{e}"
+        );
         assert!(Gpt2Config::from_json_str(r#"{"reorder_and_upcast_attn": true}"#).is_ok());
         let e = Gpt2Config::from_json_str(r#"{"model_type": "bert"}"#).unwrap_err();
         assert!(e.to_string().contains("model_type"), "{e}");
@@ -945,13 +1045,17 @@ mod tests {
 
     #[test]
     fn bert_labels_and_rejections() {
-        let c = BertConfig::from_json_str(r#"{"id2label": {"1": "pos", "0": "neg"}, "label2id": {"neg": 0, "pos": 1}}"#).unwrap();
+        let c = BertConfig::from_json_str(
+            r#"{"id2label": {"1": "pos", "0": "neg"}, "label2id": {"neg": 0, "pos": 1}}"#,
+        )
+        .unwrap();
         assert_eq!(c.id2label, vec!["neg", "pos"]);
         let c = BertConfig::from_json_str(r#"{"num_labels": 3}"#).unwrap();
         assert_eq!(c.num_labels(), 3);
         let e = BertConfig::from_json_str(r#"{"id2label": {"0": "a", "2": "b"}}"#).unwrap_err();
         assert!(e.to_string().contains("id2label"), "{e}");
-        let e = BertConfig::from_json_str(r#"{"position_embedding_type": "relative_key"}"#).unwrap_err();
+        let e = BertConfig::from_json_str(r#"{"position_embedding_type": "relative_key"}"#)
+            .unwrap_err();
         assert!(e.to_string().contains("position_embedding_type"), "{e}");
         let e = BertConfig::from_json_str(r#"{"hidden_dropout_prob": 1.5}"#).unwrap_err();
         assert!(e.to_string().contains("hidden_dropout_prob"), "{e}");
@@ -961,10 +1065,17 @@ mod tests {
 
     #[test]
     fn json_round_trip_and_detection() {
-        let g = Gpt2Config { n_layer: 3, ..Default::default() };
+        let g = Gpt2Config {
+            n_layer: 3,
+            ..Default::default()
+        };
         let back = AnyConfig::from_json_str(&g.to_json()).unwrap();
         assert_eq!(back, AnyConfig::Gpt2(g));
-        let mut b = BertConfig { hidden_size: 64, num_attention_heads: 4, ..Default::default() };
+        let mut b = BertConfig {
+            hidden_size: 64,
+            num_attention_heads: 4,
+            ..Default::default()
+        };
         b.set_num_labels(3);
         let back = AnyConfig::from_json_str(&b.to_json()).unwrap();
         assert_eq!(back.family(), Family::Bert);

@@ -74,7 +74,9 @@ impl ParamLayout {
     pub fn push(&mut self, name: impl Into<String>, shape: &[usize], decay: bool) -> Result<()> {
         let name = name.into();
         if self.index.contains_key(&name) {
-            return Err(Error::InvalidInput(format!("parameter `{name}` declared twice")));
+            return Err(Error::InvalidInput(format!(
+                "parameter `{name}` declared twice"
+            )));
         }
         let spec = ParamSpec {
             name: name.clone(),
@@ -265,8 +267,16 @@ pub fn bert_layout(cfg: &BertConfig, heads: BertHeads) -> Result<ParamLayout> {
         l.push(format!("{name}.bias"), &[c], false)
     };
     l.push("embeddings.word_embeddings.weight", &[v, c], false)?;
-    l.push("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, c], false)?;
-    l.push("embeddings.token_type_embeddings.weight", &[cfg.type_vocab_size, c], false)?;
+    l.push(
+        "embeddings.position_embeddings.weight",
+        &[cfg.max_position_embeddings, c],
+        false,
+    )?;
+    l.push(
+        "embeddings.token_type_embeddings.weight",
+        &[cfg.type_vocab_size, c],
+        false,
+    )?;
     layer_norm(&mut l, "embeddings.LayerNorm")?;
     for layer in 0..cfg.num_hidden_layers {
         let p = bert_layer_prefix(layer);
@@ -295,7 +305,10 @@ pub fn bert_layout(cfg: &BertConfig, heads: BertHeads) -> Result<ParamLayout> {
     }
     if heads.classifier {
         if cfg.num_labels() == 0 {
-            return Err(Error::config("id2label", "a classifier needs at least one label"));
+            return Err(Error::config(
+                "id2label",
+                "a classifier needs at least one label",
+            ));
         }
         linear(&mut l, "classifier", cfg.num_labels(), c)?;
     }
@@ -338,7 +351,12 @@ mod tests {
     fn gpt2_layout_tiles_buffer_and_matches_count() {
         let l = gpt2_layout(&tiny_gpt2()).unwrap();
         let (v, p, c, n) = (11, 7, 8, 2);
-        let per_block = 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + 2 * c + (c * 4 * c + 4 * c) + (4 * c * c + c);
+        let per_block = 2 * c
+            + (c * 3 * c + 3 * c)
+            + (c * c + c)
+            + 2 * c
+            + (c * 4 * c + 4 * c)
+            + (4 * c * c + c);
         assert_eq!(l.total_len(), v * c + p * c + n * per_block + 2 * c);
         let mut end = 0;
         for s in l.specs() {
@@ -348,7 +366,10 @@ mod tests {
         assert_eq!(end, l.total_len());
         assert_eq!(l.get("h.1.attn.c_attn.weight").unwrap().shape, vec![8, 24]);
         // 124M: the real GPT-2 small parameter count.
-        assert_eq!(gpt2_layout(&Gpt2Config::default()).unwrap().total_len(), 124_439_808);
+        assert_eq!(
+            gpt2_layout(&Gpt2Config::default()).unwrap().total_len(),
+            124_439_808
+        );
     }
 
     #[test]
@@ -380,17 +401,42 @@ mod tests {
             max_position_embeddings: 10,
             ..Default::default()
         };
-        let all = BertHeads { pooler: true, mlm: true, nsp: true, classifier: true, qa: true };
+        let all = BertHeads {
+            pooler: true,
+            mlm: true,
+            nsp: true,
+            classifier: true,
+            qa: true,
+        };
         let l = bert_layout(&cfg, all).unwrap();
         let w = bert_qkv_weight_range(&l, 1).unwrap();
         assert_eq!(w.len(), 3 * 8 * 8);
-        assert_eq!(w.start, l.range("encoder.layer.1.attention.self.query.weight").unwrap().start);
+        assert_eq!(
+            w.start,
+            l.range("encoder.layer.1.attention.self.query.weight")
+                .unwrap()
+                .start
+        );
         assert_eq!(bert_qkv_bias_range(&l, 0).unwrap().len(), 24);
         assert_eq!(l.get("classifier.weight").unwrap().shape, vec![2, 8]);
         assert_eq!(l.get("cls.predictions.bias").unwrap().shape, vec![13]);
-        assert!(bert_layout(&cfg, BertHeads { nsp: true, ..Default::default() }).is_err());
+        assert!(bert_layout(
+            &cfg,
+            BertHeads {
+                nsp: true,
+                ..Default::default()
+            }
+        )
+        .is_err());
         // bert-base-uncased BertModel (with pooler): 109,482,240 parameters.
-        let base = bert_layout(&BertConfig::default(), BertHeads { pooler: true, ..Default::default() }).unwrap();
+        let base = bert_layout(
+            &BertConfig::default(),
+            BertHeads {
+                pooler: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(base.total_len(), 109_482_240);
     }
 

@@ -1,5 +1,8 @@
 //! Models: configurations, the flat parameter layout, and the HF naming table.
 
+pub mod bert;
+pub mod bert_backward;
+pub mod bert_bf16;
 pub mod config;
 pub mod gpt2;
 pub mod layout;

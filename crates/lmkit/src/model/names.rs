@@ -173,7 +173,10 @@ const BERT: NamingTable = NamingTable {
         ("cls.predictions.decoder.bias", "cls.predictions.bias"),
     ],
     buffers: &["embeddings.position_ids"],
-    renames: &[("LayerNorm.gamma", "LayerNorm.weight"), ("LayerNorm.beta", "LayerNorm.bias")],
+    renames: &[
+        ("LayerNorm.gamma", "LayerNorm.weight"),
+        ("LayerNorm.beta", "LayerNorm.bias"),
+    ],
 };
 
 fn table(family: Family) -> &'static NamingTable {
@@ -267,18 +270,27 @@ mod tests {
             KeyRole::Param("h.3.attn.c_attn.bias".into())
         );
         assert_eq!(resolve_key(g, "h.11.attn.bias"), KeyRole::Buffer);
-        assert_eq!(resolve_key(g, "transformer.h.0.attn.masked_bias"), KeyRole::Buffer);
+        assert_eq!(
+            resolve_key(g, "transformer.h.0.attn.masked_bias"),
+            KeyRole::Buffer
+        );
         assert_eq!(
             resolve_key(g, "h.x.attn.bias"),
             KeyRole::Param("h.x.attn.bias".into())
         );
-        assert!(matches!(resolve_key(g, "lm_head.weight"), KeyRole::Tied { .. }));
+        assert!(matches!(
+            resolve_key(g, "lm_head.weight"),
+            KeyRole::Tied { .. }
+        ));
         let b = Family::Bert;
         assert_eq!(
             resolve_key(b, "bert.embeddings.LayerNorm.gamma"),
             KeyRole::Param("embeddings.LayerNorm.weight".into())
         );
-        assert_eq!(resolve_key(b, "bert.embeddings.position_ids"), KeyRole::Buffer);
+        assert_eq!(
+            resolve_key(b, "bert.embeddings.position_ids"),
+            KeyRole::Buffer
+        );
         assert_eq!(
             resolve_key(b, "cls.predictions.decoder.weight"),
             KeyRole::Tied {
@@ -291,12 +303,27 @@ mod tests {
     #[test]
     fn file_keys_follow_hf_prefixes() {
         use Architecture::*;
-        assert_eq!(file_key(Gpt2LMHeadModel, "wte.weight"), "transformer.wte.weight");
+        assert_eq!(
+            file_key(Gpt2LMHeadModel, "wte.weight"),
+            "transformer.wte.weight"
+        );
         assert_eq!(file_key(Gpt2Model, "wte.weight"), "wte.weight");
-        assert_eq!(file_key(BertForPreTraining, "pooler.dense.weight"), "bert.pooler.dense.weight");
-        assert_eq!(file_key(BertForPreTraining, "cls.predictions.bias"), "cls.predictions.bias");
-        assert_eq!(file_key(BertForQuestionAnswering, "qa_outputs.bias"), "qa_outputs.bias");
-        assert_eq!(file_key(BertModel, "pooler.dense.bias"), "pooler.dense.bias");
+        assert_eq!(
+            file_key(BertForPreTraining, "pooler.dense.weight"),
+            "bert.pooler.dense.weight"
+        );
+        assert_eq!(
+            file_key(BertForPreTraining, "cls.predictions.bias"),
+            "cls.predictions.bias"
+        );
+        assert_eq!(
+            file_key(BertForQuestionAnswering, "qa_outputs.bias"),
+            "qa_outputs.bias"
+        );
+        assert_eq!(
+            file_key(BertModel, "pooler.dense.bias"),
+            "pooler.dense.bias"
+        );
         for a in Architecture::ALL {
             assert_eq!(Architecture::from_hf_name(a.hf_name()), Some(a));
         }

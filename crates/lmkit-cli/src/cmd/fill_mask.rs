@@ -1,0 +1,61 @@
+//! `lmkit fill-mask`: the top-k tokens and probabilities for each `[MASK]`
+//! of a text. `--json` prints `{"predictions": [{"id", "token", "score"}, ...]}`
+//! for a text with one mask, a JSON list of such objects (one per mask, in
+//! order) for several. A text without `[MASK]` is an error.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model directory with a masked-LM head (`cls.predictions.*`).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Text containing one or more [MASK] tokens.
+    #[arg(long)]
+    pub text: String,
+    /// Candidates per mask.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: usize,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.top_k == 0 {
+        bail!("--top-k must be at least 1");
+    }
+    let p = super::embed::load(&args.model, false)?;
+    let masks = p.fill_mask(&args.text, args.top_k)?;
+    if args.json {
+        let objs: Vec<_> = masks
+            .iter()
+            .map(|preds| {
+                let list: Vec<_> = preds
+                    .iter()
+                    .map(|x| json!({"id": x.id, "token": x.token, "score": x.score}))
+                    .collect();
+                json!({ "predictions": list })
+            })
+            .collect();
+        let v = if objs.len() == 1 {
+            objs[0].clone()
+        } else {
+            json!(objs)
+        };
+        println!("{v}");
+    } else {
+        for (m, preds) in masks.iter().enumerate() {
+            if masks.len() > 1 {
+                println!("[MASK] {}:", m + 1);
+            }
+            for x in preds {
+                println!("{:.6}\t{}\t{}", x.score, x.id, x.token);
+            }
+        }
+    }
+    Ok(())
+}

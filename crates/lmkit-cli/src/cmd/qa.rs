@@ -1,0 +1,74 @@
+//! `lmkit qa`: extractive question answering over a context file. The
+//! context is split into windows of `--max-seq-len` tokens overlapping by
+//! `--doc-stride` (HF pipeline defaults 384 / 128), so long contexts work;
+//! answers are spans of the context (whole words, at most
+//! `--max-answer-len` tokens). Prints the answer text, or with `--json` one
+//! object per answer `{"score", "start", "end", "answer"}` (character
+//! offsets into the context, as HF reports them).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use lmkit::tasks::QaOptions;
+use serde_json::json;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model directory with a QA head (`qa_outputs.*`).
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub question: String,
+    /// File holding the context text.
+    #[arg(long)]
+    pub context: PathBuf,
+    /// Number of answers.
+    #[arg(long, default_value_t = 1)]
+    pub top_k: usize,
+    /// Longest answer, in tokens.
+    #[arg(long, default_value_t = 15)]
+    pub max_answer_len: usize,
+    /// Tokens per window (question and specials included).
+    #[arg(long, default_value_t = 384)]
+    pub max_seq_len: usize,
+    /// Tokens of overlap between consecutive windows.
+    #[arg(long, default_value_t = 128)]
+    pub doc_stride: usize,
+    /// Also consider "no answer" (scored by [CLS]).
+    #[arg(long)]
+    pub allow_no_answer: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.top_k == 0 || args.max_answer_len == 0 {
+        bail!("--top-k and --max-answer-len must be at least 1");
+    }
+    let context = std::fs::read_to_string(&args.context)
+        .with_context(|| format!("reading {}", args.context.display()))?;
+    let p = super::embed::load(&args.model, false)?;
+    // HF caps the stride at half the window.
+    let stride = args.doc_stride.min(args.max_seq_len / 2);
+    let opts = QaOptions {
+        top_k: args.top_k,
+        max_answer_len: args.max_answer_len,
+        handle_impossible_answer: args.allow_no_answer,
+    };
+    let answers = p.answer(&args.question, &context, args.max_seq_len, stride, opts)?;
+    if answers.is_empty() {
+        bail!("no answer span found in the context");
+    }
+    for a in answers {
+        if args.json {
+            println!(
+                "{}",
+                json!({"score": a.score, "start": a.start, "end": a.end, "answer": a.answer})
+            );
+        } else {
+            println!("{}", a.answer);
+        }
+    }
+    Ok(())
+}

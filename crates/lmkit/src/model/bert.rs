@@ -1,0 +1,697 @@
+//! BERT (Devlin et al. 2018) on the explicit kernels: the post-LN encoder
+//! and its HF heads (pooler, MLM, NSP, sequence classification, span QA).
+//!
+//! Shape legend: B batch, T sequence (padded), C channels (`hidden_size`),
+//! NH heads, HS = C/NH, I intermediate size, V vocabulary, L labels,
+//! N = B·T rows, M = rows selected for a head (e.g. `[MASK]` positions).
+//!
+//! Encoder layer (HF `BertLayer`, post-LayerNorm):
+//! ```text
+//! qkv = x·Wqkvᵀ + b          [N,3C]   (query|key|value packed, see model::layout)
+//! a   = attention(qkv, mask) [N,C]
+//! h   = LN(a·Woᵀ + bo + x)   [N,C]
+//! y   = LN(gelu(h·Wiᵀ + bi)·Wdᵀ + bd + h)
+//! ```
+//! Every intermediate lives in [`BertActivations`]; with `keep_all` each
+//! layer has its own buffers (what a backward pass needs), otherwise one set
+//! is reused (inference).
+
+use std::path::Path;
+
+use lmkit_tokenizers::Encoding;
+
+use crate::checkpoint::{load_params, open_model_dir, LoadOptions, SafeTensors};
+use crate::error::{Error, Result};
+use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
+use crate::model::config::{Activation, AnyConfig, BertConfig};
+use crate::model::layout::{
+    bert_layer_prefix, bert_layout, bert_qkv_bias_range, bert_qkv_weight_range,
+};
+use crate::model::layout::{BertHeads, ParamLayout};
+use crate::model::names::{canonical_name, Architecture, Family};
+
+use super::bert_bf16::Bf16Weights;
+
+/// A BERT checkpoint in memory: config, which heads it has, and the flat
+/// parameter buffer laid out by [`bert_layout`].
+pub struct Bert {
+    pub config: BertConfig,
+    pub heads: BertHeads,
+    /// The HF class the checkpoint declares (first of `architectures`), if known.
+    pub architecture: Option<Architecture>,
+    pub layout: ParamLayout,
+    pub params: Vec<f32>,
+    /// bf16 copies of the encoder matmul weights, when enabled.
+    bf16: Option<Bf16Weights>,
+}
+
+impl std::fmt::Debug for Bert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bert")
+            .field("config", &self.config)
+            .field("heads", &self.heads)
+            .field("architecture", &self.architecture)
+            .field("params", &self.params.len())
+            .field("bf16", &self.bf16.is_some())
+            .finish()
+    }
+}
+
+/// A head a caller asked for; used in "checkpoint has no ... head" errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadKind {
+    Pooler,
+    MaskedLm,
+    NextSentence,
+    Classifier,
+    QuestionAnswering,
+}
+
+impl HeadKind {
+    fn describe(self) -> &'static str {
+        match self {
+            HeadKind::Pooler => "pooler (`pooler.dense.*`)",
+            HeadKind::MaskedLm => "masked-LM head (`cls.predictions.*`)",
+            HeadKind::NextSentence => "next-sentence head (`cls.seq_relationship.*`)",
+            HeadKind::Classifier => "sequence-classification head (`classifier.*`)",
+            HeadKind::QuestionAnswering => "question-answering head (`qa_outputs.*`)",
+        }
+    }
+}
+
+/// Which heads the tensors of `file` hold (by canonical name).
+fn detect_heads(file: &SafeTensors) -> BertHeads {
+    let mut h = BertHeads::default();
+    for key in file.names() {
+        let name = canonical_name(Family::Bert, key);
+        if name.starts_with("pooler.") {
+            h.pooler = true;
+        } else if name.starts_with("cls.predictions.") {
+            h.mlm = true;
+        } else if name.starts_with("cls.seq_relationship.") {
+            h.nsp = true;
+        } else if name.starts_with("classifier.") {
+            h.classifier = true;
+        } else if name.starts_with("qa_outputs.") {
+            h.qa = true;
+        }
+    }
+    h
+}
+
+impl Bert {
+    /// Loads an HF model directory (`config.json` + `model.safetensors`).
+    /// The heads are those whose tensors the file holds; every tensor must
+    /// fit the config (errors name the key).
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Bert> {
+        let dir = dir.as_ref();
+        let (config, file) = open_model_dir(dir)?;
+        let config = match config {
+            AnyConfig::Bert(c) => c,
+            _ => {
+                return Err(Error::Config {
+                    path: Some(dir.join("config.json")),
+                    field: "model_type".into(),
+                    msg: "expected a BERT model (model_type \"bert\")".into(),
+                })
+            }
+        };
+        let heads = detect_heads(&file);
+        if heads.classifier
+            && config
+                .architectures
+                .iter()
+                .any(|a| a == "BertForTokenClassification")
+        {
+            return Err(Error::InvalidInput(format!(
+                "{}: BertForTokenClassification is not supported (only sequence classification)",
+                dir.display()
+            )));
+        }
+        let architecture = config
+            .architectures
+            .first()
+            .and_then(|a| Architecture::from_hf_name(a));
+        let layout = bert_layout(&config, heads)?;
+        let mut params = layout.zeros();
+        load_params(
+            &layout,
+            &mut params,
+            &file,
+            Family::Bert,
+            LoadOptions::default(),
+        )?;
+        Bert::from_parts(config, heads, layout, params, architecture)
+    }
+
+    /// A model from an existing parameter buffer (e.g. fresh from training).
+    pub fn from_parts(
+        config: BertConfig,
+        heads: BertHeads,
+        layout: ParamLayout,
+        params: Vec<f32>,
+        architecture: Option<Architecture>,
+    ) -> Result<Bert> {
+        let expected = bert_layout(&config, heads)?;
+        if expected != layout || params.len() != layout.total_len() {
+            return Err(Error::InvalidInput(
+                "parameter layout or buffer does not match the BERT config and heads".into(),
+            ));
+        }
+        let m = Bert {
+            config,
+            heads,
+            architecture,
+            layout,
+            params,
+            bf16: None,
+        };
+        // The packed q|k|v views are a layout invariant; check once here.
+        for l in 0..m.config.num_hidden_layers {
+            if bert_qkv_weight_range(&m.layout, l).is_none()
+                || bert_qkv_bias_range(&m.layout, l).is_none()
+            {
+                return Err(Error::InvalidInput(format!(
+                    "layer {l}: query/key/value are not adjacent"
+                )));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Holds the encoder's matmul weights in bf16 and runs those products
+    /// in bf16 (f32 accumulation); embeddings, LayerNorm, attention and the
+    /// heads stay f32. `false` returns to f32.
+    pub fn set_bf16(&mut self, on: bool) {
+        self.bf16 = on.then(|| Bf16Weights::new(self));
+    }
+
+    pub fn is_bf16(&self) -> bool {
+        self.bf16.is_some()
+    }
+
+    /// An error unless the checkpoint has `head`.
+    pub fn require(&self, head: HeadKind) -> Result<()> {
+        let has = match head {
+            HeadKind::Pooler => self.heads.pooler,
+            HeadKind::MaskedLm => self.heads.mlm,
+            HeadKind::NextSentence => self.heads.nsp,
+            HeadKind::Classifier => self.heads.classifier,
+            HeadKind::QuestionAnswering => self.heads.qa,
+        };
+        if has {
+            Ok(())
+        } else {
+            let arch = self
+                .architecture
+                .map(|a| a.hf_name().to_string())
+                .unwrap_or_else(|| "unknown architecture".into());
+            Err(Error::InvalidInput(format!(
+                "this checkpoint ({arch}) has no {}",
+                head.describe()
+            )))
+        }
+    }
+
+    /// The view of parameter `name`.
+    pub fn param(&self, name: &str) -> &[f32] {
+        self.layout.view(&self.params, name)
+    }
+
+    fn gelu(&self) -> Gelu {
+        match self.config.activation() {
+            Activation::GeluErf => Gelu::Erf,
+            Activation::GeluTanh => Gelu::Tanh,
+        }
+    }
+
+    fn eps(&self) -> f32 {
+        self.config.layer_norm_eps as f32
+    }
+
+    /// `out[N,OC] = inp[N,C]·Wᵀ + b` for the `nn.Linear` parameter `name`
+    /// (`name.weight` `[OC,C]`, `name.bias` `[OC]`).
+    fn linear(&self, out: &mut [f32], inp: &[f32], name: &str, n: usize, c: usize, oc: usize) {
+        let w = self.param(&format!("{name}.weight"));
+        let b = self.param(&format!("{name}.bias"));
+        kernels::matmul_forward(out, inp, w, Some(b), n, c, oc, WeightLayout::OutIn);
+    }
+
+    /// Runs the encoder on `batch`; the last hidden state ends up in
+    /// `acts.hidden()` `[B,T,C]`. `acts` is resized as needed.
+    pub fn forward(&self, batch: &BertBatch, acts: &mut BertActivations) -> Result<()> {
+        self.check_batch(batch)?;
+        let cfg = &self.config;
+        let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
+        let (i_sz, nh, n) = (cfg.intermediate_size, cfg.num_attention_heads, b * t);
+        let nl = cfg.num_hidden_layers;
+        acts.prepare(cfg, b, t);
+        let eps = self.eps();
+        // Embeddings: word + position + token type, then LayerNorm into slot 0.
+        kernels::embeddings_forward(
+            &mut acts.emb,
+            &[
+                (
+                    &batch.input_ids,
+                    self.param("embeddings.word_embeddings.weight"),
+                ),
+                (
+                    &batch.position_ids,
+                    self.param("embeddings.position_embeddings.weight"),
+                ),
+                (
+                    &batch.token_type_ids,
+                    self.param("embeddings.token_type_embeddings.weight"),
+                ),
+            ],
+            c,
+        );
+        kernels::layernorm_forward(
+            &mut acts.hs[..n * c],
+            &mut acts.emb_mean,
+            &mut acts.emb_rstd,
+            &acts.emb,
+            self.param("embeddings.LayerNorm.weight"),
+            self.param("embeddings.LayerNorm.bias"),
+            n,
+            c,
+            eps,
+        );
+        let slots = acts.slots;
+        let shape = AttentionShape { b, t, c, nh };
+        for l in 0..nl {
+            let (src, dst) = (l % slots, (l + 1) % slots);
+            // Split the slot buffer into the layer's input and output.
+            let (x, y) = if src < dst {
+                let (lo, hi) = acts.hs.split_at_mut(dst * n * c);
+                (&lo[src * n * c..(src + 1) * n * c], &mut hi[..n * c])
+            } else {
+                let (lo, hi) = acts.hs.split_at_mut(src * n * c);
+                (&hi[..n * c], &mut lo[dst * n * c..(dst + 1) * n * c])
+            };
+            let li = l.min(acts.layers.len() - 1);
+            let la = &mut acts.layers[li];
+            let p = bert_layer_prefix(l);
+            // Attention block.
+            match &self.bf16 {
+                Some(w) => w.qkv(l).forward(&mut la.qkv, x, n),
+                None => {
+                    // Ranges checked in from_parts.
+                    let wr = bert_qkv_weight_range(&self.layout, l).unwrap_or_default();
+                    let br = bert_qkv_bias_range(&self.layout, l).unwrap_or_default();
+                    kernels::matmul_forward(
+                        &mut la.qkv,
+                        x,
+                        &self.params[wr],
+                        Some(&self.params[br]),
+                        n,
+                        c,
+                        3 * c,
+                        WeightLayout::OutIn,
+                    );
+                }
+            }
+            kernels::attention_forward(
+                &mut la.atty,
+                &mut la.att,
+                &la.qkv,
+                shape,
+                false,
+                Some(&batch.attention_mask),
+            );
+            match &self.bf16 {
+                Some(w) => w.attn_out(l).forward(&mut la.res1, &la.atty, n),
+                None => self.linear(
+                    &mut la.res1,
+                    &la.atty,
+                    &format!("{p}attention.output.dense"),
+                    n,
+                    c,
+                    c,
+                ),
+            }
+            kernels::add_inplace(&mut la.res1, x);
+            kernels::layernorm_forward(
+                &mut la.ln1,
+                &mut la.ln1_mean,
+                &mut la.ln1_rstd,
+                &la.res1,
+                self.param(&format!("{p}attention.output.LayerNorm.weight")),
+                self.param(&format!("{p}attention.output.LayerNorm.bias")),
+                n,
+                c,
+                eps,
+            );
+            // Feed-forward block.
+            match &self.bf16 {
+                Some(w) => w.inter(l).forward(&mut la.fch, &la.ln1, n),
+                None => self.linear(
+                    &mut la.fch,
+                    &la.ln1,
+                    &format!("{p}intermediate.dense"),
+                    n,
+                    c,
+                    i_sz,
+                ),
+            }
+            kernels::gelu_forward(&mut la.fch_gelu, &la.fch, self.gelu());
+            match &self.bf16 {
+                Some(w) => w.out(l).forward(&mut la.res2, &la.fch_gelu, n),
+                None => self.linear(
+                    &mut la.res2,
+                    &la.fch_gelu,
+                    &format!("{p}output.dense"),
+                    n,
+                    i_sz,
+                    c,
+                ),
+            }
+            kernels::add_inplace(&mut la.res2, &la.ln1);
+            kernels::layernorm_forward(
+                y,
+                &mut la.ln2_mean,
+                &mut la.ln2_rstd,
+                &la.res2,
+                self.param(&format!("{p}output.LayerNorm.weight")),
+                self.param(&format!("{p}output.LayerNorm.bias")),
+                n,
+                c,
+                eps,
+            );
+        }
+        acts.out_slot = nl % slots;
+        Ok(())
+    }
+
+    fn check_batch(&self, batch: &BertBatch) -> Result<()> {
+        let cfg = &self.config;
+        if batch.t > cfg.max_position_embeddings {
+            return Err(Error::ContextTooLong {
+                len: batch.t,
+                max: cfg.max_position_embeddings,
+            });
+        }
+        if let Some(&id) = batch
+            .input_ids
+            .iter()
+            .find(|&&id| id as usize >= cfg.vocab_size)
+        {
+            return Err(Error::TokenIdOutOfRange {
+                id,
+                vocab: cfg.vocab_size,
+            });
+        }
+        if let Some(&tt) = batch
+            .token_type_ids
+            .iter()
+            .find(|&&tt| tt as usize >= cfg.type_vocab_size)
+        {
+            return Err(Error::InvalidInput(format!(
+                "token type id {tt} is out of range for type_vocab_size {}",
+                cfg.type_vocab_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// HF `BertPooler`: `tanh(W·h[b,0] + b)` for each sequence → `[B,C]`.
+    pub fn pooled(&self, acts: &BertActivations) -> Result<Vec<f32>> {
+        self.require(HeadKind::Pooler)?;
+        let (b, t, c) = (acts.b, acts.t, self.config.hidden_size);
+        let h = acts.hidden();
+        let mut cls = Vec::with_capacity(b * c);
+        for bi in 0..b {
+            cls.extend_from_slice(&h[bi * t * c..bi * t * c + c]);
+        }
+        let mut dense = vec![0.0; b * c];
+        self.linear(&mut dense, &cls, "pooler.dense", b, c, c);
+        let mut out = vec![0.0; b * c];
+        kernels::tanh_forward(&mut out, &dense);
+        Ok(out)
+    }
+
+    /// HF `BertOnlyMLMHead` on the rows `rows` (indices into the N = B·T
+    /// positions of the last forward) → logits `[M,V]`.
+    pub fn mlm_logits(&self, acts: &BertActivations, rows: &[usize]) -> Result<Vec<f32>> {
+        self.require(HeadKind::MaskedLm)?;
+        let (c, v, n) = (
+            self.config.hidden_size,
+            self.config.vocab_size,
+            acts.b * acts.t,
+        );
+        let h = acts.hidden();
+        let m = rows.len();
+        let mut x = Vec::with_capacity(m * c);
+        for &r in rows {
+            if r >= n {
+                return Err(Error::InvalidInput(format!(
+                    "row {r} is outside the batch of {n} positions"
+                )));
+            }
+            x.extend_from_slice(&h[r * c..(r + 1) * c]);
+        }
+        let mut dense = vec![0.0; m * c];
+        self.linear(&mut dense, &x, "cls.predictions.transform.dense", m, c, c);
+        let mut act = vec![0.0; m * c];
+        kernels::gelu_forward(&mut act, &dense, self.gelu());
+        let mut ln = vec![0.0; m * c];
+        let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
+        kernels::layernorm_forward(
+            &mut ln,
+            &mut mean,
+            &mut rstd,
+            &act,
+            self.param("cls.predictions.transform.LayerNorm.weight"),
+            self.param("cls.predictions.transform.LayerNorm.bias"),
+            m,
+            c,
+            self.eps(),
+        );
+        // Decoder tied to the word embeddings [V,C], bias `cls.predictions.bias`.
+        let mut logits = vec![0.0; m * v];
+        kernels::matmul_forward(
+            &mut logits,
+            &ln,
+            self.param("embeddings.word_embeddings.weight"),
+            Some(self.param("cls.predictions.bias")),
+            m,
+            c,
+            v,
+            WeightLayout::OutIn,
+        );
+        Ok(logits)
+    }
+
+    /// HF `BertOnlyNSPHead` on the pooled output `[B,C]` → `[B,2]`
+    /// (index 0 = "B follows A").
+    pub fn nsp_logits(&self, pooled: &[f32]) -> Result<Vec<f32>> {
+        self.require(HeadKind::NextSentence)?;
+        let c = self.config.hidden_size;
+        let b = pooled.len() / c;
+        let mut out = vec![0.0; b * 2];
+        self.linear(&mut out, pooled, "cls.seq_relationship", b, c, 2);
+        Ok(out)
+    }
+
+    /// `BertForSequenceClassification`'s classifier on the pooled output
+    /// `[B,C]` → `[B,L]`.
+    pub fn classifier_logits(&self, pooled: &[f32]) -> Result<Vec<f32>> {
+        self.require(HeadKind::Classifier)?;
+        let c = self.config.hidden_size;
+        let (b, l) = (pooled.len() / c, self.config.num_labels());
+        let mut out = vec![0.0; b * l];
+        self.linear(&mut out, pooled, "classifier", b, c, l);
+        Ok(out)
+    }
+
+    /// `BertForQuestionAnswering`'s `qa_outputs` on every position →
+    /// (start `[B,T]`, end `[B,T]`).
+    pub fn qa_logits(&self, acts: &BertActivations) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.require(HeadKind::QuestionAnswering)?;
+        let (c, n) = (self.config.hidden_size, acts.b * acts.t);
+        let mut both = vec![0.0; n * 2];
+        self.linear(&mut both, acts.hidden(), "qa_outputs", n, c, 2);
+        let start = both.iter().step_by(2).copied().collect();
+        let end = both.iter().skip(1).step_by(2).copied().collect();
+        Ok((start, end))
+    }
+}
+
+/// A padded batch of token ids `[B,T]` (right padding).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BertBatch {
+    pub b: usize,
+    pub t: usize,
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    /// 1 = real token, 0 = padding.
+    pub attention_mask: Vec<u8>,
+    /// `0..T` in every row (HF's absolute position ids).
+    pub position_ids: Vec<u32>,
+}
+
+impl BertBatch {
+    /// A batch from `[B,T]` arrays.
+    pub fn new(
+        b: usize,
+        t: usize,
+        input_ids: Vec<u32>,
+        token_type_ids: Vec<u32>,
+        attention_mask: Vec<u8>,
+    ) -> Result<BertBatch> {
+        let n = b * t;
+        if input_ids.len() != n || token_type_ids.len() != n || attention_mask.len() != n {
+            return Err(Error::InvalidInput(format!(
+                "batch arrays must have B·T = {n} entries (got ids {}, types {}, mask {})",
+                input_ids.len(),
+                token_type_ids.len(),
+                attention_mask.len()
+            )));
+        }
+        let position_ids = (0..b).flat_map(|_| 0..t as u32).collect();
+        Ok(BertBatch {
+            b,
+            t,
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            position_ids,
+        })
+    }
+
+    /// Pads encodings of mixed lengths to the longest with `pad_id`
+    /// (attention mask 0, token type 0).
+    pub fn from_encodings(encs: &[&Encoding], pad_id: u32) -> Result<BertBatch> {
+        let b = encs.len();
+        let t = encs.iter().map(|e| e.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(b * t);
+        let mut types = Vec::with_capacity(b * t);
+        let mut mask = Vec::with_capacity(b * t);
+        for e in encs {
+            let k = e.len();
+            ids.extend_from_slice(&e.ids);
+            ids.extend(std::iter::repeat_n(pad_id, t - k));
+            if e.type_ids.len() == k {
+                types.extend_from_slice(&e.type_ids);
+            } else {
+                types.extend(std::iter::repeat_n(0, k));
+            }
+            types.extend(std::iter::repeat_n(0, t - k));
+            if e.attention_mask.len() == k {
+                mask.extend_from_slice(&e.attention_mask);
+            } else {
+                mask.extend(std::iter::repeat_n(1, k));
+            }
+            mask.extend(std::iter::repeat_n(0, t - k));
+        }
+        BertBatch::new(b, t, ids, types, mask)
+    }
+}
+
+/// One encoder layer's intermediates (see the module docs for the names).
+#[derive(Debug, Clone, Default)]
+pub struct LayerActs {
+    /// `[N,3C]`.
+    pub qkv: Vec<f32>,
+    /// Attention probabilities `[B,NH,T,T]`.
+    pub att: Vec<f32>,
+    /// Attention output before the projection `[N,C]`.
+    pub atty: Vec<f32>,
+    /// Projection + residual, input of LN1 `[N,C]`.
+    pub res1: Vec<f32>,
+    /// `[N,C]`, with LN statistics `[N]`.
+    pub ln1: Vec<f32>,
+    pub ln1_mean: Vec<f32>,
+    pub ln1_rstd: Vec<f32>,
+    /// Intermediate pre-activation and GELU output `[N,I]`.
+    pub fch: Vec<f32>,
+    pub fch_gelu: Vec<f32>,
+    /// Output projection + residual, input of LN2 `[N,C]`.
+    pub res2: Vec<f32>,
+    pub ln2_mean: Vec<f32>,
+    pub ln2_rstd: Vec<f32>,
+}
+
+impl LayerActs {
+    fn resize(&mut self, cfg: &BertConfig, b: usize, t: usize) {
+        let (c, i, nh, n) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.num_attention_heads,
+            b * t,
+        );
+        self.qkv.resize(n * 3 * c, 0.0);
+        self.att.resize(b * nh * t * t, 0.0);
+        self.atty.resize(n * c, 0.0);
+        self.res1.resize(n * c, 0.0);
+        self.ln1.resize(n * c, 0.0);
+        self.ln1_mean.resize(n, 0.0);
+        self.ln1_rstd.resize(n, 0.0);
+        self.fch.resize(n * i, 0.0);
+        self.fch_gelu.resize(n * i, 0.0);
+        self.res2.resize(n * c, 0.0);
+        self.ln2_mean.resize(n, 0.0);
+        self.ln2_rstd.resize(n, 0.0);
+    }
+}
+
+/// Buffers of one forward pass. With `keep_all`, `hidden_state(l)` is the
+/// input of layer `l` (0 = embeddings output) for every `l`, and
+/// `layers[l]` holds layer `l`'s intermediates: what a backward needs.
+#[derive(Debug, Clone, Default)]
+pub struct BertActivations {
+    pub b: usize,
+    pub t: usize,
+    keep_all: bool,
+    /// Embedding sum before LayerNorm `[N,C]` and its LN statistics `[N]`.
+    pub emb: Vec<f32>,
+    pub emb_mean: Vec<f32>,
+    pub emb_rstd: Vec<f32>,
+    /// Hidden-state slots `[S,N,C]`: S = L+1 with `keep_all`, else 2.
+    hs: Vec<f32>,
+    slots: usize,
+    out_slot: usize,
+    /// Per-layer intermediates (L with `keep_all`, else 1 reused).
+    pub layers: Vec<LayerActs>,
+}
+
+impl BertActivations {
+    /// Empty buffers; `keep_all` keeps every layer's activations.
+    pub fn new(keep_all: bool) -> Self {
+        BertActivations {
+            keep_all,
+            ..Default::default()
+        }
+    }
+
+    fn prepare(&mut self, cfg: &BertConfig, b: usize, t: usize) {
+        let (c, n, nl) = (cfg.hidden_size, b * t, cfg.num_hidden_layers);
+        self.b = b;
+        self.t = t;
+        self.slots = if self.keep_all { nl + 1 } else { 2 };
+        self.emb.resize(n * c, 0.0);
+        self.emb_mean.resize(n, 0.0);
+        self.emb_rstd.resize(n, 0.0);
+        self.hs.resize(self.slots * n * c, 0.0);
+        let nlayers = if self.keep_all { nl } else { 1 };
+        self.layers.resize_with(nlayers, LayerActs::default);
+        for la in &mut self.layers {
+            la.resize(cfg, b, t);
+        }
+    }
+
+    /// The encoder output (HF `last_hidden_state`) `[B,T,C]`.
+    pub fn hidden(&self) -> &[f32] {
+        self.hidden_state_slot(self.out_slot)
+    }
+
+    /// With `keep_all`: HF `hidden_states[l]` (0 = embeddings, L = output).
+    pub fn hidden_state(&self, l: usize) -> Option<&[f32]> {
+        (self.keep_all && l < self.slots).then(|| self.hidden_state_slot(l))
+    }
+
+    fn hidden_state_slot(&self, s: usize) -> &[f32] {
+        let nc = self.hs.len().checked_div(self.slots).unwrap_or(0);
+        &self.hs[s * nc..(s + 1) * nc]
+    }
+}

@@ -1,0 +1,954 @@
+//! BERT training: the heads' losses (MLM, NSP, sequence classification,
+//! span QA) with saved activations, and the full backward through the heads,
+//! the post-LN encoder and the embeddings, on the explicit kernels.
+//!
+//! Shape legend: B batch, T sequence (padded), C channels, NH heads,
+//! I intermediate size, V vocabulary, L labels, N = B·T rows,
+//! M = labelled MLM rows.
+//!
+//! Losses are HF's: MLM = mean cross-entropy over the labelled positions
+//! (label ≠ −100; the head runs only on those M rows, which gives the same
+//! loss and gradients as HF's head over all N rows); NSP and classification =
+//! mean cross-entropy over the batch; QA = (CE(start) + CE(end)) / 2 with
+//! the softmax over all T positions, positions clamped to [0, T] and T
+//! ignored. The total is the sum of the active heads' losses (BERT
+//! pretraining: MLM + NSP). Training runs with dropout off.
+//!
+//! Backward (per layer, reverse of `model::bert`'s forward):
+//! ```text
+//! dy → LN2ᵀ → dres2 ─┬→ output.denseᵀ → gelu' → intermediate.denseᵀ ─┐
+//!                    └───────────────────────────────────────────────┴→ dln1
+//! dln1 → LN1ᵀ → dres1 ─┬→ attention.output.denseᵀ → attentionᵀ → qkvᵀ ─┐
+//!                      └───────────────────────────────────────────────┴→ dx
+//! ```
+//! then the embedding LayerNorm and scatter-adds into the three tables.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
+use crate::model::bert::{Bert, BertActivations, BertBatch};
+use crate::model::config::Activation;
+use crate::model::layout::ParamLayout;
+use crate::model::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
+use crate::train::rng::Rng;
+use crate::train::{LossParts, Trainable};
+
+/// Label value that carries no loss (HF's `-100`).
+pub const IGNORE_INDEX: i32 = -100;
+
+/// Targets of one batch; each present field switches its head's loss on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BertTargets {
+    /// `[B·T]` original ids at masked positions, −100 elsewhere.
+    pub mlm_labels: Option<Vec<i32>>,
+    /// `[B]` 0 = B follows A, 1 = random.
+    pub nsp_labels: Option<Vec<i32>>,
+    /// `[B]` class ids.
+    pub class_labels: Option<Vec<i32>>,
+    /// `[B]` answer start / end token (inclusive); outside [0, T) = no answer in this window.
+    pub start_positions: Option<Vec<i32>>,
+    pub end_positions: Option<Vec<i32>>,
+}
+
+/// A batch with its targets (the [`Trainable::Batch`] of [`BertTrainer`]).
+#[derive(Debug, Clone, Default)]
+pub struct BertTrainBatch {
+    pub batch: BertBatch,
+    pub targets: BertTargets,
+}
+
+/// Per-head results of one forward (summed over micro-batches by the trainer).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeadStats {
+    /// Sum of the head means (the loss that was differentiated), summed over batches.
+    pub loss: f64,
+    pub batches: usize,
+    pub mlm: LossParts,
+    pub nsp: LossParts,
+    pub nsp_correct: usize,
+    pub classify: LossParts,
+    pub classify_correct: usize,
+    /// Start and end cross-entropies together (count = both sides' targets).
+    pub qa: LossParts,
+}
+
+impl HeadStats {
+    pub fn add(&mut self, o: &HeadStats) {
+        self.loss += o.loss;
+        self.batches += o.batches;
+        self.mlm.add(o.mlm);
+        self.nsp.add(o.nsp);
+        self.nsp_correct += o.nsp_correct;
+        self.classify.add(o.classify);
+        self.classify_correct += o.classify_correct;
+        self.qa.add(o.qa);
+    }
+
+    /// Mean of the per-batch total losses.
+    pub fn mean_loss(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.loss / self.batches as f64
+        }
+    }
+}
+
+/// Outputs kept from the last forward, for predictions at evaluation.
+#[derive(Debug, Clone, Default)]
+pub struct HeadOutputs {
+    /// `[B,2]` NSP logits.
+    pub nsp_logits: Vec<f32>,
+    /// `[B,L]` classifier logits.
+    pub class_logits: Vec<f32>,
+    /// `[B,T]` each.
+    pub start_logits: Vec<f32>,
+    pub end_logits: Vec<f32>,
+}
+
+/// Backward scratch for one (B, T).
+#[derive(Debug, Default)]
+struct Grads {
+    /// Gradient of the current layer output `[N,C]`, then of its input.
+    dy: Vec<f32>,
+    dx: Vec<f32>,
+    dres: Vec<f32>,
+    dln1: Vec<f32>,
+    datty: Vec<f32>,
+    dqkv: Vec<f32>,
+    datt: Vec<f32>,
+    dfch_gelu: Vec<f32>,
+    dfch: Vec<f32>,
+}
+
+impl Grads {
+    fn resize(&mut self, n: usize, c: usize, i: usize, att: usize) {
+        self.dy.resize(n * c, 0.0);
+        self.dx.resize(n * c, 0.0);
+        self.dres.resize(n * c, 0.0);
+        self.dln1.resize(n * c, 0.0);
+        self.datty.resize(n * c, 0.0);
+        self.dqkv.resize(n * 3 * c, 0.0);
+        self.datt.resize(att, 0.0);
+        self.dfch_gelu.resize(n * i, 0.0);
+        self.dfch.resize(n * i, 0.0);
+    }
+}
+
+/// A trainable BERT: the model, a gradient buffer with its layout, and the
+/// activations of the last forward.
+pub struct BertTrainer {
+    pub model: Bert,
+    pub grads: Vec<f32>,
+    acts: BertActivations,
+    scratch: Grads,
+    outputs: HeadOutputs,
+    stats: HeadStats,
+    last_tokens: usize,
+}
+
+/// Two disjoint mutable sub-slices of `buf`.
+fn two_mut(buf: &mut [f32], a: Range<usize>, b: Range<usize>) -> (&mut [f32], &mut [f32]) {
+    if a.end <= b.start {
+        let (x, y) = buf.split_at_mut(b.start);
+        (&mut x[a], &mut y[..b.end - b.start])
+    } else {
+        assert!(b.end <= a.start, "two_mut: overlapping ranges");
+        let (x, y) = buf.split_at_mut(a.start);
+        (&mut y[..a.end - a.start], &mut x[b])
+    }
+}
+
+fn range(layout: &ParamLayout, name: &str) -> Range<usize> {
+    match layout.range(name) {
+        Some(r) => r,
+        None => panic!("BERT layout has no parameter `{name}`"),
+    }
+}
+
+/// `out[N,OC] = inp[N,C]·Wᵀ + b` for `nn.Linear` `name`.
+#[allow(clippy::too_many_arguments)]
+fn linear_fwd(
+    layout: &ParamLayout,
+    params: &[f32],
+    name: &str,
+    out: &mut [f32],
+    inp: &[f32],
+    n: usize,
+    c: usize,
+    oc: usize,
+) {
+    let w = &params[range(layout, &format!("{name}.weight"))];
+    let b = &params[range(layout, &format!("{name}.bias"))];
+    kernels::matmul_forward(out, inp, w, Some(b), n, c, oc, WeightLayout::OutIn);
+}
+
+/// Backward of [`linear_fwd`]: `dinp += dout·W`, weight and bias grads accumulate.
+#[allow(clippy::too_many_arguments)]
+fn linear_bwd(
+    layout: &ParamLayout,
+    params: &[f32],
+    grads: &mut [f32],
+    name: &str,
+    dinp: Option<&mut [f32]>,
+    dout: &[f32],
+    inp: &[f32],
+    n: usize,
+    c: usize,
+    oc: usize,
+) {
+    let wr = range(layout, &format!("{name}.weight"));
+    let br = range(layout, &format!("{name}.bias"));
+    let (gw, gb) = two_mut(grads, wr.clone(), br);
+    kernels::matmul_backward(
+        dinp,
+        Some(gw),
+        Some(gb),
+        dout,
+        inp,
+        &params[wr],
+        n,
+        c,
+        oc,
+        WeightLayout::OutIn,
+    );
+}
+
+/// LayerNorm backward for parameters `name.{weight,bias}`.
+#[allow(clippy::too_many_arguments)]
+fn layernorm_bwd(
+    layout: &ParamLayout,
+    params: &[f32],
+    grads: &mut [f32],
+    name: &str,
+    dinp: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    n: usize,
+    c: usize,
+) {
+    let wr = range(layout, &format!("{name}.weight"));
+    let br = range(layout, &format!("{name}.bias"));
+    let (gw, gb) = two_mut(grads, wr.clone(), br);
+    kernels::layernorm_backward(dinp, gw, gb, dout, inp, &params[wr], mean, rstd, n, c);
+}
+
+fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// HF's QA target handling: clamp to [0, T]; T is then ignored.
+fn qa_targets(pos: &[i32], t: usize) -> Vec<i32> {
+    pos.iter().map(|&p| p.clamp(0, t as i32)).collect()
+}
+
+impl BertTrainer {
+    pub fn new(model: Bert) -> Result<BertTrainer> {
+        if model.is_bf16() {
+            return Err(Error::InvalidInput(
+                "training needs the f32 weights: turn bf16 off first".into(),
+            ));
+        }
+        let grads = model.layout.zeros();
+        Ok(BertTrainer {
+            model,
+            grads,
+            acts: BertActivations::new(true),
+            scratch: Grads::default(),
+            outputs: HeadOutputs::default(),
+            stats: HeadStats::default(),
+            last_tokens: 0,
+        })
+    }
+
+    pub fn num_params(&self) -> usize {
+        self.model.params.len()
+    }
+
+    /// Head outputs (logits) of the last forward.
+    pub fn outputs(&self) -> &HeadOutputs {
+        &self.outputs
+    }
+
+    /// Per-head statistics accumulated since the last call (then reset).
+    pub fn take_stats(&mut self) -> HeadStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    fn gelu(&self) -> Gelu {
+        match self.model.config.activation() {
+            Activation::GeluErf => Gelu::Erf,
+            Activation::GeluTanh => Gelu::Tanh,
+        }
+    }
+
+    /// Checks targets against the batch and the model's heads.
+    pub fn check(&self, b: &BertTrainBatch) -> Result<()> {
+        let (bs, t) = (b.batch.b, b.batch.t);
+        let h = &self.model.heads;
+        let tg = &b.targets;
+        let need = |ok: bool, what: &str| -> Result<()> {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::InvalidInput(format!(
+                    "{what} targets given but the model has no such head"
+                )))
+            }
+        };
+        let len = |v: &Option<Vec<i32>>, want: usize, what: &str| -> Result<()> {
+            match v {
+                Some(v) if v.len() != want => Err(Error::InvalidInput(format!(
+                    "{what}: {} targets for {want} positions",
+                    v.len()
+                ))),
+                _ => Ok(()),
+            }
+        };
+        if tg.mlm_labels.is_some() {
+            need(h.mlm, "masked-LM")?;
+        }
+        if tg.nsp_labels.is_some() {
+            need(h.nsp, "next-sentence")?;
+        }
+        if tg.class_labels.is_some() {
+            need(h.classifier, "classification")?;
+        }
+        if tg.start_positions.is_some() != tg.end_positions.is_some() {
+            return Err(Error::InvalidInput(
+                "QA needs both start and end positions".into(),
+            ));
+        }
+        if tg.start_positions.is_some() {
+            need(h.qa, "question-answering")?;
+        }
+        len(&tg.mlm_labels, bs * t, "MLM labels")?;
+        len(&tg.nsp_labels, bs, "NSP labels")?;
+        len(&tg.class_labels, bs, "class labels")?;
+        len(&tg.start_positions, bs, "start positions")?;
+        len(&tg.end_positions, bs, "end positions")?;
+        let v = self.model.config.vocab_size as i32;
+        let l = self.model.config.num_labels() as i32;
+        let bad = |v: &Option<Vec<i32>>, hi: i32| {
+            v.as_ref()
+                .and_then(|x| {
+                    x.iter()
+                        .find(|&&y| y != IGNORE_INDEX && !(0..hi).contains(&y))
+                })
+                .copied()
+        };
+        if let Some(x) = bad(&tg.mlm_labels, v) {
+            return Err(Error::TokenIdOutOfRange {
+                id: x as u32,
+                vocab: v as usize,
+            });
+        }
+        if let Some(x) = bad(&tg.nsp_labels, 2) {
+            return Err(Error::InvalidInput(format!("NSP label {x} is not 0 or 1")));
+        }
+        if let Some(x) = bad(&tg.class_labels, l) {
+            return Err(Error::InvalidInput(format!(
+                "class label {x} is outside the model's {l} labels"
+            )));
+        }
+        if self.model.heads.classifier && tg.class_labels.is_some() {
+            match self.model.config.problem_type.as_deref() {
+                None | Some("single_label_classification") => {}
+                Some(p) => {
+                    return Err(Error::InvalidInput(format!(
+                        "problem_type {p:?} is not supported for training (single-label only)"
+                    )))
+                }
+            }
+            if l < 2 {
+                return Err(Error::InvalidInput(
+                    "classification needs at least 2 labels (regression is not supported)".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forward (and with `backward`, backward accumulating `grad_scale` ×
+    /// d loss / dθ into `grads`). Returns this batch's head statistics.
+    fn run(&mut self, tb: &BertTrainBatch, grad_scale: f32, backward: bool) -> Result<HeadStats> {
+        self.check(tb)?;
+        let batch = &tb.batch;
+        let tg = &tb.targets;
+        self.model.forward(batch, &mut self.acts)?;
+        let cfg = self.model.config.clone();
+        let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
+        let (n, v, i_sz) = (b * t, cfg.vocab_size, cfg.intermediate_size);
+        let nh = cfg.num_attention_heads;
+        let eps = cfg.layer_norm_eps as f32;
+        let gelu = self.gelu();
+        let layout = &self.model.layout;
+        let params = &self.model.params;
+        let grads = &mut self.grads;
+        let acts = &self.acts;
+        self.scratch.resize(n, c, i_sz, b * nh * t * t);
+        let s = &mut self.scratch;
+        self.last_tokens = n;
+        let mut st = HeadStats {
+            batches: 1,
+            ..Default::default()
+        };
+        self.outputs = HeadOutputs::default();
+        // d loss / d last hidden state.
+        s.dy.fill(0.0);
+        let h = acts.hidden();
+
+        // --- Masked LM on the labelled rows.
+        if let Some(labels) = &tg.mlm_labels {
+            let rows: Vec<usize> = (0..n).filter(|&r| labels[r] != IGNORE_INDEX).collect();
+            let m = rows.len();
+            if m > 0 {
+                let targets: Vec<i32> = rows.iter().map(|&r| labels[r]).collect();
+                let mut x = Vec::with_capacity(m * c);
+                for &r in &rows {
+                    x.extend_from_slice(&h[r * c..(r + 1) * c]);
+                }
+                let mut dense = vec![0.0; m * c];
+                linear_fwd(
+                    layout,
+                    params,
+                    "cls.predictions.transform.dense",
+                    &mut dense,
+                    &x,
+                    m,
+                    c,
+                    c,
+                );
+                let mut act = vec![0.0; m * c];
+                kernels::gelu_forward(&mut act, &dense, gelu);
+                let mut ln = vec![0.0; m * c];
+                let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
+                let lnw = &params[range(layout, "cls.predictions.transform.LayerNorm.weight")];
+                let lnb = &params[range(layout, "cls.predictions.transform.LayerNorm.bias")];
+                kernels::layernorm_forward(
+                    &mut ln, &mut mean, &mut rstd, &act, lnw, lnb, m, c, eps,
+                );
+                let wemb = range(layout, "embeddings.word_embeddings.weight");
+                let bias = range(layout, "cls.predictions.bias");
+                let mut logits = vec![0.0; m * v];
+                kernels::matmul_forward(
+                    &mut logits,
+                    &ln,
+                    &params[wemb.clone()],
+                    Some(&params[bias.clone()]),
+                    m,
+                    c,
+                    v,
+                    WeightLayout::OutIn,
+                );
+                let mut losses = vec![0.0; m];
+                let (sum, count) = if backward {
+                    kernels::cross_entropy_fused(
+                        &mut logits,
+                        &mut losses,
+                        &targets,
+                        m,
+                        v,
+                        IGNORE_INDEX,
+                        grad_scale / m as f32,
+                    )
+                } else {
+                    kernels::cross_entropy_forward(
+                        &mut losses,
+                        &logits,
+                        &targets,
+                        m,
+                        v,
+                        IGNORE_INDEX,
+                    )
+                };
+                st.mlm = LossParts { sum, count };
+                st.loss += st.mlm.mean();
+                if backward {
+                    // Tied decoder: word embeddings get the decoder's weight gradient.
+                    let mut dln = vec![0.0; m * c];
+                    {
+                        let (gw, gb) = two_mut(grads, wemb.clone(), bias);
+                        kernels::matmul_backward(
+                            Some(&mut dln),
+                            Some(gw),
+                            Some(gb),
+                            &logits,
+                            &ln,
+                            &params[wemb],
+                            m,
+                            c,
+                            v,
+                            WeightLayout::OutIn,
+                        );
+                    }
+                    let mut dact = vec![0.0; m * c];
+                    layernorm_bwd(
+                        layout,
+                        params,
+                        grads,
+                        "cls.predictions.transform.LayerNorm",
+                        &mut dact,
+                        &dln,
+                        &act,
+                        &mean,
+                        &rstd,
+                        m,
+                        c,
+                    );
+                    let mut ddense = vec![0.0; m * c];
+                    kernels::gelu_backward(&mut ddense, &dense, &dact, gelu);
+                    let mut dx = vec![0.0; m * c];
+                    linear_bwd(
+                        layout,
+                        params,
+                        grads,
+                        "cls.predictions.transform.dense",
+                        Some(&mut dx),
+                        &ddense,
+                        &x,
+                        m,
+                        c,
+                        c,
+                    );
+                    for (k, &r) in rows.iter().enumerate() {
+                        for (d, g) in s.dy[r * c..(r + 1) * c]
+                            .iter_mut()
+                            .zip(&dx[k * c..(k + 1) * c])
+                        {
+                            *d += g;
+                        }
+                    }
+                }
+            }
+        }
+
+        // --- Pooler-based heads (NSP, classifier).
+        let pooled_heads = tg.nsp_labels.is_some() || tg.class_labels.is_some();
+        if pooled_heads {
+            let mut cls = Vec::with_capacity(b * c);
+            for bi in 0..b {
+                cls.extend_from_slice(&h[bi * t * c..bi * t * c + c]);
+            }
+            let mut pdense = vec![0.0; b * c];
+            linear_fwd(layout, params, "pooler.dense", &mut pdense, &cls, b, c, c);
+            let mut pooled = vec![0.0; b * c];
+            kernels::tanh_forward(&mut pooled, &pdense);
+            let mut dpooled = vec![0.0; b * c];
+            let head = |name: &str,
+                        labels: &[i32],
+                        k: usize,
+                        grads: &mut [f32],
+                        dpooled: &mut [f32]|
+             -> (LossParts, usize, Vec<f32>) {
+                let mut logits = vec![0.0; b * k];
+                linear_fwd(layout, params, name, &mut logits, &pooled, b, c, k);
+                let kept = logits.clone();
+                let correct = (0..b)
+                    .filter(|&r| {
+                        labels[r] != IGNORE_INDEX
+                            && argmax(&kept[r * k..(r + 1) * k]) == labels[r] as usize
+                    })
+                    .count();
+                let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
+                let mut losses = vec![0.0; b];
+                let (sum, count) = if backward && count > 0 {
+                    let r = kernels::cross_entropy_fused(
+                        &mut logits,
+                        &mut losses,
+                        labels,
+                        b,
+                        k,
+                        IGNORE_INDEX,
+                        grad_scale / count as f32,
+                    );
+                    linear_bwd(
+                        layout,
+                        params,
+                        grads,
+                        name,
+                        Some(dpooled),
+                        &logits,
+                        &pooled,
+                        b,
+                        c,
+                        k,
+                    );
+                    r
+                } else {
+                    kernels::cross_entropy_forward(&mut losses, &logits, labels, b, k, IGNORE_INDEX)
+                };
+                (LossParts { sum, count }, correct, kept)
+            };
+            if let Some(labels) = &tg.nsp_labels {
+                let (lp, correct, logits) =
+                    head("cls.seq_relationship", labels, 2, grads, &mut dpooled);
+                st.nsp = lp;
+                st.nsp_correct = correct;
+                st.loss += lp.mean();
+                self.outputs.nsp_logits = logits;
+            }
+            if let Some(labels) = &tg.class_labels {
+                let k = cfg.num_labels();
+                let (lp, correct, logits) = head("classifier", labels, k, grads, &mut dpooled);
+                st.classify = lp;
+                st.classify_correct = correct;
+                st.loss += lp.mean();
+                self.outputs.class_logits = logits;
+            }
+            if backward {
+                let mut dpdense = vec![0.0; b * c];
+                kernels::tanh_backward(&mut dpdense, &pooled, &dpooled);
+                let mut dcls = vec![0.0; b * c];
+                linear_bwd(
+                    layout,
+                    params,
+                    grads,
+                    "pooler.dense",
+                    Some(&mut dcls),
+                    &dpdense,
+                    &cls,
+                    b,
+                    c,
+                    c,
+                );
+                for bi in 0..b {
+                    let row = bi * t * c;
+                    for (d, g) in s.dy[row..row + c]
+                        .iter_mut()
+                        .zip(&dcls[bi * c..(bi + 1) * c])
+                    {
+                        *d += g;
+                    }
+                }
+            }
+        }
+
+        // --- Span QA on every position.
+        if let (Some(sp), Some(ep)) = (&tg.start_positions, &tg.end_positions) {
+            let mut both = vec![0.0; n * 2];
+            linear_fwd(layout, params, "qa_outputs", &mut both, h, n, c, 2);
+            let mut start: Vec<f32> = both.iter().step_by(2).copied().collect();
+            let mut end: Vec<f32> = both.iter().skip(1).step_by(2).copied().collect();
+            self.outputs.start_logits = start.clone();
+            self.outputs.end_logits = end.clone();
+            let ignore = t as i32;
+            let (ts, te) = (qa_targets(sp, t), qa_targets(ep, t));
+            let mut losses = vec![0.0; b];
+            let mut side = |logits: &mut [f32], tgt: &[i32]| -> LossParts {
+                let count = tgt.iter().filter(|&&x| x != ignore).count();
+                let (sum, count) = if backward && count > 0 {
+                    kernels::cross_entropy_fused(
+                        logits,
+                        &mut losses,
+                        tgt,
+                        b,
+                        t,
+                        ignore,
+                        0.5 * grad_scale / count as f32,
+                    )
+                } else {
+                    kernels::cross_entropy_forward(&mut losses, logits, tgt, b, t, ignore)
+                };
+                if backward && count == 0 {
+                    logits.fill(0.0);
+                }
+                LossParts { sum, count }
+            };
+            let ls = side(&mut start, &ts);
+            let le = side(&mut end, &te);
+            st.qa = LossParts {
+                sum: ls.sum + le.sum,
+                count: ls.count + le.count,
+            };
+            st.loss += 0.5 * (ls.mean() + le.mean());
+            if backward {
+                let mut dboth = vec![0.0; n * 2];
+                for r in 0..n {
+                    dboth[2 * r] = start[r];
+                    dboth[2 * r + 1] = end[r];
+                }
+                linear_bwd(
+                    layout,
+                    params,
+                    grads,
+                    "qa_outputs",
+                    Some(&mut s.dy),
+                    &dboth,
+                    h,
+                    n,
+                    c,
+                    2,
+                );
+            }
+        }
+
+        if !backward {
+            return Ok(st);
+        }
+
+        // --- Encoder, last layer first. s.dy = d(output of layer l).
+        let shape = AttentionShape { b, t, c, nh };
+        for l in (0..cfg.num_hidden_layers).rev() {
+            let la = &acts.layers[l];
+            let x = acts
+                .hidden_state(l)
+                .ok_or_else(|| Error::InvalidInput("activations were not kept".into()))?;
+            let p = bert_layer_prefix(l);
+            // y = LN2(res2), res2 = output.dense(gelu(fch)) + ln1.
+            s.dres.fill(0.0);
+            layernorm_bwd(
+                layout,
+                params,
+                grads,
+                &format!("{p}output.LayerNorm"),
+                &mut s.dres,
+                &s.dy,
+                &la.res2,
+                &la.ln2_mean,
+                &la.ln2_rstd,
+                n,
+                c,
+            );
+            s.dfch_gelu.fill(0.0);
+            linear_bwd(
+                layout,
+                params,
+                grads,
+                &format!("{p}output.dense"),
+                Some(&mut s.dfch_gelu),
+                &s.dres,
+                &la.fch_gelu,
+                n,
+                i_sz,
+                c,
+            );
+            s.dfch.fill(0.0);
+            kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
+            s.dln1.copy_from_slice(&s.dres);
+            linear_bwd(
+                layout,
+                params,
+                grads,
+                &format!("{p}intermediate.dense"),
+                Some(&mut s.dln1),
+                &s.dfch,
+                &la.ln1,
+                n,
+                c,
+                i_sz,
+            );
+            // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
+            s.dres.fill(0.0);
+            layernorm_bwd(
+                layout,
+                params,
+                grads,
+                &format!("{p}attention.output.LayerNorm"),
+                &mut s.dres,
+                &s.dln1,
+                &la.res1,
+                &la.ln1_mean,
+                &la.ln1_rstd,
+                n,
+                c,
+            );
+            s.datty.fill(0.0);
+            linear_bwd(
+                layout,
+                params,
+                grads,
+                &format!("{p}attention.output.dense"),
+                Some(&mut s.datty),
+                &s.dres,
+                &la.atty,
+                n,
+                c,
+                c,
+            );
+            s.dqkv.fill(0.0);
+            kernels::attention_backward(
+                &mut s.dqkv,
+                &mut s.datt,
+                &s.datty,
+                &la.qkv,
+                &la.att,
+                shape,
+            );
+            s.dx.copy_from_slice(&s.dres);
+            let wr = bert_qkv_weight_range(layout, l)
+                .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;
+            let br = bert_qkv_bias_range(layout, l).ok_or_else(|| {
+                Error::InvalidInput(format!("layer {l}: q/k/v biases not packed"))
+            })?;
+            {
+                let (gw, gb) = two_mut(grads, wr.clone(), br);
+                kernels::matmul_backward(
+                    Some(&mut s.dx),
+                    Some(gw),
+                    Some(gb),
+                    &s.dqkv,
+                    x,
+                    &params[wr],
+                    n,
+                    c,
+                    3 * c,
+                    WeightLayout::OutIn,
+                );
+            }
+            std::mem::swap(&mut s.dy, &mut s.dx);
+        }
+        // Embeddings: hidden_state(0) = LN(word + position + token type).
+        s.dres.fill(0.0);
+        layernorm_bwd(
+            layout,
+            params,
+            grads,
+            "embeddings.LayerNorm",
+            &mut s.dres,
+            &s.dy,
+            &acts.emb,
+            &acts.emb_mean,
+            &acts.emb_rstd,
+            n,
+            c,
+        );
+        for (name, ids) in [
+            ("embeddings.position_embeddings.weight", &batch.position_ids),
+            (
+                "embeddings.token_type_embeddings.weight",
+                &batch.token_type_ids,
+            ),
+        ] {
+            kernels::embedding_backward(&mut grads[range(layout, name)], &s.dres, ids, c);
+        }
+        // HF's `nn.Embedding(padding_idx=pad_token_id)`: the [PAD] row gets no
+        // gradient from the lookup (only from the tied MLM decoder).
+        if let Some(pad) = cfg.pad_token_id {
+            for (r, &id) in batch.input_ids.iter().enumerate() {
+                if id == pad {
+                    s.dres[r * c..(r + 1) * c].fill(0.0);
+                }
+            }
+        }
+        let wemb = range(layout, "embeddings.word_embeddings.weight");
+        kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
+        Ok(st)
+    }
+
+    /// Forward + backward; ACCUMULATES `grad_scale` · d(total loss)/dθ into
+    /// `grads` and returns the batch's head statistics (also added to the
+    /// running [`Self::take_stats`]).
+    pub fn forward_backward(
+        &mut self,
+        batch: &BertTrainBatch,
+        grad_scale: f32,
+    ) -> Result<HeadStats> {
+        let st = self.run(batch, grad_scale, true)?;
+        self.stats.add(&st);
+        Ok(st)
+    }
+
+    /// Forward only: losses and [`Self::outputs`].
+    pub fn evaluate_batch(&mut self, batch: &BertTrainBatch) -> Result<HeadStats> {
+        self.run(batch, 0.0, false)
+    }
+}
+
+impl Trainable for BertTrainer {
+    type Batch = BertTrainBatch;
+
+    fn params(&self) -> &[f32] {
+        &self.model.params
+    }
+
+    fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.model.params, &mut self.grads)
+    }
+
+    fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+
+    fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    /// The total loss (sum of head means) as `LossParts { sum, count: 1 }`.
+    /// Batches are checked when they are built; an invalid one here is a
+    /// programming error.
+    fn forward_backward(&mut self, batch: &BertTrainBatch, grad_scale: f32) -> LossParts {
+        match BertTrainer::forward_backward(self, batch, grad_scale) {
+            Ok(st) => LossParts {
+                sum: st.loss,
+                count: 1,
+            },
+            Err(e) => panic!("BertTrainer::forward_backward: {e}"),
+        }
+    }
+
+    fn evaluate(&mut self, batch: &BertTrainBatch) -> LossParts {
+        match self.evaluate_batch(batch) {
+            Ok(st) => LossParts {
+                sum: st.loss,
+                count: 1,
+            },
+            Err(e) => panic!("BertTrainer::evaluate: {e}"),
+        }
+    }
+
+    fn decay_spans(&self) -> Vec<(Range<usize>, bool)> {
+        self.model.layout.decay_spans()
+    }
+
+    fn tokens_per_batch(&self) -> usize {
+        self.last_tokens
+    }
+}
+
+/// HF's `BertPreTrainedModel._init_weights` for the parameters `names`
+/// selects: Linear weights and embeddings N(0, `std`), biases 0, LayerNorm
+/// weight 1 / bias 0, the `[PAD]` row of the word embeddings 0.
+pub fn hf_init(
+    layout: &ParamLayout,
+    params: &mut [f32],
+    std: f64,
+    pad_id: Option<u32>,
+    rng: &mut Rng,
+    names: &dyn Fn(&str) -> bool,
+) {
+    for spec in layout.specs() {
+        let name = spec.name.as_str();
+        if !names(name) {
+            continue;
+        }
+        let buf = &mut params[spec.range()];
+        if name.contains("LayerNorm.weight") {
+            buf.fill(1.0);
+        } else if spec.shape.len() == 2 {
+            for x in buf.iter_mut() {
+                *x = (rng.normal() * std) as f32;
+            }
+            if name == "embeddings.word_embeddings.weight" {
+                if let Some(p) = pad_id {
+                    let c = spec.shape[1];
+                    let p = p as usize;
+                    if p < spec.shape[0] {
+                        buf[p * c..(p + 1) * c].fill(0.0);
+                    }
+                }
+            }
+        } else {
+            buf.fill(0.0);
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! BERT tasks end to end (text in, answers out): sentence embeddings,
+//! fill-mask, sequence classification, next-sentence prediction and span
+//! question answering, over a [`Bert`] and its WordPiece tokenizer.
+//!
+//! (GPT-2 generation lives in `infer`; these are the encoder-side tasks.)
+//!
+//! Shape legend: B batch, T sequence, C channels, V vocabulary.
+
+pub mod batch;
+pub mod classify;
+pub mod embed;
+pub mod fill_mask;
+pub mod qa;
+
+use std::path::Path;
+
+use lmkit_tokenizers::wordpiece::{Truncation, WordPieceTokenizer};
+use lmkit_tokenizers::Encoding;
+
+use crate::error::{Error, Result};
+use crate::model::bert::{Bert, BertActivations, BertBatch, HeadKind};
+
+pub use batch::plan_batches;
+pub use classify::{LabelScore, ScoreFn};
+pub use embed::{Pooling, SentenceConfig};
+pub use fill_mask::Prediction;
+pub use qa::{Answer, QaOptions};
+
+/// Padded tokens per batch that length bucketing aims for (32 × 128).
+pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32 * 128;
+
+/// A BERT model directory loaded for inference: weights, tokenizer and the
+/// sentence-transformers settings if the directory has them.
+#[derive(Debug)]
+pub struct BertPipeline {
+    pub model: Bert,
+    pub tokenizer: WordPieceTokenizer,
+    /// `None` for plain HF checkpoints (no `modules.json`).
+    pub sentence: Option<SentenceConfig>,
+}
+
+/// Options of [`BertPipeline::embed`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedOptions {
+    /// Overrides the model's pooling (default: its sentence-transformers
+    /// config, else mean).
+    pub pooling: Option<Pooling>,
+    /// Overrides normalization (default: whether the model has a Normalize module).
+    pub normalize: Option<bool>,
+    /// Most sequences per forward pass.
+    pub batch_size: usize,
+    /// Split inputs longer than the model's length into windows and average
+    /// their pooled vectors (weighted by tokens) instead of truncating.
+    pub window: bool,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions {
+            pooling: None,
+            normalize: None,
+            batch_size: 32,
+            window: false,
+        }
+    }
+}
+
+impl BertPipeline {
+    /// Loads `dir`: `config.json`, `model.safetensors`, the tokenizer
+    /// (`tokenizer.json` or `vocab.txt`) and sentence-transformers files.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<BertPipeline> {
+        let dir = dir.as_ref();
+        let model = Bert::from_dir(dir)?;
+        let mut tokenizer = WordPieceTokenizer::from_dir(dir)?;
+        // Batching pads itself; truncation is decided per task.
+        tokenizer.set_padding(None);
+        tokenizer.set_truncation(None);
+        if tokenizer.vocab_size() > model.config.vocab_size {
+            return Err(Error::InvalidInput(format!(
+                "{}: the tokenizer has {} tokens but the model's vocab_size is {}",
+                dir.display(),
+                tokenizer.vocab_size(),
+                model.config.vocab_size
+            )));
+        }
+        let sentence = SentenceConfig::from_dir(dir)?;
+        Ok(BertPipeline {
+            model,
+            tokenizer,
+            sentence,
+        })
+    }
+
+    /// Longest input in tokens (specials included): the sentence-transformers
+    /// `max_seq_length` if set, capped by the position embeddings.
+    pub fn max_len(&self) -> usize {
+        let pos = self.model.config.max_position_embeddings;
+        self.sentence
+            .as_ref()
+            .and_then(|s| s.max_seq_length)
+            .map_or(pos, |m| m.min(pos))
+    }
+
+    fn check_len(&self, enc: &Encoding, what: &dyn Fn() -> String) -> Result<()> {
+        let max = self.model.config.max_position_embeddings;
+        if enc.len() > max {
+            return Err(Error::InvalidInput(format!(
+                "{}: {} tokens exceed the model's maximum of {max}",
+                what(),
+                enc.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs the encoder over `encs` in length-bucketed batches and calls
+    /// `each(index, batch, acts, row)` for every input after its batch ran.
+    fn run_bucketed(
+        &self,
+        encs: &[Encoding],
+        batch_size: usize,
+        mut each: impl FnMut(&[usize], &BertBatch, &BertActivations) -> Result<()>,
+    ) -> Result<()> {
+        let lens: Vec<usize> = encs.iter().map(Encoding::len).collect();
+        let max_tokens = DEFAULT_MAX_BATCH_TOKENS
+            .max(batch_size * lens.iter().copied().max().unwrap_or(0).min(128));
+        let mut acts = BertActivations::new(false);
+        for idx in plan_batches(&lens, batch_size.max(1), max_tokens) {
+            let refs: Vec<&Encoding> = idx.iter().map(|&i| &encs[i]).collect();
+            let batch = BertBatch::from_encodings(&refs, self.tokenizer.pad_id())?;
+            self.model.forward(&batch, &mut acts)?;
+            each(&idx, &batch, &acts)?;
+        }
+        Ok(())
+    }
+
+    /// Sentence embeddings, one per text, in input order. Texts longer than
+    /// [`Self::max_len`] are truncated (as sentence-transformers does) unless
+    /// `opts.window`. An empty text embeds `[CLS] [SEP]`.
+    pub fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let st = self.sentence.clone().unwrap_or_default();
+        let modes = match opts.pooling {
+            Some(p) => vec![p],
+            None => st.pooling.clone(),
+        };
+        let normalize = opts.normalize.unwrap_or(st.normalize);
+        let max_len = self.max_len();
+        if max_len < 3 {
+            return Err(Error::InvalidInput(format!(
+                "max_seq_length {max_len} leaves no room for text"
+            )));
+        }
+        // Each text becomes one or more pieces (windows); piece -> (text, weight).
+        let mut pieces: Vec<Encoding> = Vec::new();
+        let mut owner: Vec<(usize, f32)> = Vec::new();
+        let lowered: Vec<String> = if st.do_lower_case {
+            texts.iter().map(|t| t.to_lowercase()).collect()
+        } else {
+            Vec::new()
+        };
+        let lowered_refs: Vec<&str>;
+        let texts: &[&str] = if st.do_lower_case {
+            lowered_refs = lowered.iter().map(String::as_str).collect();
+            &lowered_refs
+        } else {
+            texts
+        };
+        let encoded = self.tokenizer.encode_batch(texts, false)?;
+        let (cls, sep) = (self.tokenizer.cls_id(), self.tokenizer.sep_id());
+        for (ti, body) in encoded.into_iter().enumerate() {
+            let room = max_len - 2;
+            let chunks: Vec<&[u32]> = if body.ids.is_empty() {
+                vec![&[]]
+            } else if opts.window {
+                body.ids.chunks(room).collect()
+            } else {
+                vec![&body.ids[..body.ids.len().min(room)]]
+            };
+            for ch in chunks {
+                let mut ids = Vec::with_capacity(ch.len() + 2);
+                ids.push(cls);
+                ids.extend_from_slice(ch);
+                ids.push(sep);
+                let k = ids.len();
+                pieces.push(Encoding {
+                    ids,
+                    type_ids: vec![0; k],
+                    offsets: vec![(0, 0); k],
+                    special_tokens_mask: vec![0; k],
+                    attention_mask: vec![1; k],
+                });
+                owner.push((ti, k as f32));
+            }
+        }
+        let c = self.model.config.hidden_size;
+        let d = modes.len() * c;
+        let mut pooled = vec![0.0f32; pieces.len() * d];
+        self.run_bucketed(&pieces, opts.batch_size, |idx, batch, acts| {
+            let mut out = vec![0.0; idx.len() * d];
+            embed::pool(
+                acts.hidden(),
+                &batch.attention_mask,
+                batch.b,
+                batch.t,
+                c,
+                &modes,
+                &mut out,
+            );
+            for (row, &i) in idx.iter().enumerate() {
+                pooled[i * d..(i + 1) * d].copy_from_slice(&out[row * d..(row + 1) * d]);
+            }
+            Ok(())
+        })?;
+        // Average windows of a text (token-weighted), then normalize.
+        let mut out = vec![vec![0.0f32; d]; texts.len()];
+        let mut weight = vec![0.0f32; texts.len()];
+        for (pi, &(ti, w)) in owner.iter().enumerate() {
+            weight[ti] += w;
+            for (o, &x) in out[ti].iter_mut().zip(&pooled[pi * d..(pi + 1) * d]) {
+                *o += w * x;
+            }
+        }
+        for (v, w) in out.iter_mut().zip(weight) {
+            v.iter_mut().for_each(|x| *x /= w);
+            if normalize {
+                embed::l2_normalize(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Top-`k` predictions for each `[MASK]` of `text`, in order of appearance.
+    pub fn fill_mask(&self, text: &str, k: usize) -> Result<Vec<Vec<Prediction>>> {
+        self.model.require(HeadKind::MaskedLm)?;
+        let mask = self
+            .tokenizer
+            .mask_id()
+            .ok_or_else(|| Error::InvalidInput("the tokenizer has no [MASK] token".into()))?;
+        let enc = self.tokenizer.encode(text, true)?;
+        self.check_len(&enc, &|| "the text".into())?;
+        let rows: Vec<usize> = (0..enc.len()).filter(|&i| enc.ids[i] == mask).collect();
+        if rows.is_empty() {
+            let tok = self.tokenizer.id_to_token(mask).unwrap_or("[MASK]");
+            return Err(Error::InvalidInput(format!(
+                "the text has no {tok} token to fill"
+            )));
+        }
+        let batch = BertBatch::from_encodings(&[&enc], self.tokenizer.pad_id())?;
+        let mut acts = BertActivations::new(false);
+        self.model.forward(&batch, &mut acts)?;
+        let logits = self.model.mlm_logits(&acts, &rows)?;
+        let v = self.model.config.vocab_size;
+        let name = |id: u32| self.tokenizer.id_to_token(id).map(str::to_string);
+        Ok(logits
+            .chunks_exact(v)
+            .map(|l| fill_mask::predictions(l, k, &name))
+            .collect())
+    }
+
+    /// Labels with scores (best first) for each text, as HF's
+    /// text-classification pipeline computes them. Texts longer than the
+    /// model's positions are an error unless `truncate`.
+    pub fn classify(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+        truncate: bool,
+    ) -> Result<Vec<Vec<LabelScore>>> {
+        self.model.require(HeadKind::Classifier)?;
+        let cfg = &self.model.config;
+        let encs = self.encode_checked(texts, truncate)?;
+        let f = ScoreFn::for_problem(cfg.problem_type.as_deref(), cfg.num_labels());
+        let mut out = vec![Vec::new(); texts.len()];
+        self.run_bucketed(&encs, batch_size, |idx, _, acts| {
+            let pooled = self.model.pooled(acts)?;
+            let logits = self.model.classifier_logits(&pooled)?;
+            let l = cfg.num_labels();
+            for (row, &i) in idx.iter().enumerate() {
+                out[i] = classify::ranked(&logits[row * l..(row + 1) * l], &cfg.id2label, f);
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn encode_checked(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoding>> {
+        let max = self.model.config.max_position_embeddings;
+        let encs = if truncate {
+            let mut tok = self.tokenizer.clone();
+            tok.set_truncation(Some(Truncation::new(max)));
+            tok.encode_batch(texts, true)?
+        } else {
+            self.tokenizer.encode_batch(texts, true)?
+        };
+        for (i, e) in encs.iter().enumerate() {
+            self.check_len(e, &|| format!("input {}", i + 1))?;
+        }
+        Ok(encs)
+    }
+
+    /// Next-sentence prediction: `[p(B follows A), p(B is random)]`.
+    pub fn next_sentence(&self, a: &str, b: &str) -> Result<[f32; 2]> {
+        self.model.require(HeadKind::NextSentence)?;
+        let enc = self.tokenizer.encode_pair(a, b, true)?;
+        self.check_len(&enc, &|| "the sentence pair".into())?;
+        let batch = BertBatch::from_encodings(&[&enc], self.tokenizer.pad_id())?;
+        let mut acts = BertActivations::new(false);
+        self.model.forward(&batch, &mut acts)?;
+        let logits = self.model.nsp_logits(&self.model.pooled(&acts)?)?;
+        let p = ScoreFn::Softmax.apply(&logits);
+        Ok([p[0], p[1]])
+    }
+
+    /// Answers to `question` in `context`: the context is split into windows
+    /// of `max_len` tokens overlapping by `stride` (HF pipeline defaults 384
+    /// and 128), each window scored, the best spans returned.
+    pub fn answer(
+        &self,
+        question: &str,
+        context: &str,
+        max_len: usize,
+        stride: usize,
+        opts: QaOptions,
+    ) -> Result<Vec<Answer>> {
+        self.model.require(HeadKind::QuestionAnswering)?;
+        if question.trim().is_empty() {
+            return Err(Error::InvalidInput("the question is empty".into()));
+        }
+        if context.trim().is_empty() {
+            return Err(Error::InvalidInput("the context is empty".into()));
+        }
+        let max_len = max_len.min(self.model.config.max_position_embeddings);
+        let windows = self
+            .tokenizer
+            .encode_pair_windows(question, context, max_len, stride)?;
+        let encs: Vec<Encoding> = windows.into_iter().map(|w| w.encoding).collect();
+        let mut logits: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); encs.len()];
+        self.run_bucketed(&encs, 8, |idx, batch, acts| {
+            let (s, e) = self.model.qa_logits(acts)?;
+            for (row, &i) in idx.iter().enumerate() {
+                let len = encs[i].len();
+                let r = row * batch.t..row * batch.t + len;
+                logits[i] = (s[r.clone()].to_vec(), e[r].to_vec());
+            }
+            Ok(())
+        })?;
+        let wins: Vec<qa::QaWindow> = encs
+            .iter()
+            .zip(&logits)
+            .map(|(enc, (s, e))| qa::QaWindow {
+                encoding: enc,
+                start_logits: s,
+                end_logits: e,
+            })
+            .collect();
+        let cont = |id: u32| {
+            self.tokenizer
+                .id_to_token(id)
+                .is_some_and(|t| t.starts_with("##"))
+        };
+        Ok(qa::best_answers(&wins, context, &cont, opts))
+    }
+}

@@ -1,0 +1,292 @@
+//! BERT backward against PyTorch: the loss and the gradient of every
+//! parameter after one `loss.backward()`, for every HF head
+//! (tests/fixtures/bert-tiny-{pretraining,mlm,nsp,classify,qa}), and one
+//! AdamW step through the trainer against `torch.optim.AdamW`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use lmkit::kernels::AdamW;
+use lmkit::model::bert::{Bert, BertBatch};
+use lmkit::model::bert_backward::{BertTargets, BertTrainBatch, BertTrainer};
+use lmkit::model::names::{canonical_name, Family};
+use serde_json::Value;
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(case)
+}
+
+struct Reference {
+    bytes: Vec<u8>,
+    json: Value,
+}
+
+impl Reference {
+    fn load(case: &str) -> Reference {
+        let dir = fixture(case);
+        Reference {
+            bytes: std::fs::read(dir.join("reference.safetensors")).unwrap(),
+            json: serde_json::from_str(
+                &std::fs::read_to_string(dir.join("reference.json")).unwrap(),
+            )
+            .unwrap(),
+        }
+    }
+
+    fn st(&self) -> safetensors::SafeTensors<'_> {
+        safetensors::SafeTensors::deserialize(&self.bytes).unwrap()
+    }
+
+    fn f32(&self, name: &str) -> Vec<f32> {
+        let st = self.st();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("tensor {name}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::F32);
+        t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    fn i64(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+        let st = self.st();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("tensor {name}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::I64);
+        let v = t
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (t.shape().to_vec(), v)
+    }
+
+    fn i32s(&self, name: &str) -> Vec<i32> {
+        self.i64(name).1.iter().map(|&x| x as i32).collect()
+    }
+
+    fn scalar(&self, name: &str) -> f64 {
+        self.json["scalars"][name]["value"].as_f64().unwrap()
+    }
+
+    fn batch(&self) -> BertBatch {
+        let (shape, ids) = self.i64("input_ids");
+        let (_, types) = self.i64("token_type_ids");
+        let (_, mask) = self.i64("attention_mask");
+        BertBatch::new(
+            shape[0],
+            shape[1],
+            ids.iter().map(|&x| x as u32).collect(),
+            types.iter().map(|&x| x as u32).collect(),
+            mask.iter().map(|&x| x as u8).collect(),
+        )
+        .unwrap()
+    }
+
+    /// `grad.*` / `adamw.*` tensors by canonical parameter name.
+    fn by_param(&self, prefix: &str) -> HashMap<String, Vec<f32>> {
+        let st = self.st();
+        st.names()
+            .into_iter()
+            .filter_map(|k| {
+                k.strip_prefix(prefix)
+                    .map(|n| (k.to_string(), n.to_string()))
+            })
+            .map(|(k, n)| (canonical_name(Family::Bert, &n), self.f32(&k)))
+            .collect()
+    }
+}
+
+/// `|a − b| ≤ tol·max|ref| + 1e-6` per tensor: relative to the tensor's
+/// scale, with a floor for gradients that are 0 in exact arithmetic (the key
+/// bias: softmax ignores a shift shared by all keys; both sides hold ~1e-7 noise).
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= tol * scale + 1e-6,
+            "{what}[{i}]: got {a}, want {b} (tensor max {scale})"
+        );
+    }
+}
+
+fn targets(case: &str, r: &Reference) -> BertTargets {
+    let mut t = BertTargets::default();
+    match case {
+        "bert-tiny-pretraining" => {
+            t.mlm_labels = Some(r.i32s("mlm_labels"));
+            t.nsp_labels = Some(r.i32s("next_sentence_label"));
+        }
+        "bert-tiny-mlm" => t.mlm_labels = Some(r.i32s("labels")),
+        "bert-tiny-nsp" => t.nsp_labels = Some(r.i32s("labels")),
+        "bert-tiny-classify" => t.class_labels = Some(r.i32s("labels")),
+        "bert-tiny-qa" => {
+            t.start_positions = Some(r.i32s("start_positions"));
+            t.end_positions = Some(r.i32s("end_positions"));
+        }
+        _ => unreachable!(),
+    }
+    t
+}
+
+fn check_case(case: &str) -> (BertTrainer, Reference) {
+    let model = Bert::from_dir(fixture(case)).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let r = Reference::load(case);
+    let mut tr = BertTrainer::new(model).unwrap();
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: targets(case, &r),
+    };
+    let st = tr.forward_backward(&tb, 1.0).unwrap();
+    let want = r.scalar("loss");
+    assert!(
+        (st.loss - want).abs() <= 1e-5 * want.abs().max(1.0),
+        "{case}: loss {} vs {want}",
+        st.loss
+    );
+    if case == "bert-tiny-pretraining" {
+        assert!((st.mlm.mean() - r.scalar("mlm_loss")).abs() < 1e-5);
+        assert!((st.nsp.mean() - r.scalar("nsp_loss")).abs() < 1e-5);
+    }
+    let grads = r.by_param("grad.");
+    assert_eq!(
+        grads.len(),
+        tr.model.layout.specs().len(),
+        "{case}: every parameter has a reference gradient"
+    );
+    for spec in tr.model.layout.specs() {
+        let want = grads
+            .get(&spec.name)
+            .unwrap_or_else(|| panic!("{case}: no grad.{}", spec.name));
+        assert_close(
+            &format!("{case} grad {}", spec.name),
+            &tr.grads[spec.range()],
+            want,
+            2e-4,
+        );
+    }
+    (tr, r)
+}
+
+#[test]
+fn pretraining_heads_gradients() {
+    check_case("bert-tiny-pretraining");
+}
+
+#[test]
+fn masked_lm_gradients() {
+    check_case("bert-tiny-mlm");
+}
+
+#[test]
+fn next_sentence_gradients() {
+    check_case("bert-tiny-nsp");
+}
+
+#[test]
+fn sequence_classification_gradients() {
+    check_case("bert-tiny-classify");
+}
+
+#[test]
+fn question_answering_gradients() {
+    check_case("bert-tiny-qa");
+}
+
+/// Gradients accumulate: two calls at scale ½ equal one at scale 1.
+#[test]
+fn gradients_accumulate_with_scale() {
+    let (tr1, r) = check_case("bert-tiny-classify");
+    let model = Bert::from_dir(fixture("bert-tiny-classify")).unwrap();
+    let mut tr2 = BertTrainer::new(model).unwrap();
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: targets("bert-tiny-classify", &r),
+    };
+    tr2.forward_backward(&tb, 0.5).unwrap();
+    tr2.forward_backward(&tb, 0.5).unwrap();
+    assert_close("accumulated", &tr2.grads, &tr1.grads, 1e-5);
+    let stats = tr2.take_stats();
+    assert_eq!(stats.batches, 2);
+    assert_eq!(tr2.take_stats().batches, 0);
+}
+
+/// One AdamW step with the fixture's hyper-parameters and decay groups
+/// (the layout's flags) reproduces `torch.optim.AdamW`, compared where the
+/// gradient is not ~0 (there a ±lr update can flip sign).
+#[test]
+fn adamw_step_matches_torch() {
+    let (mut tr, r) = check_case("bert-tiny-pretraining");
+    let a = &r.json["adamw"];
+    let decay: Vec<String> = a["decay"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| canonical_name(Family::Bert, v.as_str().unwrap()))
+        .collect();
+    for spec in tr.model.layout.specs() {
+        assert_eq!(
+            spec.decay,
+            decay.contains(&spec.name),
+            "decay flag of {}",
+            spec.name
+        );
+    }
+    let cfg = AdamW {
+        lr: a["lr"].as_f64().unwrap() as f32,
+        beta1: a["betas"][0].as_f64().unwrap() as f32,
+        beta2: a["betas"][1].as_f64().unwrap() as f32,
+        eps: a["eps"].as_f64().unwrap() as f32,
+        weight_decay: a["weight_decay"].as_f64().unwrap() as f32,
+    };
+    let spans = tr.model.layout.decay_spans();
+    let n = tr.grads.len();
+    let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
+    let grads = tr.grads.clone();
+    lmkit::kernels::adamw_update(
+        &mut tr.model.params,
+        &grads,
+        &mut m,
+        &mut v,
+        1,
+        &cfg,
+        &spans,
+    );
+    let after = r.by_param("adamw.");
+    for spec in tr.model.layout.specs() {
+        let want = &after[&spec.name];
+        let got = &tr.model.params[spec.range()];
+        let g = &grads[spec.range()];
+        for i in 0..want.len() {
+            if g[i].abs() > 1e-6 {
+                assert!(
+                    (got[i] - want[i]).abs() <= 2e-6 * want[i].abs().max(1.0),
+                    "adamw {}[{i}]: {} vs {}",
+                    spec.name,
+                    got[i],
+                    want[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn targets_without_a_head_are_an_error() {
+    let model = Bert::from_dir(fixture("bert-tiny-qa")).unwrap();
+    let r = Reference::load("bert-tiny-qa");
+    let mut tr = BertTrainer::new(model).unwrap();
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: BertTargets {
+            class_labels: Some(vec![0, 1]),
+            ..Default::default()
+        },
+    };
+    let err = tr.forward_backward(&tb, 1.0).unwrap_err().to_string();
+    assert!(
+        err.contains("classification targets given but the model has no such head"),
+        "{err}"
+    );
+}

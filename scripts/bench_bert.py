@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""BERT throughput: lmkit against PyTorch transformers, sentence-transformers
+and ONNX Runtime, measured in the same run, all on the same number of threads
+(default 2). Prints each measurement and the ratios lmkit / peer.
+
+    python3 scripts/bench_bert.py [--threads 2] [--rounds 2] [--skip-onnx] [--quick]
+
+Cases:
+  forward  BERT-base (assets/big/bert-base-random: random init, 12 layers, d 768),
+           batch 32 x 128 tokens, sentences/s, f32 and bf16 (lmkit: bf16 encoder
+           weights; PyTorch: the whole model in bfloat16).
+  embed    all-MiniLM-L6-v2 (assets/minilm) embedding 1000 real sentences from
+           assets/books/corpus.txt, tokenization + pooling + normalization
+           included, model loading excluded (sentence-transformers encode(),
+           batch 32).
+  onnx     the BERT-base f32 forward exported with torch.onnx.export and run by
+           ONNX Runtime (graph optimizations on).
+
+Rounds alternate lmkit and the peer so that load on a shared machine hits both;
+each side keeps its best time. Needs torch, transformers, sentence-transformers
+(and onnx + onnxruntime for the ONNX case); assets from scripts/fetch-assets.sh
+and `python3 scripts/make_fixtures.py --big assets/big`.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG = ROOT / "assets/big/bert-base-random"
+MINILM = ROOT / "assets/minilm"
+CORPUS = ROOT / "assets/books/corpus.txt"
+
+
+def lmkit(args, threads):
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    cmd = ["cargo", "bench", "-q", "-p", "lmkit", "--bench", "bert_throughput", "--"] + args
+    out = subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def best_time(fn, reps):
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def sentences(n):
+    out, seen = [], set()
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if len(line.split()) >= 4 and line not in seen:
+            seen.add(line)
+            out.append(line)
+            if len(out) == n:
+                break
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--skip-onnx", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="batch 8 x 128 and 200 sentences")
+    a = ap.parse_args()
+
+    import torch
+    from transformers import BertModel
+
+    torch.set_num_threads(a.threads)
+    for p in (BIG / "model.safetensors", MINILM / "model.safetensors", CORPUS):
+        if not p.exists():
+            sys.exit(f"missing {p}: run scripts/fetch-assets.sh and scripts/make_fixtures.py --big assets/big")
+    subprocess.run(["cargo", "bench", "-q", "-p", "lmkit", "--bench", "bert_throughput", "--no-run"],
+                   cwd=ROOT, check=True)
+    b, t = (8, 128) if a.quick else (32, 128)
+    n_sent = 200 if a.quick else 1000
+    results = []
+
+    def report(name, ours, peer, peer_name):
+        ratio = ours / peer
+        results.append((name, ours, peer, peer_name, ratio))
+        print(f"{name:<28} lmkit {ours:9.2f}/s   {peer_name:<22} {peer:9.2f}/s   ratio {ratio:5.2f}x", flush=True)
+
+    # ---- BERT-base forward, f32 and bf16 ------------------------------------
+    model = BertModel.from_pretrained(str(BIG), attn_implementation="sdpa").eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, model.config.vocab_size, (b, t), generator=g)
+    mask = torch.ones_like(ids)
+    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--bf16"])):
+        m = model.to(dtype)
+        ours, peer = 0.0, 0.0
+        for _ in range(a.rounds):
+            r = lmkit(["forward", "--model", str(BIG), "--batch", str(b), "--seq", str(t),
+                       "--reps", str(a.reps)] + flag, a.threads)
+            ours = max(ours, r["sentences_per_s"])
+            with torch.inference_mode():
+                s = best_time(lambda: m(input_ids=ids, attention_mask=mask), a.reps)
+            peer = max(peer, b / s)
+        name = f"bert-base {b}x{t} {'bf16' if flag else 'f32'}"
+        report(name, ours, peer, f"pytorch {str(dtype).split('.')[-1]}")
+    model = model.to(torch.float32)
+
+    # ---- ONNX Runtime --------------------------------------------------------
+    if not a.skip_onnx:
+        try:
+            import onnxruntime as ort
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "bert.onnx")
+                eager = BertModel.from_pretrained(str(BIG), attn_implementation="eager").eval()
+                with torch.inference_mode():
+                    torch.onnx.export(eager, (ids, mask), path, input_names=["input_ids", "attention_mask"],
+                                      output_names=["last_hidden_state", "pooler_output"],
+                                      dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}},
+                                      opset_version=17, dynamo=False)
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = a.threads
+                so.inter_op_num_threads = 1
+                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+                ours, peer = 0.0, 0.0
+                for _ in range(a.rounds):
+                    r = lmkit(["forward", "--model", str(BIG), "--batch", str(b), "--seq", str(t),
+                               "--reps", str(a.reps)], a.threads)
+                    ours = max(ours, r["sentences_per_s"])
+                    s = best_time(lambda: sess.run(None, feed), a.reps)
+                    peer = max(peer, b / s)
+                report(f"bert-base {b}x{t} f32", ours, peer, "onnxruntime f32")
+        except Exception as e:  # report the ratio either way: say why it is missing
+            print(f"ONNX Runtime case skipped: {type(e).__name__}: {e}", flush=True)
+
+    # ---- MiniLM embeddings of real sentences ---------------------------------
+    from sentence_transformers import SentenceTransformer
+
+    sents = sentences(n_sent)
+    st = SentenceTransformer(str(MINILM), device="cpu")
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        f.write("\n".join(sents) + "\n")
+        sent_file = f.name
+    try:
+        ours, peer = 0.0, 0.0
+        for _ in range(a.rounds):
+            r = lmkit(["embed", "--model", str(MINILM), "--input", sent_file, "--reps", str(a.reps)], a.threads)
+            ours = max(ours, r["sentences_per_s"])
+            s = best_time(lambda: st.encode(sents, batch_size=32), a.reps)
+            peer = max(peer, len(sents) / s)
+        report(f"minilm embed {len(sents)} sentences", ours, peer, "sentence-transformers")
+    finally:
+        os.unlink(sent_file)
+
+    print(json.dumps([{"case": n, "lmkit_per_s": o, "peer": pn, "peer_per_s": p, "ratio": r}
+                      for n, o, p, pn, r in results]))
+
+
+if __name__ == "__main__":
+    main()

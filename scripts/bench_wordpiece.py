@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""WordPiece speed: lmkit (Rust example) vs HF tokenizers (Python), same lines, same run.
+
+    python3 scripts/bench_wordpiece.py [FILE] [TOKENIZER_DIR]
+
+Encodes every non-empty line of FILE (default assets/books/corpus.txt) with special tokens,
+one call per line and in batches of 1000 lines, best of 5 runs each, and prints lines/s and ratios.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from tokenizers import Tokenizer
+
+BATCH = 1000  # lines per encode_batch call, as in examples/wordpiece_bench.rs
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def best_of(n, f):
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "assets/books/corpus.txt")
+    tdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "assets/minilm")
+    with open(path, encoding="utf-8") as f:
+        lines = [l for l in f.read().split("\n") if l.strip()]
+
+    hf = Tokenizer.from_file(os.path.join(tdir, "tokenizer.json"))
+    hf.no_truncation()
+    hf.no_padding()
+    hf_tokens = sum(len(hf.encode(l).ids) for l in lines)
+    hf_single = len(lines) / best_of(5, lambda: [hf.encode(l) for l in lines])
+    batches = [lines[i : i + BATCH] for i in range(0, len(lines), BATCH)]
+    hf_batch = len(lines) / best_of(5, lambda: [hf.encode_batch(b) for b in batches])
+
+    out = subprocess.run(
+        ["cargo", "run", "--quiet", "--release", "--example", "wordpiece_bench",
+         "-p", "lmkit-tokenizers", "--", path, tdir],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    rs = dict(line.split() for line in out.strip().splitlines())
+    if int(rs["tokens"]) != hf_tokens:
+        sys.exit(f"token counts differ: lmkit {rs['tokens']}, HF {hf_tokens}")
+
+    print(f"{len(lines)} lines, {hf_tokens} tokens, {os.cpu_count()} CPUs")
+    print(f"single call: lmkit {float(rs['single_lines_per_s']):,.0f} lines/s, "
+          f"HF tokenizers {hf_single:,.0f} lines/s, ratio {float(rs['single_lines_per_s']) / hf_single:.1f}x")
+    print(f"batch:       lmkit {float(rs['batch_lines_per_s']):,.0f} lines/s, "
+          f"HF tokenizers {hf_batch:,.0f} lines/s, ratio {float(rs['batch_lines_per_s']) / hf_batch:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
