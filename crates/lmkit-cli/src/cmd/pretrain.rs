@@ -40,14 +40,18 @@ pub struct Args {
     /// Output folder: shards, metrics.jsonl, checkpoints, the final model.
     #[arg(long)]
     pub output: PathBuf,
-    /// Model size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, or a small
-    /// one: tiny, mini, small (see `lmkit pretrain --help`).
+    /// Model size: gpt2 (124M: 12 layers × 768), gpt2-medium (24 × 1024),
+    /// gpt2-large (36 × 1280), gpt2-xl (48 × 1600), or a small one: tiny
+    /// (2 × 64), mini (4 × 256), small (6 × 384). --n-* override its values.
     #[arg(long)]
     pub preset: Option<String>,
+    /// Transformer blocks L of a new model.
     #[arg(long)]
     pub n_layer: Option<usize>,
+    /// Channels C of a new model.
     #[arg(long)]
     pub n_embd: Option<usize>,
+    /// Attention heads NH of a new model (C must divide into them).
     #[arg(long)]
     pub n_head: Option<usize>,
     /// Context size of a new model (default: the preset's, else --seq-len).
@@ -83,8 +87,10 @@ pub struct Args {
     /// Also decay the embeddings (wte, wpe).
     #[arg(long)]
     pub decay_embeddings: bool,
+    /// AdamW β1 [default: 0.9].
     #[arg(long)]
     pub beta1: Option<f32>,
+    /// AdamW β2 [default: 0.95].
     #[arg(long)]
     pub beta2: Option<f32>,
     /// Global gradient-norm clip, 0 = off [default: 1.0].
