@@ -40,14 +40,18 @@ pub struct Args {
     /// Output folder: shards, metrics.jsonl, checkpoints, the final model.
     #[arg(long)]
     pub output: PathBuf,
-    /// Model size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, or a small
-    /// one: tiny, mini, small (see `lmkit pretrain --help`).
+    /// Model size: gpt2 (124M: 12 layers × 768), gpt2-medium (24 × 1024),
+    /// gpt2-large (36 × 1280), gpt2-xl (48 × 1600), or a small one: tiny
+    /// (2 × 64), mini (4 × 256), small (6 × 384). --n-* override its values.
     #[arg(long)]
     pub preset: Option<String>,
+    /// Transformer blocks L of a new model.
     #[arg(long)]
     pub n_layer: Option<usize>,
+    /// Channels C of a new model.
     #[arg(long)]
     pub n_embd: Option<usize>,
+    /// Attention heads NH of a new model (C must divide into them).
     #[arg(long)]
     pub n_head: Option<usize>,
     /// Context size of a new model (default: the preset's, else --seq-len).
@@ -83,14 +87,16 @@ pub struct Args {
     /// Also decay the embeddings (wte, wpe).
     #[arg(long)]
     pub decay_embeddings: bool,
+    /// AdamW β1 [default: 0.9].
     #[arg(long)]
     pub beta1: Option<f32>,
+    /// AdamW β2 [default: 0.95].
     #[arg(long)]
     pub beta2: Option<f32>,
     /// Global gradient-norm clip, 0 = off [default: 1.0].
     #[arg(long)]
     pub grad_clip: Option<f32>,
-    /// Validation loss every N steps, 0 = only at the end [default: 100].
+    /// Validation loss every N steps, 0 = only before the first and after the last step [default: 100].
     #[arg(long)]
     pub eval_every: Option<u64>,
     /// Validation batches per evaluation [default: 20].
@@ -99,7 +105,7 @@ pub struct Args {
     /// Fraction of the tokens held out for validation [default: 0.05].
     #[arg(long)]
     pub val_fraction: Option<f64>,
-    /// Checkpoint every N steps, 0 = only at the end [default: 500].
+    /// Checkpoint every N steps, 0 = only at the end (and on Ctrl-C) [default: 500].
     #[arg(long)]
     pub save_every: Option<u64>,
     /// Print a generated sample every N steps, 0 = never [default: --eval-every].

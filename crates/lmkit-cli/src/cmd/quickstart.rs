@@ -30,9 +30,13 @@ pub struct Args {
     /// BPE vocabulary size (including <|endoftext|>).
     #[arg(long, default_value_t = 4096)]
     pub vocab_size: usize,
-    /// Optimizer steps.
-    #[arg(long, default_value_t = 500)]
-    pub steps: u64,
+    /// Optimizer steps (default: as many as fit --train-seconds on this machine,
+    /// measured before training starts).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Time budget for the training steps when --steps is not given.
+    #[arg(long, default_value_t = 180)]
+    pub train_seconds: u64,
     /// Start over even if OUTPUT holds a previous quickstart run.
     #[arg(long)]
     pub fresh: bool,
@@ -96,30 +100,46 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("[1/3] reusing the tokenizer in {}", tok_dir.display());
     }
 
-    // 3. Model. A 4-layer, d 256 GPT-2 with 128-token context: big enough to
+    // 3. Model: a 4-layer, d 256 GPT-2 with a 128-token context, big enough to
     // write English-looking text after a few minutes on 2 cores.
-    eprintln!("[2/3] pretraining a small GPT-2 ({} steps)", args.steps);
     let run_dir = out.join("run");
     let resume = pretrain::has_checkpoint(&run_dir)?;
+    let steps = match (args.steps, resume) {
+        (Some(s), _) => Some(s),
+        (None, true) => None, // the interrupted run's own step count
+        (None, false) => {
+            let vocab = lmkit_tokenizers::BpeTokenizer::from_dir(&tok_dir)?.vocab_size();
+            let step_s = time_one_step(vocab);
+            // ~10% of the time goes to validation, sampling and checkpoints.
+            let n = ((args.train_seconds as f64 * 0.9 / step_s) as u64).clamp(50, 3000);
+            eprintln!(
+                "      one step takes {step_s:.2} s here: {n} steps fit {} s",
+                args.train_seconds
+            );
+            Some(n)
+        }
+    };
+    let total = steps.unwrap_or(0);
+    eprintln!("[2/3] pretraining a small GPT-2");
     let p = pretrain::Args {
         arch: "gpt2".into(),
         tokenizer: (!resume).then(|| tok_dir.clone()),
         data,
         output: run_dir.clone(),
-        n_layer: (!resume).then_some(4),
-        n_embd: (!resume).then_some(256),
-        n_head: (!resume).then_some(4),
-        n_positions: (!resume).then_some(128),
-        seq_len: Some(128),
-        batch_size: Some(16),
+        n_layer: (!resume).then_some(N_LAYER),
+        n_embd: (!resume).then_some(N_EMBD),
+        n_head: (!resume).then_some(N_HEAD),
+        n_positions: (!resume).then_some(SEQ_LEN),
+        seq_len: Some(SEQ_LEN),
+        batch_size: Some(BATCH),
         grad_accum: Some(1),
-        max_steps: Some(args.steps),
-        lr: Some(2e-3),
-        min_lr: Some(2e-4),
-        warmup_steps: Some(args.steps / 20),
-        eval_every: Some((args.steps / 6).max(1)),
+        max_steps: steps,
+        lr: (!resume).then_some(2e-3),
+        min_lr: (!resume).then_some(2e-4),
+        warmup_steps: (!resume).then_some(total / 20),
+        eval_every: (!resume).then_some((total / 6).max(1)),
         eval_batches: Some(8),
-        save_every: Some((args.steps / 3).max(1)),
+        save_every: (!resume).then_some((total / 3).max(1)),
         seed: Some(1337),
         resume,
         ..Default::default()
@@ -168,6 +188,41 @@ pub fn run(args: Args) -> Result<()> {
         run_dir.display()
     );
     Ok(())
+}
+
+const N_LAYER: usize = 4;
+const N_EMBD: usize = 256;
+const N_HEAD: usize = 4;
+const SEQ_LEN: usize = 128;
+const BATCH: usize = 16;
+
+/// Seconds per optimizer step of the quickstart model on this machine
+/// (forward + backward on random tokens; best of 3 after a warmup).
+fn time_one_step(vocab_size: usize) -> f64 {
+    use lmkit::model::gpt2::Gpt2;
+    let cfg = lmkit::model::Gpt2Config {
+        vocab_size,
+        n_positions: SEQ_LEN,
+        n_embd: N_EMBD,
+        n_layer: N_LAYER,
+        n_head: N_HEAD,
+        ..Default::default()
+    };
+    let Ok(mut m) = Gpt2::new_random(cfg, 0) else {
+        return 1.0;
+    };
+    let n = BATCH * SEQ_LEN;
+    let ids: Vec<u32> = (0..n).map(|i| (i * 7919 % vocab_size) as u32).collect();
+    let targets: Vec<i32> = ids.iter().map(|&x| x as i32).collect();
+    let mut best = f64::MAX;
+    for i in 0..4 {
+        let t0 = std::time::Instant::now();
+        m.forward_backward(&ids, &targets, BATCH, SEQ_LEN, 1.0);
+        if i > 0 {
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+    }
+    best
 }
 
 /// The default corpus file: assets/books/corpus.txt if present, else text
