@@ -3,7 +3,7 @@
 and ONNX Runtime, measured in the same run, all on the same number of threads
 (default 2). Prints each measurement and the ratios lmkit / peer.
 
-    python3 scripts/bench_bert.py [--threads 2] [--rounds 2] [--skip-onnx] [--quick]
+    python3 scripts/bench_bert.py [--threads 2] [--rounds 2] [--cases forward,onnx,embed] [--quick]
 
 Cases:
   forward  BERT-base (assets/big/bert-base-random: random init, 12 layers, d 768),
@@ -71,9 +71,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--skip-onnx", action="store_true")
+    ap.add_argument("--cases", default="forward,onnx,embed",
+                    help="comma-separated subset of forward, onnx, embed")
     ap.add_argument("--quick", action="store_true", help="batch 8 x 128 and 200 sentences")
     a = ap.parse_args()
+    cases = set(a.cases.split(","))
 
     import torch
     from transformers import BertModel
@@ -98,7 +100,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, model.config.vocab_size, (b, t), generator=g)
     mask = torch.ones_like(ids)
-    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--bf16"])):
+    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--bf16"])) if "forward" in cases else ():
         m = model.to(dtype)
         ours, peer = 0.0, 0.0
         for _ in range(a.rounds):
@@ -113,14 +115,26 @@ def main():
     model = model.to(torch.float32)
 
     # ---- ONNX Runtime --------------------------------------------------------
-    if not a.skip_onnx:
+    if "onnx" in cases:
         try:
             import onnxruntime as ort
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "bert.onnx")
                 eager = BertModel.from_pretrained(str(BIG), attn_implementation="eager").eval()
-                with torch.inference_mode():
-                    torch.onnx.export(eager, (ids, mask), path, input_names=["input_ids", "attention_mask"],
+
+                class Encoder(torch.nn.Module):
+                    """Keyword call of BertModel: its positional order changes between versions."""
+
+                    def __init__(self, m):
+                        super().__init__()
+                        self.m = m
+
+                    def forward(self, input_ids, attention_mask):
+                        out = self.m(input_ids=input_ids, attention_mask=attention_mask)
+                        return out.last_hidden_state, out.pooler_output
+
+                with torch.no_grad():
+                    torch.onnx.export(Encoder(eager), (ids, mask), path, input_names=["input_ids", "attention_mask"],
                                       output_names=["last_hidden_state", "pooler_output"],
                                       dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}},
                                       opset_version=17, dynamo=False)
@@ -142,6 +156,13 @@ def main():
             print(f"ONNX Runtime case skipped: {type(e).__name__}: {e}", flush=True)
 
     # ---- MiniLM embeddings of real sentences ---------------------------------
+    if "embed" in cases:
+        embed_case(a, n_sent, report)
+    print(json.dumps([{"case": n, "lmkit_per_s": o, "peer": pn, "peer_per_s": p, "ratio": r}
+                      for n, o, p, pn, r in results]))
+
+
+def embed_case(a, n_sent, report):
     from sentence_transformers import SentenceTransformer
 
     sents = sentences(n_sent)
@@ -159,9 +180,6 @@ def main():
         report(f"minilm embed {len(sents)} sentences", ours, peer, "sentence-transformers")
     finally:
         os.unlink(sent_file)
-
-    print(json.dumps([{"case": n, "lmkit_per_s": o, "peer": pn, "peer_per_s": p, "ratio": r}
-                      for n, o, p, pn, r in results]))
 
 
 if __name__ == "__main__":
