@@ -40,6 +40,10 @@ enum Command {
     Classify(cmd::classify::Args),
     /// Extractive question answering over a context file.
     Qa(cmd::qa::Args),
+    /// Fine-tune BERT (classify, qa) or GPT-2 (lm) from a checkpoint.
+    Finetune(Box<cmd::finetune::Args>),
+    /// Score a model: perplexity, lambada, summarize (GPT-2); classify, squad (BERT).
+    Eval(Box<cmd::eval::Args>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,5 +60,7 @@ fn main() -> anyhow::Result<()> {
         Command::FillMask(a) => cmd::fill_mask::run(a),
         Command::Classify(a) => cmd::classify::run(a),
         Command::Qa(a) => cmd::qa::run(a),
+        Command::Finetune(a) => cmd::finetune::run(*a),
+        Command::Eval(a) => cmd::eval::run(*a),
     }
 }

@@ -2,7 +2,9 @@
 
 pub mod classify;
 pub mod embed;
+pub mod eval;
 pub mod fill_mask;
+pub mod finetune;
 pub mod generate;
 pub mod perplexity;
 pub mod plot;

@@ -6,6 +6,7 @@ pub mod lambada;
 pub mod rouge;
 pub mod squad;
 pub mod summarize;
+pub mod tasks;
 
 pub use classify::{accuracy, classify_scores, macro_f1, ClassifyScores};
 pub use lambada::{

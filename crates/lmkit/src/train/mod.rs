@@ -1,6 +1,7 @@
 //! Training, architecture-neutral: schedules, RNG, metrics, the optimizer
 //! state and step over any [`Trainable`] model, and resumable checkpoints.
 
+pub mod finetune;
 pub mod metrics;
 pub mod rng;
 pub mod schedule;

@@ -1,0 +1,286 @@
+//! `lmkit eval`: score a model on an evaluation file.
+//!
+//! - `perplexity` (GPT-2, text file): sliding-window perplexity, every token
+//!   after the first scored once.
+//! - `lambada` (GPT-2, LAMBADA JSONL `{"text"}`): last-word accuracy (the
+//!   whole word must be the greedy continuation) and per-word perplexity.
+//! - `summarize` (GPT-2, JSONL `{"article", "summary"}`): zero-shot
+//!   "TL;DR:" summaries (top-k 2 sampling as in the GPT-2 paper, or
+//!   `--greedy`), first 3 sentences, ROUGE-1/2/L F1 (×100).
+//! - `classify` (BertForSequenceClassification, JSONL `{"text", "text_pair"?,
+//!   "label"}`): accuracy and macro-F1; labels must be the model's.
+//! - `squad` (BertForQuestionAnswering, SQuAD v1.1 JSON): exact match and F1
+//!   with the official answer normalisation.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use lmkit::checkpoint::resolve_model_dir;
+use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
+use lmkit::data::squad::read_squad;
+use lmkit::eval::tasks::{
+    encode_classify, eval_classify, eval_lambada, eval_squad, eval_summarize, SummarizeOptions,
+};
+use lmkit::eval::{read_lambada, read_summarize};
+use lmkit::infer::{Gpt2Engine, WeightDtype};
+use lmkit::model::bert::Bert;
+use lmkit::model::AnyConfig;
+use lmkit::tasks::QaOptions;
+use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
+use lmkit_tokenizers::BpeTokenizer;
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EvalTask {
+    Perplexity,
+    Lambada,
+    Summarize,
+    Classify,
+    Squad,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[arg(long, value_enum)]
+    pub task: EvalTask,
+    /// Model directory (HF layout) or a name in the local HF hub cache.
+    #[arg(long)]
+    pub model: String,
+    /// Evaluation file (format per task, see `lmkit eval --help`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Score only the first N items.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// BERT tasks: sequences per forward pass.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// classify: longest input; squad: window length [default: 128 / 384].
+    #[arg(long)]
+    pub max_seq_len: Option<usize>,
+    /// squad: overlap between windows.
+    #[arg(long, default_value_t = 128)]
+    pub doc_stride: usize,
+    /// squad: longest answer in tokens.
+    #[arg(long, default_value_t = 30)]
+    pub max_answer_len: usize,
+    /// squad: answers kept per question in --predictions.
+    #[arg(long, default_value_t = 20)]
+    pub n_best: usize,
+    /// perplexity: window length (default: n_positions).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// perplexity: tokens between window starts (default: half the window).
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// summarize: greedy decoding instead of top-k sampling.
+    #[arg(long)]
+    pub greedy: bool,
+    /// summarize: k of top-k sampling.
+    #[arg(long, default_value_t = 2)]
+    pub top_k: usize,
+    /// summarize: tokens generated after "TL;DR:".
+    #[arg(long, default_value_t = 100)]
+    pub max_new_tokens: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write per-item predictions to this JSONL file.
+    #[arg(long)]
+    pub predictions: Option<PathBuf>,
+    /// Print one JSON object with the metrics.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn limit<T>(mut v: Vec<T>, n: Option<usize>) -> Vec<T> {
+    if let Some(n) = n {
+        v.truncate(n);
+    }
+    v
+}
+
+fn bar(len: usize, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len as u64);
+    pb.set_style(
+        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {what} ({{eta}} left)"))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// The family the task needs, checked before loading anything heavy.
+fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
+    let cfg = AnyConfig::from_file(dir.join("config.json"))?;
+    let (want_bert, what) = match task {
+        EvalTask::Classify => (
+            true,
+            "a BERT sequence classifier (BertForSequenceClassification)",
+        ),
+        EvalTask::Squad => (true, "a BERT QA model (BertForQuestionAnswering)"),
+        _ => (false, "a GPT-2 model"),
+    };
+    let is_bert = matches!(cfg, AnyConfig::Bert(_));
+    if is_bert != want_bert {
+        bail!(
+            "--task {task:?} needs {what}, but {} is {} ({})",
+            dir.display(),
+            if is_bert {
+                "a BERT model"
+            } else {
+                "a GPT-2 model"
+            },
+            cfg.architectures().join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn write_predictions(path: &Path, rows: &[Value]) -> Result<()> {
+    let mut text = String::new();
+    for r in rows {
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let dir = resolve_model_dir(&a.model)?;
+    check_family(&dir, a.task)?;
+    let (metrics, preds): (Value, Vec<Value>) = match a.task {
+        EvalTask::Perplexity => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let text =
+                std::fs::read(&a.data).with_context(|| format!("reading {}", a.data.display()))?;
+            let ids = tok.encode_ordinary(&text);
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let context = a.context.unwrap_or(engine.config().n_positions);
+            let stride = a.stride.unwrap_or((context / 2).max(1));
+            let pb = bar(ids.len().saturating_sub(1), "tokens");
+            let r = engine.perplexity(&ids, context, stride, |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            (
+                json!({"task": "perplexity", "tokens": r.tokens, "nll": r.mean_nll, "perplexity": r.perplexity}),
+                vec![],
+            )
+        }
+        EvalTask::Lambada => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let items = limit(read_lambada(&a.data)?, a.limit);
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let pb = bar(items.len(), "passages");
+            let (s, outs) =
+                eval_lambada(&mut engine, &tok, &items, |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            let preds = items
+                .iter()
+                .zip(&outs)
+                .map(|(it, o)| json!({"line": it.line, "word": it.word, "logprob": o.logprob, "correct": o.greedy_correct}))
+                .collect();
+            (
+                json!({"task": "lambada", "accuracy": s.accuracy, "perplexity": s.perplexity, "count": s.count}),
+                preds,
+            )
+        }
+        EvalTask::Summarize => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let items = limit(read_summarize(&a.data)?, a.limit);
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let opts = SummarizeOptions {
+                max_new_tokens: a.max_new_tokens,
+                top_k: if a.greedy { 0 } else { a.top_k.max(1) },
+                seed: a.seed,
+                sentences: 3,
+            };
+            let pb = bar(items.len(), "articles");
+            let (m, outs) = eval_summarize(&mut engine, &tok, &items, &opts, |d, _| {
+                pb.set_position(d as u64)
+            })?;
+            pb.finish_and_clear();
+            let preds = items
+                .iter()
+                .zip(&outs)
+                .map(|(it, (s, r))| json!({"line": it.line, "summary": s, "rouge": r}))
+                .collect();
+            (
+                json!({"task": "summarize", "rouge1": m.rouge1, "rouge2": m.rouge2, "rougeL": m.rouge_l,
+                       "count": m.count, "decoding": if a.greedy { "greedy".to_string() } else { format!("top-k {}", opts.top_k) }}),
+                preds,
+            )
+        }
+        EvalTask::Classify => {
+            let model = Bert::from_dir(&dir)?;
+            model.require(lmkit::model::bert::HeadKind::Classifier)?;
+            let tok = WordPieceTokenizer::from_dir(&dir)?;
+            let mut data = read_classify_jsonl(&a.data)?;
+            data.examples = limit(data.examples, a.limit);
+            let labels = LabelMap::from_names(model.config.id2label.clone())?;
+            let gold = labels.ids(&data)?;
+            let max_len = a
+                .max_seq_len
+                .unwrap_or(128)
+                .min(model.config.max_position_embeddings);
+            let encs = encode_classify(&tok, &data, max_len)?;
+            let r = eval_classify(&model, tok.pad_id(), &encs, &gold, a.batch_size)?;
+            let preds = data
+                .examples
+                .iter()
+                .zip(&r.predictions)
+                .map(|(e, &p)| json!({"line": e.line, "label": labels.name(p)}))
+                .collect();
+            (
+                json!({"task": "classify", "accuracy": r.scores.accuracy, "f1": r.scores.f1, "loss": r.loss, "count": r.scores.count}),
+                preds,
+            )
+        }
+        EvalTask::Squad => {
+            let model = Bert::from_dir(&dir)?;
+            model.require(lmkit::model::bert::HeadKind::QuestionAnswering)?;
+            let tok = WordPieceTokenizer::from_dir(&dir)?;
+            let ex = limit(read_squad(&a.data)?, a.limit);
+            let max_len = a.max_seq_len.unwrap_or(384);
+            if a.doc_stride >= max_len {
+                bail!(
+                    "--doc-stride {} must be smaller than --max-seq-len {max_len}",
+                    a.doc_stride
+                );
+            }
+            let opts = QaOptions {
+                top_k: a.n_best.max(1),
+                max_answer_len: a.max_answer_len.max(1),
+                handle_impossible_answer: false,
+            };
+            let r = eval_squad(&model, &tok, &ex, max_len, a.doc_stride, opts, a.batch_size)?;
+            let preds = r
+                .predictions
+                .iter()
+                .map(|(id, ans)| {
+                    let best: Vec<Value> = ans.iter().map(|x| json!({"text": x.answer, "score": x.score})).collect();
+                    json!({"id": id, "prediction": ans.first().map_or("", |x| x.answer.as_str()), "n_best": best})
+                })
+                .collect();
+            (
+                json!({"task": "squad", "exact_match": r.scores.exact_match, "f1": r.scores.f1, "count": r.scores.total}),
+                preds,
+            )
+        }
+    };
+    if let Some(p) = &a.predictions {
+        write_predictions(p, &preds)?;
+    }
+    if a.json {
+        println!("{metrics}");
+    } else if let Value::Object(m) = &metrics {
+        let parts: Vec<String> = m
+            .iter()
+            .filter(|(k, _)| k.as_str() != "task")
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if v.is_f64() => format!("{k} {x:.4}"),
+                _ => format!("{k} {v}"),
+            })
+            .collect();
+        println!("{}", parts.join(", "));
+    }
+    Ok(())
+}

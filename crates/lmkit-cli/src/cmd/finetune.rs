@@ -1,0 +1,188 @@
+//! `lmkit finetune`: fine-tune a BERT checkpoint for sequence
+//! classification (`--task classify`, JSONL `{"text", "text_pair"?,
+//! "label"}`) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
+//! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
+//! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
+//! and transformers) and `metrics.jsonl` (train rows every step, eval rows
+//! after every epoch).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use lmkit::checkpoint::resolve_model_dir;
+use lmkit::train::finetune::{
+    finetune_classify, finetune_lm, finetune_qa, FinetuneEvent, FinetuneOptions, FinetuneTask,
+};
+use serde_json::{json, Value};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// classify | qa | lm.
+    #[arg(long)]
+    pub task: FinetuneTask,
+    /// Starting checkpoint (HF layout): any BERT for classify/qa (a bare
+    /// BertModel gets new heads), a GPT-2 for lm.
+    #[arg(long)]
+    pub model: String,
+    /// Training data: JSONL (classify), SQuAD v1.1 JSON (qa), text or JSONL `text` (lm).
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Evaluation data in the same format, scored after every epoch.
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+    /// Output folder: the fine-tuned model, tokenizer and metrics.jsonl.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[arg(long, default_value_t = 3)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Peak learning rate (linear warmup, then linear decay to 0).
+    #[arg(long, default_value_t = 5e-5)]
+    pub lr: f32,
+    /// Fraction of the steps used for warmup.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_ratio: f64,
+    /// Longest input in tokens [default: 128; qa: 384 (the window)].
+    #[arg(long)]
+    pub max_seq_len: Option<usize>,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Decoupled AdamW weight decay on matmul weights.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f32,
+    /// Global gradient-norm clip, 0 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub grad_clip: f32,
+    /// qa: tokens of overlap between windows of a long context.
+    #[arg(long, default_value_t = 128)]
+    pub doc_stride: usize,
+    /// qa: longest answer in tokens (evaluation).
+    #[arg(long, default_value_t = 30)]
+    pub max_answer_len: usize,
+    /// qa: answers considered per question (evaluation).
+    #[arg(long, default_value_t = 20)]
+    pub n_best: usize,
+    /// Stop after this many steps (the schedule still spans all epochs).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    #[arg(long, default_value_t = 64)]
+    pub eval_batch_size: usize,
+    /// Rayon threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if let Some(n) = a.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
+    let dir = resolve_model_dir(&a.model)?;
+    let opts = FinetuneOptions {
+        epochs: a.epochs,
+        batch_size: a.batch_size,
+        eval_batch_size: a.eval_batch_size,
+        lr: a.lr,
+        warmup_ratio: a.warmup_ratio,
+        max_seq_len: a.max_seq_len.unwrap_or(match a.task {
+            FinetuneTask::Qa => 384,
+            _ => 128,
+        }),
+        seed: a.seed,
+        weight_decay: a.weight_decay,
+        grad_clip: a.grad_clip,
+        doc_stride: a.doc_stride,
+        max_answer_len: a.max_answer_len,
+        n_best: a.n_best,
+        max_steps: a.max_steps,
+        ..FinetuneOptions::default()
+    };
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    let mut on_event = |e: FinetuneEvent| match e {
+        FinetuneEvent::Start {
+            description,
+            train_examples,
+            eval_examples,
+            total_steps,
+        } => {
+            pb.println(format!(
+                "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
+            ));
+            pb.set_length(total_steps);
+        }
+        FinetuneEvent::Step {
+            epoch,
+            stats,
+            examples_per_s,
+        } => {
+            pb.set_position(stats.step);
+            pb.set_message(format!(
+                "epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
+                epoch + 1,
+                stats.loss,
+                stats.lr
+            ));
+        }
+        FinetuneEvent::Eval { epoch, row } => {
+            let shown: Vec<String> = row
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "step" | "epoch"))
+                .map(|(k, v)| match v {
+                    Value::Number(n) if n.is_f64() => {
+                        format!("{k} {:.4}", n.as_f64().unwrap_or(0.0))
+                    }
+                    other => format!("{k} {other}"),
+                })
+                .collect();
+            pb.println(format!("epoch {}: {}", epoch + 1, shown.join(", ")));
+        }
+    };
+    let eval = a.eval.as_deref();
+    let summary = match a.task {
+        FinetuneTask::Classify => {
+            finetune_classify(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
+        }
+        FinetuneTask::Qa => finetune_qa(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
+        FinetuneTask::Lm => finetune_lm(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
+    }
+    .with_context(|| format!("fine-tuning {}", dir.display()))?;
+    pb.finish_and_clear();
+    if a.json {
+        let j = json!({
+            "steps": summary.steps,
+            "epochs": summary.epochs_done,
+            "train_examples": summary.train_examples,
+            "examples_per_s": summary.examples_per_s,
+            "tokens_per_s": summary.tokens_per_s,
+            "train_seconds": summary.train_seconds,
+            "final_loss": summary.final_loss,
+            "eval": summary.last_eval,
+            "output": summary.output,
+        });
+        println!("{j}");
+    } else {
+        eprintln!(
+            "{} steps in {:.1} s of training ({:.1} examples/s, {:.0} tokens/s); final loss {}",
+            summary.steps,
+            summary.train_seconds,
+            summary.examples_per_s,
+            summary.tokens_per_s,
+            summary.final_loss.map_or("-".into(), |l| format!("{l:.4}"))
+        );
+        eprintln!("model written to {}", summary.output.display());
+    }
+    Ok(())
+}

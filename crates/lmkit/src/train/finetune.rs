@@ -1,0 +1,842 @@
+//! Fine-tuning: sequence classification and SQuAD span QA from any BERT
+//! checkpoint (a bare `BertModel` such as all-MiniLM-L6-v2 included, new
+//! heads initialised as HF does), and causal-LM fine-tuning of GPT-2.
+//!
+//! The loop is the `train` engine's [`train_step`] (AdamW with decoupled
+//! weight decay on the layout's decay flags, global-norm clipping, linear
+//! warmup then linear decay to 0 like HF's `get_linear_schedule_with_warmup`).
+//! Each epoch visits the training examples in a permutation drawn from
+//! `(seed, epoch)`, `batch_size` at a time (the last batch may be smaller),
+//! each batch padded to its longest example. Dropout is off. After every
+//! epoch the eval file, if any, is scored and a row goes to
+//! `OUTPUT/metrics.jsonl`; at the end OUTPUT holds an HF checkpoint
+//! (`BertForSequenceClassification`, `BertForQuestionAnswering` or
+//! `GPT2LMHeadModel`) and the tokenizer.
+//!
+//! Shape legend: B batch, T sequence.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
+use lmkit_tokenizers::{BpeTokenizer, Encoding};
+use serde_json::{json, Map, Value};
+
+use crate::checkpoint::{load_params, open_model_dir, save_params, LoadOptions};
+use crate::data::classify_data::{read_classify_jsonl, LabelMap};
+use crate::data::squad::{read_squad, SquadExample};
+use crate::data::{DataError, TokenBatch};
+use crate::eval::tasks::{encode_classify, eval_classify, eval_squad};
+use crate::model::bert::{Bert, BertBatch};
+use crate::model::bert_backward::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
+use crate::model::config::{AnyConfig, BertConfig};
+use crate::model::gpt2::{Gpt2, IGNORE_INDEX};
+use crate::model::layout::{bert_layout, BertHeads};
+use crate::model::names::{Architecture, Family};
+use crate::tasks::QaOptions;
+
+use super::metrics::MetricsWriter;
+use super::rng::Rng;
+use super::schedule::{LrSchedule, ScheduleKind};
+use super::trainer::{
+    train_step, LossParts, OptimConfig, OptimState, StepError, StepStats, Trainable,
+};
+
+/// Everything that can stop a fine-tuning run.
+#[derive(Debug, thiserror::Error)]
+pub enum FinetuneError {
+    #[error(transparent)]
+    Model(#[from] crate::Error),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Tokenizer(#[from] lmkit_tokenizers::Error),
+    #[error(transparent)]
+    Step(#[from] StepError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = FinetuneError> = std::result::Result<T, E>;
+
+/// What to fine-tune for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinetuneTask {
+    /// `BertForSequenceClassification` on JSONL `{"text", "text_pair"?, "label"}`.
+    Classify,
+    /// `BertForQuestionAnswering` on SQuAD v1.1 JSON.
+    Qa,
+    /// `GPT2LMHeadModel` on text (files split at form-feed lines, or JSONL `text`).
+    Lm,
+}
+
+impl std::str::FromStr for FinetuneTask {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "classify" => Ok(Self::Classify),
+            "qa" => Ok(Self::Qa),
+            "lm" => Ok(Self::Lm),
+            o => Err(format!("unknown task `{o}` (expected classify, qa or lm)")),
+        }
+    }
+}
+
+/// Hyper-parameters (HF Trainer defaults where it has them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinetuneOptions {
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub eval_batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f32,
+    /// Fraction of the steps spent warming up linearly.
+    pub warmup_ratio: f64,
+    /// Longest input in tokens (QA: the window length; LM: the block length).
+    pub max_seq_len: usize,
+    pub seed: u64,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// Global gradient-norm clip (HF `max_grad_norm` 1.0); 0 = off.
+    pub grad_clip: f32,
+    /// QA: overlap between consecutive windows (HF run_qa `doc_stride` 128).
+    pub doc_stride: usize,
+    /// QA: longest answer in tokens (HF run_qa 30).
+    pub max_answer_len: usize,
+    /// QA: answers kept per question in the predictions (HF run_qa `n_best_size` 20).
+    pub n_best: usize,
+    /// Stop after this many optimizer steps (the schedule still spans all epochs).
+    pub max_steps: Option<u64>,
+    /// A metrics row every N steps.
+    pub log_every: u64,
+}
+
+impl Default for FinetuneOptions {
+    fn default() -> Self {
+        FinetuneOptions {
+            epochs: 3,
+            batch_size: 16,
+            eval_batch_size: 64,
+            lr: 5e-5,
+            warmup_ratio: 0.0,
+            max_seq_len: 128,
+            seed: 42,
+            weight_decay: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            grad_clip: 1.0,
+            doc_stride: 128,
+            max_answer_len: 30,
+            n_best: 20,
+            max_steps: None,
+            log_every: 1,
+        }
+    }
+}
+
+/// Progress reports to the caller (the CLI draws bars from them).
+#[derive(Debug)]
+pub enum FinetuneEvent<'a> {
+    Start {
+        description: String,
+        train_examples: usize,
+        eval_examples: usize,
+        total_steps: u64,
+    },
+    Step {
+        epoch: usize,
+        stats: &'a StepStats,
+        examples_per_s: f64,
+    },
+    Eval {
+        epoch: usize,
+        row: &'a Map<String, Value>,
+    },
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinetuneSummary {
+    pub steps: u64,
+    pub epochs_done: usize,
+    pub train_examples: usize,
+    /// Examples and tokens (padded batch positions) per second of training
+    /// (optimizer steps only: evaluation and saving excluded).
+    pub examples_per_s: f64,
+    pub tokens_per_s: f64,
+    pub train_seconds: f64,
+    pub final_loss: Option<f64>,
+    /// The last evaluation row (`eval_accuracy`/`eval_f1`, `exact_match`/`f1`, `eval_loss`/`eval_ppl`).
+    pub last_eval: Option<Map<String, Value>>,
+    pub output: PathBuf,
+}
+
+fn invalid(msg: impl Into<String>) -> FinetuneError {
+    FinetuneError::Invalid(msg.into())
+}
+
+fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::Bert => "a BERT",
+        Family::Gpt2 => "a GPT-2",
+    }
+}
+
+/// Reads `dir/config.json` and demands the `family` a task needs.
+fn expect_family(dir: &Path, family: Family, task: &str) -> Result<AnyConfig> {
+    let cfg = AnyConfig::from_file(dir.join("config.json"))?;
+    let found = match &cfg {
+        AnyConfig::Bert(_) => Family::Bert,
+        AnyConfig::Gpt2(_) => Family::Gpt2,
+    };
+    if found != family {
+        return Err(invalid(format!(
+            "--task {task} needs {} checkpoint, but {} holds {} model ({})",
+            family_name(family),
+            dir.display(),
+            family_name(found),
+            cfg.architectures().join(", ")
+        )));
+    }
+    Ok(cfg)
+}
+
+/// Loads a BERT checkpoint into the layout of `arch` (its `config` adjusted
+/// by the caller): base weights must all be there; heads `arch` has but the
+/// file lacks are initialised as HF does (N(0, initializer_range) weights,
+/// zero biases), heads the file has but `arch` lacks are ignored.
+/// Returns the model and the names of the initialised parameters.
+pub fn load_bert_as(
+    dir: &Path,
+    config: BertConfig,
+    arch: Architecture,
+    seed: u64,
+) -> Result<(Bert, Vec<String>)> {
+    let (_, file) = open_model_dir(dir)?;
+    let heads: BertHeads = arch.bert_heads();
+    let layout = bert_layout(&config, heads)?;
+    let mut params = layout.zeros();
+    let report = load_params(
+        &layout,
+        &mut params,
+        &file,
+        Family::Bert,
+        LoadOptions {
+            allow_missing_heads: true,
+            ignore_unused_heads: true,
+        },
+    )?;
+    let missing = report.missing_heads.clone();
+    let mut rng = Rng::derive(seed, 0x4845_4144); // "HEAD"
+    hf_init(
+        &layout,
+        &mut params,
+        config.initializer_range,
+        None,
+        &mut rng,
+        &|name| missing.iter().any(|m| m == name),
+    );
+    let model = Bert::from_parts(config, heads, layout, params, Some(arch))?;
+    Ok((model, missing))
+}
+
+fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
+    let warmup = (opts.warmup_ratio * total_steps as f64).ceil() as u64;
+    OptimConfig {
+        schedule: LrSchedule {
+            kind: ScheduleKind::Linear,
+            max_lr: opts.lr,
+            min_lr: 0.0,
+            warmup_steps: warmup,
+            total_steps,
+        },
+        beta1: opts.beta1,
+        beta2: opts.beta2,
+        eps: opts.eps,
+        weight_decay: opts.weight_decay,
+        grad_clip: opts.grad_clip,
+        grad_accum: 1,
+    }
+}
+
+fn check_opts(opts: &FinetuneOptions) -> Result<()> {
+    if opts.epochs == 0 || opts.batch_size == 0 || opts.eval_batch_size == 0 {
+        return Err(invalid("--epochs and --batch-size must be positive"));
+    }
+    if !(0.0..1.0).contains(&opts.warmup_ratio) {
+        return Err(invalid(format!(
+            "--warmup-ratio {} must be in [0, 1)",
+            opts.warmup_ratio
+        )));
+    }
+    if !(opts.lr > 0.0 && opts.lr.is_finite()) {
+        return Err(invalid(format!("--lr {} must be positive", opts.lr)));
+    }
+    if opts.max_seq_len < 8 {
+        return Err(invalid(format!(
+            "--max-seq-len {} is too short",
+            opts.max_seq_len
+        )));
+    }
+    Ok(())
+}
+
+fn create_output(output: &Path) -> Result<MetricsWriter> {
+    std::fs::create_dir_all(output).map_err(|source| FinetuneError::Io {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    let path = output.join("metrics.jsonl");
+    MetricsWriter::open(&path, None).map_err(|source| FinetuneError::Io { path, source })
+}
+
+fn write_row(metrics: &mut MetricsWriter, row: &Map<String, Value>) -> Result<()> {
+    metrics.write(row).map_err(|source| FinetuneError::Io {
+        path: metrics.path().to_path_buf(),
+        source,
+    })
+}
+
+/// The shared epoch/step loop: `fill(indices, batch)` builds a batch from
+/// example indices, `evaluate(model)` scores after each epoch.
+#[allow(clippy::too_many_arguments)]
+fn run_loop<M: Trainable>(
+    model: &mut M,
+    n_examples: usize,
+    opts: &FinetuneOptions,
+    batch: &mut M::Batch,
+    fill: &mut dyn FnMut(&[usize], &mut M::Batch),
+    evaluate: &mut dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>>,
+    metrics: &mut MetricsWriter,
+    description: String,
+    eval_examples: usize,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<(
+    u64,
+    usize,
+    f64,
+    f64,
+    Option<f64>,
+    Option<Map<String, Value>>,
+    f64,
+)> {
+    let b = opts.batch_size;
+    let per_epoch = n_examples.div_ceil(b) as u64;
+    let schedule_steps = per_epoch * opts.epochs as u64;
+    let total = opts
+        .max_steps
+        .map_or(schedule_steps, |m| m.min(schedule_steps));
+    let optim = linear_schedule(opts, schedule_steps);
+    let mut opt = OptimState::new(model.params().len());
+    on_event(FinetuneEvent::Start {
+        description,
+        train_examples: n_examples,
+        eval_examples,
+        total_steps: total,
+    });
+    let (mut train_s, mut examples, mut tokens) = (0.0f64, 0usize, 0usize);
+    let mut final_loss = None;
+    let mut last_eval = None;
+    let mut epochs_done = 0;
+    for epoch in 0..opts.epochs {
+        if opt.step >= total {
+            break;
+        }
+        let mut order: Vec<usize> = (0..n_examples).collect();
+        Rng::derive(opts.seed, epoch as u64).shuffle(&mut order);
+        for chunk in order.chunks(b) {
+            if opt.step >= total {
+                // --max-steps: evaluate where training stopped.
+                break;
+            }
+            let t0 = Instant::now();
+            let stats = train_step(model, &mut opt, &optim, batch, &mut |bt| fill(chunk, bt))?;
+            let dt = t0.elapsed().as_secs_f64();
+            train_s += dt;
+            examples += chunk.len();
+            tokens += stats.tokens;
+            final_loss = Some(stats.loss);
+            let eps = chunk.len() as f64 / dt.max(1e-9);
+            if stats.step % opts.log_every.max(1) == 0 || stats.step == total {
+                let row = json!({
+                    "step": stats.step,
+                    "epoch": epoch as f64 + (stats.step - epoch as u64 * per_epoch) as f64 / per_epoch as f64,
+                    "loss": stats.loss,
+                    "lr": stats.lr,
+                    "grad_norm": stats.grad_norm,
+                    "examples_per_s": eps,
+                    "tokens_per_s": stats.tokens as f64 / dt.max(1e-9),
+                });
+                write_row(metrics, row.as_object().expect("object"))?;
+            }
+            on_event(FinetuneEvent::Step {
+                epoch,
+                stats: &stats,
+                examples_per_s: eps,
+            });
+        }
+        epochs_done = epoch + 1;
+        if let Some(mut row) = evaluate(model)? {
+            row.insert("step".into(), json!(opt.step));
+            row.insert("epoch".into(), json!(epoch + 1));
+            write_row(metrics, &row)?;
+            on_event(FinetuneEvent::Eval { epoch, row: &row });
+            last_eval = Some(row);
+        }
+    }
+    if epochs_done == 0 {
+        // No step at all (--max-steps 0): still report the starting point.
+        if let Some(mut row) = evaluate(model)? {
+            row.insert("step".into(), json!(0));
+            row.insert("epoch".into(), json!(0));
+            write_row(metrics, &row)?;
+            on_event(FinetuneEvent::Eval {
+                epoch: 0,
+                row: &row,
+            });
+            last_eval = Some(row);
+        }
+    }
+    Ok((
+        opt.step,
+        epochs_done,
+        examples as f64 / train_s.max(1e-9),
+        tokens as f64 / train_s.max(1e-9),
+        final_loss,
+        last_eval,
+        train_s,
+    ))
+}
+
+fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
+    Ok(BertBatch::from_encodings(encs, pad)?)
+}
+
+/// Fine-tunes `BertForSequenceClassification` from the BERT checkpoint in
+/// `model_dir`. Labels come from the checkpoint when it already has a
+/// classifier (its `id2label`), else from the training file.
+pub fn finetune_classify(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    check_opts(opts)?;
+    let AnyConfig::Bert(mut config) = expect_family(model_dir, Family::Bert, "classify")? else {
+        unreachable!("expect_family checked the family")
+    };
+    let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    let train_data = read_classify_jsonl(train)?;
+    let has_classifier = open_model_dir(model_dir)?
+        .1
+        .names()
+        .iter()
+        .any(|k| k.starts_with("classifier."));
+    let labels = if has_classifier {
+        LabelMap::from_names(config.id2label.clone())?
+    } else {
+        LabelMap::from_examples(&train_data)?
+    };
+    config.id2label = labels.names().to_vec();
+    let train_ids = labels.ids(&train_data)?;
+    let eval_data = eval.map(read_classify_jsonl).transpose()?;
+    let eval_ids = eval_data.as_ref().map(|d| labels.ids(d)).transpose()?;
+    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
+    let (model, _) = load_bert_as(
+        model_dir,
+        config,
+        Architecture::BertForSequenceClassification,
+        opts.seed,
+    )?;
+    let train_encs = encode_classify(&tok, &train_data, max_len)?;
+    let eval_encs = eval_data
+        .as_ref()
+        .map(|d| encode_classify(&tok, d, max_len))
+        .transpose()?;
+    let pad = tok.pad_id();
+    let mut trainer = BertTrainer::new(model)?;
+    let mut metrics = create_output(output)?;
+    let mut batch = BertTrainBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
+        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i]).collect();
+        // Encodings were built by us within the model's limits.
+        bt.batch = pad_batch(&refs, pad).expect("valid batch");
+        bt.targets = BertTargets {
+            class_labels: Some(idx.iter().map(|&i| train_ids[i] as i32).collect()),
+            ..Default::default()
+        };
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
+        let (Some(encs), Some(gold)) = (&eval_encs, &eval_ids) else {
+            return Ok(None);
+        };
+        let r = eval_classify(&m.model, pad, encs, gold, eval_bs)?;
+        Ok(Some(
+            json!({
+                "eval_loss": r.loss,
+                "eval_accuracy": r.scores.accuracy,
+                "eval_f1": r.scores.f1,
+                "eval_examples": r.scores.count,
+            })
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ))
+    };
+    let description = format!(
+        "classify: {} labels ({}), {} train examples",
+        labels.num_labels(),
+        labels.names().join(", "),
+        train_encs.len()
+    );
+    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+        &mut trainer,
+        train_encs.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_encs.as_ref().map_or(0, Vec::len),
+        on_event,
+    )?;
+    let m = &trainer.model;
+    save_params(
+        &m.layout,
+        &m.params,
+        &m.config,
+        output,
+        Architecture::BertForSequenceClassification,
+    )?;
+    tok.save(output)?;
+    Ok(FinetuneSummary {
+        steps,
+        epochs_done,
+        train_examples: train_encs.len(),
+        examples_per_s: eps,
+        tokens_per_s: tps,
+        train_seconds: secs,
+        final_loss,
+        last_eval,
+        output: output.to_path_buf(),
+    })
+}
+
+/// One training window of a SQuAD question (HF run_qa's `prepare_train_features`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QaFeature {
+    pub encoding: Encoding,
+    /// Answer token span (inclusive), or (0, 0) = `[CLS]` when the window
+    /// does not contain the whole answer.
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Windows of `max_len` tokens (stride `stride`) for every question with
+/// start/end labels from its first answer; a question whose answer text is
+/// not at its `answer_start` is an error naming the entry.
+pub fn qa_train_features(
+    tok: &WordPieceTokenizer,
+    examples: &[SquadExample],
+    max_len: usize,
+    stride: usize,
+) -> Result<Vec<QaFeature>> {
+    let mut out = Vec::new();
+    for ex in examples {
+        let ans = ex
+            .answers
+            .first()
+            .ok_or_else(|| invalid(format!("{}: a training question needs an answer", ex.entry)))?;
+        let s = ans.byte_start.ok_or_else(|| {
+            invalid(format!(
+                "{}: answer {:?} is not at answer_start {} of the context",
+                ex.entry, ans.text, ans.char_start
+            ))
+        })?;
+        let e = s + ans.text.len();
+        let wins = tok
+            .encode_pair_windows(&ex.question, &ex.context, max_len, stride)
+            .map_err(|err| invalid(format!("{}: {err}", ex.entry)))?;
+        for w in wins {
+            let ctx = w.context_range();
+            let enc = w.encoding;
+            let (mut start, mut end) = (0, 0);
+            if !ctx.is_empty() {
+                let (first, last) = (ctx.start, ctx.end - 1);
+                if enc.offsets[first].0 <= s && enc.offsets[last].1 >= e {
+                    // As HF: the last token starting at or before the answer
+                    // start, the first token ending at or after its end.
+                    let mut i = first;
+                    while i <= last && enc.offsets[i].0 <= s {
+                        i += 1;
+                    }
+                    start = i - 1;
+                    let mut j = last + 1;
+                    while j > first && enc.offsets[j - 1].1 >= e {
+                        j -= 1;
+                    }
+                    end = j;
+                }
+            }
+            out.push(QaFeature {
+                encoding: enc,
+                start,
+                end,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Fine-tunes `BertForQuestionAnswering` on SQuAD v1.1 data.
+pub fn finetune_qa(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    check_opts(opts)?;
+    let AnyConfig::Bert(config) = expect_family(model_dir, Family::Bert, "qa")? else {
+        unreachable!("expect_family checked the family")
+    };
+    if opts.doc_stride >= opts.max_seq_len {
+        return Err(invalid(format!(
+            "--doc-stride {} must be smaller than --max-seq-len {}",
+            opts.doc_stride, opts.max_seq_len
+        )));
+    }
+    let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
+    let train_ex = read_squad(train)?;
+    let eval_ex = eval.map(read_squad).transpose()?;
+    let mut plain = tok.clone();
+    plain.set_padding(None);
+    plain.set_truncation(None);
+    let feats = qa_train_features(&plain, &train_ex, max_len, opts.doc_stride)?;
+    let (model, _) = load_bert_as(
+        model_dir,
+        config,
+        Architecture::BertForQuestionAnswering,
+        opts.seed,
+    )?;
+    let pad = tok.pad_id();
+    let mut trainer = BertTrainer::new(model)?;
+    let mut metrics = create_output(output)?;
+    let mut batch = BertTrainBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
+        let refs: Vec<&Encoding> = idx.iter().map(|&i| &feats[i].encoding).collect();
+        bt.batch = pad_batch(&refs, pad).expect("valid batch");
+        bt.targets = BertTargets {
+            start_positions: Some(idx.iter().map(|&i| feats[i].start as i32).collect()),
+            end_positions: Some(idx.iter().map(|&i| feats[i].end as i32).collect()),
+            ..Default::default()
+        };
+    };
+    let qa_opts = QaOptions {
+        top_k: opts.n_best.max(1),
+        max_answer_len: opts.max_answer_len,
+        handle_impossible_answer: false,
+    };
+    let (stride, eval_bs) = (opts.doc_stride, opts.eval_batch_size);
+    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
+        let Some(ex) = &eval_ex else {
+            return Ok(None);
+        };
+        let r = eval_squad(&m.model, &plain, ex, max_len, stride, qa_opts, eval_bs)?;
+        Ok(Some(
+            json!({
+                "exact_match": r.scores.exact_match,
+                "f1": r.scores.f1,
+                "eval_examples": r.scores.total,
+            })
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ))
+    };
+    let description = format!(
+        "qa: {} questions → {} windows of ≤ {max_len} tokens (stride {})",
+        train_ex.len(),
+        feats.len(),
+        opts.doc_stride
+    );
+    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+        &mut trainer,
+        feats.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_ex.as_ref().map_or(0, Vec::len),
+        on_event,
+    )?;
+    let m = &trainer.model;
+    save_params(
+        &m.layout,
+        &m.params,
+        &m.config,
+        output,
+        Architecture::BertForQuestionAnswering,
+    )?;
+    tok.save(output)?;
+    Ok(FinetuneSummary {
+        steps,
+        epochs_done,
+        train_examples: feats.len(),
+        examples_per_s: eps,
+        tokens_per_s: tps,
+        train_seconds: secs,
+        final_loss,
+        last_eval,
+        output: output.to_path_buf(),
+    })
+}
+
+/// GPT-2 blocks of a text file: documents (form-feed separated, or JSONL
+/// `text`) each preceded by `<|endoftext|>`, concatenated, cut into
+/// `T + 1`-token windows at stride T.
+fn lm_blocks(path: &Path, tok: &BpeTokenizer, t: usize) -> Result<Vec<Vec<u32>>> {
+    let docs = crate::data::nsp::read_documents(&[path.to_path_buf()])?;
+    let eos = tok
+        .endoftext_id()
+        .ok_or_else(|| invalid("the tokenizer has no <|endoftext|> token"))?;
+    let mut ids = Vec::new();
+    for d in &docs {
+        ids.push(eos);
+        ids.extend(tok.encode_ordinary(d.as_bytes()));
+    }
+    let blocks: Vec<Vec<u32>> = (0..ids.len().saturating_sub(1) / t)
+        .map(|k| ids[k * t..k * t + t + 1].to_vec())
+        .collect();
+    if blocks.is_empty() {
+        return Err(invalid(format!(
+            "{}: {} tokens, fewer than one block of {}+1",
+            path.display(),
+            ids.len(),
+            t
+        )));
+    }
+    Ok(blocks)
+}
+
+/// Causal-LM fine-tuning of a GPT-2 checkpoint (HF `run_clm`: text grouped
+/// into blocks of `max_seq_len`).
+pub fn finetune_lm(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    check_opts(opts)?;
+    let AnyConfig::Gpt2(config) = expect_family(model_dir, Family::Gpt2, "lm")? else {
+        unreachable!("expect_family checked the family")
+    };
+    let tok = BpeTokenizer::from_dir(model_dir)?;
+    let t = opts.max_seq_len.min(config.n_positions);
+    let (_, file) = open_model_dir(model_dir)?;
+    let layout = crate::model::layout::gpt2_layout(&config)?;
+    let mut params = layout.zeros();
+    load_params(
+        &layout,
+        &mut params,
+        &file,
+        Family::Gpt2,
+        LoadOptions::default(),
+    )?;
+    let mut model = Gpt2::from_params(config, params)?;
+    let train_blocks = lm_blocks(train, &tok, t)?;
+    let eval_blocks = eval.map(|p| lm_blocks(p, &tok, t)).transpose()?;
+    let mut metrics = create_output(output)?;
+    let b = opts.batch_size;
+    let mut batch = TokenBatch::new(b, t);
+    let mut fill = |idx: &[usize], bt: &mut TokenBatch| {
+        *bt = TokenBatch::new(idx.len(), t);
+        for (r, &i) in idx.iter().enumerate() {
+            let blk = &train_blocks[i];
+            bt.inputs[r * t..(r + 1) * t].copy_from_slice(&blk[..t]);
+            for k in 0..t {
+                bt.targets[r * t + k] = blk[k + 1] as i32;
+            }
+        }
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut Gpt2| -> Result<Option<Map<String, Value>>> {
+        let Some(blocks) = &eval_blocks else {
+            return Ok(None);
+        };
+        let mut total = LossParts::default();
+        for chunk in blocks.chunks(eval_bs) {
+            let mut bt = TokenBatch::new(chunk.len(), t);
+            for (r, blk) in chunk.iter().enumerate() {
+                bt.inputs[r * t..(r + 1) * t].copy_from_slice(&blk[..t]);
+                for k in 0..t {
+                    bt.targets[r * t + k] = blk[k + 1] as i32;
+                }
+            }
+            debug_assert!(bt.targets.iter().all(|&x| x != IGNORE_INDEX));
+            total.add(m.evaluate(&bt));
+        }
+        let loss = total.mean();
+        Ok(Some(
+            json!({"eval_loss": loss, "eval_ppl": loss.exp(), "eval_tokens": total.count})
+                .as_object()
+                .cloned()
+                .expect("object"),
+        ))
+    };
+    let description = format!(
+        "lm: {} blocks of {t} tokens, GPT-2 {} layers d {}",
+        train_blocks.len(),
+        model.config.n_layer,
+        model.config.n_embd
+    );
+    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+        &mut model,
+        train_blocks.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_blocks.as_ref().map_or(0, Vec::len),
+        on_event,
+    )?;
+    save_params(
+        &model.layout,
+        &model.params,
+        &model.config,
+        output,
+        Architecture::Gpt2LMHeadModel,
+    )?;
+    tok.save(output)?;
+    Ok(FinetuneSummary {
+        steps,
+        epochs_done,
+        train_examples: train_blocks.len(),
+        examples_per_s: eps,
+        tokens_per_s: tps,
+        train_seconds: secs,
+        final_loss,
+        last_eval,
+        output: output.to_path_buf(),
+    })
+}
