@@ -307,19 +307,12 @@ fn write_row(metrics: &mut MetricsWriter, row: &Map<String, Value>) -> Result<()
 
 /// The shared epoch/step loop: `fill(indices, batch)` builds a batch from
 /// example indices, `evaluate(model)` scores after each epoch.
-#[allow(clippy::too_many_arguments)]
-fn run_loop<M: Trainable>(
-    model: &mut M,
-    n_examples: usize,
-    opts: &FinetuneOptions,
-    batch: &mut M::Batch,
-    fill: &mut dyn FnMut(&[usize], &mut M::Batch),
-    evaluate: &mut dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>>,
-    metrics: &mut MetricsWriter,
-    description: String,
-    eval_examples: usize,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<(
+/// Evaluates the model on the held-out set: the metrics row, or None without one.
+type EvalFn<'a, M> = dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>> + 'a;
+
+/// What the loop hands back: (steps, epochs done, examples/s, tokens/s,
+/// final loss, last eval metrics, seconds).
+type LoopSummary = (
     u64,
     usize,
     f64,
@@ -327,7 +320,21 @@ fn run_loop<M: Trainable>(
     Option<f64>,
     Option<Map<String, Value>>,
     f64,
-)> {
+);
+
+#[allow(clippy::too_many_arguments)]
+fn run_loop<M: Trainable>(
+    model: &mut M,
+    n_examples: usize,
+    opts: &FinetuneOptions,
+    batch: &mut M::Batch,
+    fill: &mut dyn FnMut(&[usize], &mut M::Batch),
+    evaluate: &mut EvalFn<'_, M>,
+    metrics: &mut MetricsWriter,
+    description: String,
+    eval_examples: usize,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<LoopSummary> {
     let b = opts.batch_size;
     let per_epoch = n_examples.div_ceil(b) as u64;
     let schedule_steps = per_epoch * opts.epochs as u64;
