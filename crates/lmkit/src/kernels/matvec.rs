@@ -323,11 +323,8 @@ pub fn matvec_int8(
     });
 }
 
-// AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) are stable since
-// Rust 1.89: this module, hence lmkit, needs 1.89 even though the workspace
-// still declares 1.80.
+// AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) need Rust 1.89.
 #[cfg(target_arch = "x86_64")]
-#[clippy::msrv = "1.89"]
 mod x86 {
     use std::arch::x86_64::*;
 
