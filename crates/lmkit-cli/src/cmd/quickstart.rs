@@ -407,7 +407,10 @@ fn decode_entities(s: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let end = rest[..rest.len().min(12)].find(';');
+        // Bytes, not chars: the text after '&' may be multi-byte UTF-8.
+        let end = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|&b| b == b';');
         let decoded = end.and_then(|e| {
             let ent = &rest[1..e];
             let c = match ent {
@@ -454,5 +457,6 @@ mod tests {
         let t = html_to_text(html);
         assert_eq!(t, "Hello & welcome\n\nA fn\nmain 'x' <3\n\nSecond");
         assert_eq!(decode_entities("a &unknown; b &amp"), "a &unknown; b &amp");
+        assert_eq!(decode_entities("&gt; you’re &— x"), "> you’re &— x");
     }
 }
