@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         max_steps: steps,
         lr: (!resume).then_some(2e-3),
         min_lr: (!resume).then_some(2e-4),
-        warmup_steps: (!resume).then_some(total / 20),
+        warmup_steps: (!resume).then_some((total / 20).max(10).min(total / 2)),
         eval_every: (!resume).then_some((total / 6).max(1)),
         eval_batches: Some(8),
         save_every: (!resume).then_some((total / 3).max(1)),
