@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         max_steps: steps,
         lr: (!resume).then_some(2e-3),
         min_lr: (!resume).then_some(2e-4),
-        warmup_steps: (!resume).then_some(total / 20),
+        warmup_steps: (!resume).then_some((total / 20).max(10).min(total / 2)),
         eval_every: (!resume).then_some((total / 6).max(1)),
         eval_batches: Some(8),
         save_every: (!resume).then_some((total / 3).max(1)),
@@ -407,7 +407,10 @@ fn decode_entities(s: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let end = rest[..rest.len().min(12)].find(';');
+        // Bytes, not chars: the text after '&' may be multi-byte UTF-8.
+        let end = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|&b| b == b';');
         let decoded = end.and_then(|e| {
             let ent = &rest[1..e];
             let c = match ent {
@@ -454,5 +457,6 @@ mod tests {
         let t = html_to_text(html);
         assert_eq!(t, "Hello & welcome\n\nA fn\nmain 'x' <3\n\nSecond");
         assert_eq!(decode_entities("a &unknown; b &amp"), "a &unknown; b &amp");
+        assert_eq!(decode_entities("&gt; you’re &— x"), "> you’re &— x");
     }
 }
