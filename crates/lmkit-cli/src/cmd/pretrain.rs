@@ -26,9 +26,13 @@ use std::time::Instant;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
-    /// Model architecture (only gpt2 for now).
+    /// Model architecture: gpt2 (causal LM) or bert (masked LM + next-sentence
+    /// prediction; --tokenizer is then a WordPiece vocabulary).
     #[arg(long, default_value = "gpt2")]
     pub arch: String,
+    /// bert: mask whole words (a token and its `##` continuations) together.
+    #[arg(long)]
+    pub whole_word_masking: bool,
     /// Tokenizer folder (vocab.json + merges.txt or tokenizer.json). Not
     /// needed with --resume or --init-from (their own tokenizer is used).
     #[arg(long)]
@@ -325,8 +329,14 @@ pub fn run(args: Args) -> Result<()> {
 
 /// The whole pretraining run; returns a summary once it ends (or stops).
 pub fn run_training(args: &Args) -> Result<Summary> {
+    if args.arch == "bert" {
+        return run_bert(args);
+    }
     if args.arch != "gpt2" {
-        bail!("--arch {}: only gpt2 is supported by pretrain", args.arch);
+        bail!("--arch {}: expected gpt2 or bert", args.arch);
+    }
+    if args.whole_word_masking {
+        bail!("--whole-word-masking applies to --arch bert only");
     }
     if let Some(n) = args.threads {
         // Fails only if a pool already exists (e.g. quickstart set it): keep that one.
@@ -888,4 +898,204 @@ pub fn sample_texts(
             ))
         })
         .collect()
+}
+
+/// BERT model sizes beyond the shared presets: (name, layers, hidden, heads, positions).
+const BERT_PRESETS: &[(&str, usize, usize, usize, usize)] = &[
+    ("bert-base", 12, 768, 12, 512),
+    ("bert-large", 24, 1024, 16, 512),
+];
+
+/// `--arch bert`: masked-LM + next-sentence pretraining (see
+/// `lmkit::train::bert_pretrain`), with the same flags as GPT-2.
+fn run_bert(args: &Args) -> Result<Summary> {
+    use lmkit::train::bert_pretrain::{
+        run_bert_pretraining, BertDims, BertPretrainOptions, BertRunConfig, PretrainEvent,
+    };
+    if args.sample_every.is_some() || args.sample_prompt.is_some() || args.sample_tokens.is_some() {
+        bail!("--sample-every/--sample-prompt/--sample-tokens generate text: GPT-2 only");
+    }
+    if let Some(n) = args.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
+    install_ctrlc();
+    let ckpt_root = args.output.join("checkpoints");
+    let saved = if args.resume {
+        match latest_checkpoint(&ckpt_root)? {
+            Some(dir) => Some(load_train_state(&dir)?.0),
+            None => None,
+        }
+    } else {
+        None
+    };
+    let sr: Option<BertRunConfig> = saved
+        .as_ref()
+        .and_then(|s| serde_json::from_value(s.extra["run"].clone()).ok());
+    let sr = sr.as_ref();
+    let so = saved.as_ref().map(|s| s.optim);
+    let seq_len = pick("seq-len", args.seq_len, sr.map(|r| r.seq_len), 128)?;
+    let max_steps = args.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
+    let run = BertRunConfig {
+        seq_len,
+        batch_size: pick("batch-size", args.batch_size, sr.map(|r| r.batch_size), 8)?,
+        grad_accum: pick("grad-accum", args.grad_accum, sr.map(|r| r.grad_accum), 1)?,
+        seed: pick("seed", args.seed, sr.map(|r| r.seed), 1337)?,
+        whole_word_masking: args.whole_word_masking || sr.is_some_and(|r| r.whole_word_masking),
+        short_seq_prob: sr.map_or(0.1, |r| r.short_seq_prob),
+        val_fraction: pick(
+            "val-fraction",
+            args.val_fraction,
+            sr.map(|r| r.val_fraction),
+            0.05,
+        )?,
+        max_steps,
+        eval_every: args.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100),
+        eval_batches: args
+            .eval_batches
+            .or(sr.map(|r| r.eval_batches))
+            .unwrap_or(20),
+        save_every: args.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
+        keep: args.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
+        log_every: args
+            .log_every
+            .or(sr.map(|r| r.log_every))
+            .unwrap_or(1)
+            .max(1),
+    };
+    let dims = if model_dims_given(args) {
+        let (mut l, mut c, mut h, mut p) = match &args.preset {
+            Some(name) => match BERT_PRESETS.iter().find(|x| x.0 == name) {
+                Some(x) => (x.1, x.2, x.3, x.4),
+                None if name.starts_with("gpt2") => {
+                    bail!("preset `{name}` is a GPT-2 size; for BERT use tiny, mini, small, bert-base or bert-large")
+                }
+                None => preset(name)?,
+            },
+            None => {
+                if args.n_layer.is_none() || args.n_embd.is_none() || args.n_head.is_none() {
+                    bail!("give --preset NAME or all of --n-layer, --n-embd and --n-head");
+                }
+                (0, 0, 0, seq_len.max(512))
+            }
+        };
+        l = args.n_layer.unwrap_or(l);
+        c = args.n_embd.unwrap_or(c);
+        h = args.n_head.unwrap_or(h);
+        p = args.n_positions.unwrap_or(p);
+        Some(BertDims {
+            layers: l,
+            hidden: c,
+            heads: h,
+            intermediate: None,
+            max_positions: p,
+        })
+    } else {
+        None
+    };
+    let lr = args.lr.or(so.map(|o| o.schedule.max_lr)).unwrap_or(1e-4);
+    let optim = OptimConfig {
+        schedule: LrSchedule {
+            kind: args
+                .schedule
+                .or(so.map(|o| o.schedule.kind))
+                .unwrap_or(ScheduleKind::Linear),
+            max_lr: lr,
+            min_lr: args.min_lr.or(so.map(|o| o.schedule.min_lr)).unwrap_or(0.0),
+            warmup_steps: args
+                .warmup_steps
+                .or(so.map(|o| o.schedule.warmup_steps))
+                .unwrap_or((max_steps / 20).min(200)),
+            total_steps: max_steps,
+        },
+        beta1: args.beta1.or(so.map(|o| o.beta1)).unwrap_or(0.9),
+        beta2: args.beta2.or(so.map(|o| o.beta2)).unwrap_or(0.999),
+        eps: so.map_or(1e-8, |o| o.eps),
+        weight_decay: args
+            .weight_decay
+            .or(so.map(|o| o.weight_decay))
+            .unwrap_or(0.01),
+        grad_clip: args.grad_clip.or(so.map(|o| o.grad_clip)).unwrap_or(1.0),
+        grad_accum: run.grad_accum,
+    };
+    let opts = BertPretrainOptions {
+        data: args.data.clone(),
+        output: args.output.clone(),
+        tokenizer: args.tokenizer.clone(),
+        init_from: args.init_from.clone(),
+        dims,
+        resume: args.resume,
+        run,
+        optim,
+        decay_embeddings: args.decay_embeddings,
+        stop_after: args.stop_after,
+    };
+    let pb = ProgressBar::new(max_steps);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    let mut on_event = |e: PretrainEvent| match e {
+        PretrainEvent::Start {
+            message,
+            start_step,
+            ..
+        } => {
+            say(&pb, &message);
+            if start_step > 0 {
+                say(&pb, &format!("resuming at step {start_step}"));
+            }
+            pb.set_position(start_step);
+        }
+        PretrainEvent::Step { row } => {
+            let f = |k: &str| row.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            pb.set_position(row.get("step").and_then(|v| v.as_u64()).unwrap_or(0));
+            pb.set_message(format!(
+                "loss {:.4} (mlm {:.4}, nsp {:.4}, nsp acc {:.2}) | lr {:.2e} | {:.0} tok/s",
+                f("loss"),
+                f("mlm_loss"),
+                f("nsp_loss"),
+                f("nsp_accuracy"),
+                f("lr"),
+                f("tokens_per_s")
+            ));
+        }
+        PretrainEvent::Eval { row } => {
+            let f = |k: &str| row.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            say(
+                &pb,
+                &format!(
+                    "step {}: val loss {:.4} (mlm {:.4}, nsp {:.4}, nsp accuracy {:.3})",
+                    row.get("step").and_then(|v| v.as_u64()).unwrap_or(0),
+                    f("val_loss"),
+                    f("val_mlm_loss"),
+                    f("val_nsp_loss"),
+                    f("val_nsp_accuracy")
+                ),
+            );
+        }
+        PretrainEvent::Saved { path } => say(&pb, &format!("saved {}", path.display())),
+        PretrainEvent::Note(n) => say(&pb, &n),
+    };
+    let should_stop = || INTERRUPTS.load(Ordering::SeqCst) > 0;
+    let s = run_bert_pretraining(&opts, &mut on_event, &should_stop)?;
+    pb.finish();
+    if !s.interrupted {
+        eprintln!(
+            "final model: {} (HF BertForPreTraining: config.json + model.safetensors + tokenizer)",
+            args.output.display()
+        );
+    }
+    Ok(Summary {
+        steps: s.steps,
+        final_loss: s.final_loss,
+        first_val_loss: s.first_val_loss,
+        last_val_loss: s.last_val_loss,
+        checkpoint: s.checkpoint,
+        interrupted: s.interrupted,
+    })
 }

@@ -1,6 +1,7 @@
 //! Training, architecture-neutral: schedules, RNG, metrics, the optimizer
 //! state and step over any [`Trainable`] model, and resumable checkpoints.
 
+pub mod bert_pretrain;
 pub mod finetune;
 pub mod metrics;
 pub mod rng;

@@ -1,0 +1,781 @@
+//! BERT pretraining (masked LM + next-sentence prediction) on the user's
+//! text: the data pipeline and the training loop behind
+//! `lmkit pretrain --arch bert`.
+//!
+//! Data: documents (text files split at form-feed lines, JSONL `text`) →
+//! sentences ([`split_sentences`]) → WordPiece ids. Every `1/val_fraction`-th
+//! document is held out for validation. Each epoch builds fresh NSP pairs
+//! from the training documents ([`build_nsp_pairs`], seeded by
+//! `(seed, epoch)`) and visits them in a fresh permutation; every pair gets
+//! a fresh MLM mask drawn from `(seed, epoch, pair)`. So the position
+//! `(epoch, cursor)` in the training state is all a resume needs. Batches are
+//! `[B, seq_len]`, right-padded. Validation pairs and masks are fixed.
+//!
+//! Loss = mean MLM loss + mean NSP loss (HF `BertForPreTraining`); metric
+//! rows carry `loss`, `mlm_loss`, `nsp_loss`, `nsp_accuracy`. Checkpoints are
+//! the train engine's (`checkpoints/step-N/` with an HF `BertForPreTraining`,
+//! the tokenizer, optimizer moments and the trainer state); the final model
+//! is written to OUTPUT.
+//!
+//! Shape legend: B batch, T sequence length.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::checkpoint::save_params;
+use crate::data::mlm::{MlmConfig, MlmMasker, IGNORE_INDEX};
+use crate::data::nsp::{build_nsp_pairs, read_documents, split_sentences, NspConfig, NspPair};
+use crate::data::DataPosition;
+use crate::model::bert::{Bert, BertBatch};
+use crate::model::bert_backward::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadStats};
+use crate::model::config::{AnyConfig, BertConfig, HfActivation};
+use crate::model::layout::bert_layout;
+use crate::model::names::Architecture;
+
+use super::finetune::{load_bert_as, FinetuneError, Result};
+use super::metrics::MetricsWriter;
+use super::rng::Rng;
+use super::state::{latest_checkpoint, load_train_state, save_checkpoint, TrainState};
+use super::trainer::{train_step, OptimConfig, OptimState, StepError};
+
+fn invalid(msg: impl Into<String>) -> FinetuneError {
+    FinetuneError::Invalid(msg.into())
+}
+
+/// Sub-stream tags of the pretraining RNGs.
+const PAIRS: u64 = 0x5041_4952; // "PAIR"
+const MASKS: u64 = 0x4d41_534b; // "MASK"
+const ORDER: u64 = 0x4f52_4452; // "ORDR"
+const VAL: u64 = 0x0056_414c; // "VAL"
+
+/// Size of a new model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BertDims {
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    /// Default 4 × hidden.
+    pub intermediate: Option<usize>,
+    pub max_positions: usize,
+}
+
+/// Run settings that a resume must keep (stored in the trainer state).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BertRunConfig {
+    pub seq_len: usize,
+    pub batch_size: usize,
+    pub grad_accum: usize,
+    pub seed: u64,
+    pub whole_word_masking: bool,
+    pub short_seq_prob: f64,
+    pub val_fraction: f64,
+    pub max_steps: u64,
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    pub save_every: u64,
+    pub keep: usize,
+    pub log_every: u64,
+}
+
+/// Everything `lmkit pretrain --arch bert` decides.
+#[derive(Debug, Clone)]
+pub struct BertPretrainOptions {
+    pub data: Vec<PathBuf>,
+    pub output: PathBuf,
+    /// WordPiece vocabulary folder (vocab.txt or tokenizer.json).
+    pub tokenizer: Option<PathBuf>,
+    /// Start from this BERT checkpoint (missing MLM/NSP heads are initialised).
+    pub init_from: Option<PathBuf>,
+    /// A new model of this size (when neither `init_from` nor `resume`).
+    pub dims: Option<BertDims>,
+    pub resume: bool,
+    pub run: BertRunConfig,
+    pub optim: OptimConfig,
+    pub decay_embeddings: bool,
+    /// Stop (with a checkpoint) after this many steps of this invocation.
+    pub stop_after: Option<u64>,
+}
+
+/// Progress reports.
+#[derive(Debug)]
+pub enum PretrainEvent<'a> {
+    Start {
+        message: String,
+        start_step: u64,
+        max_steps: u64,
+    },
+    Step {
+        row: &'a Map<String, Value>,
+    },
+    Eval {
+        row: &'a Map<String, Value>,
+    },
+    Saved {
+        path: &'a Path,
+    },
+    Note(String),
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PretrainSummary {
+    pub steps: u64,
+    pub final_loss: Option<f64>,
+    pub first_val_loss: Option<f64>,
+    pub last_val_loss: Option<f64>,
+    pub checkpoint: Option<PathBuf>,
+    pub interrupted: bool,
+}
+
+/// Tokenized documents (sentences of ids), split into training and validation.
+pub struct BertCorpus {
+    pub train: Vec<Vec<Vec<u32>>>,
+    pub val: Vec<Vec<Vec<u32>>>,
+    /// A fingerprint of the token stream (checked on resume).
+    pub fingerprint: String,
+}
+
+/// Reads, sentence-splits and tokenizes `paths`; holds out every
+/// `round(1/val_fraction)`-th document (none with fewer than 2 per side).
+pub fn prepare_corpus(
+    paths: &[PathBuf],
+    tok: &WordPieceTokenizer,
+    val_fraction: f64,
+) -> Result<BertCorpus> {
+    if !(0.0..=0.5).contains(&val_fraction) {
+        return Err(invalid(format!(
+            "validation fraction {val_fraction} is outside [0, 0.5]"
+        )));
+    }
+    // Sentences are tokenized alone: no padding, no truncation.
+    let mut tok = tok.clone();
+    tok.set_padding(None);
+    tok.set_truncation(None);
+    let tok = &tok;
+    let texts = read_documents(paths)?;
+    let docs: Vec<Vec<Vec<u32>>> = texts
+        .par_iter()
+        .map(|d| -> Result<Vec<Vec<u32>>> {
+            let mut sents = Vec::new();
+            for s in split_sentences(d) {
+                let ids = tok.encode(&s, false)?.ids;
+                if !ids.is_empty() {
+                    sents.push(ids);
+                }
+            }
+            Ok(sents)
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .filter(|d| !d.is_empty())
+        .collect();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for d in &docs {
+        for s in d {
+            for &id in s {
+                h = (h ^ id as u64).wrapping_mul(0x0100_0000_01b3);
+            }
+            h = (h ^ 0xffff_ffff).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let fingerprint = format!("{}:{h:016x}", docs.len());
+    let every = if val_fraction > 0.0 {
+        (1.0 / val_fraction).round().max(2.0) as usize
+    } else {
+        0
+    };
+    let (mut train, mut val) = (Vec::new(), Vec::new());
+    for (i, d) in docs.into_iter().enumerate() {
+        if every > 0 && i % every == every - 1 {
+            val.push(d);
+        } else {
+            train.push(d);
+        }
+    }
+    if val.len() < 2 || train.len() < 2 {
+        train.append(&mut val);
+    }
+    if train.len() < 2 {
+        return Err(invalid(format!(
+            "next-sentence prediction needs at least 2 documents, the data has {} \
+             (separate documents with a form-feed line, or use JSONL rows)",
+            train.len()
+        )));
+    }
+    Ok(BertCorpus {
+        train,
+        val,
+        fingerprint,
+    })
+}
+
+/// Builds `[B, T]` pretraining batches: `[CLS] A [SEP] B [SEP]`, token
+/// types, right padding, MLM labels and NSP labels.
+pub struct PairBatcher {
+    pub masker: MlmMasker,
+    pub cls: u32,
+    pub sep: u32,
+    pub pad: u32,
+    pub seq_len: usize,
+}
+
+impl PairBatcher {
+    pub fn new(tok: &WordPieceTokenizer, seq_len: usize, whole_word: bool) -> Result<PairBatcher> {
+        let mask = tok
+            .mask_id()
+            .ok_or_else(|| invalid("the tokenizer has no [MASK] token"))?;
+        let specials: Vec<u32> = (0..tok.vocab_size() as u32)
+            .filter(|&i| tok.is_special(i))
+            .collect();
+        let prefix = tok.options().continuing_subword_prefix.clone();
+        let masker = MlmMasker::new(
+            MlmConfig {
+                whole_word,
+                ..MlmConfig::default()
+            },
+            tok.vocab(),
+            &specials,
+            mask,
+            &prefix,
+        )?;
+        Ok(PairBatcher {
+            masker,
+            cls: tok.cls_id(),
+            sep: tok.sep_id(),
+            pad: tok.pad_id(),
+            seq_len,
+        })
+    }
+
+    /// Fills `out` with `pairs` (each masked with `rng_of(k)` for its index k).
+    pub fn fill(
+        &self,
+        pairs: &[&NspPair],
+        rng_of: &dyn Fn(usize) -> Rng,
+        out: &mut BertTrainBatch,
+    ) {
+        let (b, t) = (pairs.len(), self.seq_len);
+        let mut ids = vec![self.pad; b * t];
+        let mut types = vec![0u32; b * t];
+        let mut mask = vec![0u8; b * t];
+        let mut labels = vec![IGNORE_INDEX; b * t];
+        let mut nsp = Vec::with_capacity(b);
+        for (r, p) in pairs.iter().enumerate() {
+            let (mut pid, ptype) = p.to_input(self.cls, self.sep);
+            let n = pid.len().min(t);
+            let mut lab = vec![IGNORE_INDEX; pid.len()];
+            self.masker.mask(&mut pid, &mut lab, &mut rng_of(r));
+            ids[r * t..r * t + n].copy_from_slice(&pid[..n]);
+            types[r * t..r * t + n].copy_from_slice(&ptype[..n]);
+            mask[r * t..r * t + n].fill(1);
+            labels[r * t..r * t + n].copy_from_slice(&lab[..n]);
+            nsp.push(i32::from(p.is_random_next));
+        }
+        // B·T arrays by construction.
+        out.batch = BertBatch::new(b, t, ids, types, mask).expect("B·T arrays");
+        out.targets = BertTargets {
+            mlm_labels: Some(labels),
+            nsp_labels: Some(nsp),
+            ..Default::default()
+        };
+    }
+}
+
+/// The pairs and visiting order of one epoch.
+struct Epoch {
+    epoch: u64,
+    pairs: Vec<NspPair>,
+    order: Vec<u32>,
+}
+
+fn epoch_plan(corpus: &BertCorpus, run: &BertRunConfig, epoch: u64) -> Result<Epoch> {
+    let mut cfg = NspConfig::new(run.seq_len);
+    cfg.short_seq_prob = run.short_seq_prob;
+    let pairs = build_nsp_pairs(
+        &corpus.train,
+        &cfg,
+        &mut Rng::derive(run.seed ^ PAIRS, epoch),
+    )?;
+    if pairs.len() < run.batch_size {
+        return Err(invalid(format!(
+            "the data makes {} sequence pairs, fewer than one batch of {}",
+            pairs.len(),
+            run.batch_size
+        )));
+    }
+    let mut order: Vec<u32> = (0..pairs.len() as u32).collect();
+    Rng::derive(run.seed ^ ORDER, epoch).shuffle(&mut order);
+    Ok(Epoch {
+        epoch,
+        pairs,
+        order,
+    })
+}
+
+fn mask_rng(seed: u64, epoch: u64, pair: u32) -> Rng {
+    Rng::derive(seed ^ MASKS, (epoch << 32) | pair as u64)
+}
+
+/// A BERT config for a new model.
+pub fn new_bert_config(dims: &BertDims, vocab_size: usize, pad_id: u32) -> Result<BertConfig> {
+    let cfg = BertConfig {
+        vocab_size,
+        hidden_size: dims.hidden,
+        num_hidden_layers: dims.layers,
+        num_attention_heads: dims.heads,
+        intermediate_size: dims.intermediate.unwrap_or(4 * dims.hidden),
+        hidden_act: HfActivation::Gelu,
+        hidden_dropout_prob: 0.0,
+        attention_probs_dropout_prob: 0.0,
+        max_position_embeddings: dims.max_positions,
+        pad_token_id: Some(pad_id),
+        architectures: vec!["BertForPreTraining".into()],
+        ..BertConfig::default()
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn stats_row(prefix: &str, st: &HeadStats) -> Map<String, Value> {
+    let acc = if st.nsp.count > 0 {
+        st.nsp_correct as f64 / st.nsp.count as f64
+    } else {
+        0.0
+    };
+    json!({
+        format!("{prefix}loss"): st.mlm.mean() + st.nsp.mean(),
+        format!("{prefix}mlm_loss"): st.mlm.mean(),
+        format!("{prefix}nsp_loss"): st.nsp.mean(),
+        format!("{prefix}nsp_accuracy"): acc,
+    })
+    .as_object()
+    .cloned()
+    .expect("object")
+}
+
+fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer> {
+    let mut tok = WordPieceTokenizer::from_dir(dir).map_err(|e| {
+        invalid(format!(
+            "loading a WordPiece tokenizer from {}: {e} (--arch bert needs vocab.txt or a WordPiece tokenizer.json)",
+            dir.display()
+        ))
+    })?;
+    tok.set_padding(None);
+    tok.set_truncation(None);
+    Ok(tok)
+}
+
+/// The whole run (or its continuation with `resume`).
+pub fn run_bert_pretraining(
+    o: &BertPretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+    should_stop: &dyn Fn() -> bool,
+) -> Result<PretrainSummary> {
+    let out = &o.output;
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| FinetuneError::Io { path: p, source }
+    };
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let ckpt_root = out.join("checkpoints");
+    let latest = latest_checkpoint(&ckpt_root).map_err(|e| invalid(e.to_string()))?;
+    let run = o.run.clone();
+    if run.seq_len < 8 || run.batch_size == 0 || run.grad_accum == 0 || run.max_steps == 0 {
+        return Err(invalid(
+            "--seq-len (≥ 8), --batch-size, --grad-accum and --max-steps must be positive",
+        ));
+    }
+
+    // Model, tokenizer and state.
+    let (tok, model, resumed) = if o.resume {
+        let dir = latest.ok_or_else(|| {
+            invalid(format!(
+                "--resume: no checkpoint in {} to resume from",
+                ckpt_root.display()
+            ))
+        })?;
+        let (state, opt) = load_train_state(&dir).map_err(|e| invalid(e.to_string()))?;
+        if state.extra.get("arch").and_then(Value::as_str) != Some("bert") {
+            return Err(invalid(format!(
+                "{}: this checkpoint is not from `pretrain --arch bert`",
+                dir.display()
+            )));
+        }
+        let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
+            .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
+        for (name, given, had) in [
+            ("seq-len", run.seq_len as u64, saved.seq_len as u64),
+            ("batch-size", run.batch_size as u64, saved.batch_size as u64),
+            ("grad-accum", run.grad_accum as u64, saved.grad_accum as u64),
+            ("seed", run.seed, saved.seed),
+        ] {
+            if given != had {
+                return Err(invalid(format!(
+                    "--{name} {given} differs from the checkpoint's {had}; an exact resume needs the same value"
+                )));
+            }
+        }
+        if run.whole_word_masking != saved.whole_word_masking
+            || run.val_fraction != saved.val_fraction
+            || run.short_seq_prob != saved.short_seq_prob
+        {
+            return Err(invalid(
+                "--whole-word-masking / --val-fraction differ from the checkpoint's; an exact resume needs the same data pipeline",
+            ));
+        }
+        let tok = load_tokenizer(&dir)?;
+        let model = Bert::from_dir(&dir)?;
+        if model.architecture != Some(Architecture::BertForPreTraining) {
+            return Err(invalid(format!(
+                "{}: expected a BertForPreTraining checkpoint",
+                dir.display()
+            )));
+        }
+        (tok, model, Some((state, opt)))
+    } else {
+        if let Some(d) = latest {
+            return Err(invalid(format!(
+                "{} already holds a checkpoint ({}); pass --resume to continue it or choose another --output",
+                out.display(),
+                d.display()
+            )));
+        }
+        let tok_dir = o
+            .tokenizer
+            .clone()
+            .or_else(|| o.init_from.clone())
+            .ok_or_else(|| invalid("--tokenizer DIR (a WordPiece vocabulary) is required"))?;
+        let tok = load_tokenizer(&tok_dir)?;
+        let model = match (&o.init_from, &o.dims) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "--init-from takes the model size from the checkpoint; drop --preset/--n-*",
+                ))
+            }
+            (Some(dir), None) => {
+                let AnyConfig::Bert(mut cfg) = AnyConfig::from_file(dir.join("config.json"))?
+                else {
+                    return Err(invalid(format!(
+                        "--arch bert --init-from {}: not a BERT checkpoint",
+                        dir.display()
+                    )));
+                };
+                if cfg.hidden_dropout_prob != 0.0 || cfg.attention_probs_dropout_prob != 0.0 {
+                    on_event(PretrainEvent::Note(
+                        "note: lmkit trains without dropout; the saved config will say 0".into(),
+                    ));
+                    cfg.hidden_dropout_prob = 0.0;
+                    cfg.attention_probs_dropout_prob = 0.0;
+                }
+                load_bert_as(dir, cfg, Architecture::BertForPreTraining, run.seed)?.0
+            }
+            (None, Some(d)) => {
+                let cfg = new_bert_config(d, tok.vocab_size(), tok.pad_id())?;
+                let heads = Architecture::BertForPreTraining.bert_heads();
+                let layout = bert_layout(&cfg, heads)?;
+                let mut params = layout.zeros();
+                hf_init(
+                    &layout,
+                    &mut params,
+                    cfg.initializer_range,
+                    cfg.pad_token_id,
+                    &mut Rng::new(run.seed),
+                    &|_| true,
+                );
+                Bert::from_parts(
+                    cfg,
+                    heads,
+                    layout,
+                    params,
+                    Some(Architecture::BertForPreTraining),
+                )?
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "give --preset NAME, or --n-layer/--n-embd/--n-head, or --init-from DIR",
+                ))
+            }
+        };
+        (tok, model, None)
+    };
+    let cfg = model.config.clone();
+    if tok.vocab_size() > cfg.vocab_size {
+        return Err(invalid(format!(
+            "the tokenizer has {} tokens but the model's vocabulary is {}",
+            tok.vocab_size(),
+            cfg.vocab_size
+        )));
+    }
+    if run.seq_len > cfg.max_position_embeddings {
+        return Err(invalid(format!(
+            "--seq-len {} exceeds the model's max_position_embeddings {}",
+            run.seq_len, cfg.max_position_embeddings
+        )));
+    }
+
+    // Data.
+    if o.data.is_empty() {
+        return Err(invalid("--data FILE... is required"));
+    }
+    let corpus = prepare_corpus(&o.data, &tok, run.val_fraction)?;
+    let batcher = PairBatcher::new(&tok, run.seq_len, run.whole_word_masking)?;
+    let val_pairs: Vec<NspPair> = if corpus.val.len() >= 2 {
+        let mut c = NspConfig::new(run.seq_len);
+        c.short_seq_prob = run.short_seq_prob;
+        build_nsp_pairs(&corpus.val, &c, &mut Rng::derive(run.seed ^ VAL, 0))?
+    } else {
+        on_event(PretrainEvent::Note(
+            "note: no validation split (too few documents or --val-fraction 0)".into(),
+        ));
+        Vec::new()
+    };
+
+    let mut trainer = BertTrainer::new(model)?;
+    if o.decay_embeddings {
+        for n in [
+            "embeddings.word_embeddings.weight",
+            "embeddings.position_embeddings.weight",
+            "embeddings.token_type_embeddings.weight",
+        ] {
+            trainer.model.layout.set_decay(n, true)?;
+        }
+    }
+    let num_params = trainer.num_params();
+    let (mut state, mut opt) = match resumed {
+        Some((mut state, opt)) => {
+            if state.num_params != num_params {
+                return Err(invalid(
+                    "the checkpoint's optimizer state does not match the model's size",
+                ));
+            }
+            if state.extra["data"].as_str() != Some(corpus.fingerprint.as_str()) {
+                return Err(invalid(
+                    "the data differs from the checkpoint's (pass the same --data to resume exactly)",
+                ));
+            }
+            state.optim = o.optim;
+            (state, opt)
+        }
+        None => (
+            TrainState::new(run.seed, o.optim, run.batch_size, run.seq_len, num_params),
+            OptimState::new(num_params),
+        ),
+    };
+    state.extra = json!({"arch": "bert", "run": run, "data": corpus.fingerprint});
+    let start_step = state.step;
+    if start_step >= run.max_steps {
+        return Err(invalid(format!(
+            "the checkpoint is at step {start_step}, already at --max-steps {}; raise --max-steps",
+            run.max_steps
+        )));
+    }
+    let metrics_path = out.join("metrics.jsonl");
+    let mut metrics = MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+        .map_err(io(&metrics_path))?;
+    let mut write = |row: &Map<String, Value>| metrics.write(row).map_err(io(&metrics_path));
+    on_event(PretrainEvent::Start {
+        message: format!(
+            "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
+             {} x {} tokens x {} accum per step, {} steps{}",
+            cfg.num_hidden_layers,
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.vocab_size,
+            num_params as f64 / 1e6,
+            corpus.train.len(),
+            corpus.val.len(),
+            val_pairs.len(),
+            run.batch_size,
+            run.seq_len,
+            run.grad_accum,
+            run.max_steps,
+            if run.whole_word_masking { ", whole-word masking" } else { "" }
+        ),
+        start_step,
+        max_steps: run.max_steps,
+    });
+
+    let tokw = &tok;
+    let write_model =
+        |dir: &Path, m: &Bert| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            save_params(
+                &m.layout,
+                &m.params,
+                &m.config,
+                dir,
+                Architecture::BertForPreTraining,
+            )?;
+            tokw.save(dir)?;
+            Ok(())
+        };
+    let mut summary = PretrainSummary {
+        steps: start_step,
+        ..Default::default()
+    };
+    let eval_every = run.eval_every;
+    let evaluate = |tr: &mut BertTrainer,
+                    step: u64,
+                    summary: &mut PretrainSummary|
+     -> Result<Option<Map<String, Value>>> {
+        if val_pairs.is_empty() {
+            return Ok(None);
+        }
+        let n = (run.eval_batches * run.batch_size).min(val_pairs.len());
+        let mut total = HeadStats::default();
+        let mut tb = BertTrainBatch::default();
+        for (ci, chunk) in (0..n)
+            .collect::<Vec<_>>()
+            .chunks(run.batch_size)
+            .enumerate()
+        {
+            let refs: Vec<&NspPair> = chunk.iter().map(|&i| &val_pairs[i]).collect();
+            let base = ci * run.batch_size;
+            batcher.fill(
+                &refs,
+                &|k| mask_rng(run.seed ^ VAL, 0, (base + k) as u32),
+                &mut tb,
+            );
+            total.add(&tr.evaluate_batch(&tb)?);
+        }
+        let mut row = stats_row("val_", &total);
+        row.insert("step".into(), json!(step));
+        let v = row["val_loss"].as_f64().unwrap_or(f64::NAN);
+        summary.first_val_loss.get_or_insert(v);
+        summary.last_val_loss = Some(v);
+        Ok(Some(row))
+    };
+    if start_step == 0 {
+        if let Some(row) = evaluate(&mut trainer, 0, &mut summary)? {
+            write(&row)?;
+            on_event(PretrainEvent::Eval { row: &row });
+        }
+    }
+
+    let optim = o.optim;
+    let mut pos = state.data;
+    let mut plan = epoch_plan(&corpus, &run, pos.epoch)?;
+    let mut tb = BertTrainBatch::default();
+    let run_start = Instant::now();
+    let elapsed0 = state.elapsed_s;
+    let mut steps_this_run = 0u64;
+    while state.step < run.max_steps {
+        let t0 = Instant::now();
+        let mut plan_err: Option<FinetuneError> = None;
+        let stats = {
+            let mut next = |bt: &mut BertTrainBatch| {
+                let b = run.batch_size;
+                if (pos.cursor as usize + b) > plan.order.len() {
+                    pos = DataPosition {
+                        epoch: pos.epoch + 1,
+                        cursor: 0,
+                    };
+                    match epoch_plan(&corpus, &run, pos.epoch) {
+                        Ok(p) => plan = p,
+                        Err(e) => plan_err = Some(e),
+                    }
+                }
+                let c = pos.cursor as usize;
+                let idx = &plan.order[c..c + b];
+                let refs: Vec<&NspPair> = idx.iter().map(|&i| &plan.pairs[i as usize]).collect();
+                let (seed, epoch) = (run.seed, plan.epoch);
+                batcher.fill(&refs, &|k| mask_rng(seed, epoch, idx[k]), bt);
+                pos.cursor += b as u64;
+            };
+            train_step(&mut trainer, &mut opt, &optim, &mut tb, &mut next)
+        };
+        if let Some(e) = plan_err {
+            return Err(e);
+        }
+        let stats = match stats {
+            Ok(s) => s,
+            Err(e @ StepError::NonFinite { .. }) => {
+                let last = latest_checkpoint(&ckpt_root).ok().flatten();
+                return Err(invalid(format!(
+                    "{e}; training stopped. The last good checkpoint is {} (try a lower --lr or --grad-clip)",
+                    last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
+                )));
+            }
+        };
+        let heads = trainer.take_stats();
+        let dt = t0.elapsed().as_secs_f64();
+        state.step = stats.step;
+        state.data = pos;
+        state.tokens_seen += stats.tokens as u64;
+        state.elapsed_s = elapsed0 + run_start.elapsed().as_secs_f64();
+        steps_this_run += 1;
+        summary.steps = state.step;
+        summary.final_loss = Some(stats.loss);
+        let last = state.step == run.max_steps;
+        if state.step % run.log_every.max(1) == 0 || last {
+            let mut row = stats_row("", &heads);
+            // The loss that was optimised (mean over micro-batches).
+            row.insert("loss".into(), json!(stats.loss));
+            for (k, v) in [
+                ("step", json!(stats.step)),
+                ("lr", json!(stats.lr)),
+                ("grad_norm", json!(stats.grad_norm)),
+                ("tokens_per_s", json!(stats.tokens as f64 / dt.max(1e-9))),
+                ("tokens", json!(state.tokens_seen)),
+                ("elapsed_s", json!(state.elapsed_s)),
+                ("epoch", json!(pos.epoch)),
+            ] {
+                row.insert(k.into(), v);
+            }
+            write(&row)?;
+            on_event(PretrainEvent::Step { row: &row });
+        }
+        if eval_every > 0 && state.step % eval_every == 0 || last {
+            if let Some(row) = evaluate(&mut trainer, state.step, &mut summary)? {
+                write(&row)?;
+                on_event(PretrainEvent::Eval { row: &row });
+            }
+        }
+        let interrupted = should_stop();
+        let stop_after = o.stop_after.is_some_and(|n| steps_this_run >= n);
+        let periodic = run.save_every > 0 && state.step % run.save_every == 0;
+        if periodic || last || interrupted || stop_after {
+            let mut w = |dir: &Path| write_model(dir, &trainer.model);
+            let dir = save_checkpoint(&ckpt_root, &state, &opt, &mut w, run.keep).map_err(|e| {
+                invalid(format!(
+                    "saving a checkpoint (the previous checkpoint is intact): {e}"
+                ))
+            })?;
+            on_event(PretrainEvent::Saved { path: &dir });
+            summary.checkpoint = Some(dir);
+        }
+        if interrupted || stop_after {
+            summary.interrupted = true;
+            return Ok(summary);
+        }
+    }
+    write_model(out, &trainer.model)
+        .map_err(|e| invalid(format!("writing the final model to {}: {e}", out.display())))?;
+    Ok(summary)
+}
+
+/// The same pairs and masks a run would train on at `epoch`, for inspection
+/// and tests: `(pair, masked ids, labels, token types)` of the first `n`
+/// pairs in visiting order.
+pub fn preview_epoch(
+    corpus: &BertCorpus,
+    tok: &WordPieceTokenizer,
+    run: &BertRunConfig,
+    epoch: u64,
+    n: usize,
+) -> Result<Vec<(NspPair, BertTrainBatch)>> {
+    let plan = epoch_plan(corpus, run, epoch)?;
+    let batcher = PairBatcher::new(tok, run.seq_len, run.whole_word_masking)?;
+    let mut out = Vec::new();
+    for &i in plan.order.iter().take(n) {
+        let p = &plan.pairs[i as usize];
+        let mut tb = BertTrainBatch::default();
+        batcher.fill(&[p], &|_| mask_rng(run.seed, epoch, i), &mut tb);
+        out.push((p.clone(), tb));
+    }
+    Ok(out)
+}
