@@ -159,7 +159,15 @@ fn lm_finetuning_lowers_held_out_loss() {
         .expect("assets/books/corpus.txt is missing: run scripts/fetch-assets.sh first");
     let docs: Vec<&str> = corpus.split("\n\u{c}\n").collect();
     let (train, eval) = (dir.join("train.txt"), dir.join("eval.txt"));
-    std::fs::write(&train, docs[10..13].join("\n\u{c}\n")).unwrap();
+    // Enough training text for several batches per epoch, whatever the books' page sizes.
+    let mut train_docs = Vec::new();
+    for doc in &docs[1..40] {
+        if train_docs.iter().map(|d: &&str| d.len()).sum::<usize>() >= 6_000 {
+            break;
+        }
+        train_docs.push(*doc);
+    }
+    std::fs::write(&train, train_docs.join("\n\u{c}\n")).unwrap();
     std::fs::write(&eval, docs[40]).unwrap();
     let out = dir.join("out");
     let opts = FinetuneOptions {
