@@ -252,3 +252,65 @@ fn init_from_a_bare_model_adds_heads_and_resume_rejects_changes() {
     assert!(err.contains("not a BERT checkpoint"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A model with the tiny fixture's exact config writes exactly the tensors
+/// (names and shapes) HF's `BertForPreTraining.save_pretrained` wrote.
+#[test]
+fn pretraining_checkpoint_has_hf_keys() {
+    let dir = tmpdir("keys");
+    let fx = root().join("tests/fixtures/bert-tiny-pretraining");
+    let docs: Vec<String> = (0..10)
+        .map(|d| {
+            (0..6)
+                .map(|k| {
+                    format!(
+                        "the {} saw a {} .",
+                        ["man", "king", "dog"][(d + k) % 3],
+                        ["house", "tree"][k % 2]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let data = dir.join("docs.txt");
+    std::fs::write(&data, docs.join("\n\u{c}\n")).unwrap();
+    let mut o = options(&dir.join("out"), data, 2);
+    o.tokenizer = Some(fx.clone());
+    o.dims = Some(BertDims {
+        layers: 2,
+        hidden: 32,
+        heads: 4,
+        intermediate: Some(64),
+        max_positions: 32,
+    });
+    o.run.seq_len = 32;
+    o.run.val_fraction = 0.0;
+    run_bert_pretraining(&o, &mut |_| {}, &|| false).unwrap();
+    let bytes = std::fs::read(dir.join("out/model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let got: std::collections::BTreeMap<String, Vec<usize>> = st
+        .tensors()
+        .into_iter()
+        .map(|(k, t)| (k, t.shape().to_vec()))
+        .collect();
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.join("reference.json")).unwrap()).unwrap();
+    let want: std::collections::BTreeMap<String, Vec<usize>> = j["checkpoint_keys"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as usize)
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -24,6 +24,38 @@ fn fixture(case: &str) -> PathBuf {
     root().join("tests/fixtures").join(case)
 }
 
+/// `{key: shape}` of a safetensors file.
+fn keys_of(path: &Path) -> std::collections::BTreeMap<String, Vec<usize>> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(k, t)| (k, t.shape().to_vec()))
+        .collect()
+}
+
+/// `checkpoint_keys` of a fixture: what HF's `save_pretrained` wrote.
+fn hf_keys(case: &str) -> std::collections::BTreeMap<String, Vec<usize>> {
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture(case).join("reference.json")).unwrap(),
+    )
+    .unwrap();
+    j["checkpoint_keys"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            let shape = v
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect();
+            (k.clone(), shape)
+        })
+        .collect()
+}
+
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lmkit-ft-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -120,6 +152,12 @@ fn tiny_classifier_learns_and_saves_an_hf_checkpoint() {
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["label2id"]["place"], 1);
     assert!(out.join("vocab.txt").exists());
+    // The same tensor names as HF's BertForSequenceClassification (the
+    // fixture has 3 labels, this model 2).
+    let mut want = hf_keys("bert-tiny-classify");
+    want.insert("classifier.weight".into(), vec![2, 32]);
+    want.insert("classifier.bias".into(), vec![2]);
+    assert_eq!(keys_of(&out.join("model.safetensors")), want);
     // Predictions through the inference pipeline agree with the eval accuracy.
     let p = lmkit::tasks::BertPipeline::from_dir(&out).unwrap();
     let r = p
@@ -248,6 +286,10 @@ fn tiny_qa_trains_and_answers() {
     let m = Bert::from_dir(&out).unwrap();
     assert_eq!(m.architecture, Some(Architecture::BertForQuestionAnswering));
     assert!(m.heads.qa && !m.heads.pooler);
+    assert_eq!(
+        keys_of(&out.join("model.safetensors")),
+        hf_keys("bert-tiny-qa")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1,0 +1,594 @@
+//! `lmkit finetune`, `lmkit eval` and `lmkit pretrain --arch bert` end to
+//! end on tiny models: outputs that `lmkit classify` / `qa` load, metrics
+//! that `lmkit eval` reproduces, and clear errors on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lmkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lmkit"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .expect("run lmkit")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = lmkit(args);
+    assert!(
+        o.status.success(),
+        "lmkit {args:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = lmkit(args);
+    assert!(!o.status.success(), "lmkit {args:?} should fail");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(case: &str) -> String {
+    root()
+        .join("tests/fixtures")
+        .join(case)
+        .display()
+        .to_string()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lmkit-ftcli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Animal vs place sentences over the tiny fixture vocabulary.
+fn rows(n: usize, offset: usize) -> String {
+    let animals = ["dog", "cat", "bird"];
+    let places = ["paris", "france", "london", "england"];
+    let filler = ["the", "a", "was", "very", "old", "big"];
+    (0..n)
+        .map(|i| {
+            let j = i + offset;
+            let (w, label) = if i % 2 == 0 {
+                (animals[j % 3], "animal")
+            } else {
+                (places[j % 4], "place")
+            };
+            // Fillers depend on the pair index only, so both labels see them all.
+            format!(
+                "{{\"text\": \"{} {w} {} {w}\", \"label\": \"{label}\"}}\n",
+                filler[(j / 2) % 6],
+                filler[(j / 12) % 6]
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn finetune_classify_then_eval_and_classify() {
+    let dir = tmpdir("cls");
+    let (train, eval, out) = (
+        dir.join("train.jsonl"),
+        dir.join("eval.jsonl"),
+        dir.join("out"),
+    );
+    std::fs::write(&train, rows(48, 0)).unwrap();
+    std::fs::write(&eval, rows(24, 7)).unwrap();
+    let summary = ok(&[
+        "finetune",
+        "--task",
+        "classify",
+        "--model",
+        &fixture("bert-tiny-bare"),
+        "--train",
+        &s(&train),
+        "--eval",
+        &s(&eval),
+        "--output",
+        &s(&out),
+        "--epochs",
+        "5",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--max-seq-len",
+        "16",
+        "--json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
+    assert_eq!(j["steps"], 30);
+    let acc = j["eval"]["eval_accuracy"].as_f64().unwrap();
+    assert!(acc >= 0.9, "{summary}");
+    // lmkit eval reproduces the last epoch's metrics from the saved checkpoint.
+    let preds = dir.join("preds.jsonl");
+    let e = ok(&[
+        "eval",
+        "--task",
+        "classify",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&eval),
+        "--json",
+        "--max-seq-len",
+        "16",
+        "--predictions",
+        &s(&preds),
+    ]);
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(e["accuracy"].as_f64().unwrap(), acc);
+    assert_eq!(e["f1"], j["eval"]["eval_f1"]);
+    assert_eq!(std::fs::read_to_string(&preds).unwrap().lines().count(), 24);
+    // lmkit classify loads it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lmkit"))
+        .args(["classify", "--model", &s(&out)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"was cat old cat\nvery london the london\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    let labels: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(labels, ["animal", "place"], "{text}");
+
+    // Bad input: unknown label at eval, malformed row, wrong architecture.
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"text\": \"the dog\", \"label\": \"animal\"}\n{\"text\": \"x\", \"label\": \"plant\"}\n",
+    )
+    .unwrap();
+    let err = fails(&[
+        "eval",
+        "--task",
+        "classify",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&bad),
+    ]);
+    assert!(
+        err.contains("bad.jsonl:2: unknown label \"plant\""),
+        "{err}"
+    );
+    std::fs::write(
+        &bad,
+        "{\"text\": \"the dog\", \"label\": \"animal\"}\n{\"text\": \"x\" \"label\": 1}\n",
+    )
+    .unwrap();
+    let err = fails(&[
+        "eval",
+        "--task",
+        "classify",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&bad),
+    ]);
+    assert!(err.contains("bad.jsonl:2: invalid JSON"), "{err}");
+    let err = fails(&[
+        "eval",
+        "--task",
+        "classify",
+        "--model",
+        &fixture("bert-tiny-bare"),
+        "--data",
+        &s(&eval),
+    ]);
+    assert!(err.contains("no sequence-classification head"), "{err}");
+    let err = fails(&[
+        "eval",
+        "--task",
+        "lambada",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&eval),
+    ]);
+    assert!(
+        err.contains("needs a GPT-2 model") && err.contains("BERT"),
+        "{err}"
+    );
+    let err = fails(&[
+        "finetune",
+        "--task",
+        "classify",
+        "--model",
+        &fixture("gpt2-tiny"),
+        "--train",
+        &s(&train),
+        "--output",
+        &s(&dir.join("o2")),
+    ]);
+    assert!(err.contains("needs a BERT checkpoint"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn finetune_qa_then_eval_squad_and_qa() {
+    let dir = tmpdir("qa");
+    let subjects = ["the old man", "a woman", "the king", "the child"];
+    let objects = ["the river", "a house", "the sea", "a tree"];
+    let mut paras = Vec::new();
+    for i in 0..32 {
+        let (sub, obj) = (subjects[i % 4], objects[(i / 4) % 4]);
+        let ctx = format!("it was a long day . {sub} saw {obj} .");
+        let start = ctx.find(sub).unwrap();
+        paras.push(format!(
+            "{{\"context\": \"{ctx}\", \"qas\": [{{\"id\": \"q{i}\", \"question\": \"who saw {obj}\", \"answers\": [{{\"text\": \"{sub}\", \"answer_start\": {start}}}]}}]}}"
+        ));
+    }
+    let squad = format!(
+        "{{\"version\": \"1.1\", \"data\": [{{\"title\": \"t\", \"paragraphs\": [{}]}}]}}",
+        paras.join(",")
+    );
+    let data = dir.join("squad.json");
+    std::fs::write(&data, squad).unwrap();
+    let out = dir.join("out");
+    let summary = ok(&[
+        "finetune",
+        "--task",
+        "qa",
+        "--model",
+        &fixture("bert-tiny-pretraining"),
+        "--train",
+        &s(&data),
+        "--eval",
+        &s(&data),
+        "--output",
+        &s(&out),
+        "--epochs",
+        "6",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--max-seq-len",
+        "32",
+        "--doc-stride",
+        "8",
+        "--json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
+    let f1 = j["eval"]["f1"].as_f64().unwrap();
+    assert!(f1 > 80.0, "{summary}");
+    let e = ok(&[
+        "eval",
+        "--task",
+        "squad",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&data),
+        "--json",
+        "--max-seq-len",
+        "32",
+        "--doc-stride",
+        "8",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(e["f1"].as_f64().unwrap(), f1);
+    assert_eq!(e["count"], 32);
+    let ctx = dir.join("ctx.txt");
+    std::fs::write(&ctx, "it was a long day . the king saw a tree .").unwrap();
+    let a = ok(&[
+        "qa",
+        "--model",
+        &s(&out),
+        "--question",
+        "who saw a tree",
+        "--context",
+        &s(&ctx),
+    ]);
+    assert_eq!(a.trim(), "the king");
+    // Malformed SQuAD: the entry is named.
+    std::fs::write(&data, "{\"data\": [{\"paragraphs\": [{\"context\": \"x\", \"qas\": [{\"id\": \"z\", \"answers\": []}]}]}]}").unwrap();
+    let err = fails(&[
+        "eval",
+        "--task",
+        "squad",
+        "--model",
+        &s(&out),
+        "--data",
+        &s(&data),
+    ]);
+    assert!(
+        err.contains("data[0].paragraphs[0].qas[0] (id \"z\"): missing field `question`"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tiny GPT-2 over bytes (vocab.json of the 256 byte symbols + <|endoftext|>, no merges).
+fn byte_gpt2(dir: &Path) -> PathBuf {
+    let tok = dir.join("tok");
+    std::fs::create_dir_all(&tok).unwrap();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut vocab = serde_json::Map::new();
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        vocab.insert(char::from_u32(c).unwrap().to_string(), (b as u64).into());
+    }
+    vocab.insert("<|endoftext|>".into(), 256u64.into());
+    std::fs::write(
+        tok.join("vocab.json"),
+        serde_json::to_string(&vocab).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
+    let text: String = (0..300)
+        .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog.\n"))
+        .collect();
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, text).unwrap();
+    let out = dir.join("gpt2");
+    ok(&[
+        "pretrain",
+        "--tokenizer",
+        &s(&tok),
+        "--data",
+        &s(&corpus),
+        "--output",
+        &s(&out),
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--n-head",
+        "2",
+        "--seq-len",
+        "64",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "20",
+        "--lr",
+        "3e-3",
+        "--eval-every",
+        "0",
+        "--sample-every",
+        "0",
+    ]);
+    out
+}
+
+#[test]
+fn gpt2_eval_tasks_and_lm_finetuning() {
+    let dir = tmpdir("gpt2");
+    let model = byte_gpt2(&dir);
+    let lam = dir.join("lambada.jsonl");
+    std::fs::write(
+        &lam,
+        "{\"text\": \"the quick brown fox jumps over the lazy dog\"}\n{\"text\": \"Line 7: the quick brown fox\"}\n",
+    )
+    .unwrap();
+    let e = ok(&[
+        "eval",
+        "--task",
+        "lambada",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&lam),
+        "--json",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(e["count"], 2);
+    assert!(e["perplexity"].as_f64().unwrap() > 1.0);
+    let sum = dir.join("sum.jsonl");
+    std::fs::write(&sum, "{\"article\": \"the quick brown fox jumps over the lazy dog.\", \"summary\": \"a fox jumps.\"}\n").unwrap();
+    let e = ok(&[
+        "eval",
+        "--task",
+        "summarize",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&sum),
+        "--json",
+        "--greedy",
+        "--max-new-tokens",
+        "12",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(e["decoding"], "greedy");
+    assert!(e["rouge1"].as_f64().unwrap() >= 0.0 && e.get("rougeL").is_some());
+    let text = dir.join("held.txt");
+    std::fs::write(
+        &text,
+        "Line 9000: the quick brown fox jumps over the lazy dog.\nLine 9001: the quick brown fox jumps over the lazy dog.\n",
+    )
+    .unwrap();
+    let p = ok(&[
+        "eval",
+        "--task",
+        "perplexity",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&text),
+        "--json",
+    ]);
+    let p: serde_json::Value = serde_json::from_str(p.trim()).unwrap();
+    assert!(p["perplexity"].as_f64().unwrap() < 257.0, "{p}");
+    // LM fine-tuning writes a GPT2LMHeadModel that `lmkit generate` loads.
+    let out = dir.join("ft");
+    ok(&[
+        "finetune",
+        "--task",
+        "lm",
+        "--model",
+        &s(&model),
+        "--train",
+        &s(&dir.join("corpus.txt")),
+        "--eval",
+        &s(&text),
+        "--output",
+        &s(&out),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-seq-len",
+        "64",
+        "--max-steps",
+        "5",
+        "--lr",
+        "1e-3",
+    ]);
+    let g = ok(&[
+        "generate",
+        "--model",
+        &s(&out),
+        "--prompt",
+        "Line",
+        "--max-new-tokens",
+        "5",
+        "--greedy",
+    ]);
+    assert!(!g.is_empty());
+    let err = fails(&[
+        "eval",
+        "--task",
+        "squad",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&lam),
+    ]);
+    assert!(err.contains("needs a BERT QA model"), "{err}");
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"text\": \"ok then fine\"}\n{\"txt\": \"oops\"}\n").unwrap();
+    let err = fails(&[
+        "eval",
+        "--task",
+        "lambada",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&bad),
+    ]);
+    assert!(err.contains("bad.jsonl:2: missing field `text`"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn pretrain_bert_cli() {
+    let dir = tmpdir("bert");
+    let vocab = root().join("tests/fixtures/bert-tiny-bare");
+    let docs: Vec<String> = (0..12)
+        .map(|d| {
+            (0..8)
+                .map(|k| {
+                    format!(
+                        "the {} saw the {} by the river .",
+                        ["man", "king", "dog", "cat"][(d + k) % 4],
+                        ["house", "tree", "sea"][k % 3]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let data = dir.join("docs.txt");
+    std::fs::write(&data, docs.join("\n\u{c}\n")).unwrap();
+    let out = dir.join("out");
+    let args = [
+        "pretrain",
+        "--arch",
+        "bert",
+        "--tokenizer",
+        &s(&vocab),
+        "--data",
+        &s(&data),
+        "--output",
+        &s(&out),
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--n-head",
+        "2",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "6",
+        "--eval-every",
+        "3",
+        "--val-fraction",
+        "0.2",
+        "--whole-word-masking",
+    ];
+    ok(&args);
+    let cfg = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(cfg.contains("BertForPreTraining"), "{cfg}");
+    let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert!(
+        m.contains("\"mlm_loss\"")
+            && m.contains("\"nsp_accuracy\"")
+            && m.contains("\"val_nsp_loss\"")
+    );
+    let err = fails(&[
+        "pretrain",
+        "--arch",
+        "bert",
+        "--tokenizer",
+        &s(&vocab),
+        "--data",
+        &s(&data),
+        "--output",
+        &s(&dir.join("o2")),
+        "--preset",
+        "tiny",
+        "--sample-every",
+        "5",
+    ]);
+    assert!(err.contains("GPT-2 only"), "{err}");
+    let err = fails(&[
+        "pretrain",
+        "--arch",
+        "bert",
+        "--tokenizer",
+        &root().join("assets/gpt2").display().to_string(),
+        "--data",
+        &s(&data),
+        "--output",
+        &s(&dir.join("o3")),
+        "--preset",
+        "tiny",
+    ]);
+    assert!(err.contains("WordPiece"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
