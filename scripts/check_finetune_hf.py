@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""HF round trip of `lmkit finetune` and `lmkit pretrain --arch bert`: each output folder must
+load in transformers with no missing or unexpected keys, and give the same answers.
+
+  - classify: all-MiniLM-L6-v2 fine-tuned for a few steps; BertForSequenceClassification's
+    probabilities equal `lmkit classify --json` on real sentences (max abs diff <= 1e-4);
+  - qa: the same for BertForQuestionAnswering; the start/end logits' argmax span equals
+    `lmkit qa`'s best answer on the first SQuAD-format question;
+  - pretrain: a tiny `lmkit pretrain --arch bert` run loads as BertForPreTraining.
+
+    cargo build --release -p lmkit-cli
+    python3 scripts/check_finetune_hf.py
+
+Needs torch + transformers (not used by CI). Exits 1 on any mismatch.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from transformers import (AutoTokenizer, BertForPreTraining, BertForQuestionAnswering,
+                          BertForSequenceClassification)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXE = os.path.join(ROOT, "target", "release", "lmkit")
+MINILM = os.path.join(ROOT, "assets", "minilm")
+
+
+def lmkit(*args, stdin=None):
+    return subprocess.run([EXE, *args], input=stdin, check=True, capture_output=True, text=True).stdout
+
+
+def load_strict(cls, path):
+    model, info = cls.from_pretrained(path, output_loading_info=True)
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if bad:
+        sys.exit(f"{cls.__name__} from {path}: {bad}")
+    return model.eval()
+
+
+def check_classify(tmp):
+    train = os.path.join(tmp, "train.jsonl")
+    with open(os.path.join(ROOT, "tests/data/classify/prose_code.train.jsonl"), encoding="utf-8") as f:
+        rows = f.readlines()[:64]
+    with open(train, "w", encoding="utf-8") as f:
+        f.writelines(rows)
+    out = os.path.join(tmp, "classify")
+    lmkit("finetune", "--task", "classify", "--model", MINILM, "--train", train, "--output", out,
+          "--epochs", "1", "--batch-size", "16", "--lr", "1e-4")
+    texts = [json.loads(r)["text"] for r in rows[:8]]
+    ours = [json.loads(l) for l in lmkit("classify", "--model", out, "--json", "--truncate",
+                                         stdin="\n".join(texts) + "\n").splitlines()]
+    model = load_strict(BertForSequenceClassification, out)
+    tok = AutoTokenizer.from_pretrained(out)
+    with torch.no_grad():
+        probs = model(**tok(texts, padding=True, truncation=True, return_tensors="pt")).logits.softmax(-1)
+    id2label = model.config.id2label
+    worst = 0.0
+    for p, r in zip(probs, ours):
+        by_label = {s["label"]: s["score"] for s in r["scores"]}
+        worst = max(worst, max(abs(p[i].item() - by_label[id2label[i]]) for i in range(len(p))))
+    print(f"classify: {len(texts)} sentences, max |p_hf - p_lmkit| = {worst:.2e}")
+    return worst <= 1e-4
+
+
+def check_qa(tmp):
+    data = os.path.join(ROOT, "tests/data/squad/rust_book.json")
+    out = os.path.join(tmp, "qa")
+    lmkit("finetune", "--task", "qa", "--model", MINILM, "--train", data, "--output", out,
+          "--epochs", "1", "--batch-size", "8", "--max-seq-len", "192", "--doc-stride", "64",
+          "--max-steps", "4")
+    para = json.load(open(data, encoding="utf-8"))["data"][0]["paragraphs"][0]
+    question, context = para["qas"][0]["question"], para["context"]
+    context_file = os.path.join(tmp, "context.txt")
+    with open(context_file, "w", encoding="utf-8") as f:
+        f.write(context)
+    ours = json.loads(lmkit("qa", "--model", out, "--question", question, "--context", context_file,
+                            "--max-answer-len", "30", "--json").splitlines()[0])
+    model = load_strict(BertForQuestionAnswering, out)
+    tok = AutoTokenizer.from_pretrained(out)
+    enc = tok(question, context, truncation="only_second", max_length=384, return_offsets_mapping=True,
+              return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0]
+    seq = enc.sequence_ids(0)
+    with torch.no_grad():
+        r = model(**enc)
+    best, span = -1e30, None
+    for s in range(len(seq)):
+        for e in range(s, min(len(seq), s + 30)):
+            if seq[s] == 1 and seq[e] == 1:
+                score = r.start_logits[0, s].item() + r.end_logits[0, e].item()
+                if score > best:
+                    best, span = score, (offsets[s][0].item(), offsets[e][1].item())
+    hf_answer = context[span[0]:span[1]]
+    answer = ours[0]["answer"] if isinstance(ours, list) else ours["answer"]
+    print(f"qa: lmkit {answer!r}, transformers {hf_answer!r}")
+    return answer == hf_answer
+
+
+def check_pretrain(tmp):
+    out = os.path.join(tmp, "pretrain")
+    lmkit("pretrain", "--arch", "bert", "--data", os.path.join(ROOT, "tests/data/lambada/rust_book.jsonl"),
+          "--tokenizer", MINILM, "--preset", "tiny", "--seq-len", "64",
+          "--batch-size", "4", "--max-steps", "2", "--output", out)
+    load_strict(BertForPreTraining, out)
+    print("pretrain: BertForPreTraining loads with no missing or unexpected keys")
+    return True
+
+
+def main():
+    if not os.path.exists(EXE):
+        sys.exit(f"{EXE} not found: run `cargo build --release -p lmkit-cli` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [check_classify(tmp), check_qa(tmp), check_pretrain(tmp)]
+    sys.exit(0 if all(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
