@@ -205,3 +205,21 @@ fn trained_tokenizer_round_trips_and_loads_back() {
         BpeTokenizer::from_files(dir.join("vocab.json"), dir.join("merges.txt")).unwrap();
     assert_eq!(from_files.encode_ordinary(sample), ids);
 }
+
+/// Every entry of GPT-2's vocab.json maps both ways (the packed spellings'
+/// reverse lookup), and what is not a token is not found.
+#[test]
+fn every_vocab_json_entry_maps_both_ways() {
+    let text = std::fs::read_to_string(assets().join("gpt2/vocab.json")).unwrap();
+    let vocab: std::collections::HashMap<String, u32> = serde_json::from_str(&text).unwrap();
+    let tok = gpt2();
+    assert_eq!(vocab.len(), tok.vocab_size());
+    for (spelling, &id) in &vocab {
+        assert_eq!(tok.token_to_id(spelling), Some(id), "{spelling:?}");
+        assert_eq!(tok.id_to_token(id), Some(spelling.as_str()));
+    }
+    assert_eq!(tok.token_to_id("<|endoftext|>"), Some(50256));
+    for absent in ["", "Ġthe Ġcat", "<|endoftext|", "\u{0}"] {
+        assert_eq!(tok.token_to_id(absent), None, "{absent:?}");
+    }
+}

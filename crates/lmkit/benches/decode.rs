@@ -112,12 +112,12 @@ fn decode(c: &mut Criterion) {
         .iter()
         .map(|(w, ic, oc)| {
             let mut b = vec![0u16; w.len()];
-            to_bf16_out_in(&mut b, w, *ic, *oc, SourceLayout::InOut);
+            to_bf16_out_in(&mut b, w, *ic, *oc, SourceLayout::InOut, &|_| {});
             (b, *ic, *oc)
         })
         .collect();
     let mut wte_bf = vec![0u16; wte.len()];
-    to_bf16_out_in(&mut wte_bf, &wte, C, V, SourceLayout::OutIn);
+    to_bf16_out_in(&mut wte_bf, &wte, C, V, SourceLayout::OutIn, &|_| {});
     bench(c, "step_bf16", (f32_bytes / 2) as u64, || {
         for (w, ic, oc) in &bf {
             matvec_bf16(&mut out[..*oc], &x[..*ic], w, None, 1, *ic, *oc);
@@ -133,13 +133,21 @@ fn decode(c: &mut Criterion) {
         .map(|(w, ic, oc)| {
             let mut q = vec![0i8; w.len()];
             let mut s = vec![0f32; *oc];
-            quantize_int8_out_in(&mut q, &mut s, w, *ic, *oc, SourceLayout::InOut);
+            quantize_int8_out_in(&mut q, &mut s, w, *ic, *oc, SourceLayout::InOut, &|_| {});
             (q, s, *ic, *oc)
         })
         .collect();
     let mut wte_q = vec![0i8; wte.len()];
     let mut wte_s = vec![0f32; V];
-    quantize_int8_out_in(&mut wte_q, &mut wte_s, &wte, C, V, SourceLayout::OutIn);
+    quantize_int8_out_in(
+        &mut wte_q,
+        &mut wte_s,
+        &wte,
+        C,
+        V,
+        SourceLayout::OutIn,
+        &|_| {},
+    );
     let int8_bytes = f32_bytes / 4 + (q8.iter().map(|m| m.1.len()).sum::<usize>() + V) * 4;
     bench(c, "step_int8", int8_bytes as u64, || {
         for (q, s, ic, oc) in &q8 {

@@ -10,6 +10,7 @@
 //! This is the inference path only: no saved activations, no backward.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +18,9 @@ use std::sync::Arc;
 use crate::checkpoint::{open_model_dir, SafeTensors};
 use crate::error::{Error, Result};
 use crate::infer::cache::KvCache;
-use crate::infer::weights::{prefault_mapped, release_mapped, F32Slice, Matrix, WeightDtype};
+use crate::infer::weights::{
+    prefault_mapped, release_mapped, trim_heap, F32Slice, Matrix, WeightDtype,
+};
 use crate::kernels::quant::SourceLayout;
 use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
 use crate::model::config::{Activation, AnyConfig, Gpt2Config};
@@ -78,12 +81,16 @@ trait Source {
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()>;
+    /// Called once every tensor is kept or converted.
+    fn finish(&self) {}
 }
 
 /// A memory-mapped safetensors file; `keys` maps canonical names to file keys.
 struct FileSource {
     file: Arc<SafeTensors>,
     keys: HashMap<String, String>,
+    /// Tensors converted so far, released again by `finish`.
+    converted: RefCell<Vec<String>>,
 }
 
 impl FileSource {
@@ -110,10 +117,24 @@ impl Source for FileSource {
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
         match self.tensor(name)? {
             // Borrowed = straight from the read-only file map: pages may be dropped.
-            Cow::Borrowed(s) => f(s, &release_mapped),
+            Cow::Borrowed(s) => {
+                f(s, &release_mapped);
+                self.converted.borrow_mut().push(name.to_string());
+            }
             Cow::Owned(v) => f(&v, &|_| {}),
         }
         Ok(())
+    }
+
+    /// Faulting a page of a file maps its neighbours too (Linux's 64 KiB
+    /// fault-around), so keeping a bias re-maps pages of the matrix next to
+    /// it that were already converted and released: drop them for good.
+    fn finish(&self) {
+        for name in self.converted.borrow().iter() {
+            if let Ok(Cow::Borrowed(s)) = self.tensor(name) {
+                release_mapped(s);
+            }
+        }
     }
 }
 
@@ -179,6 +200,7 @@ impl Gpt2Engine {
     /// with or without `transformer.`, `lm_head.weight` tied or absent).
     /// f32 weights are used in place from the memory map.
     pub fn load(model_dir: impl AsRef<Path>, dtype: WeightDtype) -> Result<Self> {
+        trim_heap();
         let dir = model_dir.as_ref();
         let (config, file) = open_model_dir(dir)?;
         let cfg = match config {
@@ -195,6 +217,7 @@ impl Gpt2Engine {
         let source = FileSource {
             file: Arc::new(file),
             keys,
+            converted: RefCell::new(Vec::new()),
         };
         Self::build(cfg, dtype, &source)
     }
@@ -276,14 +299,20 @@ impl Gpt2Engine {
                 mlp_proj_b: src.keep(&n("mlp.c_proj.bias"))?,
             });
         }
+        let (wpe, ln_f_w, ln_f_b) = (
+            src.keep("wpe.weight")?,
+            src.keep("ln_f.weight")?,
+            src.keep("ln_f.bias")?,
+        );
+        src.finish();
         Ok(Gpt2Engine {
             gelu: match cfg.activation() {
                 Activation::GeluTanh => Gelu::Tanh,
                 Activation::GeluErf => Gelu::Erf,
             },
-            wpe: src.keep("wpe.weight")?,
-            ln_f_w: src.keep("ln_f.weight")?,
-            ln_f_b: src.keep("ln_f.bias")?,
+            wpe,
+            ln_f_w,
+            ln_f_b,
             cfg,
             dtype,
             wte,

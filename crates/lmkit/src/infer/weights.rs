@@ -130,7 +130,7 @@ const MATVEC_MAX_ROWS: usize = 4;
 
 /// Rows of `[OC, IC]` converted to f32 at a time when a bf16/int8 matrix is
 /// multiplied by many rows (prefill, perplexity): bounds the scratch memory.
-const DEQUANT_TILE_ELEMS: usize = 4 << 20;
+const DEQUANT_TILE_ELEMS: usize = 1 << 18;
 
 /// One weight matrix, `y[N, OC] = x[N, IC] · W + b`.
 pub(crate) enum Matrix {
@@ -192,12 +192,10 @@ impl Matrix {
                         .par_chunks_mut(rows * ic)
                         .zip(src.par_chunks(rows * ic))
                         .for_each(|(d, s)| {
-                            to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn);
-                            release(s);
+                            to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn, release)
                         }),
                     SourceLayout::InOut => {
-                        to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut);
-                        release(src);
+                        to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut, release)
                     }
                 }
                 Matrix::Bf16 { w, ic, oc }
@@ -211,13 +209,25 @@ impl Matrix {
                         .zip(scales.par_chunks_mut(rows))
                         .zip(src.par_chunks(rows * ic))
                         .for_each(|((d, sc), s)| {
-                            quantize_int8_out_in(d, sc, s, ic, sc.len(), SourceLayout::OutIn);
-                            release(s);
+                            quantize_int8_out_in(
+                                d,
+                                sc,
+                                s,
+                                ic,
+                                sc.len(),
+                                SourceLayout::OutIn,
+                                release,
+                            )
                         }),
-                    SourceLayout::InOut => {
-                        quantize_int8_out_in(&mut w, &mut scales, src, ic, oc, SourceLayout::InOut);
-                        release(src);
-                    }
+                    SourceLayout::InOut => quantize_int8_out_in(
+                        &mut w,
+                        &mut scales,
+                        src,
+                        ic,
+                        oc,
+                        SourceLayout::InOut,
+                        release,
+                    ),
                 }
                 Matrix::Int8 { w, scales, ic, oc }
             }
@@ -387,6 +397,18 @@ pub(crate) fn release_mapped(data: &[f32]) {
 
 #[cfg(not(unix))]
 pub(crate) fn release_mapped(_data: &[f32]) {}
+
+/// Returns the heap's free pages to the OS. Loading a tokenizer frees
+/// megabytes of small parse buffers between allocations that live on; glibc
+/// keeps those pages resident, next to the weights, unless asked.
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases memory malloc holds free; it takes
+    // malloc's own locks and is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Maps the pages of `data` (a read-only file map) into the process now, so
 /// that the first forward pass does not pay a page fault per page.

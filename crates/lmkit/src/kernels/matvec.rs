@@ -690,7 +690,7 @@ mod tests {
             let w = values(ic * oc, s as u64 + 100);
             let b = values(oc, s as u64 + 300);
             let mut wb = vec![0u16; ic * oc];
-            to_bf16_out_in(&mut wb, &w, ic, oc, SourceLayout::OutIn);
+            to_bf16_out_in(&mut wb, &w, ic, oc, SourceLayout::OutIn, &|_| {});
             let mut fast = vec![f32::NAN; n * oc];
             matvec_bf16(&mut fast, &x, &wb, Some(&b), n, ic, oc);
             let mut want = vec![0.0; n * oc];
@@ -708,7 +708,15 @@ mod tests {
             let w = values(ic * oc, s as u64 + 100);
             let mut q = vec![0i8; ic * oc];
             let mut scales = vec![0.0; oc];
-            quantize_int8_out_in(&mut q, &mut scales, &w, ic, oc, SourceLayout::OutIn);
+            quantize_int8_out_in(
+                &mut q,
+                &mut scales,
+                &w,
+                ic,
+                oc,
+                SourceLayout::OutIn,
+                &|_| {},
+            );
             let mut fast = vec![f32::NAN; n * oc];
             matvec_int8(&mut fast, &x, &q, &scales, None, n, ic, oc);
             let mut want = vec![0.0; n * oc];

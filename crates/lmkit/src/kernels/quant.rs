@@ -40,13 +40,22 @@ pub fn bf16_to_f32(b: u16) -> f32 {
 /// reads and writes stay within a few cache lines each.
 const TILE: usize = 16;
 
+/// f32s in the 64 KiB that Linux maps around a faulting page of a file.
+const FAULT_AROUND_F32S: usize = (64 << 10) / 4;
+
+/// Called on each part of a source once it has been read (a memory-mapped
+/// source can drop those pages: converting then holds one band of it, not all).
+pub type Release<'a> = &'a dyn Fn(&[f32]);
+
 /// Calls `f(o, i, value)` for every element of `src` in an order that reads
-/// and writes memory in small square tiles.
+/// and writes memory in small square tiles, and `release` on the source
+/// rows read so far as it goes (and on all of `src` at the end).
 fn for_each_out_in(
     src: &[f32],
     ic: usize,
     oc: usize,
     layout: SourceLayout,
+    release: Release<'_>,
     mut f: impl FnMut(usize, usize, f32),
 ) {
     assert_eq!(src.len(), ic * oc, "quant: source must hold IC·OC elements");
@@ -57,6 +66,7 @@ fn for_each_out_in(
                     f(o, i, src[o * ic + i]);
                 }
             }
+            release(src);
         }
         SourceLayout::InOut => {
             for i0 in (0..ic).step_by(TILE) {
@@ -67,15 +77,28 @@ fn for_each_out_in(
                         }
                     }
                 }
+                // All read so far but a trailing window: faulting in the next
+                // band also maps up to 64 KiB of neighbouring pages (the
+                // kernel's fault-around), which the next release drops.
+                let read = (i0 + TILE).min(ic) * oc;
+                release(&src[..read.saturating_sub(FAULT_AROUND_F32S)]);
             }
+            release(src);
         }
     }
 }
 
 /// `dst[OC, IC]` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
-pub fn to_bf16_out_in(dst: &mut [u16], src: &[f32], ic: usize, oc: usize, layout: SourceLayout) {
+pub fn to_bf16_out_in(
+    dst: &mut [u16],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    release: Release<'_>,
+) {
     assert_eq!(dst.len(), ic * oc, "to_bf16_out_in: dst must be [OC, IC]");
-    for_each_out_in(src, ic, oc, layout, |o, i, v| {
+    for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
         dst[o * ic + i] = f32_to_bf16(v)
     });
 }
@@ -89,6 +112,7 @@ pub fn quantize_int8_out_in(
     ic: usize,
     oc: usize,
     layout: SourceLayout,
+    release: Release<'_>,
 ) {
     assert_eq!(q.len(), ic * oc, "quantize_int8_out_in: q must be [OC, IC]");
     assert_eq!(
@@ -97,7 +121,9 @@ pub fn quantize_int8_out_in(
         "quantize_int8_out_in: scales must be [OC]"
     );
     let mut absmax = vec![0f32; oc];
-    for_each_out_in(src, ic, oc, layout, |o, _, v| {
+    // Two passes over the source (scales, then values), each releasing as
+    // it goes: a mapped source's pages are read back from the page cache.
+    for_each_out_in(src, ic, oc, layout, release, |o, _, v| {
         absmax[o] = absmax[o].max(v.abs())
     });
     for (s, m) in scales.iter_mut().zip(&absmax) {
@@ -108,7 +134,7 @@ pub fn quantize_int8_out_in(
         .iter()
         .map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 })
         .collect();
-    for_each_out_in(src, ic, oc, layout, |o, i, v| {
+    for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
         q[o * ic + i] = (v * inv[o]).round().clamp(-127.0, 127.0) as i8;
     });
 }
@@ -173,7 +199,7 @@ mod tests {
         let (ic, oc) = (37, 21);
         let src: Vec<f32> = (0..ic * oc).map(|v| v as f32 * 0.5 - 100.0).collect();
         let mut from_in_out = vec![0u16; ic * oc];
-        to_bf16_out_in(&mut from_in_out, &src, ic, oc, SourceLayout::InOut);
+        to_bf16_out_in(&mut from_in_out, &src, ic, oc, SourceLayout::InOut, &|_| {});
         for i in 0..ic {
             for o in 0..oc {
                 assert_eq!(from_in_out[o * ic + i], f32_to_bf16(src[i * oc + o]));
@@ -181,7 +207,15 @@ mod tests {
         }
         let mut q = vec![0i8; ic * oc];
         let mut scales = vec![0.0; oc];
-        quantize_int8_out_in(&mut q, &mut scales, &src, ic, oc, SourceLayout::InOut);
+        quantize_int8_out_in(
+            &mut q,
+            &mut scales,
+            &src,
+            ic,
+            oc,
+            SourceLayout::InOut,
+            &|_| {},
+        );
         let mut back = vec![0.0; ic * oc];
         dequantize_int8_rows(&mut back, &q, &scales, ic);
         for i in 0..ic {
@@ -195,12 +229,47 @@ mod tests {
         }
     }
 
+    /// Conversion releases the source as it goes and all of it at the end:
+    /// every release is a prefix (in-out) or the whole source, never past it.
+    #[test]
+    fn conversions_release_the_whole_source() {
+        let (ic, oc) = (70, 300);
+        let src: Vec<f32> = (0..ic * oc).map(|v| (v % 97) as f32 - 48.0).collect();
+        for layout in [SourceLayout::InOut, SourceLayout::OutIn] {
+            let released = std::sync::Mutex::new(Vec::new());
+            let record = |part: &[f32]| {
+                let start = (part.as_ptr() as usize - src.as_ptr() as usize) / 4;
+                released.lock().unwrap().push((start, part.len()));
+            };
+            let mut q = vec![0i8; ic * oc];
+            let mut scales = vec![0.0; oc];
+            quantize_int8_out_in(&mut q, &mut scales, &src, ic, oc, layout, &record);
+            let mut b = vec![0u16; ic * oc];
+            to_bf16_out_in(&mut b, &src, ic, oc, layout, &record);
+            let released = released.into_inner().unwrap();
+            assert!(released.iter().all(|&(s, n)| s == 0 && n <= src.len()));
+            let whole = released.iter().filter(|&&(_, n)| n == src.len()).count();
+            assert_eq!(whole, 3, "{layout:?}: two int8 passes and one bf16 pass");
+            if layout == SourceLayout::InOut {
+                assert!(released.len() > 3, "in-out sources are released in bands");
+            }
+        }
+    }
+
     #[test]
     fn int8_uses_the_full_range_per_row_and_handles_zero_rows() {
         let src = [0.0, 0.0, 0.0, 0.9, -2.0, 0.5];
         let mut q = [0i8; 6];
         let mut scales = [0.0; 2];
-        quantize_int8_out_in(&mut q, &mut scales, &src, 3, 2, SourceLayout::OutIn);
+        quantize_int8_out_in(
+            &mut q,
+            &mut scales,
+            &src,
+            3,
+            2,
+            SourceLayout::OutIn,
+            &|_| {},
+        );
         assert_eq!(scales, [0.0, 2.0 / 127.0]);
         assert_eq!(q, [0, 0, 0, 57, -127, 32]);
     }
