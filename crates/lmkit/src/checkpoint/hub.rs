@@ -1,5 +1,7 @@
 //! Finding a model directory: a path, or a name in the local HF hub cache.
-//! Nothing is ever downloaded.
+//! With the `hub-download` feature a name missing from the cache is
+//! downloaded into it (HF's own cache layout, shared with Python), unless
+//! `HF_HUB_OFFLINE` is set; without the feature nothing is ever downloaded.
 
 use std::path::{Path, PathBuf};
 
@@ -50,10 +52,86 @@ fn cache_dirs_from(env: impl Fn(&str) -> Option<PathBuf>) -> Vec<PathBuf> {
 }
 
 /// A directory as is; else a hub name (`gpt2`, `org/name`) resolved to
-/// `<cache>/models--org--name/snapshots/<refs/main>/`. Errors list every
-/// place looked at.
+/// `<cache>/models--org--name/snapshots/<refs/main>/`, downloaded there first
+/// when the `hub-download` feature is on. Errors list every place looked at.
 pub fn resolve_model_dir(name_or_path: &str) -> Result<PathBuf> {
-    resolve_in(name_or_path, &hub_cache_dirs())
+    let caches = hub_cache_dirs();
+    let found = resolve_in(name_or_path, &caches);
+    #[cfg(feature = "hub-download")]
+    if let (Err(Error::ModelNotFound { .. }), Some(cache)) = (&found, caches.first()) {
+        let offline = std::env::var_os("HF_HUB_OFFLINE")
+            .is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
+        if is_hub_name(name_or_path) && !offline {
+            return download::model(name_or_path, cache);
+        }
+    }
+    found
+}
+
+#[cfg(feature = "hub-download")]
+mod download {
+    use std::path::{Path, PathBuf};
+
+    use hf_hub::api::sync::ApiBuilder;
+    use hf_hub::Cache;
+
+    use crate::error::{Error, Result};
+
+    /// Files fetched when the repository has them; the first two are required.
+    const FILES: &[&str] = &[
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.json",
+        "merges.txt",
+        "vocab.txt",
+    ];
+
+    fn hub_error(name: &str, what: impl std::fmt::Display) -> Error {
+        Error::InvalidInput(format!("downloading `{name}` from the HF hub: {what}"))
+    }
+
+    /// Downloads the files of model `name` into `cache` (`HF_ENDPOINT` and
+    /// `HF_TOKEN`, or the cache's `token` file, are honoured) and returns
+    /// its snapshot folder.
+    pub(super) fn model(name: &str, cache: &Path) -> Result<PathBuf> {
+        let cache = Cache::new(cache.to_path_buf());
+        let token = std::env::var("HF_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| cache.token());
+        let mut builder = ApiBuilder::from_cache(cache).with_token(token);
+        if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let api = builder.build().map_err(|e| hub_error(name, e))?;
+        let repo = api.model(name.to_string());
+        let info = repo.info().map_err(|e| hub_error(name, e))?;
+        let present = |f: &str| info.siblings.iter().any(|s| s.rfilename == f);
+        if let Some(missing) = FILES[..2].iter().find(|f| !present(f)) {
+            let hint = if *missing == "model.safetensors" && present("model.safetensors.index.json")
+            {
+                " (sharded checkpoints are not supported)"
+            } else {
+                ""
+            };
+            return Err(hub_error(
+                name,
+                format!("the repository has no {missing}{hint}"),
+            ));
+        }
+        let mut snapshot = None;
+        for file in FILES.iter().filter(|f| present(f)) {
+            let path = repo
+                .get(file)
+                .map_err(|e| hub_error(name, format!("{file}: {e}")))?;
+            snapshot = path.parent().map(Path::to_path_buf);
+        }
+        snapshot.ok_or_else(|| hub_error(name, "nothing was downloaded"))
+    }
 }
 
 fn resolve_in(name_or_path: &str, caches: &[PathBuf]) -> Result<PathBuf> {
