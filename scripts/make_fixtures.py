@@ -927,6 +927,33 @@ def compute_gpt2_big(model, case_dir):
     return ref
 
 
+def compute_gpt2_big_default_init(model, case_dir):
+    """Logits only, single and left-padded batch: at HF's default init they are small enough
+    (|logit| < 2) for a 1e-4 absolute check, which the 0.2-init model's ~30 are not."""
+    model.eval()
+    tok = GPT2TokenizerFast.from_pretrained(str(case_dir))
+    docs = big_texts()
+    ref = Ref()
+    ids = torch.tensor([tok(docs[0])["input_ids"][:64]])
+    short = tok(docs[1])["input_ids"][:40]
+    pad = tok.eos_token_id
+    batch = torch.tensor([[pad] * 24 + short, ids[0].tolist()])
+    mask = torch.ones_like(batch)
+    mask[0, :24] = 0
+    # HF generate's position ids for left padding: cumsum(mask) - 1, 1 on padding.
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        ref.add("input_ids", ids, "[1, 64] GPT-2 token ids of the start of a corpus document")
+        ref.add("logits", model(ids).logits, "[1, 64, 50257] logits")
+        ref.add("batch.input_ids", batch, "[2, 64] row 0: 24 pads (50256) then 40 ids of another "
+                "document; row 1: input_ids")
+        ref.add("batch.attention_mask", mask, "[2, 64] 0 on row 0's left padding")
+        ref.add("batch.position_ids", pos, "[2, 64] cumsum(mask) - 1, 1 on padding")
+        out = model(batch, attention_mask=mask, position_ids=pos).logits
+        ref.add("batch.logits", out, "[2, 64, 50257] logits (padding positions: don't care)")
+    return ref
+
+
 BIG_BERT_TEXTS = [
     ("The quick brown fox jumps over the lazy dog.", None),
     ("Rust is a systems programming language.", "It runs blazingly fast."),
@@ -956,7 +983,28 @@ def compute_bert_big(model, case_dir):
     return ref
 
 
-def make_big(root):
+def make_big(root, only):
+    if not only or "gpt2-124m-random" in only:
+        yield from make_gpt2_big(root)
+    if not only or "gpt2-124m-default-init" in only:
+        d_dir = fresh_dir(root / "gpt2-124m-default-init")
+        for f in ("vocab.json", "merges.txt"):
+            shutil.copy(ASSETS / "gpt2" / f, d_dir / f)
+        GPT2TokenizerFast.from_pretrained(str(d_dir)).save_pretrained(str(d_dir))
+        cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(cfg)
+        model.save_pretrained(d_dir)
+        yield d_dir, model, {"case": "gpt2-124m-default-init", "model_class": "GPT2LMHeadModel",
+                             "attn_implementation": "eager",
+                             "init": "HF default init (initializer_range 0.02) after "
+                             "torch.manual_seed(0)",
+                             "tied": {"lm_head.weight": "transformer.wte.weight"}}
+    if not only or "bert-base-random" in only:
+        yield from make_bert_big(root)
+
+
+def make_gpt2_big(root):
     g_dir = fresh_dir(root / "gpt2-124m-random")
     for f in ("vocab.json", "merges.txt"):
         shutil.copy(ASSETS / "gpt2" / f, g_dir / f)
@@ -975,6 +1023,8 @@ def make_big(root):
               "tied": {"lm_head.weight": "transformer.wte.weight"}}
     yield g_dir, model, header
 
+
+def make_bert_big(root):
     b_dir = fresh_dir(root / "bert-base-random")
     shutil.copy(ASSETS / "minilm" / "vocab.txt", b_dir / "vocab.txt")
     BertTokenizerFast.from_pretrained(str(b_dir), do_lower_case=True).save_pretrained(str(b_dir))
@@ -991,6 +1041,7 @@ def make_big(root):
 
 
 case("gpt2-124m-random", GPT2LMHeadModel, compute_gpt2_big)
+case("gpt2-124m-default-init", GPT2LMHeadModel, compute_gpt2_big_default_init)
 case("bert-base-random", BertModel, compute_bert_big)
 
 
@@ -1070,7 +1121,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify instead of writing")
     ap.add_argument("--big", metavar="OUT_DIR", help="write/check the full-size random models")
-    ap.add_argument("--only", nargs="+", metavar="CASE", help="tiny cases to (re)write")
+    ap.add_argument("--only", nargs="+", metavar="CASE", help="cases to (re)write (tiny, or with --big)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -1080,7 +1131,7 @@ def main():
             check(root)
         else:
             root.mkdir(parents=True, exist_ok=True)
-            generate(make_big(root))
+            generate(make_big(root, set(args.only or [])))
         return
     if args.check:
         check(FIXTURES)

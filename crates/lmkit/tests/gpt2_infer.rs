@@ -4,8 +4,9 @@
 //! every kind of bad input.
 //!
 //! `tests/fixtures/gpt2-tiny` is committed. `assets/big/gpt2-124m-random`
-//! (written by `scripts/make_fixtures.py --big assets/big`, needs PyTorch)
-//! is optional: those tests say so and skip when it is absent.
+//! and `assets/big/gpt2-124m-default-init` (written by
+//! `scripts/make_fixtures.py --big assets/big`, needs PyTorch) are optional:
+//! those tests say so and skip when they are absent.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -25,7 +26,11 @@ fn tiny_dir() -> PathBuf {
 }
 
 fn big_dir() -> Option<PathBuf> {
-    let dir = repo_root().join("assets/big/gpt2-124m-random");
+    big_case("gpt2-124m-random")
+}
+
+fn big_case(case: &str) -> Option<PathBuf> {
+    let dir = repo_root().join("assets/big").join(case);
     if dir.join("reference.json").is_file() {
         Some(dir)
     } else {
@@ -722,6 +727,44 @@ fn big_124m_logits_match_hf() {
         let d = max_abs_diff(&logits, &want[p * v..(p + 1) * v], |_| true);
         assert!(d <= bound, "position {p}: decode vs HF {d} > {bound}");
     }
+}
+
+/// HF's default init keeps the 124M logits small (|logit| < 2), so the plain
+/// 1e-4 absolute bound applies: single sequence, every decode step, and a
+/// left-padded batch with HF generate's position ids.
+#[test]
+fn big_124m_default_init_logits_within_1e4_of_hf() {
+    let Some(dir) = big_case("gpt2-124m-default-init") else {
+        return;
+    };
+    let r = Reference::open(&dir);
+    let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32).expect("load 124M");
+    let v = engine.config().vocab_size;
+    let (_, ids) = r.ids("input_ids");
+    let (_, want) = r.f32("logits");
+    let got = engine.forward_all_logits(&ids, 1, None).expect("forward");
+    let d = max_abs_diff(&got, &want, |_| true);
+    assert!(d <= 1e-4, "124M logits differ from HF by {d}");
+    let mut cache = engine.new_cache(1, ids.len()).expect("cache");
+    engine.forward(&mut cache, &ids[..1], None).expect("first");
+    let mut logits = vec![0f32; v];
+    for p in 1..ids.len() {
+        engine
+            .forward(&mut cache, &ids[p..p + 1], None)
+            .expect("decode");
+        engine.logits(&[0], &mut logits).expect("logits");
+        let d = max_abs_diff(&logits, &want[p * v..(p + 1) * v], |_| true);
+        assert!(d <= 1e-4, "decode step {p}: {d} from HF");
+    }
+    let (shape, batch) = r.ids("batch.input_ids");
+    let (_, mask) = r.ids("batch.attention_mask");
+    let (_, want) = r.f32("batch.logits");
+    let mask: Vec<u8> = mask.iter().map(|&m| m as u8).collect();
+    let got = engine
+        .forward_all_logits(&batch, shape[0], Some(&mask))
+        .expect("batch forward");
+    let d = max_abs_diff(&got, &want, |i| mask[i / v] == 1);
+    assert!(d <= 1e-4, "left-padded batch differs from HF by {d}");
 }
 
 #[test]
