@@ -13,6 +13,8 @@
 use rayon::prelude::*;
 
 use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
+use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
+use crate::kernels::simd::dispatch;
 
 /// Preallocated per-layer keys and values for `batch` rows of up to
 /// `capacity` positions.
@@ -144,44 +146,55 @@ impl KvCache {
                     &qkv[o..o + hs]
                 };
                 let mut o = vec![0f32; t * hs];
-                let mut scores = vec![0f32; t * kv_len];
                 if t == 1 {
+                    let mut scores = vec![0f32; kv_len];
                     let q = q_at(0);
                     for (j, s) in scores.iter_mut().enumerate() {
                         *s = dot(q, &keys[j * hs..(j + 1) * hs]) / scale;
                     }
-                } else {
-                    // S[t, kv_len] = Q[t, HS] · Kᵀ
-                    let q_off = b * t * 3 * c + h * hs;
-                    gemm_f32_serial(
-                        MatMut::row_major(&mut scores, t, kv_len),
-                        MatRef::strided(&qkv[q_off..], t, hs, 3 * c as isize, 1),
-                        MatRef::transposed(keys, kv_len, hs),
+                    dispatch(
+                        #[inline(always)]
+                        || softmax_masked(&mut scores, kv_len, Some(mask)),
                     );
-                    for s in scores.iter_mut() {
-                        *s /= scale;
-                    }
-                }
-                let mut any = vec![true; t];
-                for (i, row) in scores.chunks_exact_mut(kv_len).enumerate() {
-                    any[i] = masked_softmax(row, mask, past + i + 1);
-                }
-                if t == 1 {
-                    if any[0] {
-                        for (j, &p) in scores.iter().enumerate() {
-                            if p != 0.0 {
-                                for (od, vd) in o.iter_mut().zip(&vals[j * hs..(j + 1) * hs]) {
-                                    *od += p * vd;
-                                }
+                    for (j, &p) in scores.iter().enumerate() {
+                        if p != 0.0 {
+                            for (od, vd) in o.iter_mut().zip(&vals[j * hs..(j + 1) * hs]) {
+                                *od += p * vd;
                             }
                         }
                     }
-                } else {
-                    // O[t, HS] = P[t, kv_len] · V[kv_len, HS]
+                    return o;
+                }
+                // Blocks of queries: block [i0, i1) sees keys [0, past + i1)
+                // only, so the causal upper triangle is never computed.
+                let mut scores = vec![0f32; CAUSAL_BLOCK.min(t) * kv_len];
+                for i0 in (0..t).step_by(CAUSAL_BLOCK) {
+                    let i1 = (i0 + CAUSAL_BLOCK).min(t);
+                    let (rows, nk) = (i1 - i0, past + i1);
+                    let s = &mut scores[..rows * nk];
+                    // S[rows, nk] = Q[i0..i1, HS] · K[..nk]ᵀ
+                    let q_off = (b * t + i0) * 3 * c + h * hs;
                     gemm_f32_serial(
-                        MatMut::row_major(&mut o, t, hs),
-                        MatRef::row_major(&scores, t, kv_len),
-                        MatRef::row_major(vals, kv_len, hs),
+                        MatMut::row_major(s, rows, nk),
+                        MatRef::strided(&qkv[q_off..], rows, hs, 3 * c as isize, 1),
+                        MatRef::transposed(&keys[..nk * hs], nk, hs),
+                    );
+                    dispatch(
+                        #[inline(always)]
+                        || {
+                            for (r, row) in s.chunks_exact_mut(nk).enumerate() {
+                                for x in row.iter_mut() {
+                                    *x /= scale;
+                                }
+                                softmax_masked(row, past + i0 + r + 1, Some(mask));
+                            }
+                        },
+                    );
+                    // O[i0..i1, HS] = P[rows, nk] · V[..nk]
+                    gemm_f32_serial(
+                        MatMut::row_major(&mut o[i0 * hs..i1 * hs], rows, hs),
+                        MatRef::row_major(s, rows, nk),
+                        MatRef::row_major(&vals[..nk * hs], nk, hs),
                     );
                 }
                 o
@@ -195,36 +208,6 @@ impl KvCache {
             }
         }
     }
-}
-
-/// Softmax over the first `visible` entries of `row` where `mask` is 1;
-/// every other entry becomes 0. Returns false (row all zeros) when no entry
-/// is visible.
-fn masked_softmax(row: &mut [f32], mask: &[u8], visible: usize) -> bool {
-    let mut max = f32::NEG_INFINITY;
-    for (j, &s) in row.iter().enumerate().take(visible) {
-        if mask[j] != 0 && s > max {
-            max = s;
-        }
-    }
-    if max == f32::NEG_INFINITY {
-        row.fill(0.0);
-        return false;
-    }
-    let mut sum = 0f32;
-    for (j, s) in row.iter_mut().enumerate() {
-        if j < visible && mask[j] != 0 {
-            *s = (*s - max).exp();
-            sum += *s;
-        } else {
-            *s = 0.0;
-        }
-    }
-    let inv = 1.0 / sum;
-    for s in row.iter_mut().take(visible) {
-        *s *= inv;
-    }
-    true
 }
 
 /// Dot product with 8 independent lanes (vectorisable, fixed order).

@@ -34,7 +34,7 @@ impl AttentionShape {
 }
 
 /// Query rows per block under a causal mask.
-const CAUSAL_BLOCK: usize = 64;
+pub(crate) const CAUSAL_BLOCK: usize = 64;
 
 /// Query blocks `[t0, t1)` and the number of keys each one sees.
 fn blocks(t: usize, causal: bool) -> impl Iterator<Item = (usize, usize, usize)> {
@@ -163,7 +163,7 @@ fn bi_h(bh: usize, nh: usize) -> (usize, usize) {
 /// In-place softmax of `row[..limit]` over keys allowed by `mask`; every
 /// other entry becomes 0 (all of them if no key is allowed).
 #[inline(always)]
-fn softmax_masked(row: &mut [f32], limit: usize, mask: Option<&[u8]>) {
+pub(crate) fn softmax_masked(row: &mut [f32], limit: usize, mask: Option<&[u8]>) {
     let (live, dead) = row.split_at_mut(limit);
     dead.fill(0.0);
     if let Some(m) = mask {

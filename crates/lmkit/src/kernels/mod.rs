@@ -14,7 +14,7 @@
 //!   error in the caller, never something a user controls.
 
 mod activation;
-mod attention;
+pub(crate) mod attention;
 mod elementwise;
 mod embedding;
 mod layernorm;
