@@ -188,13 +188,15 @@ fn kv_cache_decode_equals_full_forward() {
             engine.logits(&rows, &mut logits).expect("logits");
             let want = &full[at * v..(at + len) * v];
             let d = max_abs_diff(&logits, want, |_| true);
-            // bf16 decode splits x into two bf16 halves (~2^-17 relative)
-            // while the multi-row path widens the weights and multiplies in
-            // f32: a hair of difference beyond f32 rounding.
+            // bf16/int8 engines keep keys and values in bf16, and the decode
+            // kernels (matrix-vector) and the multi-row path (widened weights,
+            // gemm) differ by f32 rounding, which now and then flips a key's
+            // bf16 rounding (2^-8 relative): bf16-level, not f32-level,
+            // agreement. A broken cache is off by O(1).
             let rel = if dtype == WeightDtype::F32 {
                 1e-5
             } else {
-                1e-4
+                5e-3
             };
             assert!(
                 d <= rel * max_abs(want).max(1.0),
@@ -279,7 +281,8 @@ fn reduced_precision_logits_stay_close() {
     let r = Reference::open(&tiny_dir());
     let (shape, ids) = r.ids("input_ids");
     let (_, want) = r.f32("logits");
-    for (dtype, bound) in [(WeightDtype::Bf16, 0.02), (WeightDtype::Int8, 0.05)] {
+    // Weights rounded, plus bf16 keys and values.
+    for (dtype, bound) in [(WeightDtype::Bf16, 0.03), (WeightDtype::Int8, 0.05)] {
         let mut engine = Gpt2Engine::load(tiny_dir(), dtype).expect("load");
         let got = engine
             .forward_all_logits(&ids, shape[0], None)

@@ -9,11 +9,16 @@
 //! cache positions: prompts of different lengths are LEFT-padded, padding
 //! positions are masked out of every softmax (`key_mask`), and each row
 //! counts its own position ids (HF's `cumsum(attention_mask) - 1`).
+//!
+//! Engines with bf16 or int8 weights keep keys and values in bf16 (as
+//! llama.cpp keeps them in f16): half the memory, and half the bytes each
+//! decode step reads, at a rounding already below their weights' own.
 
 use rayon::prelude::*;
 
 use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
 use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
+use crate::kernels::quant::{bf16_rows_to_f32, f32_to_bf16};
 use crate::kernels::simd::dispatch;
 
 /// Preallocated per-layer keys and values for `batch` rows of up to
@@ -26,9 +31,9 @@ pub struct KvCache {
     pub(crate) n_head: usize,
     pub(crate) head_size: usize,
     /// `[L, B, NH, S, HS]`
-    pub(crate) k: Vec<f32>,
+    pub(crate) k: KvBuf,
     /// `[L, B, NH, S, HS]`
-    pub(crate) v: Vec<f32>,
+    pub(crate) v: KvBuf,
     /// `[B, S]`: 1 where the position holds a real token, 0 for padding.
     pub(crate) key_mask: Vec<u8>,
     /// `[B]`: position id of each row's next real token.
@@ -48,13 +53,55 @@ impl std::fmt::Debug for KvCache {
     }
 }
 
+/// Cached keys or values: f32, or bf16 bits.
+#[derive(Clone)]
+pub(crate) enum KvBuf {
+    F32(Vec<f32>),
+    Bf16(Vec<u16>),
+}
+
+impl KvBuf {
+    fn new(elems: usize, bf16: bool) -> Self {
+        if bf16 {
+            KvBuf::Bf16(vec![0; elems])
+        } else {
+            KvBuf::F32(vec![0.0; elems])
+        }
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            KvBuf::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            KvBuf::Bf16(v) => {
+                for (d, &x) in v[at..at + src.len()].iter_mut().zip(src) {
+                    *d = f32_to_bf16(x);
+                }
+            }
+        }
+    }
+
+    /// Elements `[at, at + n)` as f32: borrowed, or widened into `scratch`.
+    fn read<'a>(&'a self, at: usize, n: usize, scratch: &'a mut Vec<f32>) -> &'a [f32] {
+        match self {
+            KvBuf::F32(v) => &v[at..at + n],
+            KvBuf::Bf16(v) => {
+                scratch.resize(n, 0.0);
+                bf16_rows_to_f32(scratch, &v[at..at + n]);
+                scratch
+            }
+        }
+    }
+}
+
 impl KvCache {
+    /// `bf16`: store keys and values as bf16 instead of f32.
     pub(crate) fn new(
         n_layer: usize,
         batch: usize,
         capacity: usize,
         n_head: usize,
         head_size: usize,
+        bf16: bool,
     ) -> Self {
         let elems = n_layer * batch * n_head * capacity * head_size;
         KvCache {
@@ -63,8 +110,8 @@ impl KvCache {
             capacity,
             n_head,
             head_size,
-            k: vec![0.0; elems],
-            v: vec![0.0; elems],
+            k: KvBuf::new(elems, bf16),
+            v: KvBuf::new(elems, bf16),
             key_mask: vec![0; batch * capacity],
             next_pos: vec![0; batch],
             len: 0,
@@ -115,8 +162,8 @@ impl KvCache {
                 let row = &qkv[(b * t + i) * 3 * c..(b * t + i + 1) * 3 * c];
                 for h in 0..nh {
                     let o = self.offset(layer, b, h, self.len + i);
-                    self.k[o..o + hs].copy_from_slice(&row[c + h * hs..c + (h + 1) * hs]);
-                    self.v[o..o + hs].copy_from_slice(&row[2 * c + h * hs..2 * c + (h + 1) * hs]);
+                    self.k.write(o, &row[c + h * hs..c + (h + 1) * hs]);
+                    self.v.write(o, &row[2 * c + h * hs..2 * c + (h + 1) * hs]);
                 }
             }
         }
@@ -137,8 +184,9 @@ impl KvCache {
             .map(|bh| {
                 let (b, h) = (bh / nh, bh % nh);
                 let base = self.offset(layer, b, h, 0);
-                let keys = &self.k[base..base + kv_len * hs];
-                let vals = &self.v[base..base + kv_len * hs];
+                let (mut key_scratch, mut val_scratch) = (Vec::new(), Vec::new());
+                let keys = self.k.read(base, kv_len * hs, &mut key_scratch);
+                let vals = self.v.read(base, kv_len * hs, &mut val_scratch);
                 let mask = &self.key_mask[b * cap..b * cap + kv_len];
                 // q of token i: qkv[(b·t + i)·3C + h·HS ..][..HS]
                 let q_at = |i: usize| {
@@ -279,7 +327,7 @@ mod tests {
             .map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1)
             .collect();
         // Prefill 3 positions, then decode one at a time.
-        let mut cache = KvCache::new(1, batch, total, nh, hs);
+        let mut cache = KvCache::new(1, batch, total, nh, hs, false);
         let mut outputs = vec![vec![0f32; c]; batch * total];
         let mut fed = 0;
         for t in [3usize, 1, 1] {

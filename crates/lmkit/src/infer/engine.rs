@@ -78,6 +78,12 @@ type ConvertFn<'a> = dyn FnMut(&[f32], Release<'_>) + 'a;
 trait Source {
     /// Tensor `name` as an f32 slice the engine may keep.
     fn keep(&self, name: &str) -> Result<F32Slice>;
+    /// As `keep`, for a tensor read a few rows at a time: a mapped file's
+    /// pages come in only as rows are used (`wpe`: a short generation reads
+    /// a few of its 1024 rows, not its 3 MB).
+    fn keep_rows(&self, name: &str) -> Result<F32Slice> {
+        self.keep(name)
+    }
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()>;
@@ -110,6 +116,13 @@ impl Source for FileSource {
                 prefault_mapped(s);
                 F32Slice::borrowed(self.file.clone(), s)
             }
+            Cow::Owned(v) => F32Slice::owned(v),
+        })
+    }
+
+    fn keep_rows(&self, name: &str) -> Result<F32Slice> {
+        Ok(match self.tensor(name)? {
+            Cow::Borrowed(s) => F32Slice::borrowed(self.file.clone(), s),
             Cow::Owned(v) => F32Slice::owned(v),
         })
     }
@@ -300,7 +313,7 @@ impl Gpt2Engine {
             });
         }
         let (wpe, ln_f_w, ln_f_b) = (
-            src.keep("wpe.weight")?,
+            src.keep_rows("wpe.weight")?,
             src.keep("ln_f.weight")?,
             src.keep("ln_f.bias")?,
         );
@@ -363,7 +376,8 @@ impl Gpt2Engine {
                 .sum::<usize>()
     }
 
-    /// A cache for `batch` rows of up to `capacity` positions (padding included).
+    /// A cache for `batch` rows of up to `capacity` positions (padding
+    /// included); bf16 for engines with bf16 or int8 weights.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
         if batch == 0 || capacity == 0 {
             return Err(Error::InvalidInput(
@@ -377,6 +391,7 @@ impl Gpt2Engine {
             capacity,
             c.n_head,
             c.head_size(),
+            self.dtype != WeightDtype::F32,
         ))
     }
 
