@@ -2,16 +2,12 @@
 //! end on tiny models: outputs that `lmkit classify` / `qa` load, metrics
 //! that `lmkit eval` reproduces, and clear errors on bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn lmkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lmkit"))
-        .args(args)
-        .env("RAYON_NUM_THREADS", "2")
-        .output()
-        .expect("run lmkit")
-}
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{byte_tokenizer, lmkit, tmpdir};
 
 fn ok(args: &[&str]) -> String {
     let o = lmkit(args);
@@ -29,6 +25,13 @@ fn fails(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `lmkit eval --task classify`, expected to fail: its stderr.
+fn eval_classify_fails(model: &str, data: &str) -> String {
+    fails(&[
+        "eval", "--task", "classify", "--model", model, "--data", data,
+    ])
+}
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -39,13 +42,6 @@ fn fixture(case: &str) -> String {
         .join(case)
         .display()
         .to_string()
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lmkit-ftcli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn s(p: &Path) -> String {
@@ -160,15 +156,7 @@ fn finetune_classify_then_eval_and_classify() {
         "{\"text\": \"the dog\", \"label\": \"animal\"}\n{\"text\": \"x\", \"label\": \"plant\"}\n",
     )
     .unwrap();
-    let err = fails(&[
-        "eval",
-        "--task",
-        "classify",
-        "--model",
-        &s(&out),
-        "--data",
-        &s(&bad),
-    ]);
+    let err = eval_classify_fails(&s(&out), &s(&bad));
     assert!(
         err.contains("bad.jsonl:2: unknown label \"plant\""),
         "{err}"
@@ -178,25 +166,9 @@ fn finetune_classify_then_eval_and_classify() {
         "{\"text\": \"the dog\", \"label\": \"animal\"}\n{\"text\": \"x\" \"label\": 1}\n",
     )
     .unwrap();
-    let err = fails(&[
-        "eval",
-        "--task",
-        "classify",
-        "--model",
-        &s(&out),
-        "--data",
-        &s(&bad),
-    ]);
+    let err = eval_classify_fails(&s(&out), &s(&bad));
     assert!(err.contains("bad.jsonl:2: invalid JSON"), "{err}");
-    let err = fails(&[
-        "eval",
-        "--task",
-        "classify",
-        "--model",
-        &fixture("bert-tiny-bare"),
-        "--data",
-        &s(&eval),
-    ]);
+    let err = eval_classify_fails(&fixture("bert-tiny-bare"), &s(&eval));
     assert!(err.contains("no sequence-classification head"), "{err}");
     let err = fails(&[
         "eval",
@@ -323,29 +295,7 @@ fn finetune_qa_then_eval_squad_and_qa() {
 
 /// A tiny GPT-2 over bytes (vocab.json of the 256 byte symbols + <|endoftext|>, no merges).
 fn byte_gpt2(dir: &Path) -> PathBuf {
-    let tok = dir.join("tok");
-    std::fs::create_dir_all(&tok).unwrap();
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut vocab = serde_json::Map::new();
-    let mut extra = 0;
-    for b in 0..256u32 {
-        let c = if printable.contains(&b) {
-            b
-        } else {
-            extra += 1;
-            255 + extra
-        };
-        vocab.insert(char::from_u32(c).unwrap().to_string(), (b as u64).into());
-    }
-    vocab.insert("<|endoftext|>".into(), 256u64.into());
-    std::fs::write(
-        tok.join("vocab.json"),
-        serde_json::to_string(&vocab).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
+    let tok = byte_tokenizer(dir);
     let text: String = (0..300)
         .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog.\n"))
         .collect();

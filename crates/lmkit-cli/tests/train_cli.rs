@@ -1,55 +1,12 @@
 //! `lmkit pretrain` / `lmkit plot` end to end on a tiny model: outputs,
 //! metrics rows, exact resume through the CLI, and clear errors on bad input.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn lmkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lmkit"))
-        .args(args)
-        .env("RAYON_NUM_THREADS", "2")
-        .output()
-        .expect("run lmkit")
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lmkit-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A byte-level GPT-2 tokenizer with no merges: 256 byte tokens + <|endoftext|>.
-fn byte_tokenizer(dir: &Path) -> PathBuf {
-    let tok = dir.join("tok");
-    std::fs::create_dir_all(&tok).unwrap();
-    // GPT-2's bytes_to_unicode.
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut map = vec![0u32; 256];
-    let mut extra = 0;
-    for b in 0..256u32 {
-        map[b as usize] = if printable.contains(&b) {
-            b
-        } else {
-            extra += 1;
-            255 + extra
-        };
-    }
-    let mut vocab = serde_json::Map::new();
-    for (b, &c) in map.iter().enumerate() {
-        vocab.insert(char::from_u32(c).unwrap().to_string(), (b as u64).into());
-    }
-    vocab.insert("<|endoftext|>".into(), 256u64.into());
-    std::fs::write(
-        tok.join("vocab.json"),
-        serde_json::to_string(&vocab).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
-    tok
-}
+use common::{byte_tokenizer, lmkit, tmpdir};
 
 fn corpus(dir: &Path) -> PathBuf {
     let text: String = (0..400)

@@ -1,0 +1,50 @@
+//! Helpers shared by the CLI integration tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the `lmkit` binary on 2 threads.
+pub fn lmkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lmkit"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .expect("run lmkit")
+}
+
+/// A fresh, empty scratch folder for one test.
+pub fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lmkit-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A byte-level GPT-2 tokenizer with no merges in `dir/tok`: the 256 byte
+/// tokens (spelt with GPT-2's bytes_to_unicode) + `<|endoftext|>`.
+pub fn byte_tokenizer(dir: &Path) -> PathBuf {
+    let tok = dir.join("tok");
+    std::fs::create_dir_all(&tok).unwrap();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut vocab = serde_json::Map::new();
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        vocab.insert(char::from_u32(c).unwrap().to_string(), (b as u64).into());
+    }
+    vocab.insert("<|endoftext|>".into(), 256u64.into());
+    std::fs::write(
+        tok.join("vocab.json"),
+        serde_json::to_string(&vocab).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
+    tok
+}
