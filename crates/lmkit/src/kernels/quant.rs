@@ -7,7 +7,13 @@
 //! - bf16: the top 16 bits of an f32, rounded to nearest even (as
 //!   `torch.Tensor.to(torch.bfloat16)`); NaN stays NaN.
 //! - int8: symmetric, one scale per output row: `scale = max|w| / 127`,
-//!   `q = round(w / scale)` in [-127, 127], `w ≈ q · scale`.
+//!   `q = round(w / scale)` in [-127, 127] (ties to even, as `torch.round`),
+//!   `w ≈ q · scale`.
+//!
+//! Conversion runs at every load, so its loops are compiled for AVX2 too
+//! ([`dispatch`]).
+
+use super::simd::dispatch;
 
 /// Orientation of a source f32 matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +25,7 @@ pub enum SourceLayout {
 }
 
 /// f32 → bf16 bits, round to nearest even.
-#[inline]
+#[inline(always)]
 pub fn f32_to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
     if x.is_nan() {
@@ -50,6 +56,7 @@ pub type Release<'a> = &'a dyn Fn(&[f32]);
 /// Calls `f(o, i, value)` for every element of `src` in an order that reads
 /// and writes memory in small square tiles, and `release` on the source
 /// rows read so far as it goes (and on all of `src` at the end).
+#[inline(always)]
 fn for_each_out_in(
     src: &[f32],
     ic: usize,
@@ -98,9 +105,14 @@ pub fn to_bf16_out_in(
     release: Release<'_>,
 ) {
     assert_eq!(dst.len(), ic * oc, "to_bf16_out_in: dst must be [OC, IC]");
-    for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
-        dst[o * ic + i] = f32_to_bf16(v)
-    });
+    dispatch(
+        #[inline(always)]
+        || {
+            for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
+                dst[o * ic + i] = f32_to_bf16(v)
+            })
+        },
+    );
 }
 
 /// `q[OC, IC]`, `scales[OC]` = per-output-row symmetric int8 quantization of
@@ -123,9 +135,14 @@ pub fn quantize_int8_out_in(
     let mut absmax = vec![0f32; oc];
     // Two passes over the source (scales, then values), each releasing as
     // it goes: a mapped source's pages are read back from the page cache.
-    for_each_out_in(src, ic, oc, layout, release, |o, _, v| {
-        absmax[o] = absmax[o].max(v.abs())
-    });
+    dispatch(
+        #[inline(always)]
+        || {
+            for_each_out_in(src, ic, oc, layout, release, |o, _, v| {
+                absmax[o] = absmax[o].max(v.abs())
+            })
+        },
+    );
     for (s, m) in scales.iter_mut().zip(&absmax) {
         *s = m / 127.0;
     }
@@ -134,9 +151,14 @@ pub fn quantize_int8_out_in(
         .iter()
         .map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 })
         .collect();
-    for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
-        q[o * ic + i] = (v * inv[o]).round().clamp(-127.0, 127.0) as i8;
-    });
+    dispatch(
+        #[inline(always)]
+        || {
+            for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
+                q[o * ic + i] = (v * inv[o]).round_ties_even().clamp(-127.0, 127.0) as i8;
+            })
+        },
+    );
 }
 
 /// `dst[rows, IC]` = bf16 rows widened to f32.
