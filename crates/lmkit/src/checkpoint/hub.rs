@@ -62,7 +62,12 @@ pub fn resolve_model_dir(name_or_path: &str) -> Result<PathBuf> {
         let offline = std::env::var_os("HF_HUB_OFFLINE")
             .is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
         if is_hub_name(name_or_path) && !offline {
-            return download::model(name_or_path, cache);
+            return download::model(name_or_path, cache).map_err(|why| {
+                let not_found = found.unwrap_err();
+                Error::InvalidInput(format!(
+                    "{not_found}; downloading it from the HF hub failed: {why}"
+                ))
+            });
         }
     }
     found
@@ -74,8 +79,6 @@ mod download {
 
     use hf_hub::api::sync::ApiBuilder;
     use hf_hub::Cache;
-
-    use crate::error::{Error, Result};
 
     /// Files fetched when the repository has them; the first two are required.
     const FILES: &[&str] = &[
@@ -90,14 +93,10 @@ mod download {
         "vocab.txt",
     ];
 
-    fn hub_error(name: &str, what: impl std::fmt::Display) -> Error {
-        Error::InvalidInput(format!("downloading `{name}` from the HF hub: {what}"))
-    }
-
     /// Downloads the files of model `name` into `cache` (`HF_ENDPOINT` and
     /// `HF_TOKEN`, or the cache's `token` file, are honoured) and returns
-    /// its snapshot folder.
-    pub(super) fn model(name: &str, cache: &Path) -> Result<PathBuf> {
+    /// its snapshot folder; the error says why not.
+    pub(super) fn model(name: &str, cache: &Path) -> Result<PathBuf, String> {
         let cache = Cache::new(cache.to_path_buf());
         let token = std::env::var("HF_TOKEN")
             .ok()
@@ -107,9 +106,9 @@ mod download {
         if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
             builder = builder.with_endpoint(endpoint);
         }
-        let api = builder.build().map_err(|e| hub_error(name, e))?;
+        let api = builder.build().map_err(|e| e.to_string())?;
         let repo = api.model(name.to_string());
-        let info = repo.info().map_err(|e| hub_error(name, e))?;
+        let info = repo.info().map_err(|e| e.to_string())?;
         let present = |f: &str| info.siblings.iter().any(|s| s.rfilename == f);
         if let Some(missing) = FILES[..2].iter().find(|f| !present(f)) {
             let hint = if *missing == "model.safetensors" && present("model.safetensors.index.json")
@@ -118,19 +117,14 @@ mod download {
             } else {
                 ""
             };
-            return Err(hub_error(
-                name,
-                format!("the repository has no {missing}{hint}"),
-            ));
+            return Err(format!("the repository has no {missing}{hint}"));
         }
         let mut snapshot = None;
         for file in FILES.iter().filter(|f| present(f)) {
-            let path = repo
-                .get(file)
-                .map_err(|e| hub_error(name, format!("{file}: {e}")))?;
+            let path = repo.get(file).map_err(|e| format!("{file}: {e}"))?;
             snapshot = path.parent().map(Path::to_path_buf);
         }
-        snapshot.ok_or_else(|| hub_error(name, "nothing was downloaded"))
+        snapshot.ok_or_else(|| "nothing was downloaded".to_string())
     }
 }
 
