@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
 use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
-use crate::kernels::quant::{bf16_rows_to_f32, f32_to_bf16};
+use crate::kernels::quant::{bf16_rows_to_f32, bf16_to_f32, f32_to_bf16};
 use crate::kernels::simd::dispatch;
 
 /// Preallocated per-layer keys and values for `batch` rows of up to
@@ -75,6 +75,31 @@ impl KvBuf {
             KvBuf::Bf16(v) => {
                 for (d, &x) in v[at..at + src.len()].iter_mut().zip(src) {
                     *d = f32_to_bf16(x);
+                }
+            }
+        }
+    }
+
+    /// `q · row`, the row of `q.len()` elements at `at`.
+    fn dot_row(&self, at: usize, q: &[f32]) -> f32 {
+        match self {
+            KvBuf::F32(v) => dot(q, &v[at..at + q.len()]),
+            KvBuf::Bf16(v) => dot_bf16(q, &v[at..at + q.len()]),
+        }
+    }
+
+    /// `acc += p · row`, the row of `acc.len()` elements at `at`.
+    fn add_scaled_row(&self, at: usize, p: f32, acc: &mut [f32]) {
+        let n = acc.len();
+        match self {
+            KvBuf::F32(v) => {
+                for (a, &x) in acc.iter_mut().zip(&v[at..at + n]) {
+                    *a += p * x;
+                }
+            }
+            KvBuf::Bf16(v) => {
+                for (a, &x) in acc.iter_mut().zip(&v[at..at + n]) {
+                    *a += p * bf16_to_f32(x);
                 }
             }
         }
@@ -184,9 +209,6 @@ impl KvCache {
             .map(|bh| {
                 let (b, h) = (bh / nh, bh % nh);
                 let base = self.offset(layer, b, h, 0);
-                let (mut key_scratch, mut val_scratch) = (Vec::new(), Vec::new());
-                let keys = self.k.read(base, kv_len * hs, &mut key_scratch);
-                let vals = self.v.read(base, kv_len * hs, &mut val_scratch);
                 let mask = &self.key_mask[b * cap..b * cap + kv_len];
                 // q of token i: qkv[(b·t + i)·3C + h·HS ..][..HS]
                 let q_at = |i: usize| {
@@ -195,10 +217,12 @@ impl KvCache {
                 };
                 let mut o = vec![0f32; t * hs];
                 if t == 1 {
+                    // Decode: one pass over the cached rows, bf16 widened in
+                    // registers (no widened copy of the cache).
                     let mut scores = vec![0f32; kv_len];
                     let q = q_at(0);
                     for (j, s) in scores.iter_mut().enumerate() {
-                        *s = dot(q, &keys[j * hs..(j + 1) * hs]) / scale;
+                        *s = self.k.dot_row(base + j * hs, q) / scale;
                     }
                     dispatch(
                         #[inline(always)]
@@ -206,13 +230,14 @@ impl KvCache {
                     );
                     for (j, &p) in scores.iter().enumerate() {
                         if p != 0.0 {
-                            for (od, vd) in o.iter_mut().zip(&vals[j * hs..(j + 1) * hs]) {
-                                *od += p * vd;
-                            }
+                            self.v.add_scaled_row(base + j * hs, p, &mut o);
                         }
                     }
                     return o;
                 }
+                let (mut key_scratch, mut val_scratch) = (Vec::new(), Vec::new());
+                let keys = self.k.read(base, kv_len * hs, &mut key_scratch);
+                let vals = self.v.read(base, kv_len * hs, &mut val_scratch);
                 // Blocks of queries: block [i0, i1) sees keys [0, past + i1)
                 // only, so the causal upper triangle is never computed.
                 let mut scores = vec![0f32; CAUSAL_BLOCK.min(t) * kv_len];
@@ -256,6 +281,24 @@ impl KvCache {
             }
         }
     }
+}
+
+/// [`dot`] with `b` in bf16 bits (widened exactly, so the same sums).
+fn dot_bf16(a: &[f32], b: &[u16]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, &y)| x * bf16_to_f32(y))
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * bf16_to_f32(y[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Dot product with 8 independent lanes (vectorisable, fixed order).
@@ -318,6 +361,15 @@ mod tests {
 
     #[test]
     fn prefill_and_decode_match_naive_attention_with_padding() {
+        for bf16 in [false, true] {
+            check_against_naive(bf16);
+        }
+    }
+
+    /// A bf16 cache must equal naive attention over bf16-rounded keys and
+    /// values (rounding is the only difference).
+    fn check_against_naive(bf16: bool) {
+        let stored = |x: f32| if bf16 { bf16_to_f32(f32_to_bf16(x)) } else { x };
         let (nh, hs, batch) = (2, 4, 2);
         let c = nh * hs;
         let total = 5;
@@ -327,7 +379,7 @@ mod tests {
             .map(|i| ((i * 7919) % 23) as f32 * 0.1 - 1.1)
             .collect();
         // Prefill 3 positions, then decode one at a time.
-        let mut cache = KvCache::new(1, batch, total, nh, hs, false);
+        let mut cache = KvCache::new(1, batch, total, nh, hs, bf16);
         let mut outputs = vec![vec![0f32; c]; batch * total];
         let mut fed = 0;
         for t in [3usize, 1, 1] {
@@ -359,10 +411,20 @@ mod tests {
                         |p: usize| &qkv_all[(b * total + p) * 3 * c..(b * total + p + 1) * 3 * c];
                     let q = &row(pos)[h * hs..(h + 1) * hs];
                     let keys: Vec<Vec<f32>> = (0..=pos)
-                        .map(|p| row(p)[c + h * hs..c + (h + 1) * hs].to_vec())
+                        .map(|p| {
+                            row(p)[c + h * hs..c + (h + 1) * hs]
+                                .iter()
+                                .map(|&x| stored(x))
+                                .collect()
+                        })
                         .collect();
                     let vals: Vec<Vec<f32>> = (0..=pos)
-                        .map(|p| row(p)[2 * c + h * hs..2 * c + (h + 1) * hs].to_vec())
+                        .map(|p| {
+                            row(p)[2 * c + h * hs..2 * c + (h + 1) * hs]
+                                .iter()
+                                .map(|&x| stored(x))
+                                .collect()
+                        })
                         .collect();
                     let visible: Vec<bool> = (0..=pos).map(|p| mask_rows[b][p] == 1).collect();
                     let got = &outputs[b * total + pos][h * hs..(h + 1) * hs];
@@ -371,7 +433,7 @@ mod tests {
                         for (g, w) in got.iter().zip(&want) {
                             assert!(
                                 (g - w).abs() < 1e-5,
-                                "b{b} pos{pos} h{h}: {got:?} vs {want:?}"
+                                "bf16 {bf16}, b{b} pos{pos} h{h}: {got:?} vs {want:?}"
                             );
                         }
                     } else {
