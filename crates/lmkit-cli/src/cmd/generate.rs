@@ -11,9 +11,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::checkpoint::resolve_model_dir;
-use lmkit::infer::{GenerationConfig, Gpt2Engine, SamplingParams, TextStreamer, WeightDtype};
-use lmkit_tokenizers::BpeTokenizer;
+use lmkit::infer::{GenerationConfig, SamplingParams, TextStreamer};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,13 +63,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let dtype: WeightDtype = a.dtype.parse()?;
-    let dir = resolve_model_dir(&a.model)?;
-    let tok_dir = a.tokenizer.clone().unwrap_or_else(|| dir.clone());
-    let tokenizer = BpeTokenizer::from_dir(&tok_dir)
-        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
-    let mut engine =
-        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    let (tokenizer, mut engine) = super::load_gpt2(&a.model, a.tokenizer.as_deref(), &a.dtype)?;
+    let dtype = engine.dtype();
     let sampling = SamplingParams {
         greedy: a.greedy,
         temperature: a.temperature,

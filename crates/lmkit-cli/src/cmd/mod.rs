@@ -1,5 +1,12 @@
 //! One module per subcommand.
 
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use lmkit::checkpoint::resolve_model_dir;
+use lmkit::infer::{Gpt2Engine, WeightDtype};
+use lmkit_tokenizers::BpeTokenizer;
+
 pub mod classify;
 pub mod embed;
 pub mod eval;
@@ -13,3 +20,21 @@ pub mod qa;
 pub mod quickstart;
 pub mod tokenize;
 pub mod train_tokenizer;
+
+/// A GPT-2 model for `generate` / `perplexity`: `model` is a folder or a hub
+/// name, the tokenizer comes from `tokenizer` or the model's folder, and the
+/// weights are loaded as `dtype` (f32, bf16, int8).
+pub(crate) fn load_gpt2(
+    model: &str,
+    tokenizer: Option<&Path>,
+    dtype: &str,
+) -> Result<(BpeTokenizer, Gpt2Engine)> {
+    let dtype: WeightDtype = dtype.parse()?;
+    let dir: PathBuf = resolve_model_dir(model)?;
+    let tok_dir = tokenizer.unwrap_or(&dir);
+    let tokenizer = BpeTokenizer::from_dir(tok_dir)
+        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
+    let engine =
+        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
+    Ok((tokenizer, engine))
+}

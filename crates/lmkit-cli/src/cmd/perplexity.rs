@@ -6,9 +6,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use lmkit::checkpoint::resolve_model_dir;
-use lmkit::infer::{Gpt2Engine, WeightDtype};
-use lmkit_tokenizers::BpeTokenizer;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,15 +33,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let dtype: WeightDtype = a.dtype.parse()?;
-    let dir = resolve_model_dir(&a.model)?;
-    let tok_dir = a.tokenizer.clone().unwrap_or_else(|| dir.clone());
-    let tokenizer = BpeTokenizer::from_dir(&tok_dir)
-        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
+    let (tokenizer, mut engine) = super::load_gpt2(&a.model, a.tokenizer.as_deref(), &a.dtype)?;
+    let dtype = engine.dtype();
     let text = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let ids = tokenizer.encode_ordinary(&text);
-    let mut engine =
-        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
     let context = a.context.unwrap_or(engine.config().n_positions);
     let stride = a.stride.unwrap_or((context / 2).max(1));
     if a.stride == Some(0) || a.context == Some(0) {
