@@ -87,11 +87,8 @@ fn perplexity_json_scores_every_token_after_the_first() {
     let (dir, tok) = setup("ppl");
     let text = dir.join("text.txt");
     // 100 ASCII bytes = 100 tokens; windows of 32 positions.
-    std::fs::write(
-        &text,
-        "the cat sat on the mat. ".repeat(5).trim_end()[..100].as_bytes(),
-    )
-    .unwrap();
+    let text_bytes = "the cat sat on the mat. ".repeat(5).into_bytes();
+    std::fs::write(&text, &text_bytes[..100]).unwrap();
     let p = run_json(&[
         "perplexity",
         "--model",
