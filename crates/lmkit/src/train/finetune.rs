@@ -310,18 +310,6 @@ fn write_row(metrics: &mut MetricsWriter, row: &Map<String, Value>) -> Result<()
 /// Evaluates the model on the held-out set: the metrics row, or None without one.
 type EvalFn<'a, M> = dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>> + 'a;
 
-/// What the loop hands back: (steps, epochs done, examples/s, tokens/s,
-/// final loss, last eval metrics, seconds).
-type LoopSummary = (
-    u64,
-    usize,
-    f64,
-    f64,
-    Option<f64>,
-    Option<Map<String, Value>>,
-    f64,
-);
-
 #[allow(clippy::too_many_arguments)]
 fn run_loop<M: Trainable>(
     model: &mut M,
@@ -333,8 +321,9 @@ fn run_loop<M: Trainable>(
     metrics: &mut MetricsWriter,
     description: String,
     eval_examples: usize,
+    output: &Path,
     on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<LoopSummary> {
+) -> Result<FinetuneSummary> {
     let b = opts.batch_size;
     let per_epoch = n_examples.div_ceil(b) as u64;
     let schedule_steps = per_epoch * opts.epochs as u64;
@@ -412,15 +401,17 @@ fn run_loop<M: Trainable>(
             last_eval = Some(row);
         }
     }
-    Ok((
-        opt.step,
+    Ok(FinetuneSummary {
+        steps: opt.step,
         epochs_done,
-        examples as f64 / train_s.max(1e-9),
-        tokens as f64 / train_s.max(1e-9),
+        train_examples: n_examples,
+        examples_per_s: examples as f64 / train_s.max(1e-9),
+        tokens_per_s: tokens as f64 / train_s.max(1e-9),
+        train_seconds: train_s,
         final_loss,
         last_eval,
-        train_s,
-    ))
+        output: output.to_path_buf(),
+    })
 }
 
 fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
@@ -507,7 +498,7 @@ pub fn finetune_classify(
         labels.names().join(", "),
         train_encs.len()
     );
-    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+    let summary = run_loop(
         &mut trainer,
         train_encs.len(),
         opts,
@@ -517,6 +508,7 @@ pub fn finetune_classify(
         &mut metrics,
         description,
         eval_encs.as_ref().map_or(0, Vec::len),
+        output,
         on_event,
     )?;
     let m = &trainer.model;
@@ -528,17 +520,7 @@ pub fn finetune_classify(
         Architecture::BertForSequenceClassification,
     )?;
     tok.save(output)?;
-    Ok(FinetuneSummary {
-        steps,
-        epochs_done,
-        train_examples: train_encs.len(),
-        examples_per_s: eps,
-        tokens_per_s: tps,
-        train_seconds: secs,
-        final_loss,
-        last_eval,
-        output: output.to_path_buf(),
-    })
+    Ok(summary)
 }
 
 /// One training window of a SQuAD question (HF run_qa's `prepare_train_features`).
@@ -681,7 +663,7 @@ pub fn finetune_qa(
         feats.len(),
         opts.doc_stride
     );
-    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+    let summary = run_loop(
         &mut trainer,
         feats.len(),
         opts,
@@ -691,6 +673,7 @@ pub fn finetune_qa(
         &mut metrics,
         description,
         eval_ex.as_ref().map_or(0, Vec::len),
+        output,
         on_event,
     )?;
     let m = &trainer.model;
@@ -702,17 +685,7 @@ pub fn finetune_qa(
         Architecture::BertForQuestionAnswering,
     )?;
     tok.save(output)?;
-    Ok(FinetuneSummary {
-        steps,
-        epochs_done,
-        train_examples: feats.len(),
-        examples_per_s: eps,
-        tokens_per_s: tps,
-        train_seconds: secs,
-        final_loss,
-        last_eval,
-        output: output.to_path_buf(),
-    })
+    Ok(summary)
 }
 
 /// GPT-2 blocks of a text file: documents (form-feed separated, or JSONL
@@ -815,7 +788,7 @@ pub fn finetune_lm(
         model.config.n_layer,
         model.config.n_embd
     );
-    let (steps, epochs_done, eps, tps, final_loss, last_eval, secs) = run_loop(
+    let summary = run_loop(
         &mut model,
         train_blocks.len(),
         opts,
@@ -825,6 +798,7 @@ pub fn finetune_lm(
         &mut metrics,
         description,
         eval_blocks.as_ref().map_or(0, Vec::len),
+        output,
         on_event,
     )?;
     save_params(
@@ -835,15 +809,5 @@ pub fn finetune_lm(
         Architecture::Gpt2LMHeadModel,
     )?;
     tok.save(output)?;
-    Ok(FinetuneSummary {
-        steps,
-        epochs_done,
-        train_examples: train_blocks.len(),
-        examples_per_s: eps,
-        tokens_per_s: tps,
-        train_seconds: secs,
-        final_loss,
-        last_eval,
-        output: output.to_path_buf(),
-    })
+    Ok(summary)
 }
