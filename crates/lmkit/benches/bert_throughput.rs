@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use lmkit::model::bert::{Bert, BertActivations, BertBatch};
-use lmkit::tasks::{BertPipeline, EmbedOptions};
+use lmkit::models::bert::{Bert, BertActivations, BertBatch};
+use lmkit::models::bert::{BertPipeline, EmbedOptions};
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()

@@ -10,8 +10,8 @@
 //! (scripts/bench_train.py compares with PyTorch).
 
 use lmkit::data::TokenBatch;
-use lmkit::model::gpt2::Gpt2;
-use lmkit::model::Gpt2Config;
+use lmkit::models::gpt2::Gpt2;
+use lmkit::spec::Gpt2Config;
 use lmkit::train::{train_step, LrSchedule, OptimConfig, OptimState, ScheduleKind};
 use std::hint::black_box;
 use std::time::Instant;

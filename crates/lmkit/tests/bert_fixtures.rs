@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lmkit::model::bert::{Bert, BertActivations, BertBatch};
-use lmkit::tasks::{BertPipeline, EmbedOptions, QaOptions};
+use lmkit::models::bert::{Bert, BertActivations, BertBatch};
+use lmkit::models::bert::{BertPipeline, EmbedOptions, QaOptions};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -263,7 +263,7 @@ fn question_answering_pipeline() {
         // Recompute from HF's logits with the same post-processing.
         let enc = p.tokenizer.encode_pair(q, c, true).unwrap();
         let k = enc.len();
-        let w = lmkit::tasks::qa::QaWindow {
+        let w = lmkit::models::bert::qa::QaWindow {
             encoding: &enc,
             start_logits: &start[i * t..i * t + k],
             end_logits: &end[i * t..i * t + k],
@@ -273,7 +273,7 @@ fn question_answering_pipeline() {
                 .id_to_token(id)
                 .is_some_and(|s| s.starts_with("##"))
         };
-        let want = lmkit::tasks::qa::best_answers(&[w], c, &cont, QaOptions::default());
+        let want = lmkit::models::bert::qa::best_answers(&[w], c, &cont, QaOptions::default());
         assert_eq!(got[0].answer, want[0].answer, "{q}");
         assert!((got[0].score - want[0].score).abs() < 1e-4);
         assert_eq!(&c[got[0].byte_start..got[0].byte_end], got[0].answer);

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use lmkit::kernels::AdamW;
-use lmkit::model::bert::{Bert, BertBatch};
-use lmkit::model::bert_backward::{BertTargets, BertTrainBatch, BertTrainer};
-use lmkit::model::names::{canonical_name, Family};
+use lmkit::models::bert::{Bert, BertBatch};
+use lmkit::models::bert::{BertTargets, BertTrainBatch, BertTrainer};
+use lmkit::spec::names::{canonical_name, Family};
 use serde_json::Value;
 
 fn fixture(case: &str) -> PathBuf {

@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 
 use lmkit::data::mlm::IGNORE_INDEX;
-use lmkit::model::bert::Bert;
-use lmkit::model::names::Architecture;
-use lmkit::train::bert_pretrain::{
+use lmkit::models::bert::Bert;
+use lmkit::recipes::bert_pretrain::{
     prepare_corpus, preview_epoch, run_bert_pretraining, BertDims, BertPretrainOptions,
     BertRunConfig,
 };
+use lmkit::spec::names::Architecture;
 use lmkit::train::{read_metrics, LrSchedule, OptimConfig, ScheduleKind};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 

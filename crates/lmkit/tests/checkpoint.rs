@@ -8,8 +8,8 @@ use lmkit::checkpoint::{
     load_params, load_pretrained, open_model_dir, save_params, write_safetensors, LoadOptions,
     SafeTensors, TensorRef,
 };
-use lmkit::model::{
-    AnyConfig, Architecture, BertConfig, Family, Gpt2Config, ModelConfig, ParamLayout,
+use lmkit::spec::{
+    AnyConfig, Architecture, BertConfig, Family, Gpt2Config, HasLayout, ModelConfig, ParamLayout,
 };
 use lmkit::Error;
 

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use lmkit::checkpoint::save_params;
 use lmkit::eval::lambada::read_lambada;
 use lmkit::eval::rouge::rouge;
+use lmkit::eval::run::{eval_lambada, eval_summarize, SummarizeOptions};
 use lmkit::eval::summarize::{first_sentences, read_summarize};
-use lmkit::eval::tasks::{eval_lambada, eval_summarize, SummarizeOptions};
-use lmkit::infer::{Gpt2Engine, WeightDtype};
-use lmkit::model::gpt2::Gpt2;
-use lmkit::model::{Architecture, Gpt2Config};
-use lmkit::train::finetune::{finetune_lm, FinetuneOptions};
+use lmkit::models::gpt2::Gpt2;
+use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
+use lmkit::recipes::finetune::{finetune_lm, FinetuneOptions};
+use lmkit::spec::{Architecture, Gpt2Config};
 use lmkit_tokenizers::BpeTokenizer;
 
 fn root() -> PathBuf {

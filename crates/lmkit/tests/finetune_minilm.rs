@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use lmkit::data::squad::read_squad;
-use lmkit::model::bert::Bert;
-use lmkit::model::names::Architecture;
-use lmkit::tasks::BertPipeline;
-use lmkit::train::finetune::{finetune_classify, finetune_qa, FinetuneOptions};
+use lmkit::models::bert::Bert;
+use lmkit::models::bert::BertPipeline;
+use lmkit::recipes::finetune::{finetune_classify, finetune_qa, FinetuneOptions};
+use lmkit::spec::names::Architecture;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 
 use lmkit::data::squad::read_squad;
-use lmkit::model::bert::Bert;
-use lmkit::model::names::Architecture;
-use lmkit::train::finetune::{
+use lmkit::models::bert::Bert;
+use lmkit::recipes::finetune::{
     finetune_classify, finetune_lm, finetune_qa, qa_train_features, FinetuneOptions,
 };
+use lmkit::spec::names::Architecture;
 use lmkit::train::read_metrics;
-use lmkit::train::Rng;
+use lmkit::util::Rng;
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 
 fn root() -> PathBuf {
@@ -159,7 +159,7 @@ fn tiny_classifier_learns_and_saves_an_hf_checkpoint() {
     want.insert("classifier.bias".into(), vec![2]);
     assert_eq!(keys_of(&out.join("model.safetensors")), want);
     // Predictions through the inference pipeline agree with the eval accuracy.
-    let p = lmkit::tasks::BertPipeline::from_dir(&out).unwrap();
+    let p = lmkit::models::bert::BertPipeline::from_dir(&out).unwrap();
     let r = p
         .classify(&["the dog saw a cat", "paris near london"], 2, false)
         .unwrap();

@@ -13,8 +13,10 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use lmkit::checkpoint::{load_pretrained, write_safetensors, LoadOptions, TensorRef};
-use lmkit::infer::{FinishReason, GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
-use lmkit::model::{AnyConfig, Gpt2Config};
+use lmkit::models::gpt2::{
+    FinishReason, GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype,
+};
+use lmkit::spec::{AnyConfig, Gpt2Config};
 use lmkit::Error;
 
 fn repo_root() -> PathBuf {
@@ -691,7 +693,7 @@ fn engine_from_config_layout_mismatch_is_an_error() {
         n_layer: 1,
         ..cfg.clone()
     };
-    let layout = lmkit::model::gpt2_layout(&other).expect("layout");
+    let layout = lmkit::spec::gpt2_layout(&other).expect("layout");
     let params = layout.zeros();
     assert!(Gpt2Engine::from_params(&cfg, &layout, &params, WeightDtype::F32).is_err());
 }

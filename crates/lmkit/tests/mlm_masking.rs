@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use lmkit::data::mlm::{MaskCounts, MlmConfig, MlmMasker, IGNORE_INDEX};
 use lmkit::data::nsp::{build_nsp_pairs, read_documents, split_sentences, NspConfig, NspPair};
-use lmkit::train::Rng;
+use lmkit::util::Rng;
 
 const PAD: u32 = 0;
 const UNK: u32 = 1;

@@ -8,8 +8,8 @@ use lmkit::checkpoint::{load_pretrained, save_params, LoadOptions};
 use lmkit::data::{
     open_shards, prepare_shards, BatchSampler, PrepareOptions, TokenBatch, TokenData,
 };
-use lmkit::model::gpt2::Gpt2;
-use lmkit::model::{AnyConfig, Architecture, Gpt2Config};
+use lmkit::models::gpt2::Gpt2;
+use lmkit::spec::{AnyConfig, Architecture, Gpt2Config};
 use lmkit::train::{
     latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, train_step, LrSchedule,
     OptimConfig, OptimState, ScheduleKind, StepError, TrainState,

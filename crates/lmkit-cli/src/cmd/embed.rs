@@ -10,7 +10,7 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use lmkit::tasks::{BertPipeline, EmbedOptions, Pooling};
+use lmkit::models::bert::{BertPipeline, EmbedOptions, Pooling};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -19,14 +19,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
 use lmkit::data::squad::read_squad;
-use lmkit::eval::tasks::{
+use lmkit::eval::run::{
     encode_classify, eval_classify, eval_lambada, eval_squad, eval_summarize, SummarizeOptions,
 };
 use lmkit::eval::{read_lambada, read_summarize};
-use lmkit::infer::{Gpt2Engine, WeightDtype};
-use lmkit::model::bert::Bert;
-use lmkit::model::AnyConfig;
-use lmkit::tasks::QaOptions;
+use lmkit::models::bert::Bert;
+use lmkit::models::bert::QaOptions;
+use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
+use lmkit::spec::AnyConfig;
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use lmkit_tokenizers::BpeTokenizer;
 use serde_json::{json, Value};
@@ -211,7 +211,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         EvalTask::Classify => {
             let model = Bert::from_dir(&dir)?;
-            model.require(lmkit::model::bert::HeadKind::Classifier)?;
+            model.require(lmkit::models::bert::HeadKind::Classifier)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
             let mut data = read_classify_jsonl(&a.data)?;
             data.examples = limit(data.examples, a.limit);
@@ -236,7 +236,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         EvalTask::Squad => {
             let model = Bert::from_dir(&dir)?;
-            model.require(lmkit::model::bert::HeadKind::QuestionAnswering)?;
+            model.require(lmkit::models::bert::HeadKind::QuestionAnswering)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
             let ex = limit(read_squad(&a.data)?, a.limit);
             let max_len = a.max_seq_len.unwrap_or(384);

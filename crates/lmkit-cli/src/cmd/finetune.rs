@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::resolve_model_dir;
-use lmkit::train::finetune::{
+use lmkit::recipes::finetune::{
     finetune_classify, finetune_lm, finetune_qa, FinetuneEvent, FinetuneOptions, FinetuneTask,
 };
 use serde_json::{json, Value};

@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::infer::{GenerationConfig, SamplingParams, TextStreamer};
+use lmkit::models::gpt2::{GenerationConfig, SamplingParams, TextStreamer};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
-use lmkit::infer::{Gpt2Engine, WeightDtype};
+use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
 use lmkit_tokenizers::BpeTokenizer;
 
 pub mod classify;

@@ -10,9 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::{self, save_params, LoadOptions};
 use lmkit::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData};
-use lmkit::infer::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
-use lmkit::model::gpt2::Gpt2;
-use lmkit::model::{Architecture, Gpt2Config};
+use lmkit::models::gpt2::Gpt2;
+use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
+use lmkit::spec::{Architecture, Gpt2Config};
 use lmkit::train::{
     latest_checkpoint, load_train_state, save_checkpoint, train_step, LossParts, LrSchedule,
     MetricsWriter, OptimConfig, OptimState, ScheduleKind, StepError, TrainState, Trainable,
@@ -271,7 +271,7 @@ fn load_hf_gpt2(dir: &Path) -> Result<(Gpt2Config, Vec<f32>)> {
     )
     .with_context(|| format!("loading the GPT-2 checkpoint {}", dir.display()))?;
     let cfg = match pre.config {
-        lmkit::model::AnyConfig::Gpt2(c) => c,
+        lmkit::spec::AnyConfig::Gpt2(c) => c,
         _ => bail!("{}: not a GPT-2 checkpoint", dir.display()),
     };
     Ok((cfg, pre.params))
@@ -300,7 +300,7 @@ fn eval_loss(
     let mut total = LossParts::default();
     for i in 0..n {
         batch::fill_eval_batch(val, i, &mut bt);
-        total.add(model.evaluate(&bt));
+        total.add(model.evaluate(&bt).ok()?);
     }
     Some(total.mean())
 }
@@ -679,6 +679,7 @@ pub fn run_training(args: &Args) -> Result<Summary> {
                     last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
                 );
             }
+            Err(e @ StepError::Model(_)) => bail!(e),
         };
         let dt = t0.elapsed().as_secs_f64();
         let tps = stats.tokens as f64 / dt.max(1e-9);
@@ -907,9 +908,9 @@ const BERT_PRESETS: &[(&str, usize, usize, usize, usize)] = &[
 ];
 
 /// `--arch bert`: masked-LM + next-sentence pretraining (see
-/// `lmkit::train::bert_pretrain`), with the same flags as GPT-2.
+/// `lmkit::recipes::bert_pretrain`), with the same flags as GPT-2.
 fn run_bert(args: &Args) -> Result<Summary> {
-    use lmkit::train::bert_pretrain::{
+    use lmkit::recipes::bert_pretrain::{
         run_bert_pretraining, BertDims, BertPretrainOptions, BertRunConfig, PretrainEvent,
     };
     if args.sample_every.is_some() || args.sample_prompt.is_some() || args.sample_tokens.is_some() {

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::tasks::QaOptions;
+use lmkit::models::bert::QaOptions;
 use serde_json::json;
 
 #[derive(clap::Args)]

@@ -199,8 +199,8 @@ const BATCH: usize = 16;
 /// Seconds per optimizer step of the quickstart model on this machine
 /// (forward + backward on random tokens; best of 3 after a warmup).
 fn time_one_step(vocab_size: usize) -> f64 {
-    use lmkit::model::gpt2::Gpt2;
-    let cfg = lmkit::model::Gpt2Config {
+    use lmkit::models::gpt2::Gpt2;
+    let cfg = lmkit::spec::Gpt2Config {
         vocab_size,
         n_positions: SEQ_LEN,
         n_embd: N_EMBD,
@@ -217,7 +217,11 @@ fn time_one_step(vocab_size: usize) -> f64 {
     let mut best = f64::MAX;
     for i in 0..4 {
         let t0 = std::time::Instant::now();
-        m.forward_backward(&ids, &targets, BATCH, SEQ_LEN, 1.0);
+        if m.forward_backward(&ids, &targets, BATCH, SEQ_LEN, 1.0)
+            .is_err()
+        {
+            return 1.0;
+        }
         if i > 0 {
             best = best.min(t0.elapsed().as_secs_f64());
         }
@@ -259,7 +263,7 @@ fn default_corpus(out: &Path) -> Result<PathBuf> {
         html.display()
     );
     let text = books_text(&html)?;
-    lmkit::checkpoint::atomic_write(&cached, text.as_bytes())?;
+    lmkit::util::fs::atomic_write(&cached, text.as_bytes())?;
     Ok(cached)
 }
 

@@ -2,23 +2,23 @@
 //! (memory-mapped) and written so that transformers' `from_pretrained`
 //! loads them with no missing or unexpected keys; atomic file writes.
 //!
-//! Key names go through the single table in [`crate::model::names`].
+//! Key names go through the single table in [`crate::spec::names`].
+//! Training checkpoints (optimizer moments, trainer state) are in [`state`].
 
-mod atomic;
 mod hub;
 mod safetensors;
+pub mod state;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-pub use self::atomic::{atomic_write, atomic_write_with};
 pub use self::hub::{hub_cache_dirs, resolve_model_dir};
 pub use self::safetensors::{write_safetensors, Dtype, SafeTensors, TensorRef};
 
 use crate::error::{Error, Result};
-use crate::model::config::{AnyConfig, ModelConfig};
-use crate::model::layout::ParamLayout;
-use crate::model::names::{file_key, is_head, resolve_key, Architecture, Family, KeyRole};
+use crate::spec::config::AnyConfig;
+use crate::spec::layout::{HasLayout, ParamLayout};
+use crate::spec::names::{file_key, is_head, resolve_key, Architecture, Family, KeyRole};
 
 /// File names inside a model directory.
 pub const CONFIG_FILE: &str = "config.json";
@@ -144,7 +144,7 @@ pub fn load_params(
 pub fn save_params(
     layout: &ParamLayout,
     params: &[f32],
-    config: &impl ModelConfig,
+    config: &impl HasLayout,
     dir: impl AsRef<Path>,
     arch: Architecture,
 ) -> Result<()> {
@@ -193,7 +193,7 @@ pub fn save_params(
     let mut text =
         serde_json::to_string_pretty(&json).map_err(|e| Error::InvalidInput(e.to_string()))?;
     text.push('\n');
-    atomic_write(dir.join(CONFIG_FILE), text.as_bytes())
+    crate::util::fs::atomic_write(dir.join(CONFIG_FILE), text.as_bytes())
 }
 
 /// A model loaded from an HF directory: config, architecture, layout, weights.

@@ -9,8 +9,8 @@ use half::{bf16, f16};
 use safetensors::tensor::{Metadata, TensorInfo};
 pub use safetensors::Dtype;
 
-use crate::checkpoint::atomic::atomic_write_with;
 use crate::error::{Error, Result};
+use crate::util::fs::atomic_write_with;
 
 /// Length of the little-endian u64 header size that starts every file.
 const N_LEN: usize = 8;

@@ -8,16 +8,8 @@
 //! exact batch sequence.
 
 use super::{DataError, Result, TokenShard};
-use crate::train::rng::Rng;
-use serde::{Deserialize, Serialize};
-
-/// Where the sampler stands: the epoch and the next window index in its
-/// permutation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DataPosition {
-    pub epoch: u64,
-    pub cursor: u64,
-}
+pub use crate::checkpoint::state::DataPosition;
+use crate::util::rng::Rng;
 
 /// One batch of next-token examples: `inputs` and `targets` are [B, T].
 #[derive(Debug, Clone)]

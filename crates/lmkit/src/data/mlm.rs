@@ -19,12 +19,11 @@
 //! The caller passes the RNG: derive it from `(seed, epoch, example)` to get
 //! fresh, reproducible masks each epoch.
 
-use crate::train::rng::Rng;
+use crate::util::rng::Rng;
 
 use super::{DataError, Result};
 
-/// Label of positions that carry no loss (HF's `-100`).
-pub const IGNORE_INDEX: i32 = -100;
+pub use crate::spec::IGNORE_INDEX;
 
 /// Masking hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]

@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use crate::train::rng::Rng;
+use crate::util::rng::Rng;
 
 use super::{DataError, Result};
 

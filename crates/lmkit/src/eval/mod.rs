@@ -4,9 +4,9 @@
 pub mod classify;
 pub mod lambada;
 pub mod rouge;
+pub mod run;
 pub mod squad;
 pub mod summarize;
-pub mod tasks;
 
 pub use classify::{accuracy, classify_scores, macro_f1, ClassifyScores};
 pub use lambada::{

@@ -11,7 +11,7 @@
 
 use super::matmul::{gemm_to_ptr, View};
 use super::simd::{self, dispatch, LANES};
-use super::SendPtr;
+use crate::util::parallel::SendPtr;
 use rayon::prelude::*;
 
 /// Sizes of an attention call.

@@ -3,8 +3,9 @@
 //!
 //! Shape legend: N rows (B·T), C channels; a table is `[rows, C]`.
 
+use super::rows_per_task;
 use super::simd::dispatch;
-use super::{rows_per_task, SendPtr};
+use crate::util::parallel::SendPtr;
 use rayon::prelude::*;
 
 /// `out[i] = Σ_k table_k[ids_k[i]]` over `lookups = [(ids_k[N], table_k), …]`,

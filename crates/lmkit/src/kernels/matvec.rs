@@ -26,7 +26,8 @@
 
 use rayon::prelude::*;
 
-use super::quant::{bf16_to_f32, f32_to_bf16};
+use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
+use crate::util::parallel::SendPtr;
 
 /// Rows of an `[IC, OC]` weight handled by one task of [`matvec_f32_in_out`].
 /// Fixed (not derived from the thread count) so that the reduction order,
@@ -36,21 +37,6 @@ pub const IN_OUT_BLOCK: usize = 64;
 /// Length of the `partials` buffer [`matvec_f32_in_out`] needs.
 pub fn in_out_partials_len(n: usize, ic: usize, oc: usize) -> usize {
     ic.div_ceil(IN_OUT_BLOCK) * n * oc
-}
-
-/// A raw pointer that tasks use to write disjoint parts of one output buffer.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes a range of `out` no other task touches (see the
-// callers), and the buffer outlives the parallel loop that uses the pointer.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// A method, not `.0`, so closures capture the whole Send + Sync wrapper.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// Output rows per task for `[OC, IC]` weights: about 64 KiB of weights per
@@ -85,7 +71,7 @@ fn for_each_row_tile<F>(out: &mut [f32], n: usize, oc: usize, rows_per_task: usi
 where
     F: Fn(&mut [f32], usize, usize) + Sync,
 {
-    let ptr = OutPtr(out.as_mut_ptr());
+    let ptr = SendPtr(out.as_mut_ptr());
     let tasks = oc.div_ceil(rows_per_task);
     (0..tasks).into_par_iter().for_each(|t| {
         let r0 = t * rows_per_task;

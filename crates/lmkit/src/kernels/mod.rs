@@ -15,8 +15,11 @@
 
 mod activation;
 pub(crate) mod attention;
+pub mod bf16_gemm;
 mod elementwise;
 mod embedding;
+pub mod gemm;
+pub mod kv_cache;
 mod layernorm;
 mod matmul;
 pub mod matvec;
@@ -67,21 +70,3 @@ pub(crate) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
         Err(_) => f(&mut vec![0.0; len]),
     })
 }
-
-/// A raw pointer that may cross threads. Users guarantee that concurrent
-/// tasks write disjoint elements.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr(pub *mut f32);
-impl SendPtr {
-    /// The pointer. A method (not `.0`) so closures capture the whole
-    /// `Send + Sync` wrapper rather than the bare pointer field.
-    #[inline(always)]
-    pub(crate) fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-// SAFETY: only used for disjoint writes, see each use.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}

@@ -24,23 +24,7 @@ pub enum SourceLayout {
     OutIn,
 }
 
-/// f32 → bf16 bits, round to nearest even.
-#[inline(always)]
-pub fn f32_to_bf16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    if x.is_nan() {
-        // Keep the sign and force a quiet-NaN payload bit so the result is still NaN.
-        return ((bits >> 16) as u16) | 0x0040;
-    }
-    let round = 0x7FFF + ((bits >> 16) & 1);
-    (bits.wrapping_add(round) >> 16) as u16
-}
-
-/// bf16 bits → f32 (exact).
-#[inline]
-pub fn bf16_to_f32(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
-}
+use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 
 /// Side of the square tiles used to transpose while converting: 16×16 f32
 /// reads and writes stay within a few cache lines each.

@@ -1,20 +1,16 @@
-//! Training, architecture-neutral: schedules, RNG, metrics, the optimizer
-//! state and step over any [`Trainable`] model, and resumable checkpoints.
+//! Training, architecture-neutral: the optimizer step over any
+//! [`Trainable`] model (accumulation, clipping, AdamW, schedule), metrics,
+//! and the re-exports a training loop needs (hyper-parameters from `spec`,
+//! resumable checkpoints from `checkpoint::state`).
 
-pub mod bert_pretrain;
-pub mod finetune;
 pub mod metrics;
-pub mod rng;
-pub mod schedule;
-pub mod state;
-pub mod trainer;
+pub mod step;
 
+pub use crate::checkpoint::state::{
+    latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, OptimState, StateError,
+    TrainState,
+};
+pub use crate::models::{LossParts, Trainable};
+pub use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use rng::Rng;
-pub use schedule::{LrSchedule, ScheduleKind};
-pub use state::{
-    latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, StateError, TrainState,
-};
-pub use trainer::{
-    train_step, LossParts, OptimConfig, OptimState, StepError, StepStats, Trainable,
-};
+pub use step::{train_step, StepError, StepStats};

@@ -12,10 +12,10 @@ use lmkit_tokenizers::{BpeTokenizer, Encoding};
 use crate::data::classify_data::ClassifyData;
 use crate::data::squad::SquadExample;
 use crate::error::{Error, Result};
-use crate::infer::{GenerationConfig, Gpt2Engine, SamplingParams};
-use crate::model::bert::{Bert, BertActivations, BertBatch, HeadKind};
-use crate::tasks::qa::{best_answers, QaOptions, QaWindow};
-use crate::tasks::Answer;
+use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
+use crate::models::bert::Answer;
+use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
+use crate::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams};
 
 use super::classify::{classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};

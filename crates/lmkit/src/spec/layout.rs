@@ -24,7 +24,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::model::config::{BertConfig, Gpt2Config};
+use crate::spec::config::{AnyConfig, BertConfig, Gpt2Config, ModelConfig};
+use crate::spec::names::{Architecture, BertHeads, Family};
 
 /// One parameter: a named view into the flat buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,6 +189,43 @@ impl ParamLayout {
     }
 }
 
+/// A config that knows the parameter layout of each of its architectures.
+pub trait HasLayout: ModelConfig {
+    /// The parameter layout of `arch` for this config.
+    fn layout(&self, arch: Architecture) -> Result<ParamLayout>;
+}
+
+impl HasLayout for Gpt2Config {
+    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
+        if arch.family() != Family::Gpt2 {
+            return Err(Error::InvalidInput(format!(
+                "{arch} is not a GPT-2 architecture"
+            )));
+        }
+        gpt2_layout(self)
+    }
+}
+
+impl HasLayout for BertConfig {
+    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
+        if arch.family() != Family::Bert {
+            return Err(Error::InvalidInput(format!(
+                "{arch} is not a BERT architecture"
+            )));
+        }
+        bert_layout(self, arch.bert_heads())
+    }
+}
+
+impl HasLayout for AnyConfig {
+    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
+        match self {
+            AnyConfig::Gpt2(c) => c.layout(arch),
+            AnyConfig::Bert(c) => c.layout(arch),
+        }
+    }
+}
+
 /// `h.{layer}.` — prefix of GPT-2 block parameters.
 pub fn gpt2_block_prefix(layer: usize) -> String {
     format!("h.{layer}.")
@@ -227,23 +265,6 @@ pub fn gpt2_layout(cfg: &Gpt2Config) -> Result<ParamLayout> {
     l.push("ln_f.weight", &[c], false)?;
     l.push("ln_f.bias", &[c], false)?;
     Ok(l)
-}
-
-/// Which BERT heads a model has (see `Architecture::bert_heads`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BertHeads {
-    /// `pooler.dense` [C,C] + tanh on `[CLS]`.
-    pub pooler: bool,
-    /// `cls.predictions.transform.{dense [C,C], LayerNorm [C]}` and
-    /// `cls.predictions.bias [V]`; the decoder weight is tied to
-    /// `embeddings.word_embeddings.weight`.
-    pub mlm: bool,
-    /// `cls.seq_relationship` [2,C], [2]; needs the pooler.
-    pub nsp: bool,
-    /// `classifier` [L,C], [L] with L = `num_labels()`.
-    pub classifier: bool,
-    /// `qa_outputs` [2,C], [2] (start/end logits).
-    pub qa: bool,
 }
 
 /// BERT, shapes `[out, in]`: `embeddings.{word_embeddings [V,C], position_embeddings [P,C],

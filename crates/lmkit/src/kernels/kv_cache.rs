@@ -16,10 +16,11 @@
 
 use rayon::prelude::*;
 
-use crate::infer::gemm::{gemm_f32_serial, MatMut, MatRef};
 use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
-use crate::kernels::quant::{bf16_rows_to_f32, bf16_to_f32, f32_to_bf16};
+use crate::kernels::gemm::{gemm_f32_serial, MatMut, MatRef};
+use crate::kernels::quant::bf16_rows_to_f32;
 use crate::kernels::simd::dispatch;
+use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 
 /// Preallocated per-layer keys and values for `batch` rows of up to
 /// `capacity` positions.

@@ -26,21 +26,22 @@ use crate::checkpoint::{load_params, open_model_dir, save_params, LoadOptions};
 use crate::data::classify_data::{read_classify_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
 use crate::data::{DataError, TokenBatch};
-use crate::eval::tasks::{encode_classify, eval_classify, eval_squad};
-use crate::model::bert::{Bert, BertBatch};
-use crate::model::bert_backward::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
-use crate::model::config::{AnyConfig, BertConfig};
-use crate::model::gpt2::{Gpt2, IGNORE_INDEX};
-use crate::model::layout::{bert_layout, BertHeads};
-use crate::model::names::{Architecture, Family};
-use crate::tasks::QaOptions;
+use crate::eval::run::{encode_classify, eval_classify, eval_squad};
+use crate::models::bert::QaOptions;
+use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
+use crate::models::bert::{Bert, BertBatch};
+use crate::models::gpt2::Gpt2;
+use crate::spec::config::{AnyConfig, BertConfig};
+use crate::spec::layout::bert_layout;
+use crate::spec::names::BertHeads;
+use crate::spec::names::{Architecture, Family};
+use crate::spec::IGNORE_INDEX;
 
-use super::metrics::MetricsWriter;
-use super::rng::Rng;
-use super::schedule::{LrSchedule, ScheduleKind};
-use super::trainer::{
-    train_step, LossParts, OptimConfig, OptimState, StepError, StepStats, Trainable,
+use crate::train::{
+    train_step, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, ScheduleKind,
+    StepError, StepStats, Trainable,
 };
+use crate::util::rng::Rng;
 
 /// Everything that can stop a fine-tuning run.
 #[derive(Debug, thiserror::Error)]
@@ -732,7 +733,7 @@ pub fn finetune_lm(
     let tok = BpeTokenizer::from_dir(model_dir)?;
     let t = opts.max_seq_len.min(config.n_positions);
     let (_, file) = open_model_dir(model_dir)?;
-    let layout = crate::model::layout::gpt2_layout(&config)?;
+    let layout = crate::spec::layout::gpt2_layout(&config)?;
     let mut params = layout.zeros();
     load_params(
         &layout,
@@ -772,7 +773,7 @@ pub fn finetune_lm(
                 }
             }
             debug_assert!(bt.targets.iter().all(|&x| x != IGNORE_INDEX));
-            total.add(m.evaluate(&bt));
+            total.add(m.evaluate(&bt)?);
         }
         let loss = total.mean();
         Ok(Some(

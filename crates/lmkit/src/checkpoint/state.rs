@@ -10,13 +10,17 @@
 //! (or a full disk) at any moment leaves the previous one intact; old
 //! checkpoints are removed only after the new one is in place.
 
-use super::rng::Rng;
-use super::trainer::{OptimConfig, OptimState};
-use crate::data::DataPosition;
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::safetensors::{write_safetensors, Dtype, SafeTensors, TensorRef};
+use crate::spec::optim::OptimConfig;
+use crate::util::fs::sync_dir;
+use crate::util::rng::Rng;
 
 pub const STATE_FILE: &str = "trainer_state.json";
 pub const OPTIM_FILE: &str = "optimizer.safetensors";
@@ -33,12 +37,41 @@ pub enum StateError {
     Invalid { path: PathBuf, message: String },
     #[error("writing the model into {}: {message}", path.display())]
     Model { path: PathBuf, message: String },
+    #[error(transparent)]
+    File(#[from] crate::Error),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
     move |source| StateError::Io {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// Where the sampler stands: the epoch and the next window index in its
+/// permutation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPosition {
+    pub epoch: u64,
+    pub cursor: u64,
+}
+
+/// AdamW moments and the number of optimizer steps taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptimState {
+    pub m: Vec<f32>,
+    pub v: Vec<f32>,
+    /// Optimizer steps completed (the next step is `step + 1`, 1-based in AdamW).
+    pub step: u64,
+}
+
+impl OptimState {
+    pub fn new(num_params: usize) -> Self {
+        OptimState {
+            m: vec![0.0; num_params],
+            v: vec![0.0; num_params],
+            step: 0,
+        }
     }
 }
 
@@ -122,93 +155,49 @@ pub fn latest_checkpoint(root: &Path) -> Result<Option<PathBuf>, StateError> {
     Ok(list_checkpoints(root)?.pop().map(|(_, p)| p))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StateError> {
-    // Directory fsync makes the rename durable (POSIX); not supported everywhere.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
 /// Writes the flat moments as a safetensors file (F32 tensors `exp_avg`,
 /// `exp_avg_sq`, shape [P]) plus `step` in the metadata.
 fn write_optimizer(path: &Path, opt: &OptimState) -> Result<(), StateError> {
     let n = opt.m.len();
-    let bytes = n * 4;
-    let mut header = format!(
-        "{{\"__metadata__\":{{\"step\":\"{}\"}},\"exp_avg\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[0,{bytes}]}},\"exp_avg_sq\":{{\"dtype\":\"F32\",\"shape\":[{n}],\"data_offsets\":[{bytes},{}]}}}}",
-        opt.step,
-        2 * bytes
-    );
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let file = File::create(path).map_err(io_err(path))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    let write = || -> std::io::Result<()> {
-        w.write_all(&(header.len() as u64).to_le_bytes())?;
-        w.write_all(header.as_bytes())?;
-        for buf in [&opt.m, &opt.v] {
-            for chunk in buf.chunks(1 << 16) {
-                let b: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
-                w.write_all(&b)?;
-            }
-        }
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()
-    };
-    write().map_err(io_err(path))
+    let tensors = [
+        TensorRef {
+            name: "exp_avg".into(),
+            shape: vec![n],
+            data: &opt.m,
+        },
+        TensorRef {
+            name: "exp_avg_sq".into(),
+            shape: vec![n],
+            data: &opt.v,
+        },
+    ];
+    let meta = BTreeMap::from([("step".to_string(), opt.step.to_string())]);
+    Ok(write_safetensors(path, &tensors, &meta)?)
 }
 
+/// Reads what [`write_optimizer`] wrote, checking names, dtypes and sizes
+/// against the model's `num_params` before allocating.
 fn read_optimizer(path: &Path, num_params: usize) -> Result<OptimState, StateError> {
     let bad = |message: String| StateError::Invalid {
         path: path.to_path_buf(),
         message,
     };
-    let data = std::fs::read(path).map_err(io_err(path))?;
-    if data.len() < 8 {
-        return Err(bad("truncated file".into()));
-    }
-    let hlen = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
-    if data.len() < 8 + hlen {
-        return Err(bad("truncated header".into()));
-    }
-    let header: serde_json::Value =
-        serde_json::from_slice(&data[8..8 + hlen]).map_err(|e| bad(format!("header: {e}")))?;
-    let body = &data[8 + hlen..];
+    let file = SafeTensors::open(path)?;
     let tensor = |name: &str| -> Result<Vec<f32>, StateError> {
-        let t = header
-            .get(name)
-            .ok_or_else(|| bad(format!("missing tensor `{name}`")))?;
-        let dtype = t.get("dtype").and_then(|d| d.as_str());
-        let offs: Vec<usize> = t
-            .get("data_offsets")
-            .and_then(|o| o.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_u64())
-                    .map(|x| x as usize)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if dtype != Some("F32") || offs.len() != 2 || offs[1] < offs[0] || offs[1] > body.len() {
-            return Err(bad(format!("tensor `{name}`: bad dtype or offsets")));
+        match (file.dtype(name), file.shape(name)) {
+            (None, _) => Err(bad(format!("missing tensor `{name}`"))),
+            (Some(Dtype::F32), Some([n])) if *n == num_params => {
+                Ok(file.tensor_f32(name)?.into_owned())
+            }
+            (Some(Dtype::F32), Some(shape)) => Err(bad(format!(
+                "tensor `{name}` has shape {shape:?}, the model has {num_params} parameters"
+            ))),
+            (Some(d), _) => Err(bad(format!("tensor `{name}` is {d:?}, expected F32"))),
         }
-        if (offs[1] - offs[0]) != num_params * 4 {
-            return Err(bad(format!(
-                "tensor `{name}` holds {} values, the model has {num_params} parameters",
-                (offs[1] - offs[0]) / 4
-            )));
-        }
-        Ok(body[offs[0]..offs[1]]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
     };
-    let step = header
-        .get("__metadata__")
+    let step = file
+        .metadata()
         .and_then(|m| m.get("step"))
-        .and_then(|s| s.as_str())
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("metadata has no `step`".into()))?;
     Ok(OptimState {
@@ -238,7 +227,7 @@ pub fn save_checkpoint(
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
-    let result = (|| {
+    let result = (|| -> Result<(), StateError> {
         std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
         write_model(&tmp).map_err(|e| StateError::Model {
             path: tmp.clone(),
@@ -271,7 +260,7 @@ pub fn save_checkpoint(
         } else {
             std::fs::rename(&tmp, &fin).map_err(io_err(&fin))?;
         }
-        sync_dir(root)
+        Ok(sync_dir(root)?)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&tmp);

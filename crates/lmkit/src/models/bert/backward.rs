@@ -25,17 +25,16 @@
 
 use std::ops::Range;
 
+use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
-use crate::model::bert::{Bert, BertActivations, BertBatch};
-use crate::model::config::Activation;
-use crate::model::layout::ParamLayout;
-use crate::model::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
-use crate::train::rng::Rng;
-use crate::train::{LossParts, Trainable};
+use crate::models::{LossParts, Trainable};
+use crate::spec::config::Activation;
+use crate::spec::layout::ParamLayout;
+use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
+use crate::util::rng::Rng;
 
-/// Label value that carries no loss (HF's `-100`).
-pub const IGNORE_INDEX: i32 = -100;
+use crate::spec::IGNORE_INDEX;
 
 /// Targets of one batch; each present field switches its head's loss on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -884,26 +883,20 @@ impl Trainable for BertTrainer {
     }
 
     /// The total loss (sum of head means) as `LossParts { sum, count: 1 }`.
-    /// Batches are checked when they are built; an invalid one here is a
-    /// programming error.
-    fn forward_backward(&mut self, batch: &BertTrainBatch, grad_scale: f32) -> LossParts {
-        match BertTrainer::forward_backward(self, batch, grad_scale) {
-            Ok(st) => LossParts {
-                sum: st.loss,
-                count: 1,
-            },
-            Err(e) => panic!("BertTrainer::forward_backward: {e}"),
-        }
+    fn forward_backward(&mut self, batch: &BertTrainBatch, grad_scale: f32) -> Result<LossParts> {
+        let st = BertTrainer::forward_backward(self, batch, grad_scale)?;
+        Ok(LossParts {
+            sum: st.loss,
+            count: 1,
+        })
     }
 
-    fn evaluate(&mut self, batch: &BertTrainBatch) -> LossParts {
-        match self.evaluate_batch(batch) {
-            Ok(st) => LossParts {
-                sum: st.loss,
-                count: 1,
-            },
-            Err(e) => panic!("BertTrainer::evaluate: {e}"),
-        }
+    fn evaluate(&mut self, batch: &BertTrainBatch) -> Result<LossParts> {
+        let st = self.evaluate_batch(batch)?;
+        Ok(LossParts {
+            sum: st.loss,
+            count: 1,
+        })
     }
 
     fn decay_spans(&self) -> Vec<(Range<usize>, bool)> {

@@ -1,4 +1,4 @@
-//! bf16 weights for BERT's encoder matmuls: `out[N,OC] = bf16(inp[N,K])·Wᵀ + b`
+//! A packed bf16 matmul (used by BERT's encoder): `out[N,OC] = bf16(inp[N,K])·Wᵀ + b`
 //! with products of bf16 pairs accumulated in f32 (AVX-512 BF16
 //! `vdpbf16ps`, two multiply-adds per lane per instruction: twice the f32
 //! FMA rate). Where the CPU lacks AVX-512 BF16, the same rounded operands
@@ -14,10 +14,9 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::{self, WeightLayout};
-use crate::model::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
-
-use super::bert::Bert;
+use super::{matmul_forward, WeightLayout};
+use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
+use crate::util::parallel::SendPtr;
 
 /// Rows of the register tile.
 const MR: usize = 14;
@@ -25,36 +24,6 @@ const MR: usize = 14;
 const NR: usize = 32;
 /// Row tiles per parallel task.
 const TILES_PER_TASK: usize = 8;
-
-/// The output pointer shared by the row-tile tasks (each writes its own rows).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-impl OutPtr {
-    /// A method, so closures capture the `Send + Sync` wrapper, not the field.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-// SAFETY: tasks write disjoint rows through it (see `PackedBf16::forward`).
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-/// f32 → bf16 with round-to-nearest-even (NaN stays NaN).
-#[inline]
-pub fn f32_to_bf16(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return ((b >> 16) | 0x40) as u16;
-    }
-    let round = 0x7fff + ((b >> 16) & 1);
-    ((b.wrapping_add(round)) >> 16) as u16
-}
-
-#[inline]
-pub fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits((h as u32) << 16)
-}
 
 fn has_avx512bf16() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -149,7 +118,7 @@ impl PackedBf16 {
             });
         #[cfg(target_arch = "x86_64")]
         if has_avx512bf16() {
-            let out_ptr = OutPtr(out.as_mut_ptr());
+            let out_ptr = SendPtr(out.as_mut_ptr());
             let tiles = npad / MR;
             let tasks = tiles.div_ceil(TILES_PER_TASK);
             (0..tasks).into_par_iter().for_each(|task| {
@@ -197,7 +166,7 @@ impl PackedBf16 {
         let af: Vec<f32> = (0..n)
             .flat_map(|r| a[r * kp..r * kp + k].iter().map(|&h| bf16_to_f32(h)))
             .collect();
-        kernels::matmul_forward(
+        matmul_forward(
             out,
             &af,
             &self.unpack(),
@@ -278,78 +247,9 @@ unsafe fn tile_kernel(a: &[u16], kp: usize, panel: &[u16], bias: &[f32], c: *mut
     }
 }
 
-/// The four encoder matmuls of one layer, packed.
-#[derive(Debug, Clone)]
-struct LayerBf16 {
-    qkv: PackedBf16,
-    attn_out: PackedBf16,
-    inter: PackedBf16,
-    out: PackedBf16,
-}
-
-/// bf16 copies of every encoder layer's matmul weights.
-#[derive(Debug, Clone)]
-pub(crate) struct Bf16Weights {
-    layers: Vec<LayerBf16>,
-}
-
-impl Bf16Weights {
-    pub(crate) fn new(m: &Bert) -> Bf16Weights {
-        let cfg = &m.config;
-        let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|l| {
-                let p = bert_layer_prefix(l);
-                // Ranges are checked when the model is built.
-                let wr = bert_qkv_weight_range(&m.layout, l).unwrap_or_default();
-                let br = bert_qkv_bias_range(&m.layout, l).unwrap_or_default();
-                let lin = |name: &str, oc: usize, k: usize| {
-                    PackedBf16::pack(
-                        m.param(&format!("{p}{name}.weight")),
-                        Some(m.param(&format!("{p}{name}.bias"))),
-                        oc,
-                        k,
-                    )
-                };
-                LayerBf16 {
-                    qkv: PackedBf16::pack(&m.params[wr], Some(&m.params[br]), 3 * c, c),
-                    attn_out: lin("attention.output.dense", c, c),
-                    inter: lin("intermediate.dense", i, c),
-                    out: lin("output.dense", c, i),
-                }
-            })
-            .collect();
-        Bf16Weights { layers }
-    }
-
-    pub(crate) fn qkv(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].qkv
-    }
-    pub(crate) fn attn_out(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].attn_out
-    }
-    pub(crate) fn inter(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].inter
-    }
-    pub(crate) fn out(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bf16_rounding() {
-        assert_eq!(f32_to_bf16(1.0), 0x3f80);
-        assert_eq!(bf16_to_f32(f32_to_bf16(-2.5)), -2.5);
-        // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1+2^-7: ties to even.
-        assert_eq!(f32_to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
-        assert_eq!(f32_to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
-        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
-        assert_eq!(bf16_to_f32(f32_to_bf16(f32::INFINITY)), f32::INFINITY);
-    }
 
     /// The tile kernel (or the portable path) against a plain f64 product
     /// of the bf16-rounded operands, over shapes with row, column and K tails.

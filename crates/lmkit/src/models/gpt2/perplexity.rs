@@ -9,7 +9,7 @@
 //! Shape legend: T window tokens, C channels, V vocabulary.
 
 use crate::error::{Error, Result};
-use crate::infer::engine::Gpt2Engine;
+use crate::models::gpt2::engine::Gpt2Engine;
 
 /// Rows of logits computed at once: bounds the `[rows, V]` buffer.
 const LOGIT_ROWS: usize = 64;

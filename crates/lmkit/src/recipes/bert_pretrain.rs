@@ -31,17 +31,18 @@ use crate::checkpoint::save_params;
 use crate::data::mlm::{MlmConfig, MlmMasker, IGNORE_INDEX};
 use crate::data::nsp::{build_nsp_pairs, read_documents, split_sentences, NspConfig, NspPair};
 use crate::data::DataPosition;
-use crate::model::bert::{Bert, BertBatch};
-use crate::model::bert_backward::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadStats};
-use crate::model::config::{AnyConfig, BertConfig, HfActivation};
-use crate::model::layout::bert_layout;
-use crate::model::names::Architecture;
+use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadStats};
+use crate::models::bert::{Bert, BertBatch};
+use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
+use crate::spec::layout::bert_layout;
+use crate::spec::names::Architecture;
 
 use super::finetune::{load_bert_as, FinetuneError, Result};
-use super::metrics::MetricsWriter;
-use super::rng::Rng;
-use super::state::{latest_checkpoint, load_train_state, save_checkpoint, TrainState};
-use super::trainer::{train_step, OptimConfig, OptimState, StepError};
+use crate::train::{
+    latest_checkpoint, load_train_state, save_checkpoint, train_step, MetricsWriter, OptimConfig,
+    OptimState, StepError, TrainState,
+};
+use crate::util::rng::Rng;
 
 fn invalid(msg: impl Into<String>) -> FinetuneError {
     FinetuneError::Invalid(msg.into())
@@ -700,6 +701,7 @@ pub fn run_bert_pretraining(
                     last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
                 )));
             }
+            Err(StepError::Model(e)) => return Err(e.into()),
         };
         let heads = trainer.take_stats();
         let dt = t0.elapsed().as_secs_f64();

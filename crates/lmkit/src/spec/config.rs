@@ -12,8 +12,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::model::layout::{bert_layout, gpt2_layout, ParamLayout};
-use crate::model::names::{Architecture, Family};
+use crate::spec::names::{Architecture, Family};
 
 /// The GELU variant a model uses; what the kernels need to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,13 +69,12 @@ impl HfActivation {
     }
 }
 
-/// What every model config offers to checkpoint saving.
+/// What every model config offers to checkpoint saving (the layout comes
+/// with [`crate::spec::layout::HasLayout`]).
 pub trait ModelConfig {
     fn family(&self) -> Family;
     /// The `config.json` object (sorted keys, HF names, `model_type`).
     fn to_json_value(&self) -> Value;
-    /// The parameter layout of `arch` for this config.
-    fn layout(&self, arch: Architecture) -> Result<ParamLayout>;
     /// Pretty `config.json` text, as HF writes it.
     fn to_json(&self) -> String {
         // Serialising a Value cannot fail (all keys are strings).
@@ -285,15 +283,6 @@ impl ModelConfig for Gpt2Config {
         put("tie_word_embeddings", self.tie_word_embeddings.into());
         put("scale_attn_weights", self.scale_attn_weights.into());
         Value::Object(m)
-    }
-
-    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
-        if arch.family() != Family::Gpt2 {
-            return Err(Error::InvalidInput(format!(
-                "{arch} is not a GPT-2 architecture"
-            )));
-        }
-        gpt2_layout(self)
     }
 }
 
@@ -552,15 +541,6 @@ impl ModelConfig for BertConfig {
         }
         Value::Object(m)
     }
-
-    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
-        if arch.family() != Family::Bert {
-            return Err(Error::InvalidInput(format!(
-                "{arch} is not a BERT architecture"
-            )));
-        }
-        bert_layout(self, arch.bert_heads())
-    }
 }
 
 /// A config of either family, detected from `model_type` (else `architectures`).
@@ -655,13 +635,6 @@ impl ModelConfig for AnyConfig {
         match self {
             AnyConfig::Gpt2(c) => c.to_json_value(),
             AnyConfig::Bert(c) => c.to_json_value(),
-        }
-    }
-
-    fn layout(&self, arch: Architecture) -> Result<ParamLayout> {
-        match self {
-            AnyConfig::Gpt2(c) => c.layout(arch),
-            AnyConfig::Bert(c) => c.layout(arch),
         }
     }
 }

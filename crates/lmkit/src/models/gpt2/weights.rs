@@ -19,7 +19,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::infer::gemm::{gemm_f32, MatMut, MatRef};
+use crate::kernels::gemm::{gemm_f32, MatMut, MatRef};
 use crate::kernels::matvec::{
     in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in, matvec_int8,
 };

@@ -1,30 +1,21 @@
-//! BERT tasks end to end (text in, answers out): sentence embeddings,
+//! BERT inference end to end (text in, answers out): sentence embeddings,
 //! fill-mask, sequence classification, next-sentence prediction and span
 //! question answering, over a [`Bert`] and its WordPiece tokenizer.
 //!
-//! (GPT-2 generation lives in `infer`; these are the encoder-side tasks.)
-//!
 //! Shape legend: B batch, T sequence, C channels, V vocabulary.
-
-pub mod batch;
-pub mod classify;
-pub mod embed;
-pub mod fill_mask;
-pub mod qa;
 
 use std::path::Path;
 
 use lmkit_tokenizers::wordpiece::{Truncation, WordPieceTokenizer};
 use lmkit_tokenizers::Encoding;
 
+use super::batch::plan_batches;
+use super::classify::{self, LabelScore, ScoreFn};
+use super::embed::{self, Pooling, SentenceConfig};
+use super::fill_mask::{self, Prediction};
+use super::model::{Bert, BertActivations, BertBatch, HeadKind};
+use super::qa::{self, Answer, QaOptions};
 use crate::error::{Error, Result};
-use crate::model::bert::{Bert, BertActivations, BertBatch, HeadKind};
-
-pub use batch::plan_batches;
-pub use classify::{LabelScore, ScoreFn};
-pub use embed::{Pooling, SentenceConfig};
-pub use fill_mask::Prediction;
-pub use qa::{Answer, QaOptions};
 
 /// Padded tokens per batch that length bucketing aims for (32 × 128).
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32 * 128;

@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::infer::engine::Gpt2Engine;
-use crate::infer::sampling::{Sampler, SamplingParams};
+use crate::models::gpt2::engine::Gpt2Engine;
+use crate::models::gpt2::sampling::{Sampler, SamplingParams};
 
 /// What to generate and how.
 #[derive(Debug, Clone, PartialEq)]

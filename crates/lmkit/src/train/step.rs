@@ -1,87 +1,10 @@
 //! The optimizer step over any [`Trainable`] model: gradient accumulation,
 //! global-norm clipping, AdamW with decoupled weight decay, an LR schedule.
 
-use super::schedule::LrSchedule;
+use crate::checkpoint::state::OptimState;
 use crate::kernels::{self, AdamW};
-use serde::{Deserialize, Serialize};
-use std::ops::Range;
-
-/// A summed loss over `count` scored targets (mean = sum / count).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LossParts {
-    pub sum: f64,
-    pub count: usize,
-}
-
-impl LossParts {
-    pub fn mean(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.sum / self.count as f64
-        }
-    }
-
-    pub fn add(&mut self, other: LossParts) {
-        self.sum += other.sum;
-        self.count += other.count;
-    }
-}
-
-/// A model the trainer can optimize: one flat parameter buffer and a
-/// gradient buffer with the same layout, and a fused forward + backward.
-pub trait Trainable {
-    /// One micro-batch of input (token ids, targets, masks...).
-    type Batch;
-
-    fn params(&self) -> &[f32];
-    /// Parameters (mutable) and gradients together, for the optimizer.
-    fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]);
-    fn grads(&self) -> &[f32];
-    fn zero_grad(&mut self);
-    /// Forward and backward on `batch`: returns the summed loss and ACCUMULATES
-    /// into the gradients d(`grad_scale` · mean loss of this batch) / dθ.
-    fn forward_backward(&mut self, batch: &Self::Batch, grad_scale: f32) -> LossParts;
-    /// Forward only (validation).
-    fn evaluate(&mut self, batch: &Self::Batch) -> LossParts;
-    /// Parameter ranges with whether weight decay applies to each.
-    fn decay_spans(&self) -> Vec<(Range<usize>, bool)>;
-    /// Tokens consumed per micro-batch (for throughput).
-    fn tokens_per_batch(&self) -> usize;
-}
-
-/// Optimizer hyper-parameters that stay fixed during a run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OptimConfig {
-    pub schedule: LrSchedule,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    pub weight_decay: f32,
-    /// Global-norm clip threshold; 0 disables clipping.
-    pub grad_clip: f32,
-    /// Micro-batches per optimizer step.
-    pub grad_accum: usize,
-}
-
-/// AdamW moments and the number of optimizer steps taken.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OptimState {
-    pub m: Vec<f32>,
-    pub v: Vec<f32>,
-    /// Optimizer steps completed (the next step is `step + 1`, 1-based in AdamW).
-    pub step: u64,
-}
-
-impl OptimState {
-    pub fn new(num_params: usize) -> Self {
-        OptimState {
-            m: vec![0.0; num_params],
-            v: vec![0.0; num_params],
-            step: 0,
-        }
-    }
-}
+use crate::models::{LossParts, Trainable};
+use crate::spec::optim::OptimConfig;
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,6 +28,9 @@ pub enum StepError {
         value: f64,
         step: u64,
     },
+    /// A batch the model cannot take (ids outside the vocabulary, too long...).
+    #[error(transparent)]
+    Model(#[from] crate::Error),
 }
 
 /// One optimizer step: `cfg.grad_accum` micro-batches from `next_batch`,
@@ -122,7 +48,7 @@ pub fn train_step<M: Trainable>(
     let mut loss = LossParts::default();
     for _ in 0..k {
         next_batch(batch);
-        loss.add(model.forward_backward(batch, 1.0 / k as f32));
+        loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
     }
     let step = opt.step + 1;
     let mean = loss.mean();

@@ -13,14 +13,13 @@
 
 use crate::data::TokenBatch;
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
-use crate::model::config::Gpt2Config;
-use crate::model::layout::{gpt2_layout, ParamLayout};
-use crate::train::rng::Rng;
-use crate::train::{LossParts, Trainable};
+use crate::models::{LossParts, Trainable};
+use crate::spec::config::Gpt2Config;
+use crate::spec::layout::{gpt2_layout, ParamLayout};
+use crate::util::rng::Rng;
 use std::ops::Range;
 
-/// Targets equal to this are not scored (as HF's `-100` labels).
-pub const IGNORE_INDEX: i32 = -100;
+use crate::spec::IGNORE_INDEX;
 
 /// Ranges of one block's parameters in the flat buffer.
 #[derive(Debug, Clone)]
@@ -200,7 +199,7 @@ pub struct Gpt2 {
 
 fn gelu_kind(cfg: &Gpt2Config) -> Gelu {
     match cfg.activation() {
-        crate::model::config::Activation::GeluErf => Gelu::Erf,
+        crate::spec::config::Activation::GeluErf => Gelu::Erf,
         _ => Gelu::Tanh,
     }
 }
@@ -300,16 +299,18 @@ impl Gpt2 {
     /// Forward pass over `inputs` [B, T]; saves every activation. With
     /// `targets` [B, T] (`IGNORE_INDEX` = not scored) returns the summed loss
     /// and the logits stay in the activations ([`Gpt2::logits`]).
-    ///
-    /// Panics if the batch does not fit the model (see [`Gpt2::check_batch`]).
+    /// A batch that does not fit the model is an error (see [`Gpt2::check_batch`]).
     pub fn forward(
         &mut self,
         inputs: &[u32],
         targets: Option<&[i32]>,
         b: usize,
         t: usize,
-    ) -> LossParts {
-        self.forward_body(inputs, b, t);
+    ) -> crate::Result<LossParts> {
+        if let Some(tg) = targets {
+            self.check_targets(tg, b, t)?;
+        }
+        self.forward_body(inputs, b, t)?;
         let v = self.config.vocab_size;
         let acts = self
             .acts
@@ -337,9 +338,9 @@ impl Gpt2 {
                     v,
                     IGNORE_INDEX,
                 );
-                LossParts { sum, count }
+                Ok(LossParts { sum, count })
             }
-            None => LossParts::default(),
+            None => Ok(LossParts::default()),
         }
     }
 
@@ -350,10 +351,8 @@ impl Gpt2 {
     }
 
     /// Embeddings, blocks and ln_f: everything up to the logits.
-    fn forward_body(&mut self, inputs: &[u32], b: usize, t: usize) {
-        if let Err(e) = self.check_batch(inputs, b, t) {
-            panic!("Gpt2::forward: {e}");
-        }
+    fn forward_body(&mut self, inputs: &[u32], b: usize, t: usize) -> crate::Result<()> {
+        self.check_batch(inputs, b, t)?;
         self.ensure_acts(b, t);
         let cfg = &self.config;
         let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
@@ -464,11 +463,33 @@ impl Gpt2 {
             c,
             eps,
         );
+        Ok(())
+    }
+
+    /// Targets [B, T]: each a vocabulary id or `IGNORE_INDEX`.
+    pub fn check_targets(&self, targets: &[i32], b: usize, t: usize) -> crate::Result<()> {
+        if targets.len() != b * t {
+            return Err(crate::Error::InvalidInput(format!(
+                "batch of {} targets is not B·T = {b}·{t}",
+                targets.len()
+            )));
+        }
+        let v = self.config.vocab_size;
+        if let Some(&bad) = targets
+            .iter()
+            .find(|&&x| x != IGNORE_INDEX && (x < 0 || x as usize >= v))
+        {
+            return Err(crate::Error::InvalidInput(format!(
+                "target id {bad} is outside the model's vocabulary of {v}"
+            )));
+        }
+        Ok(())
     }
 
     /// Forward + backward on one batch: returns the summed loss and
     /// ACCUMULATES into `grads` the gradient of `grad_scale` · (mean loss over
-    /// the scored targets). Panics if the batch does not fit the model.
+    /// the scored targets). A batch that does not fit the model is an error
+    /// and leaves the gradients untouched.
     pub fn forward_backward(
         &mut self,
         inputs: &[u32],
@@ -476,8 +497,9 @@ impl Gpt2 {
         b: usize,
         t: usize,
         grad_scale: f32,
-    ) -> LossParts {
-        self.forward_body(inputs, b, t);
+    ) -> crate::Result<LossParts> {
+        self.check_targets(targets, b, t)?;
+        self.forward_body(inputs, b, t)?;
         let cfg = &self.config;
         let (c, nh, inner, v) = (cfg.n_embd, cfg.n_head, cfg.inner(), cfg.vocab_size);
         let gelu = gelu_kind(cfg);
@@ -486,7 +508,6 @@ impl Gpt2 {
         let g = &mut self.grads;
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
-        assert_eq!(targets.len(), n, "targets must be [B, T]");
 
         kernels::matmul_forward(
             &mut acts.logits,
@@ -669,7 +690,7 @@ impl Gpt2 {
         // dresidual = d encoded = d(wte[ids] + wpe[pos]).
         kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
         kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
-        LossParts { sum, count }
+        Ok(LossParts { sum, count })
     }
 }
 
@@ -704,7 +725,11 @@ impl Trainable for Gpt2 {
         self.grads.fill(0.0);
     }
 
-    fn forward_backward(&mut self, batch: &TokenBatch, grad_scale: f32) -> LossParts {
+    fn forward_backward(
+        &mut self,
+        batch: &TokenBatch,
+        grad_scale: f32,
+    ) -> crate::Result<LossParts> {
         Gpt2::forward_backward(
             self,
             &batch.inputs,
@@ -715,7 +740,7 @@ impl Trainable for Gpt2 {
         )
     }
 
-    fn evaluate(&mut self, batch: &TokenBatch) -> LossParts {
+    fn evaluate(&mut self, batch: &TokenBatch) -> crate::Result<LossParts> {
         self.forward(&batch.inputs, Some(&batch.targets), batch.b, batch.t)
     }
 

@@ -23,14 +23,14 @@ use lmkit_tokenizers::Encoding;
 use crate::checkpoint::{load_params, open_model_dir, LoadOptions, SafeTensors};
 use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
-use crate::model::config::{Activation, AnyConfig, BertConfig};
-use crate::model::layout::{
+use crate::spec::config::{Activation, AnyConfig, BertConfig};
+use crate::spec::layout::ParamLayout;
+use crate::spec::layout::{
     bert_layer_prefix, bert_layout, bert_qkv_bias_range, bert_qkv_weight_range,
 };
-use crate::model::layout::{BertHeads, ParamLayout};
-use crate::model::names::{canonical_name, Architecture, Family};
+use crate::spec::names::{canonical_name, Architecture, BertHeads, Family};
 
-use super::bert_bf16::Bf16Weights;
+use super::weights::Bf16Weights;
 
 /// A BERT checkpoint in memory: config, which heads it has, and the flat
 /// parameter buffer laid out by [`bert_layout`].

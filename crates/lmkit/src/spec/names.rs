@@ -12,7 +12,22 @@
 //! Writing goes the other way: [`file_key`] adds the prefix HF uses for the
 //! chosen [`Architecture`] (head tensors such as `cls.*` never get one).
 
-use crate::model::layout::BertHeads;
+/// Which BERT heads a model has (see `Architecture::bert_heads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BertHeads {
+    /// `pooler.dense` [C,C] + tanh on `[CLS]`.
+    pub pooler: bool,
+    /// `cls.predictions.transform.{dense [C,C], LayerNorm [C]}` and
+    /// `cls.predictions.bias [V]`; the decoder weight is tied to
+    /// `embeddings.word_embeddings.weight`.
+    pub mlm: bool,
+    /// `cls.seq_relationship` [2,C], [2]; needs the pooler.
+    pub nsp: bool,
+    /// `classifier` [L,C], [L] with L = `num_labels()`.
+    pub classifier: bool,
+    /// `qa_outputs` [2,C], [2] (start/end logits).
+    pub qa: bool,
+}
 
 /// Which model family a config, layout or checkpoint belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

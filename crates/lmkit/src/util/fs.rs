@@ -51,8 +51,11 @@ pub fn atomic_write_with(
     sync_dir(&dir)
 }
 
-/// Makes a rename in `dir` durable (Unix); elsewhere a no-op.
-fn sync_dir(dir: &Path) -> Result<()> {
+/// Makes a rename in `dir` durable: fsyncs the directory (Unix; elsewhere a
+/// directory cannot be opened as a file and this is a no-op). An fsync
+/// error is an error: a write that may not survive a crash is not reported
+/// as saved.
+pub fn sync_dir(dir: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         File::open(dir)

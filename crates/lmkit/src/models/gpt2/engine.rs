@@ -17,15 +17,15 @@ use std::sync::Arc;
 
 use crate::checkpoint::{open_model_dir, SafeTensors};
 use crate::error::{Error, Result};
-use crate::infer::cache::KvCache;
-use crate::infer::weights::{
-    prefault_mapped, release_mapped, trim_heap, F32Slice, Matrix, WeightDtype,
-};
+use crate::kernels::kv_cache::KvCache;
 use crate::kernels::quant::SourceLayout;
 use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
-use crate::model::config::{Activation, AnyConfig, Gpt2Config};
-use crate::model::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
-use crate::model::names::{resolve_key, Family, KeyRole};
+use crate::models::gpt2::weights::{
+    prefault_mapped, release_mapped, trim_heap, F32Slice, Matrix, WeightDtype,
+};
+use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
+use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
+use crate::spec::names::{resolve_key, Family, KeyRole};
 
 /// Parameters of one transformer block.
 #[derive(Debug)]

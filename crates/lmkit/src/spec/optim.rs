@@ -1,5 +1,6 @@
-//! Learning-rate schedules: linear warmup, then cosine / linear decay to a
-//! floor, or constant.
+//! Optimizer hyper-parameters: AdamW settings, clipping, accumulation and
+//! the learning-rate schedule (linear warmup, then cosine / linear decay to a
+//! floor, or constant).
 
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
@@ -60,6 +61,20 @@ impl LrSchedule {
         };
         (self.min_lr as f64 + coeff * (self.max_lr - self.min_lr) as f64) as f32
     }
+}
+
+/// Optimizer hyper-parameters that stay fixed during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OptimConfig {
+    pub schedule: LrSchedule,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// Global-norm clip threshold; 0 disables clipping.
+    pub grad_clip: f32,
+    /// Micro-batches per optimizer step.
+    pub grad_accum: usize,
 }
 
 #[cfg(test)]

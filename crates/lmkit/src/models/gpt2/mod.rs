@@ -1,19 +1,25 @@
-//! GPT-2 inference: an engine with its own weight formats (f32 in place from
-//! the memory map, bf16, int8) and a KV cache, generation (greedy,
-//! temperature, top-k, top-p, repetition penalty, seeds, EOS and stop
-//! strings, UTF-8-safe streaming) and sliding-window perplexity.
+//! GPT-2 (Radford et al. 2019), training and inference.
+//!
+//! - [`Gpt2`] (`model`): the training model — forward with every activation
+//!   saved, the full backward, over one flat parameter buffer; implements
+//!   [`crate::models::Trainable`].
+//! - [`Gpt2Engine`] (`engine`): the inference engine — its own weight
+//!   formats (f32 in place from the memory map, bf16, int8) and a KV cache;
+//!   generation (greedy, temperature, top-k, top-p, repetition penalty,
+//!   seeds, EOS and stop strings, UTF-8-safe streaming) and sliding-window
+//!   perplexity.
 //!
 //! Shape legend: B batch rows, T tokens, C channels, NH heads, HS head size,
 //! V vocabulary, P positions.
 //!
-//! This is separate from the training model (`model::gpt2`): decode is
+//! The engine is separate from the training model: decode is
 //! memory-bound, so it runs on matrix-vector kernels over weights stored for
 //! streaming, keeps keys/values instead of activations, and never needs a
 //! backward pass.
 //!
 //! ```no_run
 //! # fn main() -> lmkit::Result<()> {
-//! use lmkit::infer::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
+//! use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
 //! let mut engine = Gpt2Engine::load("assets/big/gpt2-124m-random", WeightDtype::Bf16)?;
 //! let cfg = GenerationConfig { max_new_tokens: 20, sampling: SamplingParams::greedy(), ..Default::default() };
 //! let out = engine.generate(&[464, 2068], &cfg, |_id| std::ops::ControlFlow::Continue(()))?;
@@ -22,19 +28,19 @@
 //! # }
 //! ```
 
-mod cache;
 mod engine;
-mod gemm;
 mod generate;
+mod model;
 mod perplexity;
 pub mod sampling;
 pub mod stream;
 mod weights;
 
-pub use cache::KvCache;
+pub use crate::kernels::kv_cache::KvCache;
 pub use engine::Gpt2Engine;
 pub use generate::{FinishReason, GenerationConfig, GenerationOutput};
+pub use model::{Gpt2, Gpt2Activations};
 pub use perplexity::PerplexityReport;
-pub use sampling::{Rng, Sampler, SamplingParams};
+pub use sampling::{Sampler, SamplingParams};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};
 pub use weights::WeightDtype;

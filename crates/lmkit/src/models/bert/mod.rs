@@ -1,0 +1,29 @@
+//! BERT (Devlin et al. 2018): the post-LN encoder and its HF heads.
+//!
+//! - [`Bert`] (`model`): config, heads, the flat parameter buffer and the
+//!   forward pass (→ `Result`), shared by training and inference; optional
+//!   bf16 encoder weights (`weights`).
+//! - [`BertTrainer`] (`backward`): every head's loss, forward and backward
+//!   in one place, used by pretraining, fine-tuning and evaluation alike;
+//!   implements [`crate::models::Trainable`].
+//! - [`BertPipeline`] (`pipeline`, with `embed`, `fill_mask`, `classify`,
+//!   `qa`, `batch`): text in, answers out.
+
+mod backward;
+pub mod batch;
+pub mod classify;
+pub mod embed;
+pub mod fill_mask;
+mod model;
+mod pipeline;
+pub mod qa;
+mod weights;
+
+pub use backward::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadOutputs, HeadStats};
+pub use batch::plan_batches;
+pub use classify::{LabelScore, ScoreFn};
+pub use embed::{Pooling, SentenceConfig};
+pub use fill_mask::Prediction;
+pub use model::{Bert, BertActivations, BertBatch, HeadKind, LayerActs};
+pub use pipeline::{BertPipeline, EmbedOptions, DEFAULT_MAX_BATCH_TOKENS};
+pub use qa::{Answer, QaOptions};

@@ -1,0 +1,65 @@
+//! The two model families, with the same outline:
+//!
+//! - [`gpt2`]: the training model (`Gpt2`: forward with saved activations,
+//!   backward), and the inference engine (`Gpt2Engine`: f32/bf16/int8
+//!   weights, KV cache, generation, sampling, perplexity).
+//! - [`bert`]: the encoder (`Bert`: forward, shared by training and
+//!   inference), its backward and heads (`BertTrainer`), bf16 weights, and
+//!   the inference pipelines (embed, fill-mask, classify, QA).
+//!
+//! [`Trainable`] is what a model offers the training loop (`train`).
+
+pub mod bert;
+pub mod gpt2;
+
+use std::ops::Range;
+
+/// A summed loss over `count` scored targets (mean = sum / count).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LossParts {
+    pub sum: f64,
+    pub count: usize,
+}
+
+impl LossParts {
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+
+    pub fn add(&mut self, other: LossParts) {
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+}
+
+/// A model the trainer can optimize: one flat parameter buffer and a
+/// gradient buffer with the same layout, and a fused forward + backward.
+pub trait Trainable {
+    /// One micro-batch of input (token ids, targets, masks...).
+    type Batch;
+
+    fn params(&self) -> &[f32];
+    /// Parameters (mutable) and gradients together, for the optimizer.
+    fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]);
+    fn grads(&self) -> &[f32];
+    fn zero_grad(&mut self);
+    /// Forward and backward on `batch`: returns the summed loss and ACCUMULATES
+    /// into the gradients d(`grad_scale` · mean loss of this batch) / dθ.
+    /// An error (a batch that does not fit the model) leaves the gradients
+    /// of earlier micro-batches as they were.
+    fn forward_backward(
+        &mut self,
+        batch: &Self::Batch,
+        grad_scale: f32,
+    ) -> crate::Result<LossParts>;
+    /// Forward only (validation).
+    fn evaluate(&mut self, batch: &Self::Batch) -> crate::Result<LossParts>;
+    /// Parameter ranges with whether weight decay applies to each.
+    fn decay_spans(&self) -> Vec<(Range<usize>, bool)>;
+    /// Tokens consumed per micro-batch (for throughput).
+    fn tokens_per_batch(&self) -> usize;
+}

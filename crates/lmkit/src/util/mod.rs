@@ -1,0 +1,13 @@
+//! The bottom layer: small pieces everything above shares, one of each.
+//!
+//! - [`rng`]: the one PRNG (xoshiro256**), serializable for exact resume.
+//! - [`bf16`]: f32 ⇄ bf16 conversion (round to nearest even).
+//! - [`parallel`]: [`parallel::SendPtr`] for disjoint writes from rayon tasks.
+//! - [`fs`]: atomic file writes and `sync_dir` (an fsync error is an error).
+
+pub mod bf16;
+pub mod fs;
+pub mod parallel;
+pub mod rng;
+
+pub use rng::Rng;
