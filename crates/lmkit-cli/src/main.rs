@@ -3,7 +3,8 @@
 //! Each subcommand lives in its own module under `cmd/`; this file only wires
 //! them into clap.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::process::ExitCode;
 
 mod cmd;
 
@@ -46,8 +47,56 @@ enum Command {
     Eval(Box<cmd::eval::Args>),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    match dispatch(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {}", flag_names(&format!("{e:?}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The library names options by their field names in backticks
+/// (`` `seq_len` ``); here they become the flags that set them (`--seq-len`).
+fn flag_names(msg: &str) -> String {
+    let mut longs = std::collections::HashSet::new();
+    let mut stack = vec![Cli::command()];
+    while let Some(c) = stack.pop() {
+        longs.extend(
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string)),
+        );
+        stack.extend(c.get_subcommands().cloned());
+    }
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find('`') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let name = after.find('`').map(|j| &after[..j]);
+        match name {
+            Some(n) if n == "n_*" => {
+                out.push_str("--n-*");
+                rest = &after[n.len() + 1..];
+            }
+            Some(n) if longs.contains(&n.replace('_', "-")) && !n.contains('-') => {
+                out.push_str("--");
+                out.push_str(&n.replace('_', "-"));
+                rest = &after[n.len() + 1..];
+            }
+            _ => {
+                out.push('`');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Plot(a) => cmd::plot::run(a),
         Command::Pretrain(a) => cmd::pretrain::run(*a),
         Command::Quickstart(a) => cmd::quickstart::run(a),
@@ -62,5 +111,23 @@ fn main() -> anyhow::Result<()> {
         Command::Qa(a) => cmd::qa::run(a),
         Command::Finetune(a) => cmd::finetune::run(*a),
         Command::Eval(a) => cmd::eval::run(*a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flag_names;
+
+    #[test]
+    fn option_names_become_flags() {
+        assert_eq!(
+            flag_names("`seq_len` 64 differs; drop `preset`, `n_*` and `init_from`"),
+            "--seq-len 64 differs; drop --preset, --n-* and --init-from"
+        );
+        // Backticks around anything that is not a flag stay as they are.
+        assert_eq!(
+            flag_names("key `wte.weight` and `x"),
+            "key `wte.weight` and `x"
+        );
     }
 }

@@ -56,6 +56,15 @@ pub enum Error {
         name: String,
         searched: Vec<PathBuf>,
     },
+    /// A checkpoint of the other family (read from its `config.json`).
+    #[error("{what} needs a {needed} checkpoint, but {} holds a {found} model ({architectures})", dir.display())]
+    WrongFamily {
+        dir: PathBuf,
+        what: String,
+        needed: crate::spec::Family,
+        found: crate::spec::Family,
+        architectures: String,
+    },
     /// A token id outside the model's vocabulary.
     #[error("token id {id} is out of range for a vocabulary of {vocab}")]
     TokenIdOutOfRange { id: u32, vocab: usize },

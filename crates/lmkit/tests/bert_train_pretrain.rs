@@ -239,7 +239,7 @@ fn init_from_a_bare_model_adds_heads_and_resume_rejects_changes() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("--seq-len 64 differs from the checkpoint's 48"),
+        err.contains("`seq_len` 64 differs from the checkpoint's 48"),
         "{err}"
     );
     // A GPT-2 checkpoint is not a BERT one.

@@ -52,7 +52,7 @@ fn documents_are_joined_with_eos_across_files_dirs_and_jsonl() {
         &out,
         &opts(257, 0.0),
         &byte_encode,
-        &|_, _| {},
+        &mut |_, _| {},
     )
     .unwrap();
     assert!(!p.reused);
@@ -77,11 +77,11 @@ fn validation_split_is_spread_and_shards_are_reused() {
     let out = root.join("shards");
     let src = [root.join("corpus.txt")];
     let calls = std::sync::atomic::AtomicUsize::new(0);
-    let progress = |done: u64, total: u64| {
+    let mut progress = |done: u64, total: u64| {
         assert!(done <= total);
         calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     };
-    let p = prepare_shards(&src, &out, &opts(257, 0.1), &byte_encode, &progress).unwrap();
+    let p = prepare_shards(&src, &out, &opts(257, 0.1), &byte_encode, &mut progress).unwrap();
     assert!(calls.load(std::sync::atomic::Ordering::Relaxed) >= 2);
     let total = text.len() as u64 + 1;
     assert_eq!(p.meta.train_tokens + p.meta.val_tokens, total);
@@ -114,12 +114,12 @@ fn validation_split_is_spread_and_shards_are_reused() {
     assert_eq!(merged, expect);
 
     // Unchanged sources and tokenizer: reused. Changed tokenizer id: rebuilt.
-    let again = prepare_shards(&src, &out, &opts(257, 0.1), &byte_encode, &|_, _| {}).unwrap();
+    let again = prepare_shards(&src, &out, &opts(257, 0.1), &byte_encode, &mut |_, _| {}).unwrap();
     assert!(again.reused);
     let mut o = opts(257, 0.1);
     o.tokenizer_id = "other".into();
     assert!(
-        !prepare_shards(&src, &out, &o, &byte_encode, &|_, _| {})
+        !prepare_shards(&src, &out, &o, &byte_encode, &mut |_, _| {})
             .unwrap()
             .reused
     );
@@ -129,7 +129,7 @@ fn validation_split_is_spread_and_shards_are_reused() {
         &root.join("wide"),
         &opts(70_000, 0.1),
         &byte_encode,
-        &|_, _| {},
+        &mut |_, _| {},
     )
     .unwrap();
     assert_eq!(wide.meta.token_width, 4);
@@ -141,7 +141,7 @@ fn bad_input_is_a_clear_error() {
     let root = tmpdir("bad");
     let out = root.join("shards");
     let run = |files: &[PathBuf], o: PrepareOptions| {
-        prepare_shards(files, &out, &o, &byte_encode, &|_, _| {}).map(|_| ())
+        prepare_shards(files, &out, &o, &byte_encode, &mut |_, _| {}).map(|_| ())
     };
     // Missing file.
     let e = run(&[root.join("nope.txt")], opts(257, 0.0)).unwrap_err();
@@ -183,7 +183,7 @@ fn bad_input_is_a_clear_error() {
         &out,
         &opts(257, 0.0),
         &failing,
-        &|_, _| {},
+        &mut |_, _| {},
     )
     .map(|_| ())
     .unwrap_err();
@@ -210,7 +210,7 @@ fn shard_with(n: usize) -> (PathBuf, lmkit::data::TokenData) {
         &root.join("s"),
         &opts(257, 0.0),
         &byte_encode,
-        &|_, _| {},
+        &mut |_, _| {},
     )
     .unwrap();
     let d = open_shards(&root.join("s")).unwrap();

@@ -188,7 +188,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("--task classify needs a BERT checkpoint") && err.contains("GPT-2"),
+        err.contains("`task` classify needs a BERT checkpoint") && err.contains("GPT-2"),
         "{err}"
     );
     let err = finetune_lm(
@@ -201,7 +201,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("--task lm needs a GPT-2 checkpoint"), "{err}");
+    assert!(err.contains("`task` lm needs a GPT-2 checkpoint"), "{err}");
     // A classifier checkpoint keeps its labels: unknown ones name the line.
     std::fs::write(
         &train,

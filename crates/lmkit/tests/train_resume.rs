@@ -43,7 +43,7 @@ fn data(root: &Path) -> TokenData {
         &root.join("data"),
         &opts,
         &enc,
-        &|_, _| {},
+        &mut |_, _| {},
     )
     .unwrap();
     open_shards(&root.join("data")).unwrap()

@@ -35,7 +35,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let p = super::embed::load(&args.model, args.bf16)?;
+    let p = super::embed::load("classify", &args.model, args.bf16)?;
     let lines = super::embed::read_lines(args.input.as_deref())?;
     if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
         bail!("line {} is empty: nothing to classify", i + 1);

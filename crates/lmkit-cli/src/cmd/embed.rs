@@ -61,8 +61,9 @@ pub fn read_lines(input: Option<&Path>) -> Result<Vec<String>> {
     Ok(text.lines().map(str::to_string).collect())
 }
 
-/// Loads the model directory, with bf16 weights if asked.
-pub fn load(model: &Path, bf16: bool) -> Result<BertPipeline> {
+/// Loads the model directory for `command`, with bf16 weights if asked.
+pub fn load(command: &str, model: &Path, bf16: bool) -> Result<BertPipeline> {
+    lmkit::checkpoint::read_config(model, Some((lmkit::spec::Family::Bert, command)))?;
     let mut p = BertPipeline::from_dir(model)
         .with_context(|| format!("loading model {}", model.display()))?;
     p.model.set_bf16(bf16);
@@ -79,7 +80,7 @@ pub fn run(args: Args) -> Result<()> {
         (_, true) => Some(false),
         _ => None,
     };
-    let p = load(&args.model, args.bf16)?;
+    let p = load("embed", &args.model, args.bf16)?;
     let lines = read_lines(args.input.as_deref())?;
     let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
     let opts = EmbedOptions {

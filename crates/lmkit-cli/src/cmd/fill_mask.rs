@@ -28,7 +28,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.top_k == 0 {
         bail!("--top-k must be at least 1");
     }
-    let p = super::embed::load(&args.model, false)?;
+    let p = super::embed::load("fill-mask", &args.model, false)?;
     let masks = p.fill_mask(&args.text, args.top_k)?;
     if args.json {
         let objs: Vec<_> = masks

@@ -63,7 +63,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (tokenizer, mut engine) = super::load_gpt2(&a.model, a.tokenizer.as_deref(), &a.dtype)?;
+    let (tokenizer, mut engine) =
+        super::load_gpt2("generate", &a.model, a.tokenizer.as_deref(), &a.dtype)?;
     let dtype = engine.dtype();
     let sampling = SamplingParams {
         greedy: a.greedy,

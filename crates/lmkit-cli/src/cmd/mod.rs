@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use lmkit::checkpoint::resolve_model_dir;
+use lmkit::checkpoint::{read_config, resolve_model_dir};
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
+use lmkit::spec::Family;
 use lmkit_tokenizers::BpeTokenizer;
 
 pub mod classify;
@@ -25,12 +26,15 @@ pub mod train_tokenizer;
 /// name, the tokenizer comes from `tokenizer` or the model's folder, and the
 /// weights are loaded as `dtype` (f32, bf16, int8).
 pub(crate) fn load_gpt2(
+    command: &str,
     model: &str,
     tokenizer: Option<&Path>,
     dtype: &str,
 ) -> Result<(BpeTokenizer, Gpt2Engine)> {
     let dtype: WeightDtype = dtype.parse()?;
     let dir: PathBuf = resolve_model_dir(model)?;
+    // A BERT folder is named as such, not as a tokenizer missing merges.txt.
+    read_config(&dir, Some((Family::Gpt2, command)))?;
     let tok_dir = tokenizer.unwrap_or(&dir);
     let tokenizer = BpeTokenizer::from_dir(tok_dir)
         .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;

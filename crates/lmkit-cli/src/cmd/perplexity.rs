@@ -33,7 +33,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (tokenizer, mut engine) = super::load_gpt2(&a.model, a.tokenizer.as_deref(), &a.dtype)?;
+    let (tokenizer, mut engine) =
+        super::load_gpt2("perplexity", &a.model, a.tokenizer.as_deref(), &a.dtype)?;
     let dtype = engine.dtype();
     let text = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let ids = tokenizer.encode_ordinary(&text);

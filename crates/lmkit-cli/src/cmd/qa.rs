@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let context = std::fs::read_to_string(&args.context)
         .with_context(|| format!("reading {}", args.context.display()))?;
-    let p = super::embed::load(&args.model, false)?;
+    let p = super::embed::load("qa", &args.model, false)?;
     // HF caps the stride at half the window.
     let stride = args.doc_stride.min(args.max_seq_len / 2);
     let opts = QaOptions {

@@ -16,7 +16,7 @@ pub use self::hub::{hub_cache_dirs, resolve_model_dir};
 pub use self::safetensors::{write_safetensors, Dtype, SafeTensors, TensorRef};
 
 use crate::error::{Error, Result};
-use crate::spec::config::AnyConfig;
+use crate::spec::config::{AnyConfig, ModelConfig};
 use crate::spec::layout::{HasLayout, ParamLayout};
 use crate::spec::names::{file_key, is_head, resolve_key, Architecture, Family, KeyRole};
 
@@ -207,11 +207,42 @@ pub struct Pretrained {
     pub report: LoadReport,
 }
 
+/// Reads `dir/config.json`; the family comes from `model_type` (else
+/// `architectures`). With `needs`, a checkpoint of another family is an
+/// [`Error::WrongFamily`] naming `what` needed it, before anything else of
+/// the folder is read (a tokenizer, weights).
+pub fn read_config(dir: impl AsRef<Path>, needs: Option<(Family, &str)>) -> Result<AnyConfig> {
+    let dir = dir.as_ref();
+    let config = AnyConfig::from_file(dir.join(CONFIG_FILE))?;
+    if let Some((needed, what)) = needs {
+        let found = config.family();
+        if found != needed {
+            return Err(Error::WrongFamily {
+                dir: dir.to_path_buf(),
+                what: what.to_string(),
+                needed,
+                found,
+                architectures: config.architectures().join(", "),
+            });
+        }
+    }
+    Ok(config)
+}
+
 /// Opens `dir/config.json` and `dir/model.safetensors`, with clear errors for
 /// directories holding only PyTorch or sharded weights.
 pub fn open_model_dir(dir: impl AsRef<Path>) -> Result<(AnyConfig, SafeTensors)> {
+    open_model_dir_for(dir, None)
+}
+
+/// [`open_model_dir`] for a caller that needs one family: a checkpoint of
+/// the other is an [`Error::WrongFamily`] (see [`read_config`]).
+pub fn open_model_dir_for(
+    dir: impl AsRef<Path>,
+    needs: Option<(Family, &str)>,
+) -> Result<(AnyConfig, SafeTensors)> {
     let dir = dir.as_ref();
-    let config = AnyConfig::from_file(dir.join(CONFIG_FILE))?;
+    let config = read_config(dir, needs)?;
     let weights = dir.join(WEIGHTS_FILE);
     if !weights.exists() {
         let why = if dir.join("model.safetensors.index.json").exists() {
@@ -231,14 +262,16 @@ pub fn open_model_dir(dir: impl AsRef<Path>) -> Result<(AnyConfig, SafeTensors)>
 
 /// Resolves `name_or_path` ([`resolve_model_dir`]), reads its config, builds
 /// the layout of `arch` (default: the config's `architectures`) and loads the
-/// weights.
+/// weights. A given `arch` of another family than the checkpoint's is an
+/// [`Error::WrongFamily`].
 pub fn load_pretrained(
     name_or_path: &str,
     arch: Option<Architecture>,
     opts: LoadOptions,
 ) -> Result<Pretrained> {
     let dir = resolve_model_dir(name_or_path)?;
-    let (config, file) = open_model_dir(&dir)?;
+    let needs = arch.map(|a| (a.family(), a.hf_name()));
+    let (config, file) = open_model_dir_for(&dir, needs)?;
     let arch = arch.unwrap_or_else(|| config.architecture());
     let layout = config.layout(arch)?;
     let mut params = layout.zeros();

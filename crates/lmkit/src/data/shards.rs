@@ -352,7 +352,7 @@ pub fn prepare_shards(
     out_dir: &Path,
     opts: &PrepareOptions,
     encode: &EncodeFn,
-    progress: &(dyn Fn(u64, u64) + Sync),
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PreparedData> {
     if !(0.0..=0.5).contains(&opts.val_fraction) {
         return Err(DataError::Invalid(format!(

@@ -37,16 +37,14 @@ use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
 use crate::spec::layout::bert_layout;
 use crate::spec::names::Architecture;
 
-use super::finetune::{load_bert_as, FinetuneError, Result};
+use super::finetune::load_bert_as;
+use super::pretrain::{PretrainEvent, PretrainSummary};
+use super::{invalid, RecipeError, Result};
 use crate::train::{
     latest_checkpoint, load_train_state, save_checkpoint, train_step, MetricsWriter, OptimConfig,
     OptimState, StepError, TrainState,
 };
 use crate::util::rng::Rng;
-
-fn invalid(msg: impl Into<String>) -> FinetuneError {
-    FinetuneError::Invalid(msg.into())
-}
 
 /// Sub-stream tags of the pretraining RNGs.
 const PAIRS: u64 = 0x5041_4952; // "PAIR"
@@ -100,37 +98,6 @@ pub struct BertPretrainOptions {
     pub decay_embeddings: bool,
     /// Stop (with a checkpoint) after this many steps of this invocation.
     pub stop_after: Option<u64>,
-}
-
-/// Progress reports.
-#[derive(Debug)]
-pub enum PretrainEvent<'a> {
-    Start {
-        message: String,
-        start_step: u64,
-        max_steps: u64,
-    },
-    Step {
-        row: &'a Map<String, Value>,
-    },
-    Eval {
-        row: &'a Map<String, Value>,
-    },
-    Saved {
-        path: &'a Path,
-    },
-    Note(String),
-}
-
-/// The outcome of a run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PretrainSummary {
-    pub steps: u64,
-    pub final_loss: Option<f64>,
-    pub first_val_loss: Option<f64>,
-    pub last_val_loss: Option<f64>,
-    pub checkpoint: Option<PathBuf>,
-    pub interrupted: bool,
 }
 
 /// Tokenized documents (sentences of ids), split into training and validation.
@@ -362,7 +329,7 @@ fn stats_row(prefix: &str, st: &HeadStats) -> Map<String, Value> {
 fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer> {
     let mut tok = WordPieceTokenizer::from_dir(dir).map_err(|e| {
         invalid(format!(
-            "loading a WordPiece tokenizer from {}: {e} (--arch bert needs vocab.txt or a WordPiece tokenizer.json)",
+            "loading a WordPiece tokenizer from {}: {e} (BERT pretraining needs vocab.txt or a WordPiece tokenizer.json)",
             dir.display()
         ))
     })?;
@@ -380,7 +347,7 @@ pub fn run_bert_pretraining(
     let out = &o.output;
     let io = |p: &Path| {
         let p = p.to_path_buf();
-        move |source| FinetuneError::Io { path: p, source }
+        move |source| RecipeError::Io { path: p, source }
     };
     std::fs::create_dir_all(out).map_err(io(out))?;
     let ckpt_root = out.join("checkpoints");
@@ -388,7 +355,7 @@ pub fn run_bert_pretraining(
     let run = o.run.clone();
     if run.seq_len < 8 || run.batch_size == 0 || run.grad_accum == 0 || run.max_steps == 0 {
         return Err(invalid(
-            "--seq-len (≥ 8), --batch-size, --grad-accum and --max-steps must be positive",
+            "`seq_len` (≥ 8), `batch_size`, `grad_accum` and `max_steps` must be positive",
         ));
     }
 
@@ -396,14 +363,14 @@ pub fn run_bert_pretraining(
     let (tok, model, resumed) = if o.resume {
         let dir = latest.ok_or_else(|| {
             invalid(format!(
-                "--resume: no checkpoint in {} to resume from",
+                "`resume`: no checkpoint in {} to resume from",
                 ckpt_root.display()
             ))
         })?;
         let (state, opt) = load_train_state(&dir).map_err(|e| invalid(e.to_string()))?;
         if state.extra.get("arch").and_then(Value::as_str) != Some("bert") {
             return Err(invalid(format!(
-                "{}: this checkpoint is not from `pretrain --arch bert`",
+                "{}: this checkpoint is not from BERT pretraining",
                 dir.display()
             )));
         }
@@ -426,7 +393,7 @@ pub fn run_bert_pretraining(
             || run.short_seq_prob != saved.short_seq_prob
         {
             return Err(invalid(
-                "--whole-word-masking / --val-fraction differ from the checkpoint's; an exact resume needs the same data pipeline",
+                "`whole_word_masking` / `val_fraction` differ from the checkpoint's; an exact resume needs the same data pipeline",
             ));
         }
         let tok = load_tokenizer(&dir)?;
@@ -441,7 +408,7 @@ pub fn run_bert_pretraining(
     } else {
         if let Some(d) = latest {
             return Err(invalid(format!(
-                "{} already holds a checkpoint ({}); pass --resume to continue it or choose another --output",
+                "{} already holds a checkpoint ({}); pass `resume` to continue it or choose another `output`",
                 out.display(),
                 d.display()
             )));
@@ -450,19 +417,19 @@ pub fn run_bert_pretraining(
             .tokenizer
             .clone()
             .or_else(|| o.init_from.clone())
-            .ok_or_else(|| invalid("--tokenizer DIR (a WordPiece vocabulary) is required"))?;
+            .ok_or_else(|| invalid("`tokenizer` (a WordPiece vocabulary folder) is required"))?;
         let tok = load_tokenizer(&tok_dir)?;
         let model = match (&o.init_from, &o.dims) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
-                    "--init-from takes the model size from the checkpoint; drop --preset/--n-*",
+                    "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
                 ))
             }
             (Some(dir), None) => {
                 let AnyConfig::Bert(mut cfg) = AnyConfig::from_file(dir.join("config.json"))?
                 else {
                     return Err(invalid(format!(
-                        "--arch bert --init-from {}: not a BERT checkpoint",
+                        "`init_from` {}: not a BERT checkpoint",
                         dir.display()
                     )));
                 };
@@ -498,7 +465,7 @@ pub fn run_bert_pretraining(
             }
             (None, None) => {
                 return Err(invalid(
-                    "give --preset NAME, or --n-layer/--n-embd/--n-head, or --init-from DIR",
+                    "give `preset`, or all of `n_layer`, `n_embd` and `n_head`, or `init_from`",
                 ))
             }
         };
@@ -514,14 +481,14 @@ pub fn run_bert_pretraining(
     }
     if run.seq_len > cfg.max_position_embeddings {
         return Err(invalid(format!(
-            "--seq-len {} exceeds the model's max_position_embeddings {}",
+            "`seq_len` {} exceeds the model's max_position_embeddings {}",
             run.seq_len, cfg.max_position_embeddings
         )));
     }
 
     // Data.
     if o.data.is_empty() {
-        return Err(invalid("--data FILE... is required"));
+        return Err(invalid("`data` (text files) is required"));
     }
     let corpus = prepare_corpus(&o.data, &tok, run.val_fraction)?;
     let batcher = PairBatcher::new(&tok, run.seq_len, run.whole_word_masking)?;
@@ -531,7 +498,7 @@ pub fn run_bert_pretraining(
         build_nsp_pairs(&corpus.val, &c, &mut Rng::derive(run.seed ^ VAL, 0))?
     } else {
         on_event(PretrainEvent::Note(
-            "note: no validation split (too few documents or --val-fraction 0)".into(),
+            "note: no validation split (too few documents or `val_fraction` 0)".into(),
         ));
         Vec::new()
     };
@@ -556,7 +523,7 @@ pub fn run_bert_pretraining(
             }
             if state.extra["data"].as_str() != Some(corpus.fingerprint.as_str()) {
                 return Err(invalid(
-                    "the data differs from the checkpoint's (pass the same --data to resume exactly)",
+                    "the data differs from the checkpoint's (pass the same `data` to resume exactly)",
                 ));
             }
             state.optim = o.optim;
@@ -571,7 +538,7 @@ pub fn run_bert_pretraining(
     let start_step = state.step;
     if start_step >= run.max_steps {
         return Err(invalid(format!(
-            "the checkpoint is at step {start_step}, already at --max-steps {}; raise --max-steps",
+            "the checkpoint is at step {start_step}, already at `max_steps` {}; raise `max_steps`",
             run.max_steps
         )));
     }
@@ -666,7 +633,7 @@ pub fn run_bert_pretraining(
     let mut steps_this_run = 0u64;
     while state.step < run.max_steps {
         let t0 = Instant::now();
-        let mut plan_err: Option<FinetuneError> = None;
+        let mut plan_err: Option<RecipeError> = None;
         let stats = {
             let mut next = |bt: &mut BertTrainBatch| {
                 let b = run.batch_size;
@@ -697,7 +664,7 @@ pub fn run_bert_pretraining(
             Err(e @ StepError::NonFinite { .. }) => {
                 let last = latest_checkpoint(&ckpt_root).ok().flatten();
                 return Err(invalid(format!(
-                    "{e}; training stopped. The last good checkpoint is {} (try a lower --lr or --grad-clip)",
+                    "{e}; training stopped. The last good checkpoint is {} (try a lower `lr` or `grad_clip`)",
                     last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
                 )));
             }

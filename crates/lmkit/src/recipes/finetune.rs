@@ -22,10 +22,12 @@ use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use lmkit_tokenizers::{BpeTokenizer, Encoding};
 use serde_json::{json, Map, Value};
 
-use crate::checkpoint::{load_params, open_model_dir, save_params, LoadOptions};
+use crate::checkpoint::{
+    load_params, load_pretrained, open_model_dir_for, read_config, save_params, LoadOptions,
+};
 use crate::data::classify_data::{read_classify_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
-use crate::data::{DataError, TokenBatch};
+use crate::data::TokenBatch;
 use crate::eval::run::{encode_classify, eval_classify, eval_squad};
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
@@ -37,33 +39,12 @@ use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
 
+use super::{invalid, RecipeError, Result};
 use crate::train::{
     train_step, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, ScheduleKind,
-    StepError, StepStats, Trainable,
+    StepStats, Trainable,
 };
 use crate::util::rng::Rng;
-
-/// Everything that can stop a fine-tuning run.
-#[derive(Debug, thiserror::Error)]
-pub enum FinetuneError {
-    #[error(transparent)]
-    Model(#[from] crate::Error),
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Tokenizer(#[from] lmkit_tokenizers::Error),
-    #[error(transparent)]
-    Step(#[from] StepError),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-pub type Result<T, E = FinetuneError> = std::result::Result<T, E>;
 
 /// What to fine-tune for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,34 +161,9 @@ pub struct FinetuneSummary {
     pub output: PathBuf,
 }
 
-fn invalid(msg: impl Into<String>) -> FinetuneError {
-    FinetuneError::Invalid(msg.into())
-}
-
-fn family_name(f: Family) -> &'static str {
-    match f {
-        Family::Bert => "a BERT",
-        Family::Gpt2 => "a GPT-2",
-    }
-}
-
-/// Reads `dir/config.json` and demands the `family` a task needs.
-fn expect_family(dir: &Path, family: Family, task: &str) -> Result<AnyConfig> {
-    let cfg = AnyConfig::from_file(dir.join("config.json"))?;
-    let found = match &cfg {
-        AnyConfig::Bert(_) => Family::Bert,
-        AnyConfig::Gpt2(_) => Family::Gpt2,
-    };
-    if found != family {
-        return Err(invalid(format!(
-            "--task {task} needs {} checkpoint, but {} holds {} model ({})",
-            family_name(family),
-            dir.display(),
-            family_name(found),
-            cfg.architectures().join(", ")
-        )));
-    }
-    Ok(cfg)
+/// Reads `dir/config.json`, demanding the `family` task `task` needs.
+fn task_config(dir: &Path, family: Family, task: &str) -> Result<AnyConfig> {
+    Ok(read_config(dir, Some((family, &format!("`task` {task}"))))?)
 }
 
 /// Loads a BERT checkpoint into the layout of `arch` (its `config` adjusted
@@ -221,7 +177,7 @@ pub fn load_bert_as(
     arch: Architecture,
     seed: u64,
 ) -> Result<(Bert, Vec<String>)> {
-    let (_, file) = open_model_dir(dir)?;
+    let (_, file) = open_model_dir_for(dir, Some((Family::Bert, arch.hf_name())))?;
     let heads: BertHeads = arch.bert_heads();
     let layout = bert_layout(&config, heads)?;
     let mut params = layout.zeros();
@@ -270,20 +226,20 @@ fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
 
 fn check_opts(opts: &FinetuneOptions) -> Result<()> {
     if opts.epochs == 0 || opts.batch_size == 0 || opts.eval_batch_size == 0 {
-        return Err(invalid("--epochs and --batch-size must be positive"));
+        return Err(invalid("`epochs` and `batch_size` must be positive"));
     }
     if !(0.0..1.0).contains(&opts.warmup_ratio) {
         return Err(invalid(format!(
-            "--warmup-ratio {} must be in [0, 1)",
+            "`warmup_ratio` {} must be in [0, 1)",
             opts.warmup_ratio
         )));
     }
     if !(opts.lr > 0.0 && opts.lr.is_finite()) {
-        return Err(invalid(format!("--lr {} must be positive", opts.lr)));
+        return Err(invalid(format!("`lr` {} must be positive", opts.lr)));
     }
     if opts.max_seq_len < 8 {
         return Err(invalid(format!(
-            "--max-seq-len {} is too short",
+            "`max_seq_len` {} is too short",
             opts.max_seq_len
         )));
     }
@@ -291,16 +247,16 @@ fn check_opts(opts: &FinetuneOptions) -> Result<()> {
 }
 
 fn create_output(output: &Path) -> Result<MetricsWriter> {
-    std::fs::create_dir_all(output).map_err(|source| FinetuneError::Io {
+    std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
         path: output.to_path_buf(),
         source,
     })?;
     let path = output.join("metrics.jsonl");
-    MetricsWriter::open(&path, None).map_err(|source| FinetuneError::Io { path, source })
+    MetricsWriter::open(&path, None).map_err(|source| RecipeError::Io { path, source })
 }
 
 fn write_row(metrics: &mut MetricsWriter, row: &Map<String, Value>) -> Result<()> {
-    metrics.write(row).map_err(|source| FinetuneError::Io {
+    metrics.write(row).map_err(|source| RecipeError::Io {
         path: metrics.path().to_path_buf(),
         source,
     })
@@ -431,12 +387,12 @@ pub fn finetune_classify(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
-    let AnyConfig::Bert(mut config) = expect_family(model_dir, Family::Bert, "classify")? else {
-        unreachable!("expect_family checked the family")
+    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "classify")? else {
+        unreachable!("task_config checked the family")
     };
     let tok = WordPieceTokenizer::from_dir(model_dir)?;
     let train_data = read_classify_jsonl(train)?;
-    let has_classifier = open_model_dir(model_dir)?
+    let has_classifier = open_model_dir_for(model_dir, None)?
         .1
         .names()
         .iter()
@@ -600,12 +556,12 @@ pub fn finetune_qa(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
-    let AnyConfig::Bert(config) = expect_family(model_dir, Family::Bert, "qa")? else {
-        unreachable!("expect_family checked the family")
+    let AnyConfig::Bert(config) = task_config(model_dir, Family::Bert, "qa")? else {
+        unreachable!("task_config checked the family")
     };
     if opts.doc_stride >= opts.max_seq_len {
         return Err(invalid(format!(
-            "--doc-stride {} must be smaller than --max-seq-len {}",
+            "`doc_stride` {} must be smaller than `max_seq_len` {}",
             opts.doc_stride, opts.max_seq_len
         )));
     }
@@ -727,21 +683,17 @@ pub fn finetune_lm(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
-    let AnyConfig::Gpt2(config) = expect_family(model_dir, Family::Gpt2, "lm")? else {
-        unreachable!("expect_family checked the family")
+    let AnyConfig::Gpt2(config) = task_config(model_dir, Family::Gpt2, "lm")? else {
+        unreachable!("task_config checked the family")
     };
     let tok = BpeTokenizer::from_dir(model_dir)?;
     let t = opts.max_seq_len.min(config.n_positions);
-    let (_, file) = open_model_dir(model_dir)?;
-    let layout = crate::spec::layout::gpt2_layout(&config)?;
-    let mut params = layout.zeros();
-    load_params(
-        &layout,
-        &mut params,
-        &file,
-        Family::Gpt2,
+    let pre = load_pretrained(
+        &model_dir.display().to_string(),
+        Some(Architecture::Gpt2LMHeadModel),
         LoadOptions::default(),
     )?;
+    let params = pre.params;
     let mut model = Gpt2::from_params(config, params)?;
     let train_blocks = lm_blocks(train, &tok, t)?;
     let eval_blocks = eval.map(|p| lm_blocks(p, &tok, t)).transpose()?;

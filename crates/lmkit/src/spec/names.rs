@@ -144,6 +144,22 @@ impl Architecture {
     }
 }
 
+impl Family {
+    /// "GPT-2" or "BERT".
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gpt2 => "GPT-2",
+            Family::Bert => "BERT",
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::fmt::Display for Architecture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.hf_name())

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use lmkit_tokenizers::Encoding;
 
-use crate::checkpoint::{load_params, open_model_dir, LoadOptions, SafeTensors};
+use crate::checkpoint::{load_params, open_model_dir_for, LoadOptions, SafeTensors};
 use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
 use crate::spec::config::{Activation, AnyConfig, BertConfig};
@@ -105,7 +105,7 @@ impl Bert {
     /// fit the config (errors name the key).
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Bert> {
         let dir = dir.as_ref();
-        let (config, file) = open_model_dir(dir)?;
+        let (config, file) = open_model_dir_for(dir, Some((Family::Bert, "a BERT model")))?;
         let config = match config {
             AnyConfig::Bert(c) => c,
             _ => {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::{open_model_dir, SafeTensors};
+use crate::checkpoint::{open_model_dir_for, SafeTensors};
 use crate::error::{Error, Result};
 use crate::kernels::kv_cache::KvCache;
 use crate::kernels::quant::SourceLayout;
@@ -215,7 +215,7 @@ impl Gpt2Engine {
     pub fn load(model_dir: impl AsRef<Path>, dtype: WeightDtype) -> Result<Self> {
         trim_heap();
         let dir = model_dir.as_ref();
-        let (config, file) = open_model_dir(dir)?;
+        let (config, file) = open_model_dir_for(dir, Some((Family::Gpt2, "the GPT-2 engine")))?;
         let cfg = match config {
             AnyConfig::Gpt2(c) => c,
             AnyConfig::Bert(_) => {

@@ -1,0 +1,636 @@
+//! GPT-2 causal-LM pretraining from scratch (or continued from an HF
+//! checkpoint) on the user's text, as nanoGPT/llm.c do it: documents joined
+//! with `<|endoftext|>` into binary token shards (`OUTPUT/data`, reused while
+//! the sources and the tokenizer are unchanged), seeded random windows of
+//! T+1 tokens, AdamW with cosine decay, periodic validation loss and
+//! samples, atomic checkpoints and exact resume.
+//!
+//! Entry point: [`super::pretrain::pretrain`] with `family: Gpt2`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use lmkit_tokenizers::BpeTokenizer;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::pretrain::{
+    optim_config, pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
+};
+use super::{invalid, RecipeError, Result};
+use crate::checkpoint::{load_pretrained, save_params, LoadOptions};
+use crate::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData, TokenShard};
+use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
+use crate::models::{LossParts, Trainable};
+use crate::spec::config::{AnyConfig, Gpt2Config};
+use crate::spec::names::{Architecture, Family};
+use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::train::{
+    load_train_state, save_checkpoint, train_step, MetricsWriter, OptimState, StepError, TrainState,
+};
+
+/// Run settings of a GPT-2 pretraining run after defaults and resume are
+/// applied; stored in the trainer state so `resume` continues with them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Gpt2RunConfig {
+    pub seq_len: usize,
+    pub batch_size: usize,
+    pub grad_accum: usize,
+    pub max_steps: u64,
+    pub eval_every: u64,
+    pub eval_batches: usize,
+    pub sample_every: u64,
+    pub sample_tokens: usize,
+    pub sample_prompt: String,
+    pub save_every: u64,
+    pub keep: usize,
+    pub log_every: u64,
+    pub seed: u64,
+    pub val_fraction: f64,
+    pub decay_embeddings: bool,
+}
+
+fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
+    move |source| RecipeError::Io {
+        path: p.to_path_buf(),
+        source,
+    }
+}
+
+/// A fresh GPT-2 config from the model size options.
+fn new_config(
+    o: &PretrainOptions,
+    vocab_size: usize,
+    eos: u32,
+    seq_len: usize,
+) -> Result<Gpt2Config> {
+    let s = &o.size;
+    let (l, c, h, p) = match &s.preset {
+        Some(name) => preset(Family::Gpt2, name)?,
+        None => {
+            if s.n_layer.is_none() || s.n_embd.is_none() || s.n_head.is_none() {
+                return Err(invalid(
+                    "give `preset`, or all of `n_layer`, `n_embd` and `n_head`",
+                ));
+            }
+            (0, 0, 0, 0)
+        }
+    };
+    let p = s.n_positions.unwrap_or(if p == 0 { seq_len } else { p });
+    if seq_len > p {
+        return Err(invalid(format!(
+            "`seq_len` {seq_len} exceeds the model's context (n_positions {p})"
+        )));
+    }
+    let cfg = Gpt2Config {
+        vocab_size,
+        n_positions: p,
+        n_embd: s.n_embd.unwrap_or(c),
+        n_layer: s.n_layer.unwrap_or(l),
+        n_head: s.n_head.unwrap_or(h),
+        resid_pdrop: 0.0,
+        embd_pdrop: 0.0,
+        attn_pdrop: 0.0,
+        bos_token_id: Some(eos),
+        eos_token_id: Some(eos),
+        ..Gpt2Config::default()
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// An HF GPT-2 checkpoint folder as a config and a parameter buffer.
+fn load_hf_gpt2(dir: &Path) -> Result<(Gpt2Config, Vec<f32>)> {
+    let pre = load_pretrained(
+        &dir.display().to_string(),
+        Some(Architecture::Gpt2LMHeadModel),
+        LoadOptions::default(),
+    )?;
+    match pre.config {
+        AnyConfig::Gpt2(c) => Ok((c, pre.params)),
+        AnyConfig::Bert(_) => Err(invalid(format!(
+            "{}: this is a BERT checkpoint; GPT-2 pretraining needs GPT-2",
+            dir.display()
+        ))),
+    }
+}
+
+/// Mean validation loss over up to `max` batches, `None` when the split
+/// holds less than one batch.
+fn eval_loss(
+    model: &mut Gpt2,
+    val: &TokenShard,
+    b: usize,
+    t: usize,
+    max: usize,
+) -> Result<Option<f64>> {
+    let n = batch::eval_batch_count(val, b, t, max);
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut bt = TokenBatch::new(b, t);
+    let mut total = LossParts::default();
+    for i in 0..n {
+        batch::fill_eval_batch(val, i, &mut bt);
+        total.add(model.evaluate(&bt)?);
+    }
+    Ok(Some(total.mean()))
+}
+
+/// The whole run (see [`super::pretrain::pretrain`]).
+pub(crate) fn run(
+    o: &PretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+    should_stop: &dyn Fn() -> bool,
+) -> Result<PretrainSummary> {
+    let out = &o.output;
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let ckpt_root = out.join("checkpoints");
+
+    // Model, tokenizer, and saved state.
+    let resumed = match saved_state(o)? {
+        Some((dir, _)) => {
+            if o.size.given() || o.init_from.is_some() {
+                return Err(invalid(
+                    "`resume` takes the model from the checkpoint; drop `preset`, `n_*` and `init_from`",
+                ));
+            }
+            let (state, opt) = load_train_state(&dir)?;
+            if state.extra.get("arch").and_then(|a| a.as_str()) != Some("gpt2") {
+                return Err(invalid(format!(
+                    "{}: this checkpoint is not from GPT-2 pretraining",
+                    dir.display()
+                )));
+            }
+            Some((dir, state, opt))
+        }
+        None => None,
+    };
+    let saved_run: Option<Gpt2RunConfig> = resumed
+        .as_ref()
+        .and_then(|(_, s, _)| serde_json::from_value(s.extra["run"].clone()).ok());
+    let sr = saved_run.as_ref();
+
+    let seq_len = pick("seq_len", o.seq_len, sr.map(|r| r.seq_len), 256)?;
+    let batch_size = pick("batch_size", o.batch_size, sr.map(|r| r.batch_size), 8)?;
+    let grad_accum = pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?;
+    let seed = pick("seed", o.seed, sr.map(|r| r.seed), 1337)?;
+    let val_fraction = pick(
+        "val_fraction",
+        o.val_fraction,
+        sr.map(|r| r.val_fraction),
+        0.05,
+    )?;
+    let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
+    let eval_every = o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100);
+    let run_cfg = Gpt2RunConfig {
+        seq_len,
+        batch_size,
+        grad_accum,
+        max_steps,
+        eval_every,
+        eval_batches: o.eval_batches.or(sr.map(|r| r.eval_batches)).unwrap_or(20),
+        sample_every: o
+            .sample_every
+            .or(sr.map(|r| r.sample_every))
+            .or(o.eval_every)
+            .unwrap_or(100),
+        sample_tokens: o
+            .sample_tokens
+            .or(sr.map(|r| r.sample_tokens))
+            .unwrap_or(48),
+        sample_prompt: o
+            .sample_prompt
+            .clone()
+            .or(sr.map(|r| r.sample_prompt.clone()))
+            .unwrap_or_default(),
+        save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
+        keep: o.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
+        log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
+        seed,
+        val_fraction,
+        decay_embeddings: o.decay_embeddings || sr.is_some_and(|r| r.decay_embeddings),
+    };
+    if seq_len == 0 || batch_size == 0 || grad_accum == 0 || max_steps == 0 {
+        return Err(invalid(
+            "`seq_len`, `batch_size`, `grad_accum` and `max_steps` must be positive",
+        ));
+    }
+
+    let (tokenizer, mut model) = match &resumed {
+        Some((dir, _, _)) => {
+            let tok = BpeTokenizer::from_dir(dir)?;
+            let (cfg, params) = load_hf_gpt2(dir)?;
+            (tok, Gpt2::from_params(cfg, params)?)
+        }
+        None => {
+            let tok_dir = o
+                .tokenizer
+                .clone()
+                .or_else(|| o.init_from.clone())
+                .ok_or_else(|| invalid("`tokenizer` (a folder) is required"))?;
+            let tok = BpeTokenizer::from_dir(&tok_dir)?;
+            let eos = tok.endoftext_id().ok_or_else(|| {
+                invalid(format!(
+                    "{}: the tokenizer has no <|endoftext|> token to join documents with",
+                    tok_dir.display()
+                ))
+            })?;
+            let model = match &o.init_from {
+                Some(dir) => {
+                    if o.size.given() {
+                        return Err(invalid(
+                            "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
+                        ));
+                    }
+                    let (mut cfg, params) = load_hf_gpt2(dir)?;
+                    if cfg.resid_pdrop != 0.0 || cfg.embd_pdrop != 0.0 || cfg.attn_pdrop != 0.0 {
+                        on_event(PretrainEvent::Note(
+                            "note: lmkit trains without dropout; the saved config will say 0"
+                                .into(),
+                        ));
+                        (cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop) = (0.0, 0.0, 0.0);
+                    }
+                    Gpt2::from_params(cfg, params)?
+                }
+                None => Gpt2::new_random(new_config(o, tok.vocab_size(), eos, seq_len)?, seed)?,
+            };
+            (tok, model)
+        }
+    };
+    let cfg = model.config.clone();
+    if tokenizer.vocab_size() > cfg.vocab_size {
+        return Err(invalid(format!(
+            "the tokenizer has {} tokens but the model's vocabulary is {}: they do not match",
+            tokenizer.vocab_size(),
+            cfg.vocab_size
+        )));
+    }
+    if seq_len > cfg.n_positions {
+        return Err(invalid(format!(
+            "`seq_len` {seq_len} exceeds the model's context (n_positions {})",
+            cfg.n_positions
+        )));
+    }
+    let eos = tokenizer
+        .endoftext_id()
+        .ok_or_else(|| invalid("the tokenizer has no <|endoftext|> token"))?;
+    if run_cfg.decay_embeddings {
+        model.layout.set_decay("wte.weight", true)?;
+        model.layout.set_decay("wpe.weight", true)?;
+    }
+
+    // Data.
+    let data_dir = out.join("data");
+    let data = prepare_data(
+        o,
+        &data_dir,
+        &tokenizer,
+        cfg.vocab_size,
+        eos,
+        val_fraction,
+        on_event,
+    )?;
+    if data.meta.vocab_size as usize != cfg.vocab_size {
+        return Err(invalid(format!(
+            "{}: shards were made for a vocabulary of {}, the model has {}",
+            data_dir.display(),
+            data.meta.vocab_size,
+            cfg.vocab_size
+        )));
+    }
+    let mut sampler = BatchSampler::new(data.train.len(), batch_size, seq_len, seed)?;
+    if data.val.is_none() {
+        on_event(PretrainEvent::Note(
+            "note: no validation split (`val_fraction` 0): validation loss is not measured".into(),
+        ));
+    }
+
+    // Optimizer and state.
+    let defaults = OptimConfig {
+        schedule: LrSchedule {
+            kind: ScheduleKind::Cosine,
+            max_lr: 6e-4,
+            min_lr: 6e-5,
+            warmup_steps: 0,
+            total_steps: max_steps,
+        },
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        grad_clip: 1.0,
+        grad_accum,
+    };
+    let saved_optim = resumed.as_ref().map(|(_, s, _)| s.optim);
+    let optim = optim_config(o, saved_optim.as_ref(), &defaults, max_steps, grad_accum);
+    let (mut state, mut opt) = match resumed {
+        Some((_, mut state, opt)) => {
+            if state.num_params != model.num_params() {
+                return Err(invalid(
+                    "the checkpoint's optimizer state does not match the model's size",
+                ));
+            }
+            sampler.set_position(state.data)?;
+            state.optim = optim;
+            (state, opt)
+        }
+        None => (
+            TrainState::new(seed, optim, batch_size, seq_len, model.num_params()),
+            OptimState::new(model.num_params()),
+        ),
+    };
+    state.extra = json!({"arch": "gpt2", "run": run_cfg});
+    let start_step = state.step;
+    if start_step >= max_steps {
+        return Err(invalid(format!(
+            "the checkpoint is at step {start_step}, already at `max_steps` {max_steps}; raise `max_steps`"
+        )));
+    }
+
+    let metrics_path = out.join("metrics.jsonl");
+    let mut metrics = MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+        .map_err(io(&metrics_path))?;
+    on_event(PretrainEvent::Start {
+        message: format!(
+            "model: GPT-2 {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val tokens | \
+             {} x {} tokens x {} accum per step, {} steps",
+            cfg.n_layer,
+            cfg.n_embd,
+            cfg.n_head,
+            cfg.vocab_size,
+            model.num_params() as f64 / 1e6,
+            data.meta.train_tokens,
+            data.meta.val_tokens,
+            batch_size,
+            seq_len,
+            grad_accum,
+            max_steps
+        ),
+        start_step,
+        max_steps,
+    });
+
+    let write_model = |dir: &Path,
+                       model: &Gpt2|
+     -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        save_params(
+            &model.layout,
+            &model.params,
+            &model.config,
+            dir,
+            Architecture::Gpt2LMHeadModel,
+        )?;
+        tokenizer.save(dir)?;
+        Ok(())
+    };
+    let save = |state: &TrainState, opt: &OptimState, model: &Gpt2| -> Result<PathBuf> {
+        let mut w = |dir: &Path| write_model(dir, model);
+        save_checkpoint(&ckpt_root, state, opt, &mut w, run_cfg.keep).map_err(|e| {
+            invalid(format!(
+                "saving a checkpoint (the previous checkpoint is intact): {e}"
+            ))
+        })
+    };
+
+    let mut batch_buf = TokenBatch::new(batch_size, seq_len);
+    let mut summary = PretrainSummary {
+        steps: start_step,
+        ..Default::default()
+    };
+    let evaluate = |model: &mut Gpt2,
+                    step: u64,
+                    metrics: &mut MetricsWriter,
+                    summary: &mut PretrainSummary,
+                    on_event: &mut dyn FnMut(PretrainEvent)|
+     -> Result<()> {
+        let Some(val) = &data.val else {
+            return Ok(());
+        };
+        match eval_loss(model, val, batch_size, seq_len, run_cfg.eval_batches)? {
+            Some(v) => {
+                let row = json!({"step": step, "val_loss": v, "val_ppl": v.exp()});
+                let row = row.as_object().expect("object");
+                metrics.write(row).map_err(io(&metrics_path))?;
+                on_event(PretrainEvent::Eval { row });
+                summary.first_val_loss.get_or_insert(v);
+                summary.last_val_loss = Some(v);
+            }
+            None => on_event(PretrainEvent::Note(
+                "note: the validation split is smaller than one batch; skipping validation".into(),
+            )),
+        }
+        Ok(())
+    };
+    if start_step == 0 {
+        evaluate(&mut model, 0, &mut metrics, &mut summary, on_event)?;
+    }
+
+    let run_start = Instant::now();
+    let elapsed0 = state.elapsed_s;
+    let mut steps_this_run = 0u64;
+    while state.step < max_steps {
+        let t0 = Instant::now();
+        let shard = &data.train;
+        let stats = match train_step(&mut model, &mut opt, &optim, &mut batch_buf, &mut |b| {
+            sampler.next_batch(shard, b)
+        }) {
+            Ok(s) => s,
+            Err(e @ StepError::NonFinite { .. }) => {
+                let last = crate::train::latest_checkpoint(&ckpt_root)?;
+                return Err(invalid(format!(
+                    "{e}; training stopped. The last good checkpoint is {} (try a lower `lr` or `grad_clip`)",
+                    last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let dt = t0.elapsed().as_secs_f64();
+        let tps = stats.tokens as f64 / dt.max(1e-9);
+        state.step = stats.step;
+        state.data = sampler.position();
+        state.tokens_seen += stats.tokens as u64;
+        state.elapsed_s = elapsed0 + run_start.elapsed().as_secs_f64();
+        steps_this_run += 1;
+        summary.steps = state.step;
+        summary.final_loss = Some(stats.loss);
+        let last = state.step == max_steps;
+        if state.step % run_cfg.log_every == 0 || last {
+            let row = json!({
+                "step": stats.step, "loss": stats.loss, "lr": stats.lr,
+                "grad_norm": stats.grad_norm, "tokens_per_s": tps,
+                "tokens": state.tokens_seen, "elapsed_s": state.elapsed_s,
+            });
+            let row = row.as_object().expect("object");
+            metrics.write(row).map_err(io(&metrics_path))?;
+            on_event(PretrainEvent::Step { row });
+        }
+        if run_cfg.eval_every > 0 && state.step % run_cfg.eval_every == 0 || last {
+            evaluate(&mut model, state.step, &mut metrics, &mut summary, on_event)?;
+        }
+        if run_cfg.sample_every > 0 && state.step % run_cfg.sample_every == 0 {
+            // The seed comes from the trainer's RNG (saved in checkpoints), so
+            // a resumed run prints the same samples.
+            let seed = state.rng.next_u64();
+            let text = Gpt2Engine::from_params(
+                &model.config,
+                &model.layout,
+                &model.params,
+                WeightDtype::F32,
+            )
+            .map_err(RecipeError::from)
+            .and_then(|mut e| {
+                continue_text(
+                    &mut e,
+                    &tokenizer,
+                    &run_cfg.sample_prompt,
+                    run_cfg.sample_tokens,
+                    seed,
+                )
+            });
+            match text {
+                Ok(t) => {
+                    let text = format!("{}{t}", run_cfg.sample_prompt);
+                    on_event(PretrainEvent::Sample {
+                        step: state.step,
+                        text: &text,
+                    })
+                }
+                Err(e) => on_event(PretrainEvent::Note(format!(
+                    "step {}: sampling failed: {e}",
+                    state.step
+                ))),
+            }
+        }
+        let interrupted = should_stop();
+        let stop_after = o.stop_after.is_some_and(|n| steps_this_run >= n);
+        let periodic = run_cfg.save_every > 0 && state.step % run_cfg.save_every == 0;
+        if periodic || last || interrupted || stop_after {
+            let dir = save(&state, &opt, &model)?;
+            on_event(PretrainEvent::Saved { path: &dir });
+            summary.checkpoint = Some(dir);
+        }
+        if interrupted || stop_after {
+            summary.interrupted = true;
+            break;
+        }
+    }
+    if state.step == max_steps {
+        // The final model, loadable straight from OUTPUT.
+        write_model(out, &model)
+            .map_err(|e| invalid(format!("writing the final model to {}: {e}", out.display())))?;
+    }
+    Ok(summary)
+}
+
+/// Tokenizes the data into `dir` (or reuses the shards there).
+fn prepare_data(
+    o: &PretrainOptions,
+    dir: &Path,
+    tok: &BpeTokenizer,
+    vocab_size: usize,
+    eos: u32,
+    val_fraction: f64,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<TokenData> {
+    if o.data.is_empty() {
+        if o.resume && dir.join("meta.json").exists() {
+            return Ok(data::open_shards(dir)?);
+        }
+        return Err(invalid("`data` (text files) is required"));
+    }
+    // The tokenizer is identified by its vocabulary (the same however it was loaded).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for id in 0..tok.vocab_size() as u32 {
+        for b in tok.id_to_token(id).unwrap_or("").bytes().chain([0xff]) {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let opts = PrepareOptions {
+        vocab_size,
+        eos_id: eos,
+        val_fraction,
+        tokenizer_id: format!("vocab:{h:016x}"),
+    };
+    let encode = |text: &str| -> std::result::Result<Vec<u32>, String> {
+        Ok(tok.encode_ids(text.as_bytes(), false))
+    };
+    let mut progress = |done: u64, total: u64| on_event(PretrainEvent::Tokenizing { done, total });
+    let prepared = data::prepare_shards(&o.data, dir, &opts, &encode, &mut progress)?;
+    let m = &prepared.meta;
+    on_event(PretrainEvent::Note(format!(
+        "data: {} documents, {} train + {} val tokens ({}){}",
+        m.documents,
+        m.train_tokens,
+        m.val_tokens,
+        if m.token_width == 2 { "u16" } else { "u32" },
+        if prepared.reused {
+            ", reusing the existing shards"
+        } else {
+            ""
+        }
+    )));
+    Ok(data::open_shards(dir)?)
+}
+
+/// Sampling settings of the periodic and quickstart samples.
+fn sample_config(max_new: usize, seed: u64, eos: Option<u32>) -> GenerationConfig {
+    GenerationConfig {
+        max_new_tokens: max_new,
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            ..SamplingParams::default()
+        },
+        seed,
+        eos_token_id: eos,
+        truncate: true,
+        ..GenerationConfig::default()
+    }
+}
+
+/// Continues `prompt` (empty: from <|endoftext|>) with the inference engine.
+fn continue_text(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    prompt: &str,
+    max_new: usize,
+    seed: u64,
+) -> Result<String> {
+    let eos = tok.endoftext_id();
+    let mut ids = tok.encode_ids(prompt.as_bytes(), false);
+    if ids.is_empty() {
+        ids.extend(eos);
+    }
+    // Fit the context: keep at least half of it (or the whole prompt) for the prompt.
+    let ctx = engine.config().n_positions;
+    let max_new = max_new.min(ctx.saturating_sub(ids.len().min(ctx / 2)).max(1));
+    let out = engine.generate(&ids, &sample_config(max_new, seed, eos), |_| {
+        std::ops::ControlFlow::Continue(())
+    })?;
+    let new: Vec<u32> = out.ids.into_iter().filter(|&id| Some(id) != eos).collect();
+    Ok(String::from_utf8_lossy(&tok.decode(&new)?).into_owned())
+}
+
+/// Samples from the trained model in `model_dir` (HF layout + tokenizer):
+/// `(prompt, continuation)` for each prompt, sampled at temperature 0.8,
+/// top-k 40, seeded with `seed + i`.
+pub fn sample_texts(
+    model_dir: &Path,
+    prompts: &[&str],
+    max_new: usize,
+    seed: u64,
+) -> Result<Vec<(String, String)>> {
+    let tok = BpeTokenizer::from_dir(model_dir)?;
+    let mut engine = Gpt2Engine::load(model_dir, WeightDtype::F32)?;
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Ok((
+                p.to_string(),
+                continue_text(&mut engine, &tok, p, max_new, seed + i as u64)?,
+            ))
+        })
+        .collect()
+}
