@@ -71,7 +71,7 @@ impl BatchSampler {
         if n_windows < b {
             return Err(DataError::Invalid(format!(
                 "the training data has {shard_len} tokens, fewer than one batch needs \
-                 ({b} sequences of {t}+1 tokens = {}); add data or lower --batch-size / --seq-len",
+                 ({b} sequences of {t}+1 tokens = {}); add data or lower `batch_size` / `seq_len`",
                 b * t + 1
             )));
         }
@@ -111,7 +111,7 @@ impl BatchSampler {
         if pos.cursor as usize > self.n_windows {
             return Err(DataError::Invalid(format!(
                 "saved data position {} is past the {} windows of this data; \
-                 was the checkpoint trained on other data or another --seq-len?",
+                 was the checkpoint trained on other data or another `seq_len`?",
                 pos.cursor, self.n_windows
             )));
         }

@@ -20,7 +20,6 @@
 //! Shape legend: B batch, T sequence length.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use rayon::prelude::*;
@@ -40,9 +39,10 @@ use crate::spec::names::Architecture;
 use super::finetune::load_bert_as;
 use super::pretrain::{PretrainEvent, PretrainSummary};
 use super::{invalid, RecipeError, Result};
+use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
-    latest_checkpoint, load_train_state, save_checkpoint, train_step, MetricsWriter, OptimConfig,
-    OptimState, StepError, TrainState,
+    latest_checkpoint, load_train_state, MetricsWriter, OptimConfig, OptimState, RunConfig,
+    RunTask, Runner, TrainState,
 };
 use crate::util::rng::Rng;
 
@@ -377,14 +377,14 @@ pub fn run_bert_pretraining(
         let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
             .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
         for (name, given, had) in [
-            ("seq-len", run.seq_len as u64, saved.seq_len as u64),
-            ("batch-size", run.batch_size as u64, saved.batch_size as u64),
-            ("grad-accum", run.grad_accum as u64, saved.grad_accum as u64),
+            ("seq_len", run.seq_len as u64, saved.seq_len as u64),
+            ("batch_size", run.batch_size as u64, saved.batch_size as u64),
+            ("grad_accum", run.grad_accum as u64, saved.grad_accum as u64),
             ("seed", run.seed, saved.seed),
         ] {
             if given != had {
                 return Err(invalid(format!(
-                    "--{name} {given} differs from the checkpoint's {had}; an exact resume needs the same value"
+                    "`{name}` {given} differs from the checkpoint's {had}; an exact resume needs the same value"
                 )));
             }
         }
@@ -545,7 +545,6 @@ pub fn run_bert_pretraining(
     let metrics_path = out.join("metrics.jsonl");
     let mut metrics = MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
         .map_err(io(&metrics_path))?;
-    let mut write = |row: &Map<String, Value>| metrics.write(row).map_err(io(&metrics_path));
     on_event(PretrainEvent::Start {
         message: format!(
             "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
@@ -568,32 +567,92 @@ pub fn run_bert_pretraining(
         max_steps: run.max_steps,
     });
 
-    let tokw = &tok;
-    let write_model =
-        |dir: &Path, m: &Bert| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-            save_params(
-                &m.layout,
-                &m.params,
-                &m.config,
-                dir,
-                Architecture::BertForPreTraining,
-            )?;
-            tokw.save(dir)?;
-            Ok(())
-        };
-    let mut summary = PretrainSummary {
-        steps: start_step,
-        ..Default::default()
+    let mut task = BertTask {
+        corpus: &corpus,
+        run: &run,
+        batcher: &batcher,
+        val_pairs: &val_pairs,
+        tok: &tok,
+        pos: state.data,
+        plan: epoch_plan(&corpus, &run, state.data.epoch)?,
     };
-    let eval_every = run.eval_every;
-    let evaluate = |tr: &mut BertTrainer,
-                    step: u64,
-                    summary: &mut PretrainSummary|
-     -> Result<Option<Map<String, Value>>> {
-        if val_pairs.is_empty() {
+    let config = RunConfig {
+        max_steps: run.max_steps,
+        log_every: run.log_every,
+        eval_every: run.eval_every,
+        save_every: run.save_every,
+        keep: run.keep,
+        stop_after: o.stop_after,
+        checkpoint_dir: ckpt_root,
+        final_dir: out.clone(),
+    };
+    let optim = o.optim;
+    let runner = Runner {
+        model: &mut trainer,
+        opt: &mut opt,
+        state: &mut state,
+        optim: &optim,
+        metrics: &mut metrics,
+        config: &config,
+    };
+    let mut tb = BertTrainBatch::default();
+    runner.run(
+        &mut task,
+        &mut tb,
+        &mut |e| on_event(PretrainEvent::from(e)),
+        should_stop,
+    )
+}
+
+/// BERT pretraining's part of a [`Runner`] run: the epoch's pairs in their
+/// visiting order, masked as they are drawn.
+struct BertTask<'a> {
+    corpus: &'a BertCorpus,
+    run: &'a BertRunConfig,
+    batcher: &'a PairBatcher,
+    val_pairs: &'a [NspPair],
+    tok: &'a WordPieceTokenizer,
+    pos: DataPosition,
+    plan: Epoch,
+}
+
+impl RunTask<BertTrainer> for BertTask<'_> {
+    type Error = RecipeError;
+
+    fn next_batch(&mut self, bt: &mut BertTrainBatch) -> Result<()> {
+        let b = self.run.batch_size;
+        if (self.pos.cursor as usize + b) > self.plan.order.len() {
+            self.pos = DataPosition {
+                epoch: self.pos.epoch + 1,
+                cursor: 0,
+            };
+            self.plan = epoch_plan(self.corpus, self.run, self.pos.epoch)?;
+        }
+        let c = self.pos.cursor as usize;
+        let idx = &self.plan.order[c..c + b];
+        let refs: Vec<&NspPair> = idx.iter().map(|&i| &self.plan.pairs[i as usize]).collect();
+        let (seed, epoch) = (self.run.seed, self.plan.epoch);
+        self.batcher
+            .fill(&refs, &|k| mask_rng(seed, epoch, idx[k]), bt);
+        self.pos.cursor += b as u64;
+        Ok(())
+    }
+
+    fn position(&self) -> DataPosition {
+        self.pos
+    }
+
+    fn step_row(&mut self, model: &mut BertTrainer, row: &mut Row) {
+        row.extend(stats_row("", &model.take_stats()));
+        row.insert("epoch".into(), json!(self.pos.epoch));
+    }
+
+    fn evaluate(&mut self, tr: &mut BertTrainer) -> Result<Option<Row>> {
+        if self.val_pairs.is_empty() {
             return Ok(None);
         }
-        let n = (run.eval_batches * run.batch_size).min(val_pairs.len());
+        let run = self.run;
+        let n = (run.eval_batches * run.batch_size).min(self.val_pairs.len());
         let mut total = HeadStats::default();
         let mut tb = BertTrainBatch::default();
         for (ci, chunk) in (0..n)
@@ -601,130 +660,30 @@ pub fn run_bert_pretraining(
             .chunks(run.batch_size)
             .enumerate()
         {
-            let refs: Vec<&NspPair> = chunk.iter().map(|&i| &val_pairs[i]).collect();
+            let refs: Vec<&NspPair> = chunk.iter().map(|&i| &self.val_pairs[i]).collect();
             let base = ci * run.batch_size;
-            batcher.fill(
+            self.batcher.fill(
                 &refs,
                 &|k| mask_rng(run.seed ^ VAL, 0, (base + k) as u32),
                 &mut tb,
             );
             total.add(&tr.evaluate_batch(&tb)?);
         }
-        let mut row = stats_row("val_", &total);
-        row.insert("step".into(), json!(step));
-        let v = row["val_loss"].as_f64().unwrap_or(f64::NAN);
-        summary.first_val_loss.get_or_insert(v);
-        summary.last_val_loss = Some(v);
-        Ok(Some(row))
-    };
-    if start_step == 0 {
-        if let Some(row) = evaluate(&mut trainer, 0, &mut summary)? {
-            write(&row)?;
-            on_event(PretrainEvent::Eval { row: &row });
-        }
+        Ok(Some(stats_row("val_", &total)))
     }
 
-    let optim = o.optim;
-    let mut pos = state.data;
-    let mut plan = epoch_plan(&corpus, &run, pos.epoch)?;
-    let mut tb = BertTrainBatch::default();
-    let run_start = Instant::now();
-    let elapsed0 = state.elapsed_s;
-    let mut steps_this_run = 0u64;
-    while state.step < run.max_steps {
-        let t0 = Instant::now();
-        let mut plan_err: Option<RecipeError> = None;
-        let stats = {
-            let mut next = |bt: &mut BertTrainBatch| {
-                let b = run.batch_size;
-                if (pos.cursor as usize + b) > plan.order.len() {
-                    pos = DataPosition {
-                        epoch: pos.epoch + 1,
-                        cursor: 0,
-                    };
-                    match epoch_plan(&corpus, &run, pos.epoch) {
-                        Ok(p) => plan = p,
-                        Err(e) => plan_err = Some(e),
-                    }
-                }
-                let c = pos.cursor as usize;
-                let idx = &plan.order[c..c + b];
-                let refs: Vec<&NspPair> = idx.iter().map(|&i| &plan.pairs[i as usize]).collect();
-                let (seed, epoch) = (run.seed, plan.epoch);
-                batcher.fill(&refs, &|k| mask_rng(seed, epoch, idx[k]), bt);
-                pos.cursor += b as u64;
-            };
-            train_step(&mut trainer, &mut opt, &optim, &mut tb, &mut next)
-        };
-        if let Some(e) = plan_err {
-            return Err(e);
-        }
-        let stats = match stats {
-            Ok(s) => s,
-            Err(e @ StepError::NonFinite { .. }) => {
-                let last = latest_checkpoint(&ckpt_root).ok().flatten();
-                return Err(invalid(format!(
-                    "{e}; training stopped. The last good checkpoint is {} (try a lower `lr` or `grad_clip`)",
-                    last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
-                )));
-            }
-            Err(StepError::Model(e)) => return Err(e.into()),
-        };
-        let heads = trainer.take_stats();
-        let dt = t0.elapsed().as_secs_f64();
-        state.step = stats.step;
-        state.data = pos;
-        state.tokens_seen += stats.tokens as u64;
-        state.elapsed_s = elapsed0 + run_start.elapsed().as_secs_f64();
-        steps_this_run += 1;
-        summary.steps = state.step;
-        summary.final_loss = Some(stats.loss);
-        let last = state.step == run.max_steps;
-        if state.step % run.log_every.max(1) == 0 || last {
-            let mut row = stats_row("", &heads);
-            // The loss that was optimised (mean over micro-batches).
-            row.insert("loss".into(), json!(stats.loss));
-            for (k, v) in [
-                ("step", json!(stats.step)),
-                ("lr", json!(stats.lr)),
-                ("grad_norm", json!(stats.grad_norm)),
-                ("tokens_per_s", json!(stats.tokens as f64 / dt.max(1e-9))),
-                ("tokens", json!(state.tokens_seen)),
-                ("elapsed_s", json!(state.elapsed_s)),
-                ("epoch", json!(pos.epoch)),
-            ] {
-                row.insert(k.into(), v);
-            }
-            write(&row)?;
-            on_event(PretrainEvent::Step { row: &row });
-        }
-        if eval_every > 0 && state.step % eval_every == 0 || last {
-            if let Some(row) = evaluate(&mut trainer, state.step, &mut summary)? {
-                write(&row)?;
-                on_event(PretrainEvent::Eval { row: &row });
-            }
-        }
-        let interrupted = should_stop();
-        let stop_after = o.stop_after.is_some_and(|n| steps_this_run >= n);
-        let periodic = run.save_every > 0 && state.step % run.save_every == 0;
-        if periodic || last || interrupted || stop_after {
-            let mut w = |dir: &Path| write_model(dir, &trainer.model);
-            let dir = save_checkpoint(&ckpt_root, &state, &opt, &mut w, run.keep).map_err(|e| {
-                invalid(format!(
-                    "saving a checkpoint (the previous checkpoint is intact): {e}"
-                ))
-            })?;
-            on_event(PretrainEvent::Saved { path: &dir });
-            summary.checkpoint = Some(dir);
-        }
-        if interrupted || stop_after {
-            summary.interrupted = true;
-            return Ok(summary);
-        }
+    fn write_model(&self, m: &BertTrainer, dir: &Path) -> std::result::Result<(), ModelWriteError> {
+        let m = &m.model;
+        save_params(
+            &m.layout,
+            &m.params,
+            &m.config,
+            dir,
+            Architecture::BertForPreTraining,
+        )?;
+        self.tok.save(dir)?;
+        Ok(())
     }
-    write_model(out, &trainer.model)
-        .map_err(|e| invalid(format!("writing the final model to {}: {e}", out.display())))?;
-    Ok(summary)
 }
 
 /// The same pairs and masks a run would train on at `epoch`, for inspection

@@ -7,8 +7,7 @@
 //!
 //! Entry point: [`super::pretrain::pretrain`] with `family: Gpt2`.
 
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::Path;
 
 use lmkit_tokenizers::BpeTokenizer;
 use serde::{Deserialize, Serialize};
@@ -25,8 +24,10 @@ use crate::models::{LossParts, Trainable};
 use crate::spec::config::{AnyConfig, Gpt2Config};
 use crate::spec::names::{Architecture, Family};
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
-    load_train_state, save_checkpoint, train_step, MetricsWriter, OptimState, StepError, TrainState,
+    load_train_state, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask, Runner,
+    TrainState,
 };
 
 /// Run settings of a GPT-2 pretraining run after defaults and resume are
@@ -371,9 +372,110 @@ pub(crate) fn run(
         max_steps,
     });
 
-    let write_model = |dir: &Path,
-                       model: &Gpt2|
-     -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut task = Gpt2Task {
+        data: &data,
+        sampler,
+        tokenizer: &tokenizer,
+        run: &run_cfg,
+    };
+    if let Some(val) = &data.val {
+        if batch::eval_batch_count(val, batch_size, seq_len, run_cfg.eval_batches) == 0 {
+            on_event(PretrainEvent::Note(
+                "note: the validation split is smaller than one batch; skipping validation".into(),
+            ));
+        }
+    }
+    let config = RunConfig {
+        max_steps,
+        log_every: run_cfg.log_every,
+        eval_every: run_cfg.eval_every,
+        save_every: run_cfg.save_every,
+        keep: run_cfg.keep,
+        stop_after: o.stop_after,
+        checkpoint_dir: ckpt_root,
+        final_dir: out.clone(),
+    };
+    let runner = Runner {
+        model: &mut model,
+        opt: &mut opt,
+        state: &mut state,
+        optim: &optim,
+        metrics: &mut metrics,
+        config: &config,
+    };
+    let mut batch_buf = TokenBatch::new(batch_size, seq_len);
+    runner.run(
+        &mut task,
+        &mut batch_buf,
+        &mut |e| on_event(PretrainEvent::from(e)),
+        should_stop,
+    )
+}
+
+/// GPT-2 pretraining's part of a [`Runner`] run.
+struct Gpt2Task<'a> {
+    data: &'a TokenData,
+    sampler: BatchSampler,
+    tokenizer: &'a BpeTokenizer,
+    run: &'a Gpt2RunConfig,
+}
+
+impl RunTask<Gpt2> for Gpt2Task<'_> {
+    type Error = RecipeError;
+
+    fn next_batch(&mut self, batch: &mut TokenBatch) -> Result<()> {
+        self.sampler.next_batch(&self.data.train, batch);
+        Ok(())
+    }
+
+    fn position(&self) -> DataPosition {
+        self.sampler.position()
+    }
+
+    fn evaluate(&mut self, model: &mut Gpt2) -> Result<Option<Row>> {
+        let Some(val) = &self.data.val else {
+            return Ok(None);
+        };
+        let r = self.run;
+        Ok(
+            eval_loss(model, val, r.batch_size, r.seq_len, r.eval_batches)?.map(|v| {
+                let row = json!({"val_loss": v, "val_ppl": v.exp()});
+                row.as_object().cloned().expect("object")
+            }),
+        )
+    }
+
+    fn after_step(&mut self, model: &mut Gpt2, state: &mut TrainState) -> Option<String> {
+        let r = self.run;
+        if r.sample_every == 0 || !state.step.is_multiple_of(r.sample_every) {
+            return None;
+        }
+        // The seed comes from the trainer's RNG (saved in checkpoints), so
+        // a resumed run prints the same samples.
+        let seed = state.rng.next_u64();
+        let text = Gpt2Engine::from_params(
+            &model.config,
+            &model.layout,
+            &model.params,
+            WeightDtype::F32,
+        )
+        .map_err(RecipeError::from)
+        .and_then(|mut e| {
+            continue_text(
+                &mut e,
+                self.tokenizer,
+                &r.sample_prompt,
+                r.sample_tokens,
+                seed,
+            )
+        });
+        Some(match text {
+            Ok(t) => format!("{}{t}", r.sample_prompt),
+            Err(e) => format!("(sampling failed: {e})"),
+        })
+    }
+
+    fn write_model(&self, model: &Gpt2, dir: &Path) -> std::result::Result<(), ModelWriteError> {
         save_params(
             &model.layout,
             &model.params,
@@ -381,146 +483,9 @@ pub(crate) fn run(
             dir,
             Architecture::Gpt2LMHeadModel,
         )?;
-        tokenizer.save(dir)?;
+        self.tokenizer.save(dir)?;
         Ok(())
-    };
-    let save = |state: &TrainState, opt: &OptimState, model: &Gpt2| -> Result<PathBuf> {
-        let mut w = |dir: &Path| write_model(dir, model);
-        save_checkpoint(&ckpt_root, state, opt, &mut w, run_cfg.keep).map_err(|e| {
-            invalid(format!(
-                "saving a checkpoint (the previous checkpoint is intact): {e}"
-            ))
-        })
-    };
-
-    let mut batch_buf = TokenBatch::new(batch_size, seq_len);
-    let mut summary = PretrainSummary {
-        steps: start_step,
-        ..Default::default()
-    };
-    let evaluate = |model: &mut Gpt2,
-                    step: u64,
-                    metrics: &mut MetricsWriter,
-                    summary: &mut PretrainSummary,
-                    on_event: &mut dyn FnMut(PretrainEvent)|
-     -> Result<()> {
-        let Some(val) = &data.val else {
-            return Ok(());
-        };
-        match eval_loss(model, val, batch_size, seq_len, run_cfg.eval_batches)? {
-            Some(v) => {
-                let row = json!({"step": step, "val_loss": v, "val_ppl": v.exp()});
-                let row = row.as_object().expect("object");
-                metrics.write(row).map_err(io(&metrics_path))?;
-                on_event(PretrainEvent::Eval { row });
-                summary.first_val_loss.get_or_insert(v);
-                summary.last_val_loss = Some(v);
-            }
-            None => on_event(PretrainEvent::Note(
-                "note: the validation split is smaller than one batch; skipping validation".into(),
-            )),
-        }
-        Ok(())
-    };
-    if start_step == 0 {
-        evaluate(&mut model, 0, &mut metrics, &mut summary, on_event)?;
     }
-
-    let run_start = Instant::now();
-    let elapsed0 = state.elapsed_s;
-    let mut steps_this_run = 0u64;
-    while state.step < max_steps {
-        let t0 = Instant::now();
-        let shard = &data.train;
-        let stats = match train_step(&mut model, &mut opt, &optim, &mut batch_buf, &mut |b| {
-            sampler.next_batch(shard, b)
-        }) {
-            Ok(s) => s,
-            Err(e @ StepError::NonFinite { .. }) => {
-                let last = crate::train::latest_checkpoint(&ckpt_root)?;
-                return Err(invalid(format!(
-                    "{e}; training stopped. The last good checkpoint is {} (try a lower `lr` or `grad_clip`)",
-                    last.map_or("none (no checkpoint was saved yet)".into(), |p| p.display().to_string())
-                )));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let dt = t0.elapsed().as_secs_f64();
-        let tps = stats.tokens as f64 / dt.max(1e-9);
-        state.step = stats.step;
-        state.data = sampler.position();
-        state.tokens_seen += stats.tokens as u64;
-        state.elapsed_s = elapsed0 + run_start.elapsed().as_secs_f64();
-        steps_this_run += 1;
-        summary.steps = state.step;
-        summary.final_loss = Some(stats.loss);
-        let last = state.step == max_steps;
-        if state.step % run_cfg.log_every == 0 || last {
-            let row = json!({
-                "step": stats.step, "loss": stats.loss, "lr": stats.lr,
-                "grad_norm": stats.grad_norm, "tokens_per_s": tps,
-                "tokens": state.tokens_seen, "elapsed_s": state.elapsed_s,
-            });
-            let row = row.as_object().expect("object");
-            metrics.write(row).map_err(io(&metrics_path))?;
-            on_event(PretrainEvent::Step { row });
-        }
-        if run_cfg.eval_every > 0 && state.step % run_cfg.eval_every == 0 || last {
-            evaluate(&mut model, state.step, &mut metrics, &mut summary, on_event)?;
-        }
-        if run_cfg.sample_every > 0 && state.step % run_cfg.sample_every == 0 {
-            // The seed comes from the trainer's RNG (saved in checkpoints), so
-            // a resumed run prints the same samples.
-            let seed = state.rng.next_u64();
-            let text = Gpt2Engine::from_params(
-                &model.config,
-                &model.layout,
-                &model.params,
-                WeightDtype::F32,
-            )
-            .map_err(RecipeError::from)
-            .and_then(|mut e| {
-                continue_text(
-                    &mut e,
-                    &tokenizer,
-                    &run_cfg.sample_prompt,
-                    run_cfg.sample_tokens,
-                    seed,
-                )
-            });
-            match text {
-                Ok(t) => {
-                    let text = format!("{}{t}", run_cfg.sample_prompt);
-                    on_event(PretrainEvent::Sample {
-                        step: state.step,
-                        text: &text,
-                    })
-                }
-                Err(e) => on_event(PretrainEvent::Note(format!(
-                    "step {}: sampling failed: {e}",
-                    state.step
-                ))),
-            }
-        }
-        let interrupted = should_stop();
-        let stop_after = o.stop_after.is_some_and(|n| steps_this_run >= n);
-        let periodic = run_cfg.save_every > 0 && state.step % run_cfg.save_every == 0;
-        if periodic || last || interrupted || stop_after {
-            let dir = save(&state, &opt, &model)?;
-            on_event(PretrainEvent::Saved { path: &dir });
-            summary.checkpoint = Some(dir);
-        }
-        if interrupted || stop_after {
-            summary.interrupted = true;
-            break;
-        }
-    }
-    if state.step == max_steps {
-        // The final model, loadable straight from OUTPUT.
-        write_model(out, &model)
-            .map_err(|e| invalid(format!("writing the final model to {}: {e}", out.display())))?;
-    }
-    Ok(summary)
 }
 
 /// Tokenizes the data into `dir` (or reuses the shards there).

@@ -17,7 +17,7 @@ use super::bert_pretrain::{run_bert_pretraining, BertDims, BertPretrainOptions, 
 use super::{gpt2_pretrain, invalid, Result};
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
-use crate::train::{latest_checkpoint, load_train_state, TrainState};
+use crate::train::{latest_checkpoint, load_train_state, RunEvent, TrainState};
 
 /// Progress reports to the caller (the CLI draws bars and prints lines).
 #[derive(Debug)]
@@ -50,16 +50,18 @@ pub enum PretrainEvent<'a> {
 }
 
 /// The outcome of a run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PretrainSummary {
-    pub steps: u64,
-    pub final_loss: Option<f64>,
-    pub first_val_loss: Option<f64>,
-    pub last_val_loss: Option<f64>,
-    /// The last checkpoint written by this run.
-    pub checkpoint: Option<PathBuf>,
-    /// Stopped early (`should_stop` or `stop_after`); continue with `resume`.
-    pub interrupted: bool,
+pub type PretrainSummary = crate::train::RunSummary;
+
+impl<'a> From<RunEvent<'a>> for PretrainEvent<'a> {
+    fn from(e: RunEvent<'a>) -> Self {
+        match e {
+            RunEvent::Step { row } => PretrainEvent::Step { row },
+            RunEvent::Eval { row } => PretrainEvent::Eval { row },
+            RunEvent::Text { step, text } => PretrainEvent::Sample { step, text },
+            RunEvent::Saved { path } => PretrainEvent::Saved { path },
+            RunEvent::Note(n) => PretrainEvent::Note(n),
+        }
+    }
 }
 
 /// The size of a new model: a preset, optionally overridden per dimension.

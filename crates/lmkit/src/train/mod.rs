@@ -4,13 +4,15 @@
 //! resumable checkpoints from `checkpoint::state`).
 
 pub mod metrics;
+pub mod runner;
 pub mod step;
 
 pub use crate::checkpoint::state::{
-    latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, OptimState, StateError,
-    TrainState,
+    latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, DataPosition,
+    OptimState, StateError, TrainState,
 };
 pub use crate::models::{LossParts, Trainable};
 pub use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 pub use metrics::{read_metrics, MetricsWriter};
+pub use runner::{RunConfig, RunEvent, RunSummary, RunTask, Runner};
 pub use step::{train_step, StepError, StepStats};

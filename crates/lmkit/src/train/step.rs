@@ -28,6 +28,18 @@ pub enum StepError {
         value: f64,
         step: u64,
     },
+    /// A non-finite loss or gradient stopped a run ([`super::Runner`]):
+    /// nothing after the last checkpoint was saved.
+    #[error(
+        "non-finite {what} ({value}) at step {step}; training stopped. The last good checkpoint is {} (try a lower `lr` or `grad_clip`)",
+        last_checkpoint.as_ref().map_or("none (no checkpoint was saved yet)".to_string(), |p| p.display().to_string())
+    )]
+    Diverged {
+        what: &'static str,
+        value: f64,
+        step: u64,
+        last_checkpoint: Option<std::path::PathBuf>,
+    },
     /// A batch the model cannot take (ids outside the vocabulary, too long...).
     #[error(transparent)]
     Model(#[from] crate::Error),

@@ -1,0 +1,263 @@
+//! The Runner: the loop every step-based training run shares, over any
+//! [`Trainable`] model — optimizer steps (micro-batches, accumulation,
+//! clipping, schedule: [`train_step`]), metric rows, periodic evaluation,
+//! atomic checkpoints with the exact data position (so a resume is
+//! bit-exact), a stop request (Ctrl-C) or a step budget that saves first,
+//! a clear error naming the last good checkpoint when the loss diverges,
+//! and the final model.
+//!
+//! What to train on and how to score it comes from a [`RunTask`] (a recipe).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use super::metrics::MetricsWriter;
+use super::step::{train_step, StepError, StepStats};
+use crate::checkpoint::state::{
+    latest_checkpoint, save_checkpoint, DataPosition, OptimState, StateError, TrainState,
+};
+use crate::models::Trainable;
+use crate::spec::optim::OptimConfig;
+
+/// A metrics row.
+pub type Row = Map<String, Value>;
+
+/// Writes a model's files (HF layout + tokenizer) into a folder.
+pub type ModelWriteError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The recipe's part of a run.
+pub trait RunTask<M: Trainable> {
+    /// The recipe's error; the runner's own errors convert into it.
+    type Error: From<StepError> + From<StateError> + From<crate::Error>;
+
+    /// Fills `batch` with the next micro-batch and advances the data position.
+    fn next_batch(&mut self, batch: &mut M::Batch) -> Result<(), Self::Error>;
+    /// Where the data stands after the batches drawn so far (saved in checkpoints).
+    fn position(&self) -> DataPosition;
+    /// Adds recipe-specific fields to the row of the step just taken (e.g.
+    /// per-head losses); called after every step, the row written every
+    /// `log_every`.
+    fn step_row(&mut self, _model: &mut M, _row: &mut Row) {}
+    /// A validation row (`val_loss`, ...; the runner adds `step`), or `None`
+    /// when there is nothing to validate on.
+    fn evaluate(&mut self, model: &mut M) -> Result<Option<Row>, Self::Error>;
+    /// Called after every step with the trainer state (whose RNG it may
+    /// draw from): a text to show (e.g. a generated sample), if any.
+    fn after_step(&mut self, _model: &mut M, _state: &mut TrainState) -> Option<String> {
+        None
+    }
+    /// Writes the model's files into `dir` (a checkpoint or the final model).
+    fn write_model(&self, model: &M, dir: &Path) -> Result<(), ModelWriteError>;
+}
+
+/// When the runner logs, evaluates, saves and stops.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    pub max_steps: u64,
+    /// A metrics row every N steps (and at the last).
+    pub log_every: u64,
+    /// Validation every N steps, 0 = only before the first and after the last.
+    pub eval_every: u64,
+    /// A checkpoint every N steps, 0 = only at the end (and when stopped).
+    pub save_every: u64,
+    /// Checkpoints kept (≥ 1).
+    pub keep: usize,
+    /// Stop (with a checkpoint) after this many steps of this invocation.
+    pub stop_after: Option<u64>,
+    /// `OUTPUT/checkpoints`.
+    pub checkpoint_dir: PathBuf,
+    /// Where the final model goes once `max_steps` is reached.
+    pub final_dir: PathBuf,
+}
+
+/// Progress reports.
+#[derive(Debug)]
+pub enum RunEvent<'a> {
+    Step {
+        row: &'a Row,
+    },
+    Eval {
+        row: &'a Row,
+    },
+    /// A text from [`RunTask::after_step`].
+    Text {
+        step: u64,
+        text: &'a str,
+    },
+    Saved {
+        path: &'a Path,
+    },
+    Note(String),
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunSummary {
+    pub steps: u64,
+    pub final_loss: Option<f64>,
+    pub first_val_loss: Option<f64>,
+    pub last_val_loss: Option<f64>,
+    /// The last checkpoint written by this run.
+    pub checkpoint: Option<PathBuf>,
+    /// Stopped early (`should_stop` or `stop_after`); continue with a resume.
+    pub interrupted: bool,
+}
+
+/// A model, its optimizer state and trainer state, trained by a [`RunTask`].
+pub struct Runner<'a, M: Trainable> {
+    pub model: &'a mut M,
+    pub opt: &'a mut OptimState,
+    pub state: &'a mut TrainState,
+    pub optim: &'a OptimConfig,
+    pub metrics: &'a mut MetricsWriter,
+    pub config: &'a RunConfig,
+}
+
+impl<M: Trainable> Runner<'_, M> {
+    /// Trains from `state.step` to `max_steps` (or until stopped).
+    /// `should_stop` is polled after every step.
+    pub fn run<T: RunTask<M>>(
+        self,
+        task: &mut T,
+        batch: &mut M::Batch,
+        on_event: &mut dyn FnMut(RunEvent),
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<RunSummary, T::Error> {
+        let Runner {
+            model,
+            opt,
+            state,
+            optim,
+            metrics,
+            config: cfg,
+        } = self;
+        let mut summary = RunSummary {
+            steps: state.step,
+            ..Default::default()
+        };
+        if state.step == 0 {
+            evaluate(task, model, 0, metrics, &mut summary, on_event)?;
+        }
+        let run_start = Instant::now();
+        let elapsed0 = state.elapsed_s;
+        let mut steps_this_run = 0u64;
+        while state.step < cfg.max_steps {
+            let t0 = Instant::now();
+            let mut data_err = None;
+            let stepped = train_step(model, opt, optim, batch, &mut |b| {
+                if data_err.is_none() {
+                    if let Err(e) = task.next_batch(b) {
+                        data_err = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = data_err {
+                return Err(e);
+            }
+            let stats: StepStats = match stepped {
+                Ok(s) => s,
+                Err(StepError::NonFinite { what, value, step }) => {
+                    let last = latest_checkpoint(&cfg.checkpoint_dir)?;
+                    return Err(StepError::Diverged {
+                        what,
+                        value,
+                        step,
+                        last_checkpoint: last,
+                    }
+                    .into());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let dt = t0.elapsed().as_secs_f64();
+            state.step = stats.step;
+            state.data = task.position();
+            state.tokens_seen += stats.tokens as u64;
+            state.elapsed_s = elapsed0 + run_start.elapsed().as_secs_f64();
+            steps_this_run += 1;
+            summary.steps = state.step;
+            summary.final_loss = Some(stats.loss);
+            let last = state.step == cfg.max_steps;
+            let mut row = Row::new();
+            task.step_row(model, &mut row);
+            if state.step % cfg.log_every.max(1) == 0 || last {
+                for (k, v) in [
+                    ("step", json!(stats.step)),
+                    ("loss", json!(stats.loss)),
+                    ("lr", json!(stats.lr)),
+                    ("grad_norm", json!(stats.grad_norm)),
+                    ("tokens_per_s", json!(stats.tokens as f64 / dt.max(1e-9))),
+                    ("tokens", json!(state.tokens_seen)),
+                    ("elapsed_s", json!(state.elapsed_s)),
+                ] {
+                    row.insert(k.into(), v);
+                }
+                write_row(metrics, &row)?;
+                on_event(RunEvent::Step { row: &row });
+            }
+            if cfg.eval_every > 0 && state.step % cfg.eval_every == 0 || last {
+                evaluate(task, model, state.step, metrics, &mut summary, on_event)?;
+            }
+            if let Some(text) = task.after_step(model, state) {
+                on_event(RunEvent::Text {
+                    step: state.step,
+                    text: &text,
+                });
+            }
+            let interrupted = should_stop();
+            let stop_after = cfg.stop_after.is_some_and(|n| steps_this_run >= n);
+            let periodic = cfg.save_every > 0 && state.step % cfg.save_every == 0;
+            if periodic || last || interrupted || stop_after {
+                let mut w = |dir: &Path| task.write_model(model, dir);
+                let dir = save_checkpoint(&cfg.checkpoint_dir, state, opt, &mut w, cfg.keep)
+                    .map_err(|e| StateError::Invalid {
+                        path: cfg.checkpoint_dir.clone(),
+                        message: format!(
+                            "saving a checkpoint (the previous checkpoint is intact): {e}"
+                        ),
+                    })?;
+                on_event(RunEvent::Saved { path: &dir });
+                summary.checkpoint = Some(dir);
+            }
+            if interrupted || stop_after {
+                summary.interrupted = true;
+                return Ok(summary);
+            }
+        }
+        // The final model, loadable straight from its folder.
+        task.write_model(model, &cfg.final_dir)
+            .map_err(|e| StateError::Model {
+                path: cfg.final_dir.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(summary)
+    }
+}
+
+fn write_row(metrics: &mut MetricsWriter, row: &Row) -> Result<(), crate::Error> {
+    metrics
+        .write(row)
+        .map_err(|e| crate::Error::io(metrics.path(), e))
+}
+
+/// Validation: a row to metrics.jsonl and the caller, the summary updated.
+fn evaluate<M: Trainable, T: RunTask<M>>(
+    task: &mut T,
+    model: &mut M,
+    step: u64,
+    metrics: &mut MetricsWriter,
+    summary: &mut RunSummary,
+    on_event: &mut dyn FnMut(RunEvent),
+) -> Result<(), T::Error> {
+    if let Some(mut row) = task.evaluate(model)? {
+        row.insert("step".into(), json!(step));
+        write_row(metrics, &row)?;
+        if let Some(v) = row.get("val_loss").and_then(Value::as_f64) {
+            summary.first_val_loss.get_or_insert(v);
+            summary.last_val_loss = Some(v);
+        }
+        on_event(RunEvent::Eval { row: &row });
+    }
+    Ok(())
+}
