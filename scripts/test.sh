@@ -6,3 +6,12 @@ scripts/fetch-assets.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+
+# The examples, run tiny: each is a short program over the public API only.
+ex="$(mktemp -d)"
+trap 'rm -rf "$ex"' EXIT
+head -c 300000 assets/books/corpus.txt >"$ex/text.txt"
+cargo run -q --locked -p lmkit --example pretrain_gpt2 -- "$ex/text.txt" "$ex/gpt2" 200
+cargo run -q --locked -p lmkit --example generate -- "$ex/gpt2/model" "The Rust programming language" 16
+cargo run -q --locked -p lmkit --example finetune_classifier -- assets/minilm \
+  tests/data/classify/prose_code.train.jsonl tests/data/classify/prose_code.eval.jsonl "$ex/classifier" 128

@@ -3,7 +3,7 @@
 //! Each subcommand lives in its own module under `cmd/`; this file only wires
 //! them into clap.
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod cmd;
@@ -48,27 +48,31 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match dispatch(Cli::parse().command) {
+    let matches = Cli::command().get_matches();
+    let sub = matches.subcommand_name().unwrap_or_default().to_string();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {}", flag_names(&format!("{e:?}")));
+            eprintln!("Error: {}", flag_names(&format!("{e:?}"), &sub));
             ExitCode::FAILURE
         }
     }
 }
 
 /// The library names options by their field names in backticks
-/// (`` `seq_len` ``); here they become the flags that set them (`--seq-len`).
-fn flag_names(msg: &str) -> String {
-    let mut longs = std::collections::HashSet::new();
-    let mut stack = vec![Cli::command()];
-    while let Some(c) = stack.pop() {
-        longs.extend(
+/// (`` `seq_len` ``); here those that are flags of `subcommand` become the
+/// flags that set them (`--seq-len`). Other backticked names (data fields,
+/// tensor names) stay as they are.
+fn flag_names(msg: &str, subcommand: &str) -> String {
+    let longs: std::collections::HashSet<String> = Cli::command()
+        .find_subcommand(subcommand)
+        .map(|c| {
             c.get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string)),
-        );
-        stack.extend(c.get_subcommands().cloned());
-    }
+                .filter_map(|a| a.get_long().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut out = String::with_capacity(msg.len());
     let mut rest = msg;
     while let Some(i) = rest.find('`') {
@@ -121,13 +125,16 @@ mod tests {
     #[test]
     fn option_names_become_flags() {
         assert_eq!(
-            flag_names("`seq_len` 64 differs; drop `preset`, `n_*` and `init_from`"),
+            flag_names(
+                "`seq_len` 64 differs; drop `preset`, `n_*` and `init_from`",
+                "pretrain"
+            ),
             "--seq-len 64 differs; drop --preset, --n-* and --init-from"
         );
-        // Backticks around anything that is not a flag stay as they are.
+        // Backticks around anything that is not a flag of the command stay.
         assert_eq!(
-            flag_names("key `wte.weight` and `x"),
-            "key `wte.weight` and `x"
+            flag_names("key `wte.weight`, field `question` and `x", "finetune"),
+            "key `wte.weight`, field `question` and `x"
         );
     }
 }

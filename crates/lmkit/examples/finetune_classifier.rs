@@ -7,7 +7,7 @@
 //! ```
 //! `TRAIN.jsonl`/`EVAL.jsonl` hold `{"text": ..., "label": ...}` rows; OUT_DIR
 //! becomes a `transformers` `BertForSequenceClassification` folder. EXAMPLES
-//! (default 64) caps the training rows used, to keep the run tiny.
+//! (default 128) caps the training rows used, to keep the run tiny.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,14 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "usage: finetune_classifier BERT_DIR TRAIN.jsonl EVAL.jsonl OUT_DIR [EXAMPLES]".into(),
         );
     };
-    let n: usize = args.get(4).map_or(Ok(64), |s| s.parse())?;
+    let n: usize = args.get(4).map_or(Ok(128), |s| s.parse())?;
     let out = PathBuf::from(out);
     std::fs::create_dir_all(&out)?;
     let train = head(Path::new(train), n, &out.join("train.jsonl"))?;
     let eval = head(Path::new(eval), n / 2, &out.join("eval.jsonl"))?;
 
     let opts = FinetuneOptions {
-        epochs: 1,
+        epochs: 2,
         batch_size: 16,
         max_seq_len: 64,
         lr: 1e-4,
@@ -43,7 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &opts,
         &mut |event| match event {
             FinetuneEvent::Start { description, .. } => println!("{description}"),
-            FinetuneEvent::Eval { epoch, row } => println!("epoch {}: {:?}", epoch + 1, row),
+            FinetuneEvent::Eval { epoch, row } => println!(
+                "epoch {}: held-out accuracy {:.3}, loss {:.3}",
+                epoch + 1,
+                row["eval_accuracy"].as_f64().unwrap_or(f64::NAN),
+                row["eval_loss"].as_f64().unwrap_or(f64::NAN)
+            ),
             FinetuneEvent::Step { .. } => {}
         },
     )?;

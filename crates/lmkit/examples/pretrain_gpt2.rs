@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(text), Some(out)) = (args.first(), args.get(1)) else {
         return Err("usage: pretrain_gpt2 TEXT_FILE OUT_DIR [STEPS]".into());
     };
-    let steps: u64 = args.get(2).map_or(Ok(60), |s| s.parse())?;
+    let steps: u64 = args.get(2).map_or(Ok(200), |s| s.parse())?;
     let out = PathBuf::from(out);
 
     // 1. A BPE vocabulary learnt on (the first 2 MB of) the text.
@@ -79,7 +79,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("{message}")
             }
             PretrainEvent::Eval { row } => {
-                println!("step {}: val loss {:.3}", row["step"], row["val_loss"])
+                let loss = row["val_loss"].as_f64().unwrap_or(f64::NAN);
+                println!("step {}: val loss {loss:.3}", row["step"])
             }
             PretrainEvent::Saved { path } => println!("saved {}", path.display()),
             _ => {}

@@ -8,7 +8,7 @@ use lmkit::recipes::pretrain::{
     self as lib, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use lmkit::spec::{Family, ScheduleKind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -333,21 +333,4 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
         );
     }
     Ok(s)
-}
-
-/// Whether OUTPUT holds a checkpoint a `--resume` would continue.
-pub fn has_checkpoint(output: &Path) -> Result<bool> {
-    Ok(lib::has_checkpoint(output)?)
-}
-
-/// `(prompt, continuation)` for each prompt from the model in `model_dir`.
-pub fn sample_texts(
-    model_dir: &Path,
-    prompts: &[&str],
-    max_new: usize,
-    seed: u64,
-) -> Result<Vec<(String, String)>> {
-    Ok(lmkit::recipes::gpt2_pretrain::sample_texts(
-        model_dir, prompts, max_new, seed,
-    )?)
 }

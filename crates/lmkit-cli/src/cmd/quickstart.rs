@@ -103,7 +103,7 @@ pub fn run(args: Args) -> Result<()> {
     // 3. Model: a 4-layer, d 256 GPT-2 with a 128-token context, big enough to
     // write English-looking text after a few minutes on 2 cores.
     let run_dir = out.join("run");
-    let resume = pretrain::has_checkpoint(&run_dir)?;
+    let resume = lmkit::recipes::pretrain::has_checkpoint(&run_dir)?;
     let steps = match (args.steps, resume) {
         (Some(s), _) => Some(s),
         (None, true) => None, // the interrupted run's own step count
@@ -156,7 +156,7 @@ pub fn run(args: Args) -> Result<()> {
     // 4. Results.
     eprintln!("[3/3] sampling from the trained model");
     let model_dir = run_dir.clone();
-    let samples = pretrain::sample_texts(
+    let samples = lmkit::recipes::gpt2_pretrain::sample_texts(
         &model_dir,
         &[
             "The Rust programming language",

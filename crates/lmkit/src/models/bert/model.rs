@@ -183,7 +183,7 @@ impl Bert {
     /// in bf16 (f32 accumulation); embeddings, LayerNorm, attention and the
     /// heads stay f32. `false` returns to f32.
     pub fn set_bf16(&mut self, on: bool) {
-        self.bf16 = on.then(|| Bf16Weights::new(self));
+        self.bf16 = on.then(|| Bf16Weights::new(&self.config, &self.layout, &self.params));
     }
 
     pub fn is_bf16(&self) -> bool {

@@ -2,9 +2,10 @@
 //! [`crate::kernels::bf16_gemm::PackedBf16`] (`Bert::set_bf16`).
 
 use crate::kernels::bf16_gemm::PackedBf16;
-use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
-
-use super::model::Bert;
+use crate::spec::config::BertConfig;
+use crate::spec::layout::{
+    bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range, ParamLayout,
+};
 
 /// The four encoder matmuls of one layer, packed.
 #[derive(Debug, Clone)]
@@ -22,25 +23,25 @@ pub(crate) struct Bf16Weights {
 }
 
 impl Bf16Weights {
-    pub(crate) fn new(m: &Bert) -> Bf16Weights {
-        let cfg = &m.config;
+    /// Packs the encoder weights of `params` (laid out by `layout` for `cfg`).
+    pub(crate) fn new(cfg: &BertConfig, layout: &ParamLayout, params: &[f32]) -> Bf16Weights {
         let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
                 let p = bert_layer_prefix(l);
                 // Ranges are checked when the model is built.
-                let wr = bert_qkv_weight_range(&m.layout, l).unwrap_or_default();
-                let br = bert_qkv_bias_range(&m.layout, l).unwrap_or_default();
+                let wr = bert_qkv_weight_range(layout, l).unwrap_or_default();
+                let br = bert_qkv_bias_range(layout, l).unwrap_or_default();
                 let lin = |name: &str, oc: usize, k: usize| {
                     PackedBf16::pack(
-                        m.param(&format!("{p}{name}.weight")),
-                        Some(m.param(&format!("{p}{name}.bias"))),
+                        layout.view(params, &format!("{p}{name}.weight")),
+                        Some(layout.view(params, &format!("{p}{name}.bias"))),
                         oc,
                         k,
                     )
                 };
                 LayerBf16 {
-                    qkv: PackedBf16::pack(&m.params[wr], Some(&m.params[br]), 3 * c, c),
+                    qkv: PackedBf16::pack(&params[wr], Some(&params[br]), 3 * c, c),
                     attn_out: lin("attention.output.dense", c, c),
                     inter: lin("intermediate.dense", i, c),
                     out: lin("output.dense", c, i),

@@ -34,14 +34,14 @@ struct Block {
     ln_1_b: F32Slice,
     c_attn: Matrix,
     c_attn_b: F32Slice,
-    attn_proj: Matrix,
-    attn_proj_b: F32Slice,
+    attn_c_proj: Matrix,
+    attn_c_proj_b: F32Slice,
     ln_2_w: F32Slice,
     ln_2_b: F32Slice,
     c_fc: Matrix,
     c_fc_b: F32Slice,
-    mlp_proj: Matrix,
-    mlp_proj_b: F32Slice,
+    mlp_c_proj: Matrix,
+    mlp_c_proj_b: F32Slice,
 }
 
 /// Activation buffers, grown to the largest N seen.
@@ -302,14 +302,14 @@ impl Gpt2Engine {
                 ln_1_b: src.keep(&n("ln_1.bias"))?,
                 c_attn: matrix(&n("attn.c_attn.weight"), SourceLayout::InOut, c, 3 * c)?,
                 c_attn_b: src.keep(&n("attn.c_attn.bias"))?,
-                attn_proj: matrix(&n("attn.c_proj.weight"), SourceLayout::InOut, c, c)?,
-                attn_proj_b: src.keep(&n("attn.c_proj.bias"))?,
+                attn_c_proj: matrix(&n("attn.c_proj.weight"), SourceLayout::InOut, c, c)?,
+                attn_c_proj_b: src.keep(&n("attn.c_proj.bias"))?,
                 ln_2_w: src.keep(&n("ln_2.weight"))?,
                 ln_2_b: src.keep(&n("ln_2.bias"))?,
                 c_fc: matrix(&n("mlp.c_fc.weight"), SourceLayout::InOut, c, i)?,
                 c_fc_b: src.keep(&n("mlp.c_fc.bias"))?,
-                mlp_proj: matrix(&n("mlp.c_proj.weight"), SourceLayout::InOut, i, c)?,
-                mlp_proj_b: src.keep(&n("mlp.c_proj.bias"))?,
+                mlp_c_proj: matrix(&n("mlp.c_proj.weight"), SourceLayout::InOut, i, c)?,
+                mlp_c_proj_b: src.keep(&n("mlp.c_proj.bias"))?,
             });
         }
         let (wpe, ln_f_w, ln_f_b) = (
@@ -350,11 +350,11 @@ impl Gpt2Engine {
                 &b.ln_1_w,
                 &b.ln_1_b,
                 &b.c_attn_b,
-                &b.attn_proj_b,
+                &b.attn_c_proj_b,
                 &b.ln_2_w,
                 &b.ln_2_b,
                 &b.c_fc_b,
-                &b.mlp_proj_b,
+                &b.mlp_c_proj_b,
             ]
             .iter()
             .map(|s| s.len() * 4)
@@ -368,9 +368,9 @@ impl Gpt2Engine {
                 .iter()
                 .map(|b| {
                     b.c_attn.bytes()
-                        + b.attn_proj.bytes()
+                        + b.attn_c_proj.bytes()
                         + b.c_fc.bytes()
-                        + b.mlp_proj.bytes()
+                        + b.mlp_c_proj.bytes()
                         + vectors(b)
                 })
                 .sum::<usize>()
@@ -511,15 +511,15 @@ impl Gpt2Engine {
                 .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
             cache.store(l, qkv, t);
             cache.attend(att, qkv, l, t);
-            blk.attn_proj
-                .forward(y, att, Some(&blk.attn_proj_b), n, &mut s.mat);
+            blk.attn_c_proj
+                .forward(y, att, Some(&blk.attn_c_proj_b), n, &mut s.mat);
             add_inplace(x, y);
             layernorm_forward(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b, n, c, eps);
             blk.c_fc
                 .forward(fc_pre, xn, Some(&blk.c_fc_b), n, &mut s.mat);
             gelu_forward(fc, fc_pre, self.gelu);
-            blk.mlp_proj
-                .forward(y, fc, Some(&blk.mlp_proj_b), n, &mut s.mat);
+            blk.mlp_c_proj
+                .forward(y, fc, Some(&blk.mlp_c_proj_b), n, &mut s.mat);
             add_inplace(x, y);
         }
         layernorm_forward(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b, n, c, eps);

@@ -21,21 +21,23 @@ use std::ops::Range;
 
 use crate::spec::IGNORE_INDEX;
 
-/// Ranges of one block's parameters in the flat buffer.
+/// Ranges of one block's parameters in the flat buffer, named after their
+/// HF tensors (`h.{i}.ln_1.weight` → `ln_1_w`, `h.{i}.attn.c_proj.bias` →
+/// `attn_c_proj_b`), as the inference engine names them.
 #[derive(Debug, Clone)]
 struct BlockIndex {
-    ln1w: Range<usize>,
-    ln1b: Range<usize>,
-    qkvw: Range<usize>,
-    qkvb: Range<usize>,
-    attprojw: Range<usize>,
-    attprojb: Range<usize>,
-    ln2w: Range<usize>,
-    ln2b: Range<usize>,
-    fcw: Range<usize>,
-    fcb: Range<usize>,
-    fcprojw: Range<usize>,
-    fcprojb: Range<usize>,
+    ln_1_w: Range<usize>,
+    ln_1_b: Range<usize>,
+    c_attn_w: Range<usize>,
+    c_attn_b: Range<usize>,
+    attn_c_proj_w: Range<usize>,
+    attn_c_proj_b: Range<usize>,
+    ln_2_w: Range<usize>,
+    ln_2_b: Range<usize>,
+    c_fc_w: Range<usize>,
+    c_fc_b: Range<usize>,
+    mlp_c_proj_w: Range<usize>,
+    mlp_c_proj_b: Range<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -43,8 +45,8 @@ struct Index {
     wte: Range<usize>,
     wpe: Range<usize>,
     blocks: Vec<BlockIndex>,
-    lnfw: Range<usize>,
-    lnfb: Range<usize>,
+    ln_f_w: Range<usize>,
+    ln_f_b: Range<usize>,
 }
 
 impl Index {
@@ -58,26 +60,26 @@ impl Index {
         for l in 0..n_layer {
             let p = |s: &str| r(&format!("h.{l}.{s}"));
             blocks.push(BlockIndex {
-                ln1w: p("ln_1.weight")?,
-                ln1b: p("ln_1.bias")?,
-                qkvw: p("attn.c_attn.weight")?,
-                qkvb: p("attn.c_attn.bias")?,
-                attprojw: p("attn.c_proj.weight")?,
-                attprojb: p("attn.c_proj.bias")?,
-                ln2w: p("ln_2.weight")?,
-                ln2b: p("ln_2.bias")?,
-                fcw: p("mlp.c_fc.weight")?,
-                fcb: p("mlp.c_fc.bias")?,
-                fcprojw: p("mlp.c_proj.weight")?,
-                fcprojb: p("mlp.c_proj.bias")?,
+                ln_1_w: p("ln_1.weight")?,
+                ln_1_b: p("ln_1.bias")?,
+                c_attn_w: p("attn.c_attn.weight")?,
+                c_attn_b: p("attn.c_attn.bias")?,
+                attn_c_proj_w: p("attn.c_proj.weight")?,
+                attn_c_proj_b: p("attn.c_proj.bias")?,
+                ln_2_w: p("ln_2.weight")?,
+                ln_2_b: p("ln_2.bias")?,
+                c_fc_w: p("mlp.c_fc.weight")?,
+                c_fc_b: p("mlp.c_fc.bias")?,
+                mlp_c_proj_w: p("mlp.c_proj.weight")?,
+                mlp_c_proj_b: p("mlp.c_proj.bias")?,
             });
         }
         Ok(Index {
             wte: r("wte.weight")?,
             wpe: r("wpe.weight")?,
             blocks,
-            lnfw: r("ln_f.weight")?,
-            lnfb: r("ln_f.bias")?,
+            ln_f_w: r("ln_f.weight")?,
+            ln_f_b: r("ln_f.bias")?,
         })
     }
 }
@@ -386,8 +388,8 @@ impl Gpt2 {
                 &mut a.ln1_mean,
                 &mut a.ln1_rstd,
                 residual,
-                &p[w.ln1w.clone()],
-                &p[w.ln1b.clone()],
+                &p[w.ln_1_w.clone()],
+                &p[w.ln_1_b.clone()],
                 n,
                 c,
                 eps,
@@ -395,8 +397,8 @@ impl Gpt2 {
             kernels::matmul_forward(
                 &mut a.qkv,
                 &a.ln1,
-                &p[w.qkvw.clone()],
-                Some(&p[w.qkvb.clone()]),
+                &p[w.c_attn_w.clone()],
+                Some(&p[w.c_attn_b.clone()]),
                 n,
                 c,
                 3 * c,
@@ -406,8 +408,8 @@ impl Gpt2 {
             kernels::matmul_forward(
                 &mut acts.proj,
                 &a.atty,
-                &p[w.attprojw.clone()],
-                Some(&p[w.attprojb.clone()]),
+                &p[w.attn_c_proj_w.clone()],
+                Some(&p[w.attn_c_proj_b.clone()]),
                 n,
                 c,
                 c,
@@ -419,8 +421,8 @@ impl Gpt2 {
                 &mut a.ln2_mean,
                 &mut a.ln2_rstd,
                 &a.residual2,
-                &p[w.ln2w.clone()],
-                &p[w.ln2b.clone()],
+                &p[w.ln_2_w.clone()],
+                &p[w.ln_2_b.clone()],
                 n,
                 c,
                 eps,
@@ -428,8 +430,8 @@ impl Gpt2 {
             kernels::matmul_forward(
                 &mut a.fch,
                 &a.ln2,
-                &p[w.fcw.clone()],
-                Some(&p[w.fcb.clone()]),
+                &p[w.c_fc_w.clone()],
+                Some(&p[w.c_fc_b.clone()]),
                 n,
                 c,
                 inner,
@@ -439,8 +441,8 @@ impl Gpt2 {
             kernels::matmul_forward(
                 &mut acts.proj,
                 &a.fch_gelu,
-                &p[w.fcprojw.clone()],
-                Some(&p[w.fcprojb.clone()]),
+                &p[w.mlp_c_proj_w.clone()],
+                Some(&p[w.mlp_c_proj_b.clone()]),
                 n,
                 inner,
                 c,
@@ -457,8 +459,8 @@ impl Gpt2 {
             &mut acts.lnf_mean,
             &mut acts.lnf_rstd,
             last,
-            &p[idx.lnfw.clone()],
-            &p[idx.lnfb.clone()],
+            &p[idx.ln_f_w.clone()],
+            &p[idx.ln_f_b.clone()],
             n,
             c,
             eps,
@@ -555,14 +557,14 @@ impl Gpt2 {
                 Some(bl) => &bl.residual3,
                 None => &acts.encoded,
             };
-            let (gw, gb) = two_mut(g, idx.lnfw.clone(), idx.lnfb.clone());
+            let (gw, gb) = two_mut(g, idx.ln_f_w.clone(), idx.ln_f_b.clone());
             kernels::layernorm_backward(
                 &mut acts.dresidual,
                 gw,
                 gb,
                 &acts.dc,
                 last,
-                &p[idx.lnfw.clone()],
+                &p[idx.ln_f_w.clone()],
                 &acts.lnf_mean,
                 &acts.lnf_rstd,
                 n,
@@ -582,14 +584,14 @@ impl Gpt2 {
             // dresidual = d residual3. MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln2))).
             acts.dfch_gelu.fill(0.0);
             {
-                let (gw, gb) = two_mut(g, w.fcprojw.clone(), w.fcprojb.clone());
+                let (gw, gb) = two_mut(g, w.mlp_c_proj_w.clone(), w.mlp_c_proj_b.clone());
                 kernels::matmul_backward(
                     Some(&mut acts.dfch_gelu),
                     Some(gw),
                     Some(gb),
                     &acts.dresidual,
                     &a.fch_gelu,
-                    &p[w.fcprojw.clone()],
+                    &p[w.mlp_c_proj_w.clone()],
                     n,
                     inner,
                     c,
@@ -600,14 +602,14 @@ impl Gpt2 {
             kernels::gelu_backward(&mut acts.dfch, &a.fch, &acts.dfch_gelu, gelu);
             acts.dc.fill(0.0);
             {
-                let (gw, gb) = two_mut(g, w.fcw.clone(), w.fcb.clone());
+                let (gw, gb) = two_mut(g, w.c_fc_w.clone(), w.c_fc_b.clone());
                 kernels::matmul_backward(
                     Some(&mut acts.dc),
                     Some(gw),
                     Some(gb),
                     &acts.dfch,
                     &a.ln2,
-                    &p[w.fcw.clone()],
+                    &p[w.c_fc_w.clone()],
                     n,
                     c,
                     inner,
@@ -615,14 +617,14 @@ impl Gpt2 {
                 );
             }
             {
-                let (gw, gb) = two_mut(g, w.ln2w.clone(), w.ln2b.clone());
+                let (gw, gb) = two_mut(g, w.ln_2_w.clone(), w.ln_2_b.clone());
                 kernels::layernorm_backward(
                     &mut acts.dresidual,
                     gw,
                     gb,
                     &acts.dc,
                     &a.residual2,
-                    &p[w.ln2w.clone()],
+                    &p[w.ln_2_w.clone()],
                     &a.ln2_mean,
                     &a.ln2_rstd,
                     n,
@@ -632,14 +634,14 @@ impl Gpt2 {
             // dresidual = d residual2. Attention: residual2 = residual + c_proj(attn(c_attn(ln1))).
             acts.dc.fill(0.0);
             {
-                let (gw, gb) = two_mut(g, w.attprojw.clone(), w.attprojb.clone());
+                let (gw, gb) = two_mut(g, w.attn_c_proj_w.clone(), w.attn_c_proj_b.clone());
                 kernels::matmul_backward(
                     Some(&mut acts.dc),
                     Some(gw),
                     Some(gb),
                     &acts.dresidual,
                     &a.atty,
-                    &p[w.attprojw.clone()],
+                    &p[w.attn_c_proj_w.clone()],
                     n,
                     c,
                     c,
@@ -657,14 +659,14 @@ impl Gpt2 {
             );
             acts.dc.fill(0.0);
             {
-                let (gw, gb) = two_mut(g, w.qkvw.clone(), w.qkvb.clone());
+                let (gw, gb) = two_mut(g, w.c_attn_w.clone(), w.c_attn_b.clone());
                 kernels::matmul_backward(
                     Some(&mut acts.dc),
                     Some(gw),
                     Some(gb),
                     &acts.dqkv,
                     &a.ln1,
-                    &p[w.qkvw.clone()],
+                    &p[w.c_attn_w.clone()],
                     n,
                     c,
                     3 * c,
@@ -672,14 +674,14 @@ impl Gpt2 {
                 );
             }
             {
-                let (gw, gb) = two_mut(g, w.ln1w.clone(), w.ln1b.clone());
+                let (gw, gb) = two_mut(g, w.ln_1_w.clone(), w.ln_1_b.clone());
                 kernels::layernorm_backward(
                     &mut acts.dresidual,
                     gw,
                     gb,
                     &acts.dc,
                     residual,
-                    &p[w.ln1w.clone()],
+                    &p[w.ln_1_w.clone()],
                     &a.ln1_mean,
                     &a.ln1_rstd,
                     n,
