@@ -279,7 +279,7 @@ pub fn preset(family: Family, name: &str) -> Result<(usize, usize, usize, usize)
             names.extend(BERT_PRESETS.iter().map(|p| p.0));
         }
         invalid(format!(
-            "unknown `preset` {name} (known: {})",
+            "unknown preset `{name}` (known: {})",
             names.join(", ")
         ))
     })
