@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-assets.sh
+# Imports inside the library point down the layers (docs/architecture.md).
+python3 scripts/check_layers.py --self-test
+python3 scripts/check_layers.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

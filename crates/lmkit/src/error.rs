@@ -61,8 +61,9 @@ pub enum Error {
     WrongFamily {
         dir: PathBuf,
         what: String,
-        needed: crate::spec::Family,
-        found: crate::spec::Family,
+        /// "GPT-2" or "BERT".
+        needed: &'static str,
+        found: &'static str,
         architectures: String,
     },
     /// A token id outside the model's vocabulary.

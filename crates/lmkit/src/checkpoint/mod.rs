@@ -220,8 +220,8 @@ pub fn read_config(dir: impl AsRef<Path>, needs: Option<(Family, &str)>) -> Resu
             return Err(Error::WrongFamily {
                 dir: dir.to_path_buf(),
                 what: what.to_string(),
-                needed,
-                found,
+                needed: needed.name(),
+                found: found.name(),
                 architectures: config.architectures().join(", "),
             });
         }

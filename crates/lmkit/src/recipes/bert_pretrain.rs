@@ -37,7 +37,7 @@ use crate::spec::layout::bert_layout;
 use crate::spec::names::Architecture;
 
 use super::finetune::load_bert_as;
-use super::pretrain::{PretrainEvent, PretrainSummary};
+use super::pretrain_options::{PretrainEvent, PretrainSummary};
 use super::{invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{

@@ -13,7 +13,7 @@ use lmkit_tokenizers::BpeTokenizer;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::pretrain::{
+use super::pretrain_options::{
     optim_config, pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use super::{invalid, RecipeError, Result};

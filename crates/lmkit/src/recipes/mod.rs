@@ -9,6 +9,7 @@ pub mod bert_pretrain;
 pub mod finetune;
 pub mod gpt2_pretrain;
 pub mod pretrain;
+pub mod pretrain_options;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,306 @@
+//! What a pretraining run can be told ([`PretrainOptions`]), what it
+//! reports ([`PretrainEvent`]) and the option resolution both families share
+//! (each family's defaults; on `resume`, the checkpoint's values). Used by
+//! [`super::gpt2_pretrain`] and [`super::bert_pretrain`]; the entry point
+//! is [`super::pretrain::pretrain`].
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::{invalid, Result};
+use crate::spec::names::Family;
+use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::train::{latest_checkpoint, load_train_state, RunEvent, TrainState};
+
+/// Progress reports to the caller (the CLI draws bars and prints lines).
+#[derive(Debug)]
+pub enum PretrainEvent<'a> {
+    /// Tokenizing the data into shards: bytes done of total.
+    Tokenizing {
+        done: u64,
+        total: u64,
+    },
+    Start {
+        message: String,
+        start_step: u64,
+        max_steps: u64,
+    },
+    Step {
+        row: &'a Map<String, Value>,
+    },
+    Eval {
+        row: &'a Map<String, Value>,
+    },
+    /// A generated sample (GPT-2), prompt included.
+    Sample {
+        step: u64,
+        text: &'a str,
+    },
+    Saved {
+        path: &'a Path,
+    },
+    Note(String),
+}
+
+/// The outcome of a run.
+pub type PretrainSummary = crate::train::RunSummary;
+
+impl<'a> From<RunEvent<'a>> for PretrainEvent<'a> {
+    fn from(e: RunEvent<'a>) -> Self {
+        match e {
+            RunEvent::Step { row } => PretrainEvent::Step { row },
+            RunEvent::Eval { row } => PretrainEvent::Eval { row },
+            RunEvent::Text { step, text } => PretrainEvent::Sample { step, text },
+            RunEvent::Saved { path } => PretrainEvent::Saved { path },
+            RunEvent::Note(n) => PretrainEvent::Note(n),
+        }
+    }
+}
+
+/// The size of a new model: a preset, optionally overridden per dimension.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelSize {
+    /// One of [`GPT2_PRESETS`] (both families) or [`BERT_PRESETS`].
+    pub preset: Option<String>,
+    pub n_layer: Option<usize>,
+    pub n_embd: Option<usize>,
+    pub n_head: Option<usize>,
+    pub n_positions: Option<usize>,
+}
+
+impl ModelSize {
+    /// Whether any dimension was given.
+    pub fn given(&self) -> bool {
+        self.preset.is_some()
+            || self.n_layer.is_some()
+            || self.n_embd.is_some()
+            || self.n_head.is_some()
+            || self.n_positions.is_some()
+    }
+}
+
+/// Model sizes: (name, n_layer, n_embd, n_head, n_positions).
+pub const GPT2_PRESETS: &[(&str, usize, usize, usize, usize)] = &[
+    ("gpt2", 12, 768, 12, 1024),
+    ("gpt2-medium", 24, 1024, 16, 1024),
+    ("gpt2-large", 36, 1280, 20, 1024),
+    ("gpt2-xl", 48, 1600, 25, 1024),
+    ("tiny", 2, 64, 4, 256),
+    ("mini", 4, 256, 4, 512),
+    ("small", 6, 384, 6, 1024),
+];
+
+/// BERT sizes beyond the small shared ones of [`GPT2_PRESETS`].
+pub const BERT_PRESETS: &[(&str, usize, usize, usize, usize)] = &[
+    ("bert-base", 12, 768, 12, 512),
+    ("bert-large", 24, 1024, 16, 512),
+];
+
+/// Everything a pretraining run can be told. `None` means: on `resume` the
+/// checkpoint's value, otherwise the family's default (GPT-2 as nanoGPT:
+/// lr 6e-4 cosine to lr/10, β2 0.95, weight decay 0.1; BERT as the paper:
+/// lr 1e-4 linear to 0, β2 0.999, weight decay 0.01).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PretrainOptions {
+    pub family: Family,
+    /// Text files, folders or JSONL files (`text` field). GPT-2 with
+    /// `resume`: defaults to the shards already in OUTPUT/data.
+    pub data: Vec<PathBuf>,
+    pub output: PathBuf,
+    /// Tokenizer folder (BPE for GPT-2, WordPiece for BERT); not needed with
+    /// `resume` or `init_from`.
+    pub tokenizer: Option<PathBuf>,
+    /// Start from this HF checkpoint folder.
+    pub init_from: Option<PathBuf>,
+    /// Continue the newest checkpoint in OUTPUT/checkpoints, exactly.
+    pub resume: bool,
+    /// Stop (with a checkpoint) after this many steps of this invocation.
+    pub stop_after: Option<u64>,
+    pub size: ModelSize,
+    pub seq_len: Option<usize>,
+    pub batch_size: Option<usize>,
+    pub grad_accum: Option<usize>,
+    pub max_steps: Option<u64>,
+    pub lr: Option<f32>,
+    pub min_lr: Option<f32>,
+    pub warmup_steps: Option<u64>,
+    pub schedule: Option<ScheduleKind>,
+    pub weight_decay: Option<f32>,
+    pub beta1: Option<f32>,
+    pub beta2: Option<f32>,
+    pub grad_clip: Option<f32>,
+    pub eval_every: Option<u64>,
+    pub eval_batches: Option<usize>,
+    pub val_fraction: Option<f64>,
+    pub save_every: Option<u64>,
+    pub keep: Option<usize>,
+    pub log_every: Option<u64>,
+    pub seed: Option<u64>,
+    /// Also decay the embeddings.
+    pub decay_embeddings: bool,
+    /// BERT: mask whole words together.
+    pub whole_word_masking: bool,
+    /// GPT-2: a sample every N steps (0 = never; default `eval_every`).
+    pub sample_every: Option<u64>,
+    pub sample_prompt: Option<String>,
+    pub sample_tokens: Option<usize>,
+}
+
+impl Default for PretrainOptions {
+    fn default() -> Self {
+        PretrainOptions {
+            family: Family::Gpt2,
+            data: Vec::new(),
+            output: PathBuf::new(),
+            tokenizer: None,
+            init_from: None,
+            resume: false,
+            stop_after: None,
+            size: ModelSize::default(),
+            seq_len: None,
+            batch_size: None,
+            grad_accum: None,
+            max_steps: None,
+            lr: None,
+            min_lr: None,
+            warmup_steps: None,
+            schedule: None,
+            weight_decay: None,
+            beta1: None,
+            beta2: None,
+            grad_clip: None,
+            eval_every: None,
+            eval_batches: None,
+            val_fraction: None,
+            save_every: None,
+            keep: None,
+            log_every: None,
+            seed: None,
+            decay_embeddings: false,
+            whole_word_masking: false,
+            sample_every: None,
+            sample_prompt: None,
+            sample_tokens: None,
+        }
+    }
+}
+
+/// Whether OUTPUT holds a checkpoint a `resume` would continue.
+pub fn has_checkpoint(output: &Path) -> Result<bool> {
+    Ok(latest_checkpoint(&output.join("checkpoints"))?.is_some())
+}
+
+/// The trainer state of the newest checkpoint under OUTPUT when resuming
+/// (`None` when not resuming); an error when resuming from nothing, or when
+/// not resuming over an existing run.
+pub(crate) fn saved_state(o: &PretrainOptions) -> Result<Option<(PathBuf, TrainState)>> {
+    let root = o.output.join("checkpoints");
+    let latest = latest_checkpoint(&root)?;
+    if !o.resume {
+        if let Some(d) = latest {
+            return Err(invalid(format!(
+                "{} already holds a checkpoint ({}); pass `resume` to continue it or choose another `output`",
+                o.output.display(),
+                d.display()
+            )));
+        }
+        return Ok(None);
+    }
+    let dir = latest.ok_or_else(|| {
+        invalid(format!(
+            "`resume`: no checkpoint in {} to resume from",
+            root.display()
+        ))
+    })?;
+    let (state, _) = load_train_state(&dir)?;
+    Ok(Some((dir, state)))
+}
+
+/// A value that an exact resume must keep: the given one, else the saved
+/// one, else `default`; a given value that differs from the saved one is an
+/// error naming the option.
+pub(crate) fn pick<T: PartialEq + Copy + std::fmt::Debug>(
+    name: &str,
+    given: Option<T>,
+    saved: Option<T>,
+    default: T,
+) -> Result<T> {
+    match (given, saved) {
+        (Some(g), Some(s)) if g != s => Err(invalid(format!(
+            "`{name}` {g:?} differs from the checkpoint's {s:?}; an exact resume needs the same value"
+        ))),
+        (g, s) => Ok(g.or(s).unwrap_or(default)),
+    }
+}
+
+/// `(n_layer, n_embd, n_head, n_positions)` of a preset of `family`.
+pub fn preset(family: Family, name: &str) -> Result<(usize, usize, usize, usize)> {
+    let bert_only = BERT_PRESETS.iter().find(|p| p.0 == name);
+    let shared = GPT2_PRESETS.iter().find(|p| p.0 == name);
+    let found = match family {
+        Family::Gpt2 => shared,
+        Family::Bert if name.starts_with("gpt2") => {
+            return Err(invalid(format!(
+                "`preset` {name} is a GPT-2 size; for BERT use tiny, mini, small, bert-base or bert-large"
+            )))
+        }
+        Family::Bert => bert_only.or(shared),
+    };
+    found.map(|p| (p.1, p.2, p.3, p.4)).ok_or_else(|| {
+        let mut names: Vec<&str> = GPT2_PRESETS.iter().map(|p| p.0).collect();
+        if family == Family::Bert {
+            names.retain(|n| !n.starts_with("gpt2"));
+            names.extend(BERT_PRESETS.iter().map(|p| p.0));
+        }
+        invalid(format!(
+            "unknown preset `{name}` (known: {})",
+            names.join(", ")
+        ))
+    })
+}
+
+/// The optimizer settings: given values, else the saved ones, else `d`.
+pub(crate) fn optim_config(
+    o: &PretrainOptions,
+    saved: Option<&OptimConfig>,
+    d: &OptimConfig,
+    max_steps: u64,
+    grad_accum: usize,
+) -> OptimConfig {
+    let lr =
+        o.lr.or(saved.map(|s| s.schedule.max_lr))
+            .unwrap_or(d.schedule.max_lr);
+    // The default floor follows the peak (nanoGPT: lr / 10; BERT: 0).
+    let default_min = d.schedule.min_lr / d.schedule.max_lr * lr;
+    OptimConfig {
+        schedule: LrSchedule {
+            kind: o
+                .schedule
+                .or(saved.map(|s| s.schedule.kind))
+                .unwrap_or(d.schedule.kind),
+            max_lr: lr,
+            min_lr: o
+                .min_lr
+                .or(saved.map(|s| s.schedule.min_lr))
+                .unwrap_or(default_min),
+            warmup_steps: o
+                .warmup_steps
+                .or(saved.map(|s| s.schedule.warmup_steps))
+                .unwrap_or((max_steps / 20).min(200)),
+            total_steps: max_steps,
+        },
+        beta1: o.beta1.or(saved.map(|s| s.beta1)).unwrap_or(d.beta1),
+        beta2: o.beta2.or(saved.map(|s| s.beta2)).unwrap_or(d.beta2),
+        eps: saved.map_or(d.eps, |s| s.eps),
+        weight_decay: o
+            .weight_decay
+            .or(saved.map(|s| s.weight_decay))
+            .unwrap_or(d.weight_decay),
+        grad_clip: o
+            .grad_clip
+            .or(saved.map(|s| s.grad_clip))
+            .unwrap_or(d.grad_clip),
+        grad_accum,
+    }
+}
