@@ -10,6 +10,11 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 
+# The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
+# assets/big exists, so build it (PyTorch from PyPI, a few minutes) and run them.
+scripts/fetch-big-assets.sh
+cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
+
 # The examples, run tiny: each is a short program over the public API only.
 ex="$(mktemp -d)"
 trap 'rm -rf "$ex"' EXIT
