@@ -40,6 +40,7 @@ use super::finetune::load_bert_as;
 use super::pretrain_options::{PretrainEvent, PretrainSummary};
 use super::{invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
+use crate::train::StepStats;
 use crate::train::{
     latest_checkpoint, load_train_state, MetricsWriter, OptimConfig, OptimState, RunConfig,
     RunTask, Runner, TrainState,
@@ -583,8 +584,9 @@ pub fn run_bert_pretraining(
         save_every: run.save_every,
         keep: run.keep,
         stop_after: o.stop_after,
-        checkpoint_dir: ckpt_root,
-        final_dir: out.clone(),
+        checkpoint_dir: Some(ckpt_root),
+        final_dir: Some(out.clone()),
+        eval_at_start: true,
     };
     let optim = o.optim;
     let runner = Runner {
@@ -599,7 +601,11 @@ pub fn run_bert_pretraining(
     runner.run(
         &mut task,
         &mut tb,
-        &mut |e| on_event(PretrainEvent::from(e)),
+        &mut |e| {
+            if let Some(e) = PretrainEvent::of_run(e) {
+                on_event(e)
+            }
+        },
         should_stop,
     )
 }
@@ -642,7 +648,7 @@ impl RunTask<BertTrainer> for BertTask<'_> {
         self.pos
     }
 
-    fn step_row(&mut self, model: &mut BertTrainer, row: &mut Row) {
+    fn step_row(&mut self, model: &mut BertTrainer, _: &StepStats, _: f64, row: &mut Row) {
         row.extend(stats_row("", &model.take_stats()));
         row.insert("epoch".into(), json!(self.pos.epoch));
     }

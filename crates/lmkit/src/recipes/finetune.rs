@@ -16,7 +16,6 @@
 //! Shape legend: B batch, T sequence.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use lmkit_tokenizers::{BpeTokenizer, Encoding};
@@ -40,9 +39,10 @@ use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
 
 use super::{invalid, RecipeError, Result};
+use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
-    train_step, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, ScheduleKind,
-    StepStats, Trainable,
+    DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
+    RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
 };
 use crate::util::rng::Rng;
 
@@ -255,26 +255,105 @@ fn create_output(output: &Path) -> Result<MetricsWriter> {
     MetricsWriter::open(&path, None).map_err(|source| RecipeError::Io { path, source })
 }
 
-fn write_row(metrics: &mut MetricsWriter, row: &Map<String, Value>) -> Result<()> {
-    metrics.write(row).map_err(|source| RecipeError::Io {
-        path: metrics.path().to_path_buf(),
-        source,
-    })
-}
-
-/// The shared epoch/step loop: `fill(indices, batch)` builds a batch from
-/// example indices, `evaluate(model)` scores after each epoch.
 /// Evaluates the model on the held-out set: the metrics row, or None without one.
 type EvalFn<'a, M> = dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>> + 'a;
 
+/// Fine-tuning's part of a [`Runner`] run: epochs of a fresh permutation of
+/// the examples drawn from `(seed, epoch)`, `batch_size` at a time (the last
+/// batch of an epoch may be smaller), evaluation after every epoch.
+struct EpochTask<'a, M: Trainable> {
+    n: usize,
+    b: usize,
+    seed: u64,
+    per_epoch: u64,
+    epoch: u64,
+    cursor: usize,
+    order: Vec<usize>,
+    fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
+    evaluate: &'a mut EvalFn<'a, M>,
+    /// Examples of the batch just drawn.
+    last_batch: usize,
+    examples: usize,
+    tokens: usize,
+    train_s: f64,
+    last_eval: Option<Map<String, Value>>,
+}
+
+impl<'a, M: Trainable> EpochTask<'a, M> {
+    fn order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..n).collect();
+        Rng::derive(seed, epoch).shuffle(&mut order);
+        order
+    }
+}
+
+impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
+    type Error = RecipeError;
+
+    fn next_batch(&mut self, batch: &mut M::Batch) -> Result<()> {
+        if self.cursor >= self.n {
+            self.epoch += 1;
+            self.cursor = 0;
+            self.order = Self::order(self.n, self.seed, self.epoch);
+        }
+        let end = (self.cursor + self.b).min(self.n);
+        (self.fill)(&self.order[self.cursor..end], batch);
+        self.last_batch = end - self.cursor;
+        self.cursor = end;
+        Ok(())
+    }
+
+    fn position(&self) -> DataPosition {
+        DataPosition {
+            epoch: self.epoch,
+            cursor: self.cursor as u64,
+        }
+    }
+
+    fn step_row(&mut self, _: &mut M, stats: &StepStats, seconds: f64, row: &mut Row) {
+        self.train_s += seconds;
+        self.examples += self.last_batch;
+        self.tokens += stats.tokens;
+        let done_in_epoch = stats.step - self.epoch * self.per_epoch;
+        row.insert(
+            "epoch".into(),
+            json!(self.epoch as f64 + done_in_epoch as f64 / self.per_epoch as f64),
+        );
+        row.insert(
+            "examples_per_s".into(),
+            json!(self.last_batch as f64 / seconds.max(1e-9)),
+        );
+    }
+
+    fn evaluate(&mut self, model: &mut M) -> Result<Option<Row>> {
+        let Some(mut row) = (self.evaluate)(model)? else {
+            return Ok(None);
+        };
+        let trained = self.cursor > 0 || self.epoch > 0;
+        row.insert(
+            "epoch".into(),
+            json!(if trained { self.epoch + 1 } else { 0 }),
+        );
+        self.last_eval = Some(row.clone());
+        Ok(Some(row))
+    }
+
+    fn write_model(&self, _: &M, _: &Path) -> std::result::Result<(), ModelWriteError> {
+        Err("fine-tuning writes its model itself and no checkpoints".into())
+    }
+}
+
+/// The epoch loop of every fine-tuning task, on the [`Runner`]:
+/// `fill(indices, batch)` builds a batch from example indices,
+/// `evaluate(model)` scores after each epoch (and where `max_steps` stops).
 #[allow(clippy::too_many_arguments)]
-fn run_loop<M: Trainable>(
+fn run_loop<'a, M: Trainable>(
     model: &mut M,
     n_examples: usize,
     opts: &FinetuneOptions,
     batch: &mut M::Batch,
-    fill: &mut dyn FnMut(&[usize], &mut M::Batch),
-    evaluate: &mut EvalFn<'_, M>,
+    fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
+    evaluate: &'a mut EvalFn<'a, M>,
     metrics: &mut MetricsWriter,
     description: String,
     eval_examples: usize,
@@ -288,85 +367,94 @@ fn run_loop<M: Trainable>(
         .max_steps
         .map_or(schedule_steps, |m| m.min(schedule_steps));
     let optim = linear_schedule(opts, schedule_steps);
-    let mut opt = OptimState::new(model.params().len());
+    let num_params = model.params().len();
+    let mut opt = OptimState::new(num_params);
+    let mut state = TrainState::new(opts.seed, optim, b, opts.max_seq_len, num_params);
     on_event(FinetuneEvent::Start {
         description,
         train_examples: n_examples,
         eval_examples,
         total_steps: total,
     });
-    let (mut train_s, mut examples, mut tokens) = (0.0f64, 0usize, 0usize);
-    let mut final_loss = None;
-    let mut last_eval = None;
-    let mut epochs_done = 0;
-    for epoch in 0..opts.epochs {
-        if opt.step >= total {
-            break;
-        }
-        let mut order: Vec<usize> = (0..n_examples).collect();
-        Rng::derive(opts.seed, epoch as u64).shuffle(&mut order);
-        for chunk in order.chunks(b) {
-            if opt.step >= total {
-                // --max-steps: evaluate where training stopped.
-                break;
+    let mut task = EpochTask::<M> {
+        n: n_examples,
+        b,
+        seed: opts.seed,
+        per_epoch,
+        epoch: 0,
+        cursor: 0,
+        order: EpochTask::<M>::order(n_examples, opts.seed, 0),
+        fill,
+        evaluate,
+        last_batch: 0,
+        examples: 0,
+        tokens: 0,
+        train_s: 0.0,
+        last_eval: None,
+    };
+    let config = RunConfig {
+        max_steps: total,
+        log_every: opts.log_every,
+        eval_every: per_epoch,
+        save_every: 0,
+        keep: 1,
+        stop_after: None,
+        checkpoint_dir: None,
+        final_dir: None,
+        // Only a run of no steps (`max_steps` 0) reports its starting point.
+        eval_at_start: total == 0,
+    };
+    let runner = Runner {
+        model,
+        opt: &mut opt,
+        state: &mut state,
+        optim: &optim,
+        metrics,
+        config: &config,
+    };
+    let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
+    let run = runner.run(
+        &mut task,
+        batch,
+        &mut |e| match e {
+            RunEvent::Step { stats, seconds, .. } => {
+                let epoch = ((stats.step - 1) / per_epoch) as usize;
+                let n = if stats.step % per_epoch == 0 {
+                    last_of_epoch
+                } else {
+                    b
+                };
+                on_event(FinetuneEvent::Step {
+                    epoch,
+                    stats,
+                    examples_per_s: n as f64 / seconds.max(1e-9),
+                })
             }
-            let t0 = Instant::now();
-            let stats = train_step(model, &mut opt, &optim, batch, &mut |bt| fill(chunk, bt))?;
-            let dt = t0.elapsed().as_secs_f64();
-            train_s += dt;
-            examples += chunk.len();
-            tokens += stats.tokens;
-            final_loss = Some(stats.loss);
-            let eps = chunk.len() as f64 / dt.max(1e-9);
-            if stats.step % opts.log_every.max(1) == 0 || stats.step == total {
-                let row = json!({
-                    "step": stats.step,
-                    "epoch": epoch as f64 + (stats.step - epoch as u64 * per_epoch) as f64 / per_epoch as f64,
-                    "loss": stats.loss,
-                    "lr": stats.lr,
-                    "grad_norm": stats.grad_norm,
-                    "examples_per_s": eps,
-                    "tokens_per_s": stats.tokens as f64 / dt.max(1e-9),
-                });
-                write_row(metrics, row.as_object().expect("object"))?;
+            RunEvent::Eval { row } => {
+                let done = row.get("epoch").and_then(Value::as_u64).unwrap_or(0);
+                on_event(FinetuneEvent::Eval {
+                    epoch: done.saturating_sub(1) as usize,
+                    row,
+                })
             }
-            on_event(FinetuneEvent::Step {
-                epoch,
-                stats: &stats,
-                examples_per_s: eps,
-            });
-        }
-        epochs_done = epoch + 1;
-        if let Some(mut row) = evaluate(model)? {
-            row.insert("step".into(), json!(opt.step));
-            row.insert("epoch".into(), json!(epoch + 1));
-            write_row(metrics, &row)?;
-            on_event(FinetuneEvent::Eval { epoch, row: &row });
-            last_eval = Some(row);
-        }
-    }
-    if epochs_done == 0 {
-        // No step at all (--max-steps 0): still report the starting point.
-        if let Some(mut row) = evaluate(model)? {
-            row.insert("step".into(), json!(0));
-            row.insert("epoch".into(), json!(0));
-            write_row(metrics, &row)?;
-            on_event(FinetuneEvent::Eval {
-                epoch: 0,
-                row: &row,
-            });
-            last_eval = Some(row);
-        }
-    }
+            _ => {}
+        },
+        &|| false,
+    )?;
+    let epochs_done = if run.steps == 0 {
+        0
+    } else {
+        task.epoch as usize + 1
+    };
     Ok(FinetuneSummary {
-        steps: opt.step,
+        steps: run.steps,
         epochs_done,
         train_examples: n_examples,
-        examples_per_s: examples as f64 / train_s.max(1e-9),
-        tokens_per_s: tokens as f64 / train_s.max(1e-9),
-        train_seconds: train_s,
-        final_loss,
-        last_eval,
+        examples_per_s: task.examples as f64 / task.train_s.max(1e-9),
+        tokens_per_s: task.tokens as f64 / task.train_s.max(1e-9),
+        train_seconds: task.train_s,
+        final_loss: run.final_loss,
+        last_eval: task.last_eval,
         output: output.to_path_buf(),
     })
 }

@@ -392,8 +392,9 @@ pub(crate) fn run(
         save_every: run_cfg.save_every,
         keep: run_cfg.keep,
         stop_after: o.stop_after,
-        checkpoint_dir: ckpt_root,
-        final_dir: out.clone(),
+        checkpoint_dir: Some(ckpt_root),
+        final_dir: Some(out.clone()),
+        eval_at_start: true,
     };
     let runner = Runner {
         model: &mut model,
@@ -407,7 +408,11 @@ pub(crate) fn run(
     runner.run(
         &mut task,
         &mut batch_buf,
-        &mut |e| on_event(PretrainEvent::from(e)),
+        &mut |e| {
+            if let Some(e) = PretrainEvent::of_run(e) {
+                on_event(e)
+            }
+        },
         should_stop,
     )
 }

@@ -46,15 +46,17 @@ pub enum PretrainEvent<'a> {
 /// The outcome of a run.
 pub type PretrainSummary = crate::train::RunSummary;
 
-impl<'a> From<RunEvent<'a>> for PretrainEvent<'a> {
-    fn from(e: RunEvent<'a>) -> Self {
-        match e {
-            RunEvent::Step { row } => PretrainEvent::Step { row },
+impl<'a> PretrainEvent<'a> {
+    /// The pretraining event a Runner event makes, if any (steps without a
+    /// metrics row make none).
+    pub(crate) fn of_run(e: RunEvent<'a>) -> Option<Self> {
+        Some(match e {
+            RunEvent::Step { row, .. } => PretrainEvent::Step { row: row? },
             RunEvent::Eval { row } => PretrainEvent::Eval { row },
             RunEvent::Text { step, text } => PretrainEvent::Sample { step, text },
             RunEvent::Saved { path } => PretrainEvent::Saved { path },
             RunEvent::Note(n) => PretrainEvent::Note(n),
-        }
+        })
     }
 }
 

@@ -37,9 +37,9 @@ pub trait RunTask<M: Trainable> {
     /// Where the data stands after the batches drawn so far (saved in checkpoints).
     fn position(&self) -> DataPosition;
     /// Adds recipe-specific fields to the row of the step just taken (e.g.
-    /// per-head losses); called after every step, the row written every
-    /// `log_every`.
-    fn step_row(&mut self, _model: &mut M, _row: &mut Row) {}
+    /// per-head losses), which took `seconds`; called after every step, the
+    /// row written every `log_every`.
+    fn step_row(&mut self, _model: &mut M, _stats: &StepStats, _seconds: f64, _row: &mut Row) {}
     /// A validation row (`val_loss`, ...; the runner adds `step`), or `None`
     /// when there is nothing to validate on.
     fn evaluate(&mut self, model: &mut M) -> Result<Option<Row>, Self::Error>;
@@ -67,16 +67,23 @@ pub struct RunConfig {
     /// Stop (with a checkpoint) after this many steps of this invocation.
     pub stop_after: Option<u64>,
     /// `OUTPUT/checkpoints`.
-    pub checkpoint_dir: PathBuf,
+    /// `None`: no checkpoints (a stop request then just ends the run).
+    pub checkpoint_dir: Option<PathBuf>,
     /// Where the final model goes once `max_steps` is reached.
-    pub final_dir: PathBuf,
+    /// `None`: the recipe writes the final model itself.
+    pub final_dir: Option<PathBuf>,
+    /// Validate before the first step of a fresh run.
+    pub eval_at_start: bool,
 }
 
 /// Progress reports.
 #[derive(Debug)]
 pub enum RunEvent<'a> {
+    /// Every step; `row` on the steps that write one (`log_every`).
     Step {
-        row: &'a Row,
+        stats: &'a StepStats,
+        seconds: f64,
+        row: Option<&'a Row>,
     },
     Eval {
         row: &'a Row,
@@ -137,7 +144,7 @@ impl<M: Trainable> Runner<'_, M> {
             steps: state.step,
             ..Default::default()
         };
-        if state.step == 0 {
+        if state.step == 0 && cfg.eval_at_start {
             evaluate(task, model, 0, metrics, &mut summary, on_event)?;
         }
         let run_start = Instant::now();
@@ -159,7 +166,10 @@ impl<M: Trainable> Runner<'_, M> {
             let stats: StepStats = match stepped {
                 Ok(s) => s,
                 Err(StepError::NonFinite { what, value, step }) => {
-                    let last = latest_checkpoint(&cfg.checkpoint_dir)?;
+                    let last = match &cfg.checkpoint_dir {
+                        Some(d) => latest_checkpoint(d)?,
+                        None => None,
+                    };
                     return Err(StepError::Diverged {
                         what,
                         value,
@@ -180,8 +190,9 @@ impl<M: Trainable> Runner<'_, M> {
             summary.final_loss = Some(stats.loss);
             let last = state.step == cfg.max_steps;
             let mut row = Row::new();
-            task.step_row(model, &mut row);
-            if state.step % cfg.log_every.max(1) == 0 || last {
+            task.step_row(model, &stats, dt, &mut row);
+            let logged = state.step % cfg.log_every.max(1) == 0 || last;
+            if logged {
                 for (k, v) in [
                     ("step", json!(stats.step)),
                     ("loss", json!(stats.loss)),
@@ -194,8 +205,12 @@ impl<M: Trainable> Runner<'_, M> {
                     row.insert(k.into(), v);
                 }
                 write_row(metrics, &row)?;
-                on_event(RunEvent::Step { row: &row });
             }
+            on_event(RunEvent::Step {
+                stats: &stats,
+                seconds: dt,
+                row: logged.then_some(&row),
+            });
             if cfg.eval_every > 0 && state.step % cfg.eval_every == 0 || last {
                 evaluate(task, model, state.step, metrics, &mut summary, on_event)?;
             }
@@ -208,15 +223,17 @@ impl<M: Trainable> Runner<'_, M> {
             let interrupted = should_stop();
             let stop_after = cfg.stop_after.is_some_and(|n| steps_this_run >= n);
             let periodic = cfg.save_every > 0 && state.step % cfg.save_every == 0;
-            if periodic || last || interrupted || stop_after {
+            let root = cfg.checkpoint_dir.as_ref();
+            if let Some(root) = root.filter(|_| periodic || last || interrupted || stop_after) {
                 let mut w = |dir: &Path| task.write_model(model, dir);
-                let dir = save_checkpoint(&cfg.checkpoint_dir, state, opt, &mut w, cfg.keep)
-                    .map_err(|e| StateError::Invalid {
-                        path: cfg.checkpoint_dir.clone(),
+                let dir = save_checkpoint(root, state, opt, &mut w, cfg.keep).map_err(|e| {
+                    StateError::Invalid {
+                        path: root.clone(),
                         message: format!(
                             "saving a checkpoint (the previous checkpoint is intact): {e}"
                         ),
-                    })?;
+                    }
+                })?;
                 on_event(RunEvent::Saved { path: &dir });
                 summary.checkpoint = Some(dir);
             }
@@ -226,11 +243,13 @@ impl<M: Trainable> Runner<'_, M> {
             }
         }
         // The final model, loadable straight from its folder.
-        task.write_model(model, &cfg.final_dir)
-            .map_err(|e| StateError::Model {
-                path: cfg.final_dir.clone(),
-                message: e.to_string(),
-            })?;
+        if let Some(dir) = &cfg.final_dir {
+            task.write_model(model, dir)
+                .map_err(|e| StateError::Model {
+                    path: dir.clone(),
+                    message: e.to_string(),
+                })?;
+        }
         Ok(summary)
     }
 }
