@@ -1,6 +1,9 @@
 //! BERT training: the heads' losses (MLM, NSP, sequence classification,
-//! span QA) with saved activations, and the full backward through the heads,
-//! the post-LN encoder and the embeddings, on the explicit kernels.
+//! span QA) and the full backward through the heads, the post-LN encoder and
+//! the embeddings, on the explicit kernels. Each head's forward and backward
+//! is in `heads.rs`, shared with inference; `BertTrainer::run` only picks the
+//! heads the targets switch on, computes their losses and chains the
+//! backward passes into [`encoder_backward`].
 //!
 //! Shape legend: B batch, T sequence (padded), C channels, NH heads,
 //! I intermediate size, V vocabulary, L labels, N = B·T rows,
@@ -25,6 +28,10 @@
 
 use std::ops::Range;
 
+use super::heads::{
+    layernorm_bwd, linear_bwd, linear_head, qa_backward, qa_forward, range, two_mut, MlmHead,
+    Pooler,
+};
 use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
@@ -145,94 +152,6 @@ pub struct BertTrainer {
     outputs: HeadOutputs,
     stats: HeadStats,
     last_tokens: usize,
-}
-
-/// Two disjoint mutable sub-slices of `buf`.
-fn two_mut(buf: &mut [f32], a: Range<usize>, b: Range<usize>) -> (&mut [f32], &mut [f32]) {
-    if a.end <= b.start {
-        let (x, y) = buf.split_at_mut(b.start);
-        (&mut x[a], &mut y[..b.end - b.start])
-    } else {
-        assert!(b.end <= a.start, "two_mut: overlapping ranges");
-        let (x, y) = buf.split_at_mut(a.start);
-        (&mut y[..a.end - a.start], &mut x[b])
-    }
-}
-
-fn range(layout: &ParamLayout, name: &str) -> Range<usize> {
-    match layout.range(name) {
-        Some(r) => r,
-        None => panic!("BERT layout has no parameter `{name}`"),
-    }
-}
-
-/// `out[N,OC] = inp[N,C]·Wᵀ + b` for `nn.Linear` `name`.
-#[allow(clippy::too_many_arguments)]
-fn linear_fwd(
-    layout: &ParamLayout,
-    params: &[f32],
-    name: &str,
-    out: &mut [f32],
-    inp: &[f32],
-    n: usize,
-    c: usize,
-    oc: usize,
-) {
-    let w = &params[range(layout, &format!("{name}.weight"))];
-    let b = &params[range(layout, &format!("{name}.bias"))];
-    kernels::matmul_forward(out, inp, w, Some(b), n, c, oc, WeightLayout::OutIn);
-}
-
-/// Backward of [`linear_fwd`]: `dinp += dout·W`, weight and bias grads accumulate.
-#[allow(clippy::too_many_arguments)]
-fn linear_bwd(
-    layout: &ParamLayout,
-    params: &[f32],
-    grads: &mut [f32],
-    name: &str,
-    dinp: Option<&mut [f32]>,
-    dout: &[f32],
-    inp: &[f32],
-    n: usize,
-    c: usize,
-    oc: usize,
-) {
-    let wr = range(layout, &format!("{name}.weight"));
-    let br = range(layout, &format!("{name}.bias"));
-    let (gw, gb) = two_mut(grads, wr.clone(), br);
-    kernels::matmul_backward(
-        dinp,
-        Some(gw),
-        Some(gb),
-        dout,
-        inp,
-        &params[wr],
-        n,
-        c,
-        oc,
-        WeightLayout::OutIn,
-    );
-}
-
-/// LayerNorm backward for parameters `name.{weight,bias}`.
-#[allow(clippy::too_many_arguments)]
-fn layernorm_bwd(
-    layout: &ParamLayout,
-    params: &[f32],
-    grads: &mut [f32],
-    name: &str,
-    dinp: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    n: usize,
-    c: usize,
-) {
-    let wr = range(layout, &format!("{name}.weight"));
-    let br = range(layout, &format!("{name}.bias"));
-    let (gw, gb) = two_mut(grads, wr.clone(), br);
-    kernels::layernorm_backward(dinp, gw, gb, dout, inp, &params[wr], mean, rstd, n, c);
 }
 
 fn argmax(row: &[f32]) -> usize {
@@ -416,39 +335,7 @@ impl BertTrainer {
                 for &r in &rows {
                     x.extend_from_slice(&h[r * c..(r + 1) * c]);
                 }
-                let mut dense = vec![0.0; m * c];
-                linear_fwd(
-                    layout,
-                    params,
-                    "cls.predictions.transform.dense",
-                    &mut dense,
-                    &x,
-                    m,
-                    c,
-                    c,
-                );
-                let mut act = vec![0.0; m * c];
-                kernels::gelu_forward(&mut act, &dense, gelu);
-                let mut ln = vec![0.0; m * c];
-                let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
-                let lnw = &params[range(layout, "cls.predictions.transform.LayerNorm.weight")];
-                let lnb = &params[range(layout, "cls.predictions.transform.LayerNorm.bias")];
-                kernels::layernorm_forward(
-                    &mut ln, &mut mean, &mut rstd, &act, lnw, lnb, m, c, eps,
-                );
-                let wemb = range(layout, "embeddings.word_embeddings.weight");
-                let bias = range(layout, "cls.predictions.bias");
-                let mut logits = vec![0.0; m * v];
-                kernels::matmul_forward(
-                    &mut logits,
-                    &ln,
-                    &params[wemb.clone()],
-                    Some(&params[bias.clone()]),
-                    m,
-                    c,
-                    v,
-                    WeightLayout::OutIn,
-                );
+                let (head, mut logits) = MlmHead::forward(layout, params, gelu, eps, x, c, v);
                 let mut losses = vec![0.0; m];
                 let (sum, count) = if backward {
                     kernels::cross_entropy_fused(
@@ -473,52 +360,7 @@ impl BertTrainer {
                 st.mlm = LossParts { sum, count };
                 st.loss += st.mlm.mean();
                 if backward {
-                    // Tied decoder: word embeddings get the decoder's weight gradient.
-                    let mut dln = vec![0.0; m * c];
-                    {
-                        let (gw, gb) = two_mut(grads, wemb.clone(), bias);
-                        kernels::matmul_backward(
-                            Some(&mut dln),
-                            Some(gw),
-                            Some(gb),
-                            &logits,
-                            &ln,
-                            &params[wemb],
-                            m,
-                            c,
-                            v,
-                            WeightLayout::OutIn,
-                        );
-                    }
-                    let mut dact = vec![0.0; m * c];
-                    layernorm_bwd(
-                        layout,
-                        params,
-                        grads,
-                        "cls.predictions.transform.LayerNorm",
-                        &mut dact,
-                        &dln,
-                        &act,
-                        &mean,
-                        &rstd,
-                        m,
-                        c,
-                    );
-                    let mut ddense = vec![0.0; m * c];
-                    kernels::gelu_backward(&mut ddense, &dense, &dact, gelu);
-                    let mut dx = vec![0.0; m * c];
-                    linear_bwd(
-                        layout,
-                        params,
-                        grads,
-                        "cls.predictions.transform.dense",
-                        Some(&mut dx),
-                        &ddense,
-                        &x,
-                        m,
-                        c,
-                        c,
-                    );
+                    let dx = head.backward(layout, params, grads, gelu, &logits, c, v);
                     for (k, &r) in rows.iter().enumerate() {
                         for (d, g) in s.dy[r * c..(r + 1) * c]
                             .iter_mut()
@@ -534,14 +376,8 @@ impl BertTrainer {
         // --- Pooler-based heads (NSP, classifier).
         let pooled_heads = tg.nsp_labels.is_some() || tg.class_labels.is_some();
         if pooled_heads {
-            let mut cls = Vec::with_capacity(b * c);
-            for bi in 0..b {
-                cls.extend_from_slice(&h[bi * t * c..bi * t * c + c]);
-            }
-            let mut pdense = vec![0.0; b * c];
-            linear_fwd(layout, params, "pooler.dense", &mut pdense, &cls, b, c, c);
-            let mut pooled = vec![0.0; b * c];
-            kernels::tanh_forward(&mut pooled, &pdense);
+            let pooler = Pooler::forward(layout, params, h, b, t, c);
+            let pooled = &pooler.pooled;
             let mut dpooled = vec![0.0; b * c];
             let head = |name: &str,
                         labels: &[i32],
@@ -549,8 +385,7 @@ impl BertTrainer {
                         grads: &mut [f32],
                         dpooled: &mut [f32]|
              -> (LossParts, usize, Vec<f32>) {
-                let mut logits = vec![0.0; b * k];
-                linear_fwd(layout, params, name, &mut logits, &pooled, b, c, k);
+                let mut logits = linear_head(layout, params, name, pooled, c, k);
                 let kept = logits.clone();
                 let correct = (0..b)
                     .filter(|&r| {
@@ -577,7 +412,7 @@ impl BertTrainer {
                         name,
                         Some(dpooled),
                         &logits,
-                        &pooled,
+                        pooled,
                         b,
                         c,
                         k,
@@ -605,39 +440,13 @@ impl BertTrainer {
                 self.outputs.class_logits = logits;
             }
             if backward {
-                let mut dpdense = vec![0.0; b * c];
-                kernels::tanh_backward(&mut dpdense, &pooled, &dpooled);
-                let mut dcls = vec![0.0; b * c];
-                linear_bwd(
-                    layout,
-                    params,
-                    grads,
-                    "pooler.dense",
-                    Some(&mut dcls),
-                    &dpdense,
-                    &cls,
-                    b,
-                    c,
-                    c,
-                );
-                for bi in 0..b {
-                    let row = bi * t * c;
-                    for (d, g) in s.dy[row..row + c]
-                        .iter_mut()
-                        .zip(&dcls[bi * c..(bi + 1) * c])
-                    {
-                        *d += g;
-                    }
-                }
+                pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);
             }
         }
 
         // --- Span QA on every position.
         if let (Some(sp), Some(ep)) = (&tg.start_positions, &tg.end_positions) {
-            let mut both = vec![0.0; n * 2];
-            linear_fwd(layout, params, "qa_outputs", &mut both, h, n, c, 2);
-            let mut start: Vec<f32> = both.iter().step_by(2).copied().collect();
-            let mut end: Vec<f32> = both.iter().skip(1).step_by(2).copied().collect();
+            let (mut start, mut end) = qa_forward(layout, params, h, c);
             self.outputs.start_logits = start.clone();
             self.outputs.end_logits = end.clone();
             let ignore = t as i32;
@@ -671,23 +480,7 @@ impl BertTrainer {
             };
             st.loss += 0.5 * (ls.mean() + le.mean());
             if backward {
-                let mut dboth = vec![0.0; n * 2];
-                for r in 0..n {
-                    dboth[2 * r] = start[r];
-                    dboth[2 * r + 1] = end[r];
-                }
-                linear_bwd(
-                    layout,
-                    params,
-                    grads,
-                    "qa_outputs",
-                    Some(&mut s.dy),
-                    &dboth,
-                    h,
-                    n,
-                    c,
-                    2,
-                );
+                qa_backward(layout, params, grads, &start, &end, h, &mut s.dy, c);
             }
         }
 
@@ -695,152 +488,7 @@ impl BertTrainer {
             return Ok(st);
         }
 
-        // --- Encoder, last layer first. s.dy = d(output of layer l).
-        let shape = AttentionShape { b, t, c, nh };
-        for l in (0..cfg.num_hidden_layers).rev() {
-            let la = &acts.layers[l];
-            let x = acts
-                .hidden_state(l)
-                .ok_or_else(|| Error::InvalidInput("activations were not kept".into()))?;
-            let p = bert_layer_prefix(l);
-            // y = LN2(res2), res2 = output.dense(gelu(fch)) + ln1.
-            s.dres.fill(0.0);
-            layernorm_bwd(
-                layout,
-                params,
-                grads,
-                &format!("{p}output.LayerNorm"),
-                &mut s.dres,
-                &s.dy,
-                &la.res2,
-                &la.ln2_mean,
-                &la.ln2_rstd,
-                n,
-                c,
-            );
-            s.dfch_gelu.fill(0.0);
-            linear_bwd(
-                layout,
-                params,
-                grads,
-                &format!("{p}output.dense"),
-                Some(&mut s.dfch_gelu),
-                &s.dres,
-                &la.fch_gelu,
-                n,
-                i_sz,
-                c,
-            );
-            s.dfch.fill(0.0);
-            kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
-            s.dln1.copy_from_slice(&s.dres);
-            linear_bwd(
-                layout,
-                params,
-                grads,
-                &format!("{p}intermediate.dense"),
-                Some(&mut s.dln1),
-                &s.dfch,
-                &la.ln1,
-                n,
-                c,
-                i_sz,
-            );
-            // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
-            s.dres.fill(0.0);
-            layernorm_bwd(
-                layout,
-                params,
-                grads,
-                &format!("{p}attention.output.LayerNorm"),
-                &mut s.dres,
-                &s.dln1,
-                &la.res1,
-                &la.ln1_mean,
-                &la.ln1_rstd,
-                n,
-                c,
-            );
-            s.datty.fill(0.0);
-            linear_bwd(
-                layout,
-                params,
-                grads,
-                &format!("{p}attention.output.dense"),
-                Some(&mut s.datty),
-                &s.dres,
-                &la.atty,
-                n,
-                c,
-                c,
-            );
-            s.dqkv.fill(0.0);
-            kernels::attention_backward(
-                &mut s.dqkv,
-                &mut s.datt,
-                &s.datty,
-                &la.qkv,
-                &la.att,
-                shape,
-            );
-            s.dx.copy_from_slice(&s.dres);
-            let wr = bert_qkv_weight_range(layout, l)
-                .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;
-            let br = bert_qkv_bias_range(layout, l).ok_or_else(|| {
-                Error::InvalidInput(format!("layer {l}: q/k/v biases not packed"))
-            })?;
-            {
-                let (gw, gb) = two_mut(grads, wr.clone(), br);
-                kernels::matmul_backward(
-                    Some(&mut s.dx),
-                    Some(gw),
-                    Some(gb),
-                    &s.dqkv,
-                    x,
-                    &params[wr],
-                    n,
-                    c,
-                    3 * c,
-                    WeightLayout::OutIn,
-                );
-            }
-            std::mem::swap(&mut s.dy, &mut s.dx);
-        }
-        // Embeddings: hidden_state(0) = LN(word + position + token type).
-        s.dres.fill(0.0);
-        layernorm_bwd(
-            layout,
-            params,
-            grads,
-            "embeddings.LayerNorm",
-            &mut s.dres,
-            &s.dy,
-            &acts.emb,
-            &acts.emb_mean,
-            &acts.emb_rstd,
-            n,
-            c,
-        );
-        for (name, ids) in [
-            ("embeddings.position_embeddings.weight", &batch.position_ids),
-            (
-                "embeddings.token_type_embeddings.weight",
-                &batch.token_type_ids,
-            ),
-        ] {
-            kernels::embedding_backward(&mut grads[range(layout, name)], &s.dres, ids, c);
-        }
-        // HF's `nn.Embedding(padding_idx=pad_token_id)`: the [PAD] row gets no
-        // gradient from the lookup (only from the tied MLM decoder).
-        if let Some(pad) = cfg.pad_token_id {
-            for (r, &id) in batch.input_ids.iter().enumerate() {
-                if id == pad {
-                    s.dres[r * c..(r + 1) * c].fill(0.0);
-                }
-            }
-        }
-        let wemb = range(layout, "embeddings.word_embeddings.weight");
-        kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
+        encoder_backward(&self.model, acts, s, grads, batch)?;
         Ok(st)
     }
 
@@ -906,6 +554,162 @@ impl Trainable for BertTrainer {
     fn tokens_per_batch(&self) -> usize {
         self.last_tokens
     }
+}
+
+/// The backward of the encoder and embeddings: `s.dy` holds d loss / d
+/// (last hidden state) `[N,C]`; parameter gradients accumulate into `grads`.
+/// Per layer, the reverse of `Bert::forward` (see the module docs).
+fn encoder_backward(
+    model: &Bert,
+    acts: &BertActivations,
+    s: &mut Grads,
+    grads: &mut [f32],
+    batch: &BertBatch,
+) -> Result<()> {
+    let cfg = &model.config;
+    let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
+    let (n, i_sz, nh) = (b * t, cfg.intermediate_size, cfg.num_attention_heads);
+    let gelu = model.gelu();
+    let (layout, params) = (&model.layout, &model.params[..]);
+    // --- Encoder, last layer first. s.dy = d(output of layer l).
+    let shape = AttentionShape { b, t, c, nh };
+    for l in (0..cfg.num_hidden_layers).rev() {
+        let la = &acts.layers[l];
+        let x = acts
+            .hidden_state(l)
+            .ok_or_else(|| Error::InvalidInput("activations were not kept".into()))?;
+        let p = bert_layer_prefix(l);
+        // y = LN2(res2), res2 = output.dense(gelu(fch)) + ln1.
+        s.dres.fill(0.0);
+        layernorm_bwd(
+            layout,
+            params,
+            grads,
+            &format!("{p}output.LayerNorm"),
+            &mut s.dres,
+            &s.dy,
+            &la.res2,
+            &la.ln2_mean,
+            &la.ln2_rstd,
+            n,
+            c,
+        );
+        s.dfch_gelu.fill(0.0);
+        linear_bwd(
+            layout,
+            params,
+            grads,
+            &format!("{p}output.dense"),
+            Some(&mut s.dfch_gelu),
+            &s.dres,
+            &la.fch_gelu,
+            n,
+            i_sz,
+            c,
+        );
+        s.dfch.fill(0.0);
+        kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
+        s.dln1.copy_from_slice(&s.dres);
+        linear_bwd(
+            layout,
+            params,
+            grads,
+            &format!("{p}intermediate.dense"),
+            Some(&mut s.dln1),
+            &s.dfch,
+            &la.ln1,
+            n,
+            c,
+            i_sz,
+        );
+        // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
+        s.dres.fill(0.0);
+        layernorm_bwd(
+            layout,
+            params,
+            grads,
+            &format!("{p}attention.output.LayerNorm"),
+            &mut s.dres,
+            &s.dln1,
+            &la.res1,
+            &la.ln1_mean,
+            &la.ln1_rstd,
+            n,
+            c,
+        );
+        s.datty.fill(0.0);
+        linear_bwd(
+            layout,
+            params,
+            grads,
+            &format!("{p}attention.output.dense"),
+            Some(&mut s.datty),
+            &s.dres,
+            &la.atty,
+            n,
+            c,
+            c,
+        );
+        s.dqkv.fill(0.0);
+        kernels::attention_backward(&mut s.dqkv, &mut s.datt, &s.datty, &la.qkv, &la.att, shape);
+        s.dx.copy_from_slice(&s.dres);
+        let wr = bert_qkv_weight_range(layout, l)
+            .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;
+        let br = bert_qkv_bias_range(layout, l)
+            .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v biases not packed")))?;
+        {
+            let (gw, gb) = two_mut(grads, wr.clone(), br);
+            kernels::matmul_backward(
+                Some(&mut s.dx),
+                Some(gw),
+                Some(gb),
+                &s.dqkv,
+                x,
+                &params[wr],
+                n,
+                c,
+                3 * c,
+                WeightLayout::OutIn,
+            );
+        }
+        std::mem::swap(&mut s.dy, &mut s.dx);
+    }
+    // Embeddings: hidden_state(0) = LN(word + position + token type).
+    s.dres.fill(0.0);
+    layernorm_bwd(
+        layout,
+        params,
+        grads,
+        "embeddings.LayerNorm",
+        &mut s.dres,
+        &s.dy,
+        &acts.emb,
+        &acts.emb_mean,
+        &acts.emb_rstd,
+        n,
+        c,
+    );
+    for (name, ids) in [
+        ("embeddings.position_embeddings.weight", &batch.position_ids),
+        (
+            "embeddings.token_type_embeddings.weight",
+            &batch.token_type_ids,
+        ),
+    ] {
+        kernels::embedding_backward(&mut grads[range(layout, name)], &s.dres, ids, c);
+    }
+    // HF's `nn.Embedding(padding_idx=pad_token_id)`: the [PAD] row gets no
+    // gradient from the lookup (only from the tied MLM decoder).
+    if let Some(pad) = cfg.pad_token_id {
+        for (r, &id) in batch.input_ids.iter().enumerate() {
+            if id == pad {
+                s.dres[r * c..(r + 1) * c].fill(0.0);
+            }
+        }
+    }
+    let wemb = range(layout, "embeddings.word_embeddings.weight");
+    kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
+    Ok(())
 }
 
 /// HF's `BertPreTrainedModel._init_weights` for the parameters `names`

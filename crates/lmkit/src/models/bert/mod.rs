@@ -3,9 +3,11 @@
 //! - [`Bert`] (`model`): config, heads, the flat parameter buffer and the
 //!   forward pass (→ `Result`), shared by training and inference; optional
 //!   bf16 encoder weights (`weights`).
-//! - [`BertTrainer`] (`backward`): every head's loss, forward and backward
-//!   in one place, used by pretraining, fine-tuning and evaluation alike;
-//!   implements [`crate::models::Trainable`].
+//! - `heads`: each head (pooler, MLM, NSP/classifier, QA) with one forward
+//!   and one backward, used by the inference methods of `Bert` and by
+//!   training alike.
+//! - [`BertTrainer`] (`backward`): the heads' losses and the backward through
+//!   heads, encoder and embeddings; implements [`crate::models::Trainable`].
 //! - [`BertPipeline`] (`pipeline`, with `embed`, `fill_mask`, `classify`,
 //!   `qa`, `batch`): text in, answers out.
 
@@ -14,6 +16,7 @@ pub mod batch;
 pub mod classify;
 pub mod embed;
 pub mod fill_mask;
+mod heads;
 mod model;
 mod pipeline;
 pub mod qa;

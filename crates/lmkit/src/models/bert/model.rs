@@ -30,6 +30,7 @@ use crate::spec::layout::{
 };
 use crate::spec::names::{canonical_name, Architecture, BertHeads, Family};
 
+use super::heads::{linear_head, qa_forward, MlmHead, Pooler};
 use super::weights::Bf16Weights;
 
 /// A BERT checkpoint in memory: config, which heads it has, and the flat
@@ -218,14 +219,14 @@ impl Bert {
         self.layout.view(&self.params, name)
     }
 
-    fn gelu(&self) -> Gelu {
+    pub(crate) fn gelu(&self) -> Gelu {
         match self.config.activation() {
             Activation::GeluErf => Gelu::Erf,
             Activation::GeluTanh => Gelu::Tanh,
         }
     }
 
-    fn eps(&self) -> f32 {
+    pub(crate) fn eps(&self) -> f32 {
         self.config.layer_norm_eps as f32
     }
 
@@ -417,17 +418,8 @@ impl Bert {
     /// HF `BertPooler`: `tanh(W·h[b,0] + b)` for each sequence → `[B,C]`.
     pub fn pooled(&self, acts: &BertActivations) -> Result<Vec<f32>> {
         self.require(HeadKind::Pooler)?;
-        let (b, t, c) = (acts.b, acts.t, self.config.hidden_size);
-        let h = acts.hidden();
-        let mut cls = Vec::with_capacity(b * c);
-        for bi in 0..b {
-            cls.extend_from_slice(&h[bi * t * c..bi * t * c + c]);
-        }
-        let mut dense = vec![0.0; b * c];
-        self.linear(&mut dense, &cls, "pooler.dense", b, c, c);
-        let mut out = vec![0.0; b * c];
-        kernels::tanh_forward(&mut out, &dense);
-        Ok(out)
+        let c = self.config.hidden_size;
+        Ok(Pooler::forward(&self.layout, &self.params, acts.hidden(), acts.b, acts.t, c).pooled)
     }
 
     /// HF `BertOnlyMLMHead` on the rows `rows` (indices into the N = B·T
@@ -440,8 +432,7 @@ impl Bert {
             acts.b * acts.t,
         );
         let h = acts.hidden();
-        let m = rows.len();
-        let mut x = Vec::with_capacity(m * c);
+        let mut x = Vec::with_capacity(rows.len() * c);
         for &r in rows {
             if r >= n {
                 return Err(Error::InvalidInput(format!(
@@ -450,35 +441,8 @@ impl Bert {
             }
             x.extend_from_slice(&h[r * c..(r + 1) * c]);
         }
-        let mut dense = vec![0.0; m * c];
-        self.linear(&mut dense, &x, "cls.predictions.transform.dense", m, c, c);
-        let mut act = vec![0.0; m * c];
-        kernels::gelu_forward(&mut act, &dense, self.gelu());
-        let mut ln = vec![0.0; m * c];
-        let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
-        kernels::layernorm_forward(
-            &mut ln,
-            &mut mean,
-            &mut rstd,
-            &act,
-            self.param("cls.predictions.transform.LayerNorm.weight"),
-            self.param("cls.predictions.transform.LayerNorm.bias"),
-            m,
-            c,
-            self.eps(),
-        );
-        // Decoder tied to the word embeddings [V,C], bias `cls.predictions.bias`.
-        let mut logits = vec![0.0; m * v];
-        kernels::matmul_forward(
-            &mut logits,
-            &ln,
-            self.param("embeddings.word_embeddings.weight"),
-            Some(self.param("cls.predictions.bias")),
-            m,
-            c,
-            v,
-            WeightLayout::OutIn,
-        );
+        let (_, logits) =
+            MlmHead::forward(&self.layout, &self.params, self.gelu(), self.eps(), x, c, v);
         Ok(logits)
     }
 
@@ -487,33 +451,41 @@ impl Bert {
     pub fn nsp_logits(&self, pooled: &[f32]) -> Result<Vec<f32>> {
         self.require(HeadKind::NextSentence)?;
         let c = self.config.hidden_size;
-        let b = pooled.len() / c;
-        let mut out = vec![0.0; b * 2];
-        self.linear(&mut out, pooled, "cls.seq_relationship", b, c, 2);
-        Ok(out)
+        Ok(linear_head(
+            &self.layout,
+            &self.params,
+            "cls.seq_relationship",
+            pooled,
+            c,
+            2,
+        ))
     }
 
     /// `BertForSequenceClassification`'s classifier on the pooled output
     /// `[B,C]` → `[B,L]`.
     pub fn classifier_logits(&self, pooled: &[f32]) -> Result<Vec<f32>> {
         self.require(HeadKind::Classifier)?;
-        let c = self.config.hidden_size;
-        let (b, l) = (pooled.len() / c, self.config.num_labels());
-        let mut out = vec![0.0; b * l];
-        self.linear(&mut out, pooled, "classifier", b, c, l);
-        Ok(out)
+        let (c, l) = (self.config.hidden_size, self.config.num_labels());
+        Ok(linear_head(
+            &self.layout,
+            &self.params,
+            "classifier",
+            pooled,
+            c,
+            l,
+        ))
     }
 
     /// `BertForQuestionAnswering`'s `qa_outputs` on every position →
     /// (start `[B,T]`, end `[B,T]`).
     pub fn qa_logits(&self, acts: &BertActivations) -> Result<(Vec<f32>, Vec<f32>)> {
         self.require(HeadKind::QuestionAnswering)?;
-        let (c, n) = (self.config.hidden_size, acts.b * acts.t);
-        let mut both = vec![0.0; n * 2];
-        self.linear(&mut both, acts.hidden(), "qa_outputs", n, c, 2);
-        let start = both.iter().step_by(2).copied().collect();
-        let end = both.iter().skip(1).step_by(2).copied().collect();
-        Ok((start, end))
+        Ok(qa_forward(
+            &self.layout,
+            &self.params,
+            acts.hidden(),
+            self.config.hidden_size,
+        ))
     }
 }
 
