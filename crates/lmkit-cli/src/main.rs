@@ -6,7 +6,9 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
+mod canvas;
 mod cmd;
+mod interrupt;
 
 #[derive(Parser)]
 #[command(name = "lmkit", version, about = "GPT-2 and BERT in Rust, end to end")]

@@ -9,7 +9,6 @@ use lmkit::recipes::pretrain::{
 };
 use lmkit::spec::{Family, ScheduleKind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
@@ -132,27 +131,6 @@ pub struct Args {
     pub threads: Option<usize>,
 }
 
-/// Ctrl-C count: 1 = stop after this step with a checkpoint, 2 = exit now.
-static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
-
-fn install_ctrlc() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let r = ctrlc::set_handler(|| {
-            if INTERRUPTS.fetch_add(1, Ordering::SeqCst) >= 1 {
-                eprintln!("\ninterrupted twice: exiting without saving");
-                std::process::exit(130);
-            }
-            eprintln!(
-                "\ninterrupt: finishing this step, saving a checkpoint (Ctrl-C again to quit now)"
-            );
-        });
-        if let Err(e) = r {
-            eprintln!("warning: cannot install the Ctrl-C handler: {e}");
-        }
-    });
-}
-
 /// The library options these flags describe.
 pub fn options(a: &Args) -> Result<PretrainOptions> {
     let family = match a.arch.as_str() {
@@ -210,6 +188,7 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// A line above the progress bar (plain stderr while the bar is hidden).
 fn say(pb: &ProgressBar, msg: &str) {
     if pb.is_hidden() {
         eprintln!("{msg}");
@@ -227,7 +206,7 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
             .num_threads(n)
             .build_global();
     }
-    install_ctrlc();
+    crate::interrupt::install();
     let tok_bar = ProgressBar::new(0);
     tok_bar.set_style(
         ProgressStyle::with_template(
@@ -321,7 +300,7 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
             }
         }
     };
-    let should_stop = || INTERRUPTS.load(Ordering::SeqCst) > 0;
+    let should_stop = crate::interrupt::requested;
     let s = lib::pretrain(&opts, &mut on_event, &should_stop);
     tok_bar.finish_and_clear();
     pb.finish();

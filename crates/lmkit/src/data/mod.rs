@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod classify_data;
+pub mod html;
 pub mod mlm;
 pub mod nsp;
 pub mod shards;
