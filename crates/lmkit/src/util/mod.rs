@@ -4,10 +4,12 @@
 //! - [`bf16`]: f32 ⇄ bf16 conversion (round to nearest even).
 //! - [`parallel`]: [`parallel::SendPtr`] for disjoint writes from rayon tasks.
 //! - [`fs`]: atomic file writes and `sync_dir` (an fsync error is an error).
+//! - [`slice`]: two disjoint mutable views of one buffer.
 
 pub mod bf16;
 pub mod fs;
 pub mod parallel;
 pub mod rng;
+pub mod slice;
 
 pub use rng::Rng;

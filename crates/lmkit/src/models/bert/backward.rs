@@ -29,8 +29,7 @@
 use std::ops::Range;
 
 use super::heads::{
-    layernorm_bwd, linear_bwd, linear_head, qa_backward, qa_forward, range, two_mut, MlmHead,
-    Pooler,
+    layernorm_bwd, linear_bwd, linear_head, qa_backward, qa_forward, range, MlmHead, Pooler,
 };
 use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
@@ -40,6 +39,7 @@ use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
 use crate::util::rng::Rng;
+use crate::util::slice::two_mut;
 
 use crate::spec::IGNORE_INDEX;
 

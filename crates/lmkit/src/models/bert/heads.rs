@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use crate::kernels::{self, Gelu, WeightLayout};
 use crate::spec::layout::ParamLayout;
+use crate::util::slice::two_mut;
 
 /// The range of parameter `name`; the names are constants of this module
 /// and the layout was checked against the heads when the model was built.
@@ -20,22 +21,6 @@ pub(crate) fn range(layout: &ParamLayout, name: &str) -> Range<usize> {
     match layout.range(name) {
         Some(r) => r,
         None => panic!("BERT layout has no parameter `{name}`"),
-    }
-}
-
-/// Two disjoint mutable sub-slices of `buf`.
-pub(crate) fn two_mut(
-    buf: &mut [f32],
-    a: Range<usize>,
-    b: Range<usize>,
-) -> (&mut [f32], &mut [f32]) {
-    if a.end <= b.start {
-        let (x, y) = buf.split_at_mut(b.start);
-        (&mut x[a], &mut y[..b.end - b.start])
-    } else {
-        assert!(b.end <= a.start, "two_mut: overlapping ranges");
-        let (x, y) = buf.split_at_mut(a.start);
-        (&mut y[..a.end - a.start], &mut x[b])
     }
 }
 

@@ -17,6 +17,7 @@ use crate::models::{LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
 use crate::spec::layout::{gpt2_layout, ParamLayout};
 use crate::util::rng::Rng;
+use crate::util::slice::two_mut;
 use std::ops::Range;
 
 use crate::spec::IGNORE_INDEX;
@@ -693,18 +694,6 @@ impl Gpt2 {
         kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
         kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
         Ok(LossParts { sum, count })
-    }
-}
-
-/// Two disjoint mutable sub-slices (`a` before `b` or after, never overlapping).
-fn two_mut(buf: &mut [f32], a: Range<usize>, b: Range<usize>) -> (&mut [f32], &mut [f32]) {
-    if a.end <= b.start {
-        let (x, y) = buf.split_at_mut(b.start);
-        (&mut x[a], &mut y[..b.end - b.start])
-    } else {
-        assert!(b.end <= a.start, "two_mut: overlapping ranges");
-        let (x, y) = buf.split_at_mut(a.start);
-        (&mut y[..a.end - a.start], &mut x[b])
     }
 }
 
