@@ -13,6 +13,11 @@ pub mod train_bpe;
 pub mod wordpiece;
 
 pub use bpe::BpeTokenizer;
+
+/// The largest vocabulary read or trained (ids `0..MAX_VOCAB_SIZE`): 2^21,
+/// eight times the largest published vocabularies. It bounds the tables a
+/// malformed file or option can make us allocate.
+pub const MAX_VOCAB_SIZE: usize = 1 << 21;
 pub use error::{Error, Result};
 pub use tokenizer::Tokenizer;
 

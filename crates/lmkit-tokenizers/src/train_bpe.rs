@@ -67,6 +67,13 @@ impl BpeTrainer {
                 options.special_tokens.len()
             )));
         }
+        if options.vocab_size > crate::MAX_VOCAB_SIZE {
+            return Err(Error::InvalidOption(format!(
+                "vocab size {} is above the limit of {}",
+                options.vocab_size,
+                crate::MAX_VOCAB_SIZE
+            )));
+        }
         if options.special_tokens.iter().any(String::is_empty) {
             return Err(Error::InvalidOption("empty special token".into()));
         }

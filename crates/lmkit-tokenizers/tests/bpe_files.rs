@@ -223,3 +223,84 @@ fn every_vocab_json_entry_maps_both_ways() {
         assert_eq!(tok.token_to_id(absent), None, "{absent:?}");
     }
 }
+
+/// Hostile `tokenizer.json` files: an added token's id that would size the
+/// tables at 2^32 entries is refused before allocating (it aborted on a
+/// ~100 GB allocation), and a large file loads in linear time (a line search
+/// per merge made a 7 MB file take minutes).
+#[test]
+fn hostile_tokenizer_json_is_refused_or_loads_fast() {
+    let dir = scratch("hostile");
+    gpt2().save(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    let json = std::fs::read_to_string(&path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let good = v.clone();
+
+    let mut hostile = v["added_tokens"][0].clone();
+    hostile["id"] = serde_json::json!(4294967295u64);
+    hostile["content"] = serde_json::json!("<|hostile|>");
+    v["added_tokens"].as_array_mut().unwrap().push(hostile);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let (_, line, msg) = parse_error(BpeTokenizer::from_tokenizer_json(&path));
+    assert!(msg.contains("larger than"), "{msg}");
+    assert!(line > 0, "{msg}");
+
+    // Pad every merge onto its own line behind spaces: ~6 MB, all valid.
+    let merges: Vec<String> = good["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{}{}", " ".repeat(64), m))
+        .collect();
+    let mut padded = good.clone();
+    padded["model"]["merges"] = serde_json::json!([]);
+    let text = serde_json::to_string_pretty(&padded).unwrap().replacen(
+        "\"merges\": []",
+        &format!("\"merges\": [\n{}\n]", merges.join(",\n")),
+        1,
+    );
+    assert!(text.len() > 5_000_000, "{}", text.len());
+    std::fs::write(&path, &text).unwrap();
+    let t0 = std::time::Instant::now();
+    let tok = BpeTokenizer::from_tokenizer_json(&path).unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(
+        secs < 10.0,
+        "a 6 MB tokenizer.json took {secs:.1} s to load"
+    );
+    assert_eq!(tok.vocab_size(), 50257);
+
+    // An error in a merge still names its line.
+    let bad = text.replacen("[\"Ġ\",\"t\"]", "[\"Ġ\", \"zz\"]", 1);
+    assert_ne!(bad, text);
+    std::fs::write(&path, &bad).unwrap();
+    let want = 1 + bad[..bad.find("[\"Ġ\", \"zz\"]").unwrap()]
+        .matches('\n')
+        .count();
+    let (_, line, msg) = parse_error(BpeTokenizer::from_tokenizer_json(&path));
+    assert!(msg.contains("Ġzz"), "{msg}");
+    assert_eq!(line, want, "{msg}");
+}
+
+/// A vocabulary size past the limit is an option error, before any table is
+/// sized by it (`train-tokenizer --vocab-size 4000000000`).
+#[test]
+fn training_vocab_size_is_bounded() {
+    let huge = 4_000_000_000usize;
+    match BpeTrainer::new(BpeTrainerOptions {
+        vocab_size: huge,
+        ..Default::default()
+    }) {
+        Err(Error::InvalidOption(m)) => assert!(m.contains("above the limit"), "{m}"),
+        other => panic!("expected an option error, got {:?}", other.err()),
+    }
+    let trainer = lmkit_tokenizers::wordpiece::WordPieceTrainer {
+        vocab_size: huge,
+        ..Default::default()
+    };
+    match lmkit_tokenizers::wordpiece::train_wordpiece(&["a b c"], &trainer, |_| {}) {
+        Err(Error::InvalidOption(m)) => assert!(m.contains("above the limit"), "{m}"),
+        other => panic!("expected an option error, got {:?}", other.err()),
+    }
+}

@@ -47,9 +47,9 @@ fn json_error(path: &Path, e: serde_json::Error) -> Error {
     parse_error(path, e.line(), message)
 }
 
-/// 1-based line of the first occurrence of JSON string `s` in `text` (as a
-/// key or value, spelled with or without `\u` escapes), 0 if not found.
-pub(crate) fn line_of_json_string(text: &str, s: &str) -> usize {
+/// The two ways a JSON file may spell string `s`: as serde_json writes it,
+/// and with every non-ASCII character as `\u` escapes.
+fn json_spellings(s: &str) -> [String; 2] {
     let plain = serde_json::to_string(s).unwrap_or_default();
     let mut ascii = String::from("\"");
     for c in plain[1..plain.len() - 1].chars() {
@@ -64,9 +64,42 @@ pub(crate) fn line_of_json_string(text: &str, s: &str) -> usize {
     }
     ascii.push('"');
     [plain, ascii]
+}
+
+fn line_at(text: &str, at: usize) -> usize {
+    1 + text[..at].matches('\n').count()
+}
+
+/// 1-based line of the first occurrence of JSON string `s` in `text` (as a
+/// key or value, spelled with or without `\u` escapes), 0 if not found.
+pub(crate) fn line_of_json_string(text: &str, s: &str) -> usize {
+    json_spellings(s)
         .iter()
         .find_map(|needle| text.find(needle.as_str()))
-        .map_or(0, |at| 1 + text[..at].matches('\n').count())
+        .map_or(0, |at| line_at(text, at))
+}
+
+/// 1-based line of merge `left right` in a `tokenizer.json` text, in either
+/// form HF writes (`"l r"` or `["l", "r"]`), 0 if not found. Only called for
+/// an error message: a search per merge made loading quadratic.
+pub(crate) fn merge_line_in_json(text: &str, left: &str, right: &str) -> usize {
+    let joined = line_of_json_string(text, &format!("{left} {right}"));
+    if joined > 0 {
+        return joined;
+    }
+    let rights = json_spellings(right);
+    for l in json_spellings(left) {
+        for (at, _) in text.match_indices(l.as_str()) {
+            let rest = text[at + l.len()..].trim_start();
+            if let Some(rest) = rest.strip_prefix(',') {
+                let rest = rest.trim_start();
+                if rights.iter().any(|r| rest.starts_with(r.as_str())) {
+                    return line_at(text, at);
+                }
+            }
+        }
+    }
+    0
 }
 
 /// A JSON object of token -> id, kept in file order.
@@ -101,7 +134,7 @@ impl<'de> Deserialize<'de> for OrderedVocab {
 }
 
 /// Largest token id accepted (bounds the tables a malformed file can make us allocate).
-pub(crate) const MAX_ID: u32 = (1 << 21) - 1;
+pub(crate) const MAX_ID: u32 = crate::MAX_VOCAB_SIZE as u32 - 1;
 
 /// Reads `vocab.json`: token (in GPT-2's byte alphabet) -> id, in file order.
 pub(crate) fn read_vocab_json(path: &Path) -> Result<(Vec<(String, u32)>, String)> {
@@ -114,6 +147,8 @@ pub(crate) fn read_vocab_json(path: &Path) -> Result<(Vec<(String, u32)>, String
 pub(crate) struct MergeLine {
     pub left: String,
     pub right: String,
+    /// 1-based line; 0 for `tokenizer.json`, where it is looked up only if
+    /// the merge is in error ([`merge_line_in_json`]).
     pub line: usize,
 }
 
@@ -165,7 +200,7 @@ struct HfJson {
 
 #[derive(Deserialize)]
 struct HfAddedToken {
-    id: u32,
+    id: u64,
     content: String,
     #[serde(default)]
     special: bool,
@@ -291,17 +326,27 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
                 t.content
             )));
         }
-        specials.push((t.content.clone(), t.id));
+        if t.id > MAX_ID as u64 {
+            return Err(parse_error(
+                path,
+                line_of_json_string(&text, &t.content),
+                format!(
+                    "added token {:?} has id {}, larger than {MAX_ID}",
+                    t.content, t.id
+                ),
+            ));
+        }
+        specials.push((t.content.clone(), t.id as u32));
     }
     let merges = json
         .model
         .merges
         .into_iter()
         .map(|merge| {
-            let (left, right, needle) = match merge {
+            let (left, right) = match merge {
                 HfMerge::Joined(s) => match s.split_once(' ') {
                     Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => {
-                        (l.to_string(), r.to_string(), s.clone())
+                        (l.to_string(), r.to_string())
                     }
                     _ => {
                         return Err(parse_error(
@@ -311,13 +356,10 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
                         ))
                     }
                 },
-                HfMerge::Pair(l, r) => {
-                    let needle = l.clone();
-                    (l, r, needle)
-                }
+                HfMerge::Pair(l, r) => (l, r),
             };
             Ok(MergeLine {
-                line: line_of_json_string(&text, &needle),
+                line: 0,
                 left,
                 right,
             })

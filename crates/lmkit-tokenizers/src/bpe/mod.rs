@@ -141,9 +141,11 @@ impl BpeTokenizer {
         let path = path.as_ref();
         let hf = files::read_tokenizer_json(path)?;
         let mut vocab = hf.vocab;
+        let ids: FastMap<&str, u32> = vocab.iter().map(|(t, id)| (t.as_str(), *id)).collect();
+        let mut extra = Vec::new();
         for (content, id) in &hf.specials {
-            match vocab.iter().find(|(t, _)| t == content) {
-                Some((_, vid)) if vid != id => {
+            match ids.get(content.as_str()) {
+                Some(vid) if vid != id => {
                     return Err(parse_error(
                         path,
                         files::line_of_json_string(&hf.text, content),
@@ -153,9 +155,11 @@ impl BpeTokenizer {
                     ))
                 }
                 Some(_) => {}
-                None => vocab.push((content.clone(), *id)),
+                None => extra.push((content.clone(), *id)),
             }
         }
+        drop(ids);
+        vocab.extend(extra);
         let source = Source {
             vocab_path: path,
             vocab_text: &hf.text,
@@ -182,6 +186,8 @@ impl BpeTokenizer {
             .map(|&(_, id)| id as usize + 1)
             .max()
             .unwrap_or(0);
+        let special_names: std::collections::HashSet<&str> =
+            specials.iter().map(|(c, _)| c.as_str()).collect();
         let mut tokens = vec![String::new(); size];
         let mut kinds = vec![Kind::Hole; size];
         let mut bytes: Vec<Option<Vec<u8>>> = vec![None; size];
@@ -197,7 +203,7 @@ impl BpeTokenizer {
             if vocab.contains_key(&token) {
                 return Err(vocab_err(&token, format!("token {token:?} appears twice")));
             }
-            if specials.iter().any(|(c, _)| *c == token) {
+            if special_names.contains(token.as_str()) {
                 kinds[i] = Kind::Special;
             } else {
                 let Some(b) = byte_level::token_to_bytes(&token) else {
@@ -232,7 +238,13 @@ impl BpeTokenizer {
         let mut merges = Vec::with_capacity(merge_lines.len());
         let mut triples = Vec::with_capacity(merge_lines.len());
         for m in merge_lines {
-            let err = |message: String| parse_error(src.merges_path, m.line, message);
+            let err = |message: String| {
+                let line = match m.line {
+                    0 => files::merge_line_in_json(src.vocab_text, &m.left, &m.right),
+                    line => line,
+                };
+                parse_error(src.merges_path, line, message)
+            };
             let id_of = |t: &str| match vocab.get(t) {
                 Some(&id) if kinds[id as usize] == Kind::Ordinary => Ok(id),
                 _ => Err(err(format!(

@@ -89,6 +89,13 @@ pub fn train_wordpiece(
     if trainer.vocab_size == 0 {
         return Err(Error::InvalidOption("vocab_size must be positive".into()));
     }
+    if trainer.vocab_size > crate::MAX_VOCAB_SIZE {
+        return Err(Error::InvalidOption(format!(
+            "vocab_size {} is above the limit of {}",
+            trainer.vocab_size,
+            crate::MAX_VOCAB_SIZE
+        )));
+    }
     if o.continuing_subword_prefix.is_empty() {
         return Err(Error::InvalidOption(
             "continuing_subword_prefix must not be empty".into(),
