@@ -42,7 +42,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
     let mut w = BufWriter::new(std::io::stdout().lock());
-    let chunk = args.batch_size.max(1) * 64;
+    let chunk = args.batch_size.max(1).saturating_mul(64);
     for (ci, texts) in texts.chunks(chunk).enumerate() {
         let results = p
             .classify(texts, args.batch_size.max(1), args.truncate)

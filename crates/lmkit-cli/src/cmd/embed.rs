@@ -92,7 +92,7 @@ pub fn run(args: Args) -> Result<()> {
     let out = std::io::stdout();
     let mut w = BufWriter::new(out.lock());
     // Chunks bound memory for big inputs while keeping batches full.
-    for chunk in texts.chunks(args.batch_size * 64) {
+    for chunk in texts.chunks(args.batch_size.saturating_mul(64)) {
         for v in p.embed(chunk, &opts)? {
             serde_json::to_writer(&mut w, &v)?;
             w.write_all(b"\n")?;

@@ -14,6 +14,7 @@ use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
     finetune_classify, finetune_lm, finetune_qa, FinetuneEvent, FinetuneOptions, FinetuneTask,
 };
+use lmkit::recipes::RecipeError;
 use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
@@ -34,6 +35,9 @@ pub struct Args {
     /// Output folder: the fine-tuned model, tokenizer and metrics.jsonl.
     #[arg(long)]
     pub output: PathBuf,
+    /// Write into a non-empty --output folder, replacing its files.
+    #[arg(long)]
+    pub overwrite: bool,
     #[arg(long, default_value_t = 3)]
     pub epochs: usize,
     #[arg(long, default_value_t = 16)]
@@ -101,6 +105,7 @@ pub fn run(a: Args) -> Result<()> {
         max_answer_len: a.max_answer_len,
         n_best: a.n_best,
         max_steps: a.max_steps,
+        overwrite: a.overwrite,
         ..FinetuneOptions::default()
     };
     let pb = ProgressBar::new(0);
@@ -158,6 +163,12 @@ pub fn run(a: Args) -> Result<()> {
         FinetuneTask::Qa => finetune_qa(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
         FinetuneTask::Lm => finetune_lm(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
     }
+    .map_err(|e| match e {
+        RecipeError::OutputNotEmpty { .. } => {
+            anyhow::anyhow!("{e} (pass --overwrite to replace its files)")
+        }
+        e => anyhow::Error::new(e),
+    })
     .with_context(|| format!("fine-tuning {}", dir.display()))?;
     pb.finish_and_clear();
     if a.json {

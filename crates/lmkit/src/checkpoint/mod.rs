@@ -274,7 +274,7 @@ pub fn load_pretrained(
     let (config, file) = open_model_dir_for(&dir, needs)?;
     let arch = arch.unwrap_or_else(|| config.architecture());
     let layout = config.layout(arch)?;
-    let mut params = layout.zeros();
+    let mut params = layout.try_zeros()?;
     let report = load_params(&layout, &mut params, &file, arch.family(), opts)?;
     Ok(Pretrained {
         dir,

@@ -1,8 +1,18 @@
 //! Reading (memory-mapped) and writing safetensors files.
+//!
+//! Reading is hardened against hostile and damaged files: the header's size
+//! is checked against [`MAX_HEADER`] and the file's length before anything is
+//! mapped or parsed; every tensor read is checked to be finite (the error
+//! names the tensor); and the file's length is checked again before each
+//! read, so a file truncated in place after it was opened is an error, not
+//! a SIGBUS. (A file truncated while the f32 GPT-2 engine serves from its
+//! map can still fault, as with every mmap reader: replace weight files by
+//! rename, as lmkit's own writers do.)
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
@@ -15,15 +25,21 @@ use crate::util::fs::atomic_write_with;
 /// Length of the little-endian u64 header size that starts every file.
 const N_LEN: usize = 8;
 
+/// Largest JSON header read: 8 MiB. A 1024-layer model's header is ~1 MB;
+/// parsing costs ~10x the header's size in memory, so the safetensors
+/// crate's own bound (100 MB) would let one file take a gigabyte.
+pub const MAX_HEADER: usize = 8 << 20;
+
 enum Bytes {
-    Mapped(memmap2::Mmap),
+    /// The map and the file it maps (to notice truncation in place).
+    Mapped(memmap2::Mmap, File),
     Owned(Vec<u8>),
 }
 
 impl Bytes {
     fn as_slice(&self) -> &[u8] {
         match self {
-            Bytes::Mapped(m) => m,
+            Bytes::Mapped(m, _) => m,
             Bytes::Owned(v) => v,
         }
     }
@@ -61,12 +77,16 @@ impl SafeTensors {
                 msg: format!("file is {len} bytes, too short for a header"),
             });
         }
-        // SAFETY: the map is read-only; like every mmap reader we assume the
-        // file is not truncated or rewritten by another process while open
-        // (our own writers replace files by rename, which leaves the mapped
-        // inode intact).
+        let mut head = [0u8; N_LEN];
+        (&file)
+            .read_exact(&mut head)
+            .map_err(|e| Error::io(path, e))?;
+        check_header_len(path, u64::from_le_bytes(head), len)?;
+        // SAFETY: the map is read-only; a file truncated in place later is
+        // caught before each read (`raw`) rather than faulting, except under
+        // a concurrent truncation (see the module docs).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        Self::from_storage(path.to_path_buf(), Bytes::Mapped(map))
+        Self::from_storage(path.to_path_buf(), Bytes::Mapped(map, file))
     }
 
     /// Parses an in-memory file; `path` is only used in error messages.
@@ -75,6 +95,12 @@ impl SafeTensors {
     }
 
     fn from_storage(path: PathBuf, bytes: Bytes) -> Result<Self> {
+        let all = bytes.as_slice();
+        if all.len() >= N_LEN {
+            let mut head = [0u8; N_LEN];
+            head.copy_from_slice(&all[..N_LEN]);
+            check_header_len(&path, u64::from_le_bytes(head), all.len() as u64)?;
+        }
         let (n, meta) = safetensors::SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
             Error::Safetensors {
                 path: path.clone(),
@@ -124,17 +150,62 @@ impl SafeTensors {
         })
     }
 
-    fn raw(&self, info: &TensorInfo) -> &[u8] {
+    fn raw(&self, info: &TensorInfo) -> Result<&[u8]> {
         let (s, e) = info.data_offsets;
+        let all = self.bytes.as_slice();
+        if let Bytes::Mapped(_, file) = &self.bytes {
+            // Reading a page past a truncated file's end is a SIGBUS.
+            let now = file.metadata().map_err(|e| Error::io(&self.path, e))?.len();
+            if now != all.len() as u64 {
+                return Err(self.malformed(format!(
+                    "the file changed size on disk while open ({} bytes, now {now}); \
+                     replace weight files by rename, never in place",
+                    all.len()
+                )));
+            }
+        }
         // read_metadata checked that offsets tile the data section exactly.
-        &self.bytes.as_slice()[self.data_start + s..self.data_start + e]
+        Ok(&all[self.data_start + s..self.data_start + e])
+    }
+
+    fn malformed(&self, msg: String) -> Error {
+        Error::Safetensors {
+            path: self.path.clone(),
+            msg,
+        }
+    }
+
+    /// Weights are finite: a NaN or infinity would silently poison every
+    /// output, so it is an error naming the tensor.
+    pub(crate) fn check_finite(&self, key: &str, data: &[f32]) -> Result<()> {
+        // Chunked so the common case is a vectorised pass, not a branch per value.
+        for (c, chunk) in data.chunks(4096).enumerate() {
+            if !chunk.iter().fold(true, |ok, x| ok & x.is_finite()) {
+                let i = c * 4096 + chunk.iter().position(|x| !x.is_finite()).unwrap_or(0);
+                return Err(
+                    self.malformed(format!("tensor `{key}` holds {} at element {i}", data[i]))
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Tensor `key` as f32 (F32 borrowed from the map when aligned, F16/BF16/F64
     /// converted). Errors: missing key, unsupported dtype.
     pub fn tensor_f32(&self, key: &str) -> Result<Cow<'_, [f32]>> {
+        let t = self.tensor_f32_unchecked(key)?;
+        if let Cow::Borrowed(data) = t {
+            self.check_finite(key, data)?;
+        }
+        Ok(t)
+    }
+
+    /// [`Self::tensor_f32`] that leaves F32 data borrowed from the map
+    /// unchecked for finiteness: for a caller that checks it while streaming
+    /// through it (converted data is always checked).
+    pub(crate) fn tensor_f32_unchecked(&self, key: &str) -> Result<Cow<'_, [f32]>> {
         let info = self.info(key)?;
-        let raw = self.raw(info);
+        let raw = self.raw(info)?;
         if info.dtype == Dtype::F32 && cfg!(target_endian = "little") {
             // SAFETY: every bit pattern is a valid f32; align_to only yields
             // the middle part at correct alignment.
@@ -143,6 +214,8 @@ impl SafeTensors {
                 return Ok(Cow::Borrowed(mid));
             }
         }
+        // read_metadata checked that shape and offsets agree, so the file
+        // already holds this many elements: the allocation is bounded by it.
         let mut out = vec![0.0f32; info.shape.iter().product()];
         self.convert(key, info, &mut out)?;
         Ok(Cow::Owned(out))
@@ -163,7 +236,12 @@ impl SafeTensors {
     }
 
     fn convert(&self, key: &str, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
-        let raw = self.raw(info);
+        self.convert_unchecked(key, info, out)?;
+        self.check_finite(key, out)
+    }
+
+    fn convert_unchecked(&self, key: &str, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
+        let raw = self.raw(info)?;
         match info.dtype {
             Dtype::F32 => {
                 if cfg!(target_endian = "little") {
@@ -205,6 +283,22 @@ impl SafeTensors {
         }
         Ok(())
     }
+}
+
+/// Checks a file's header size `n` (its first 8 bytes) against
+/// [`MAX_HEADER`] and the file's length `len`, before the header is read.
+fn check_header_len(path: &Path, n: u64, len: u64) -> Result<()> {
+    let msg = if n > MAX_HEADER as u64 {
+        format!("header of {n} bytes is larger than the limit of {MAX_HEADER}")
+    } else if n + N_LEN as u64 > len {
+        format!("header of {n} bytes does not fit in a file of {len} bytes (truncated?)")
+    } else {
+        return Ok(());
+    };
+    Err(Error::Safetensors {
+        path: path.to_path_buf(),
+        msg,
+    })
 }
 
 /// One f32 tensor to write.
@@ -333,5 +427,61 @@ mod tests {
         }
         let e = SafeTensors::from_bytes(file_with("F32", &[3], &f32b), "x").unwrap_err();
         assert!(matches!(e, Error::Safetensors { .. }), "{e}");
+    }
+
+    #[test]
+    fn non_finite_weights_are_an_error_naming_the_tensor() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let f32b: Vec<u8> = [1.0f32, bad, 3.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            let st = SafeTensors::from_bytes(file_with("F32", &[3], &f32b), "x").unwrap();
+            let e = st.tensor_f32("t").unwrap_err().to_string();
+            assert!(e.contains("tensor `t`") && e.contains("element 1"), "{e}");
+            let mut out = [0.0f32; 3];
+            assert!(st.read_f32_into("t", &mut out).is_err());
+            let bf: Vec<u8> = [1.0f32, bad, 3.0]
+                .iter()
+                .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+                .collect();
+            let st = SafeTensors::from_bytes(file_with("BF16", &[3], &bf), "x").unwrap();
+            assert!(st.tensor_f32("t").is_err());
+        }
+    }
+
+    #[test]
+    fn oversized_header_is_refused_before_parsing() {
+        let mut v = ((MAX_HEADER + 1) as u64).to_le_bytes().to_vec();
+        v.extend(std::iter::repeat_n(b' ', MAX_HEADER + 1));
+        let e = SafeTensors::from_bytes(v, "big.safetensors").unwrap_err();
+        assert!(e.to_string().contains("larger than the limit"), "{e}");
+        let path = std::env::temp_dir().join(format!("lmkit-st-head-{}", std::process::id()));
+        let mut v = (u64::MAX - 3).to_le_bytes().to_vec();
+        v.extend(b"{}");
+        std::fs::write(&path, &v).unwrap();
+        let e = SafeTensors::open(&path).unwrap_err();
+        assert!(e.to_string().contains("larger than the limit"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A file truncated in place after it was mapped: reading past its new
+    /// end would be a SIGBUS; it is an error instead.
+    #[test]
+    fn file_truncated_in_place_while_open_is_an_error() {
+        let path = std::env::temp_dir().join(format!("lmkit-st-trunc-{}", std::process::id()));
+        let data = vec![0.5f32; 1 << 16];
+        let t = TensorRef {
+            name: "w".into(),
+            shape: vec![data.len()],
+            data: &data,
+        };
+        write_safetensors(&path, &[t], &BTreeMap::new()).unwrap();
+        let st = SafeTensors::open(&path).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(4096).unwrap();
+        let e = st.tensor_f32("w").unwrap_err().to_string();
+        assert!(e.contains("changed size on disk"), "{e}");
+        std::fs::remove_file(&path).unwrap();
     }
 }

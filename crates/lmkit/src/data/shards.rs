@@ -57,7 +57,11 @@ impl TokenShard {
         if width != 2 && width != 4 {
             return Err(bad(format!("token width {width} (expected 2 or 4)")));
         }
-        if map.len() != HEADER_LEN + len * width {
+        // Checked: `len` is read from the file and may be anything.
+        let expected = len
+            .checked_mul(width)
+            .and_then(|n| n.checked_add(HEADER_LEN));
+        if expected != Some(map.len()) {
             return Err(bad(format!(
                 "truncated: header says {len} tokens of {width} bytes, file has {} bytes",
                 map.len()
@@ -94,6 +98,21 @@ impl TokenShard {
             u16::from_le_bytes([self.map[o], self.map[o + 1]]) as u32
         } else {
             u32::from_le_bytes(self.map[o..o + 4].try_into().expect("4 bytes"))
+        }
+    }
+
+    /// The largest token id in the shard (0 when empty): one pass, so ids
+    /// are checked against the vocabulary once at open, not at every batch.
+    pub fn max_token(&self) -> u32 {
+        let data = &self.map[HEADER_LEN..];
+        if self.width == 2 {
+            data.chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)
+                .fold(0, u32::max)
+        } else {
+            data.chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .fold(0, u32::max)
         }
     }
 
@@ -532,6 +551,17 @@ pub fn open_shards(dir: &Path) -> Result<TokenData> {
             "{}: shard sizes do not match meta.json; delete the folder to rebuild it",
             dir.display()
         )));
+    }
+    for shard in std::iter::once(&train).chain(val.as_ref()) {
+        let max = shard.max_token();
+        if !shard.is_empty() && max as u64 >= meta.vocab_size as u64 {
+            return Err(DataError::Invalid(format!(
+                "{}: token id {max} is outside the vocabulary of {} in meta.json; \
+                 delete the folder to rebuild it",
+                shard.path().display(),
+                meta.vocab_size
+            )));
+        }
     }
     Ok(TokenData { meta, train, val })
 }

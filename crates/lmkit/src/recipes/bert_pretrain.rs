@@ -447,7 +447,7 @@ pub fn run_bert_pretraining(
                 let cfg = new_bert_config(d, tok.vocab_size(), tok.pad_id())?;
                 let heads = Architecture::BertForPreTraining.bert_heads();
                 let layout = bert_layout(&cfg, heads)?;
-                let mut params = layout.zeros();
+                let mut params = layout.try_zeros()?;
                 hf_init(
                     &layout,
                     &mut params,

@@ -38,7 +38,7 @@ use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
 
-use super::{invalid, RecipeError, Result};
+use super::{check_output, invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
     DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
@@ -98,6 +98,8 @@ pub struct FinetuneOptions {
     pub max_steps: Option<u64>,
     /// A metrics row every N steps.
     pub log_every: u64,
+    /// Write into a non-empty output folder (its files are replaced).
+    pub overwrite: bool,
 }
 
 impl Default for FinetuneOptions {
@@ -120,6 +122,7 @@ impl Default for FinetuneOptions {
             n_best: 20,
             max_steps: None,
             log_every: 1,
+            overwrite: false,
         }
     }
 }
@@ -180,7 +183,7 @@ pub fn load_bert_as(
     let (_, file) = open_model_dir_for(dir, Some((Family::Bert, arch.hf_name())))?;
     let heads: BertHeads = arch.bert_heads();
     let layout = bert_layout(&config, heads)?;
-    let mut params = layout.zeros();
+    let mut params = layout.try_zeros()?;
     let report = load_params(
         &layout,
         &mut params,
@@ -475,6 +478,7 @@ pub fn finetune_classify(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
+    check_output(model_dir, output, opts.overwrite)?;
     let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "classify")? else {
         unreachable!("task_config checked the family")
     };
@@ -644,6 +648,7 @@ pub fn finetune_qa(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
+    check_output(model_dir, output, opts.overwrite)?;
     let AnyConfig::Bert(config) = task_config(model_dir, Family::Bert, "qa")? else {
         unreachable!("task_config checked the family")
     };
@@ -771,6 +776,7 @@ pub fn finetune_lm(
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
+    check_output(model_dir, output, opts.overwrite)?;
     let AnyConfig::Gpt2(config) = task_config(model_dir, Family::Gpt2, "lm")? else {
         unreachable!("task_config checked the family")
     };

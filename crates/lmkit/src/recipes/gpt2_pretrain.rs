@@ -324,7 +324,7 @@ pub(crate) fn run(
         grad_accum,
     };
     let saved_optim = resumed.as_ref().map(|(_, s, _)| s.optim);
-    let optim = optim_config(o, saved_optim.as_ref(), &defaults, max_steps, grad_accum);
+    let optim = optim_config(o, saved_optim.as_ref(), &defaults, max_steps, grad_accum)?;
     let (mut state, mut opt) = match resumed {
         Some((_, mut state, opt)) => {
             if state.num_params != model.num_params() {

@@ -11,7 +11,7 @@ pub mod gpt2_pretrain;
 pub mod pretrain;
 pub mod pretrain_options;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::data::DataError;
 use crate::train::{StateError, StepError};
@@ -36,9 +36,38 @@ pub enum RecipeError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// The output folder holds files and replacing them was not asked for.
+    #[error("{}: the output folder is not empty; refusing to overwrite it", path.display())]
+    OutputNotEmpty { path: PathBuf },
 }
 
 pub type Result<T, E = RecipeError> = std::result::Result<T, E>;
+
+/// Checks an output folder before anything is written: never the input
+/// model's own folder, and absent or empty unless `overwrite`.
+pub(crate) fn check_output(input: &Path, output: &Path, overwrite: bool) -> Result<()> {
+    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize()) {
+        if a == b {
+            return Err(invalid(format!(
+                "{}: the output folder is the input model's folder; write elsewhere",
+                output.display()
+            )));
+        }
+    }
+    match std::fs::read_dir(output) {
+        Ok(mut entries) => match entries.next() {
+            Some(_) if !overwrite => Err(RecipeError::OutputNotEmpty {
+                path: output.to_path_buf(),
+            }),
+            _ => Ok(()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(RecipeError::Io {
+            path: output.to_path_buf(),
+            source,
+        }),
+    }
+}
 
 /// A [`RecipeError::Invalid`].
 pub(crate) fn invalid(msg: impl Into<String>) -> RecipeError {

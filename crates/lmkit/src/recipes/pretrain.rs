@@ -115,7 +115,7 @@ fn run_bert(
         grad_clip: 1.0,
         grad_accum: run.grad_accum,
     };
-    let optim = optim_config(o, so, &defaults, max_steps, run.grad_accum);
+    let optim = optim_config(o, so, &defaults, max_steps, run.grad_accum)?;
     let opts = BertPretrainOptions {
         data: o.data.clone(),
         output: o.output.clone(),

@@ -269,13 +269,13 @@ pub(crate) fn optim_config(
     d: &OptimConfig,
     max_steps: u64,
     grad_accum: usize,
-) -> OptimConfig {
+) -> Result<OptimConfig> {
     let lr =
         o.lr.or(saved.map(|s| s.schedule.max_lr))
             .unwrap_or(d.schedule.max_lr);
     // The default floor follows the peak (nanoGPT: lr / 10; BERT: 0).
     let default_min = d.schedule.min_lr / d.schedule.max_lr * lr;
-    OptimConfig {
+    let c = OptimConfig {
         schedule: LrSchedule {
             kind: o
                 .schedule
@@ -304,5 +304,7 @@ pub(crate) fn optim_config(
             .or(saved.map(|s| s.grad_clip))
             .unwrap_or(d.grad_clip),
         grad_accum,
-    }
+    };
+    c.validate()?;
+    Ok(c)
 }

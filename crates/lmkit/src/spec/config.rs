@@ -14,6 +14,30 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::spec::names::{Architecture, Family};
 
+/// Upper bounds on config sizes, checked before anything is allocated: far
+/// above every published GPT-2 and BERT, low enough that a typo or a hostile
+/// `config.json` is a clear error instead of an allocation failure. The
+/// parameter count as a whole is bounded by [`limits::PARAMS`] when the
+/// layout is built, with checked arithmetic.
+pub mod limits {
+    /// `vocab_size` (the tokenizers' own bound).
+    pub const VOCAB: usize = lmkit_tokenizers::MAX_VOCAB_SIZE;
+    /// `n_positions` / `max_position_embeddings`.
+    pub const POSITIONS: usize = 1 << 20;
+    /// `n_embd` / `hidden_size`.
+    pub const WIDTH: usize = 1 << 16;
+    /// `n_inner` / `intermediate_size`.
+    pub const INNER: usize = 1 << 18;
+    /// `n_layer` / `num_hidden_layers`.
+    pub const LAYERS: usize = 1 << 10;
+    /// BERT `type_vocab_size`.
+    pub const TYPE_VOCAB: usize = 1 << 10;
+    /// BERT `num_labels`.
+    pub const LABELS: usize = 1 << 16;
+    /// Scalar parameters of one model: 2^34 (17 B, 64 GiB of f32).
+    pub const PARAMS: usize = 1 << 34;
+}
+
 /// The GELU variant a model uses; what the kernels need to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
@@ -215,6 +239,10 @@ impl Gpt2Config {
         positive("n_embd", self.n_embd)?;
         positive("n_layer", self.n_layer)?;
         positive("n_head", self.n_head)?;
+        at_most("vocab_size", self.vocab_size, limits::VOCAB)?;
+        at_most("n_positions", self.n_positions, limits::POSITIONS)?;
+        at_most("n_embd", self.n_embd, limits::WIDTH)?;
+        at_most("n_layer", self.n_layer, limits::LAYERS)?;
         if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(Error::config(
                 "n_embd",
@@ -226,7 +254,11 @@ impl Gpt2Config {
         }
         if let Some(n) = self.n_inner {
             positive("n_inner", n)?;
+            at_most("n_inner", n, limits::INNER)?;
         }
+        // bos/eos/pad ids are not checked against the vocabulary here: HF's
+        // defaults (50256) stay in configs of smaller test models; what uses
+        // them checks them (generation, padding).
         probability("resid_pdrop", self.resid_pdrop)?;
         probability("embd_pdrop", self.embd_pdrop)?;
         probability("attn_pdrop", self.attn_pdrop)?;
@@ -422,6 +454,10 @@ impl BertConfig {
         positive("hidden_size", self.hidden_size)?;
         positive("num_hidden_layers", self.num_hidden_layers)?;
         positive("num_attention_heads", self.num_attention_heads)?;
+        at_most("vocab_size", self.vocab_size, limits::VOCAB)?;
+        at_most("hidden_size", self.hidden_size, limits::WIDTH)?;
+        at_most("num_hidden_layers", self.num_hidden_layers, limits::LAYERS)?;
+        at_most("num_labels", self.num_labels(), limits::LABELS)?;
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(Error::config(
                 "hidden_size",
@@ -434,6 +470,13 @@ impl BertConfig {
         positive("intermediate_size", self.intermediate_size)?;
         positive("max_position_embeddings", self.max_position_embeddings)?;
         positive("type_vocab_size", self.type_vocab_size)?;
+        at_most("intermediate_size", self.intermediate_size, limits::INNER)?;
+        at_most(
+            "max_position_embeddings",
+            self.max_position_embeddings,
+            limits::POSITIONS,
+        )?;
+        at_most("type_vocab_size", self.type_vocab_size, limits::TYPE_VOCAB)?;
         probability("hidden_dropout_prob", self.hidden_dropout_prob)?;
         probability(
             "attention_probs_dropout_prob",
@@ -444,14 +487,7 @@ impl BertConfig {
         }
         positive_f64("layer_norm_eps", self.layer_norm_eps)?;
         non_negative_f64("initializer_range", self.initializer_range)?;
-        if let Some(p) = self.pad_token_id {
-            if p as usize >= self.vocab_size {
-                return Err(Error::config(
-                    "pad_token_id",
-                    format!("{p} is outside the vocabulary of {}", self.vocab_size),
-                ));
-            }
-        }
+        in_vocab("pad_token_id", self.pad_token_id, self.vocab_size)?;
         if let Some(t) = &self.problem_type {
             const OK: [&str; 3] = [
                 "single_label_classification",
@@ -705,6 +741,26 @@ fn positive(field: &str, v: usize) -> Result<()> {
     Ok(())
 }
 
+fn at_most(field: &str, v: usize, max: usize) -> Result<()> {
+    if v > max {
+        return Err(Error::config(
+            field,
+            format!("{v} is above the limit of {max}"),
+        ));
+    }
+    Ok(())
+}
+
+fn in_vocab(field: &str, id: Option<u32>, vocab_size: usize) -> Result<()> {
+    match id {
+        Some(id) if id as usize >= vocab_size => Err(Error::config(
+            field,
+            format!("{id} is outside the vocabulary of {vocab_size}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn positive_f64(field: &str, v: f64) -> Result<()> {
     if !(v.is_finite() && v > 0.0) {
         return Err(Error::config(
@@ -946,7 +1002,9 @@ impl Fields {
             }
             labels.into_iter().map(Option::unwrap_or_default).collect()
         } else {
-            default_labels(num_labels.unwrap_or(2))
+            let n = num_labels.unwrap_or(2);
+            at_most("num_labels", n, limits::LABELS)?;
+            default_labels(n)
         };
         if let Some(n) = num_labels {
             if n != labels.len() {

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::spec::config::{AnyConfig, BertConfig, Gpt2Config, ModelConfig};
+use crate::spec::config::{limits, AnyConfig, BertConfig, Gpt2Config, ModelConfig};
 use crate::spec::names::{Architecture, BertHeads, Family};
 
 /// One parameter: a named view into the flat buffer.
@@ -79,13 +79,25 @@ impl ParamLayout {
                 "parameter `{name}` declared twice"
             )));
         }
+        // Checked: shapes come from config files.
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_add(self.total).map(|end| (n, end)))
+            .filter(|&(_, end)| end <= limits::PARAMS);
+        let Some((_, end)) = numel else {
+            return Err(Error::InvalidInput(format!(
+                "parameter `{name}` of shape {shape:?} takes the model past {} scalar parameters",
+                limits::PARAMS
+            )));
+        };
         let spec = ParamSpec {
             name: name.clone(),
             shape: shape.to_vec(),
             offset: self.total,
             decay,
         };
-        self.total += spec.numel();
+        self.total = end;
         self.index.insert(name, self.specs.len());
         self.specs.push(spec);
         Ok(())
@@ -104,6 +116,21 @@ impl ParamLayout {
     /// A zeroed buffer of `total_len()` (parameters, gradients or moments).
     pub fn zeros(&self) -> Vec<f32> {
         vec![0.0; self.total]
+    }
+
+    /// [`ParamLayout::zeros`] that reports a failed allocation as an error
+    /// (sizes come from config files) instead of aborting.
+    pub fn try_zeros(&self) -> Result<Vec<f32>> {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(self.total).map_err(|_| {
+            Error::InvalidInput(format!(
+                "cannot allocate {:.1} GiB for {} parameters",
+                self.total as f64 * 4.0 / (1u64 << 30) as f64,
+                self.total
+            ))
+        })?;
+        buf.resize(self.total, 0.0);
+        Ok(buf)
     }
 
     pub fn get(&self, name: &str) -> Option<&ParamSpec> {

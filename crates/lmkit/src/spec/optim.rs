@@ -77,6 +77,47 @@ pub struct OptimConfig {
     pub grad_accum: usize,
 }
 
+impl OptimConfig {
+    /// Checks every value, naming the field: a negative or NaN learning rate
+    /// would run gradient ascent (or nothing) without a word.
+    pub fn validate(&self) -> crate::Result<()> {
+        let s = &self.schedule;
+        let bad = |field: &str, v: f32, want: &str| {
+            Err(crate::Error::InvalidInput(format!(
+                "`{field}` {v} must be {want}"
+            )))
+        };
+        if !(s.max_lr.is_finite() && s.max_lr > 0.0) {
+            return bad("lr", s.max_lr, "a positive number");
+        }
+        if !(s.min_lr.is_finite() && (0.0..=s.max_lr).contains(&s.min_lr)) {
+            return bad("min_lr", s.min_lr, "in [0, lr]");
+        }
+        for (field, v) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return bad(field, v, "in [0, 1)");
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad("eps", self.eps, "a positive number");
+        }
+        for (field, v) in [
+            ("weight_decay", self.weight_decay),
+            ("grad_clip", self.grad_clip),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(field, v, "a non-negative number");
+            }
+        }
+        if self.grad_accum == 0 {
+            return Err(crate::Error::InvalidInput(
+                "`grad_accum` must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +159,35 @@ mod tests {
         assert!((s.lr(4) - 5e-4).abs() < 1e-9);
         assert_eq!(s.lr(50), 1e-3);
         assert_eq!(s.lr(5000), 1e-3);
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_field() {
+        let good = OptimConfig {
+            schedule: sched(ScheduleKind::Cosine),
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            grad_clip: 1.0,
+            grad_accum: 1,
+        };
+        assert!(good.validate().is_ok());
+        let mut c = good;
+        c.schedule.max_lr = -1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("`lr` -1"));
+        let mut c = good;
+        c.schedule.max_lr = f32::NAN;
+        assert!(c.validate().is_err());
+        let mut c = good;
+        c.schedule.min_lr = 1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("min_lr"));
+        let mut c = good;
+        c.beta2 = 1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("beta2"));
+        let mut c = good;
+        c.grad_clip = -1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("grad_clip"));
     }
 
     #[test]

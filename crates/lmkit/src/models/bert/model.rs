@@ -134,7 +134,7 @@ impl Bert {
             .first()
             .and_then(|a| Architecture::from_hf_name(a));
         let layout = bert_layout(&config, heads)?;
-        let mut params = layout.zeros();
+        let mut params = layout.try_zeros()?;
         load_params(
             &layout,
             &mut params,

@@ -114,7 +114,7 @@ impl BertPipeline {
     ) -> Result<()> {
         let lens: Vec<usize> = encs.iter().map(Encoding::len).collect();
         let max_tokens = DEFAULT_MAX_BATCH_TOKENS
-            .max(batch_size * lens.iter().copied().max().unwrap_or(0).min(128));
+            .max(batch_size.saturating_mul(lens.iter().copied().max().unwrap_or(0).min(128)));
         let mut acts = BertActivations::new(false);
         for idx in plan_batches(&lens, batch_size.max(1), max_tokens) {
             let refs: Vec<&Encoding> = idx.iter().map(|&i| &encs[i]).collect();

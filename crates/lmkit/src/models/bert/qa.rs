@@ -114,7 +114,7 @@ pub fn best_answers(
         // Top-k spans of this window: s ≤ e < s + max_answer_len, both context.
         let mut win: Vec<(f64, usize, usize)> = Vec::new();
         for s in (0..t).filter(|&s| allowed[s]) {
-            for e in (s..t.min(s + opts.max_answer_len)).filter(|&e| allowed[e]) {
+            for e in (s..t.min(s.saturating_add(opts.max_answer_len))).filter(|&e| allowed[e]) {
                 win.push((ps[s] * pe[e], s, e));
             }
         }

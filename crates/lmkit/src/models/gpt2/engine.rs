@@ -100,12 +100,18 @@ struct FileSource {
 }
 
 impl FileSource {
+    fn key(&self, name: &str) -> Result<&str> {
+        self.keys
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| Error::MissingTensor {
+                file: self.file.path().to_path_buf(),
+                key: name.to_string(),
+            })
+    }
+
     fn tensor(&self, name: &str) -> Result<Cow<'_, [f32]>> {
-        let key = self.keys.get(name).ok_or_else(|| Error::MissingTensor {
-            file: self.file.path().to_path_buf(),
-            key: name.to_string(),
-        })?;
-        self.file.tensor_f32(key)
+        self.file.tensor_f32(self.key(name)?)
     }
 }
 
@@ -128,9 +134,16 @@ impl Source for FileSource {
     }
 
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
-        match self.tensor(name)? {
-            // Borrowed = straight from the read-only file map: pages may be dropped.
+        let key = self.key(name)?;
+        match self.file.tensor_f32_unchecked(key)? {
+            // Borrowed = straight from the read-only file map: pages may be
+            // dropped. Checked finite band by band, each band released after
+            // its check so the scan does not make the whole tensor resident.
             Cow::Borrowed(s) => {
+                for band in s.chunks(1 << 20) {
+                    self.file.check_finite(key, band)?;
+                    release_mapped(band);
+                }
                 f(s, &release_mapped);
                 self.converted.borrow_mut().push(name.to_string());
             }

@@ -103,9 +103,20 @@ impl Gpt2Engine {
             return Ok(room);
         }
         Err(Error::ContextTooLong {
-            len: prompt_len + max_new.max(1) - 1,
+            len: prompt_len.saturating_add(max_new.max(1) - 1),
             max: ctx,
         })
+    }
+
+    /// An end-of-text id outside the vocabulary could never stop generation.
+    fn check_generation(&self, cfg: &GenerationConfig) -> Result<()> {
+        let vocab = self.config().vocab_size;
+        match cfg.eos_token_id {
+            Some(id) if id as usize >= vocab && !cfg.ignore_eos => Err(Error::InvalidInput(
+                format!("eos_token_id {id} is outside the vocabulary of {vocab}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Generates up to `cfg.max_new_tokens` tokens after `prompt`, calling
@@ -117,6 +128,7 @@ impl Gpt2Engine {
         cfg: &GenerationConfig,
         mut on_token: impl FnMut(u32) -> ControlFlow<()>,
     ) -> Result<GenerationOutput> {
+        self.check_generation(cfg)?;
         let mut sampler = Sampler::new(cfg.sampling.clone(), cfg.seed)?;
         let keep = self.fit_prompt(prompt.len(), cfg.max_new_tokens, cfg.truncate)?;
         let truncated_tokens = prompt.len() - keep;
@@ -190,6 +202,7 @@ impl Gpt2Engine {
         prompts: &[Vec<u32>],
         cfg: &GenerationConfig,
     ) -> Result<Vec<GenerationOutput>> {
+        self.check_generation(cfg)?;
         let b = prompts.len();
         if b == 0 {
             return Ok(Vec::new());

@@ -238,7 +238,7 @@ impl Gpt2 {
     pub fn new_random(config: Gpt2Config, seed: u64) -> crate::Result<Self> {
         config.validate()?;
         let layout = gpt2_layout(&config)?;
-        let mut params = layout.zeros();
+        let mut params = layout.try_zeros()?;
         let std = config.initializer_range;
         let proj_std = std / (2.0 * config.n_layer as f64).sqrt();
         let mut rng = Rng::new(seed);

@@ -192,13 +192,22 @@ impl Sampler {
     /// `self.cand`, sorted by decreasing logit (ties by increasing id).
     fn filter(&mut self, logits: &[f32]) {
         let t = self.params.temperature;
+        // Shifted by the largest logit before dividing (softmax, top-k and
+        // top-p do not change): a tiny temperature then tends to argmax
+        // instead of overflowing every logit to +inf (1e-45 picked the
+        // lowest id among the positive logits).
+        let max = logits
+            .iter()
+            .filter(|l| !l.is_nan())
+            .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+        let shift = if max.is_finite() { max } else { 0.0 };
         self.cand.clear();
         self.cand.extend(
             logits
                 .iter()
                 .enumerate()
                 .filter(|(_, l)| !l.is_nan())
-                .map(|(i, &l)| (l / t, i as u32)),
+                .map(|(i, &l)| ((l - shift) / t, i as u32)),
         );
         let order = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let k = self.params.top_k;
@@ -342,6 +351,27 @@ mod tests {
             ..SamplingParams::default()
         });
         assert_eq!(s.next_token(&mut logits.clone(), &[]), 0);
+    }
+
+    /// A subnormal temperature overflowed every positive logit to +inf and
+    /// picked the lowest such id; it now tends to argmax, as t → 0 should.
+    #[test]
+    fn tiny_temperature_is_argmax() {
+        let logits = vec![0.5f32, 0.1, 2.0, 1.9, -3.0];
+        for temperature in [1e-45f32, f32::MIN_POSITIVE, 1e-30] {
+            let mut s = sampler(SamplingParams {
+                top_k: 0,
+                temperature,
+                ..SamplingParams::default()
+            });
+            for _ in 0..50 {
+                assert_eq!(
+                    s.next_token(&mut logits.clone(), &[]),
+                    2,
+                    "t = {temperature}"
+                );
+            }
+        }
     }
 
     #[test]
