@@ -10,6 +10,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 
+# Every parser of a user's file, fuzzed for a few seconds each (seeded,
+# from the committed corpora; cargo-fuzz on the nightly toolchain).
+scripts/fuzz.sh 5
+
 # The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
 # assets/big exists, so build it (PyTorch from PyPI, a few minutes) and run them.
 scripts/fetch-big-assets.sh

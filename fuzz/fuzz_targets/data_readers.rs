@@ -1,0 +1,42 @@
+//! Every reader of a user's data file never panics on any bytes: classify
+//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, and plain
+//! text / JSONL into token shards.
+#![no_main]
+
+#[path = "common.rs"]
+mod common;
+
+use libfuzzer_sys::fuzz_target;
+use lmkit::data::classify_data::read_classify_jsonl;
+use lmkit::data::nsp::read_documents;
+use lmkit::data::squad::read_squad;
+use lmkit::data::{prepare_shards, PrepareOptions};
+use lmkit::eval::lambada::read_lambada;
+use lmkit::eval::read_summarize;
+
+fuzz_target!(|data: &[u8]| {
+    let dir = common::scratch("readers");
+    let (txt, jsonl, json) = (dir.join("d.txt"), dir.join("d.jsonl"), dir.join("d.json"));
+    for p in [&txt, &jsonl, &json] {
+        std::fs::write(p, data).expect("write");
+    }
+    let _ = read_classify_jsonl(&jsonl);
+    let _ = read_squad(&json);
+    let _ = read_squad(&jsonl);
+    let _ = read_lambada(&jsonl);
+    let _ = read_lambada(&txt);
+    let _ = read_summarize(&jsonl);
+    let _ = read_documents(&[txt.clone()]);
+    let opts = PrepareOptions {
+        vocab_size: 257,
+        eos_id: 256,
+        val_fraction: 0.1,
+        tokenizer_id: "bytes".into(),
+    };
+    let enc = |s: &str| -> Result<Vec<u32>, String> { Ok(s.bytes().map(u32::from).collect()) };
+    for src in [&txt, &jsonl] {
+        let out = dir.join("shards");
+        let _ = std::fs::remove_dir_all(&out);
+        let _ = prepare_shards(&[src.clone()], &out, &opts, &enc, &mut |_, _| {});
+    }
+});
