@@ -246,3 +246,35 @@ fn corrupted_optimizer_state_is_an_error() {
         assert!(e.contains("optimizer.safetensors"), "case {i}: {e}");
     }
 }
+
+/// Item 5: an end-of-text id outside the vocabulary could never stop
+/// generation; it was accepted silently.
+#[test]
+fn eos_outside_the_vocabulary_is_refused() {
+    use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, WeightDtype};
+    let cfg = Gpt2Config {
+        vocab_size: 40,
+        n_positions: 16,
+        n_embd: 8,
+        n_layer: 1,
+        n_head: 2,
+        ..Gpt2Config::default()
+    };
+    let m = Gpt2::new_random(cfg.clone(), 3).unwrap();
+    let mut e = Gpt2Engine::from_params(&cfg, &m.layout, &m.params, WeightDtype::F32).unwrap();
+    let mut g = GenerationConfig {
+        max_new_tokens: 4,
+        eos_token_id: Some(40),
+        ..GenerationConfig::default()
+    };
+    let err = e
+        .generate(&[1, 2], &g, |_| std::ops::ControlFlow::Continue(()))
+        .expect_err("refused");
+    assert!(err.to_string().contains("eos_token_id 40"), "{err}");
+    assert!(e.generate_batch(&[vec![1, 2]], &g).is_err());
+    g.eos_token_id = Some(39);
+    let out = e
+        .generate(&[1, 2], &g, |_| std::ops::ControlFlow::Continue(()))
+        .unwrap();
+    assert!(!out.ids.is_empty());
+}
