@@ -23,10 +23,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     };
     let n: usize = args.get(4).map_or(Ok(128), |s| s.parse())?;
-    let out = PathBuf::from(out);
-    std::fs::create_dir_all(&out)?;
-    let train = head(Path::new(train), n, &out.join("train.jsonl"))?;
-    let eval = head(Path::new(eval), n / 2, &out.join("eval.jsonl"))?;
+    // The subsets go beside the model folder: fine-tuning refuses to write
+    // into a folder that already holds files.
+    let root = PathBuf::from(out);
+    let (data, out) = (root.join("data"), root.join("model"));
+    std::fs::create_dir_all(&data)?;
+    let train = head(Path::new(train), n, &data.join("train.jsonl"))?;
+    let eval = head(Path::new(eval), n / 2, &data.join("eval.jsonl"))?;
 
     let opts = FinetuneOptions {
         epochs: 2,
