@@ -8,7 +8,7 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 use lmkit::data::classify_data::read_classify_jsonl;
-use lmkit::data::nsp::read_documents;
+use lmkit::data::nsp::{read_bert_documents, read_documents};
 use lmkit::data::squad::read_squad;
 use lmkit::data::{prepare_shards, PrepareOptions};
 use lmkit::eval::lambada::read_lambada;
@@ -27,6 +27,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_lambada(&txt);
     let _ = read_summarize(&jsonl);
     let _ = read_documents(&[txt.clone()]);
+    let _ = read_bert_documents(&[txt.clone()]);
+    let _ = read_bert_documents(&[jsonl.clone()]);
     let opts = PrepareOptions {
         vocab_size: 257,
         eos_id: 256,

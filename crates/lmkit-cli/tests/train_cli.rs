@@ -122,7 +122,53 @@ fn pretrain_resume_and_plot() {
         "{}",
         stderr(&o)
     );
-    let o = lmkit(&["pretrain", "--output", split.to_str().unwrap(), "--resume"]);
+    // Issue 13 item 9: a resume given other data is refused before the
+    // run's shards are touched.
+    let shards = std::fs::read(split.join("data/train.bin")).unwrap();
+    let other = dir.join("other.txt");
+    std::fs::write(
+        &other,
+        "Some other text entirely, not the run's data.\n".repeat(50),
+    )
+    .unwrap();
+    let o = lmkit(&[
+        "pretrain",
+        "--output",
+        split.to_str().unwrap(),
+        "--resume",
+        "--data",
+        other.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(
+        o.status.code() == Some(1) && err.contains("--data") && err.contains("other.txt"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(split.join("data/train.bin")).unwrap(), shards);
+    // Item 11: a flag that contradicts the checkpoint is named, with both values.
+    let mut deeper = common.to_vec();
+    let at = deeper.iter().position(|a| *a == "--n-layer").unwrap();
+    deeper[at + 1] = "3";
+    let o = lmkit(
+        &[
+            &deeper[..],
+            &["--output", split.to_str().unwrap(), "--resume"],
+        ]
+        .concat(),
+    );
+    let err = stderr(&o);
+    assert!(
+        o.status.code() == Some(1) && err.contains("--n-layer 3") && err.contains("checkpoint's 2"),
+        "{err}"
+    );
+    // Item 11: the same command plus --resume continues the run.
+    let o = lmkit(
+        &[
+            &common[..],
+            &["--output", split.to_str().unwrap(), "--resume"],
+        ]
+        .concat(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let strip = |v: Vec<serde_json::Value>| -> Vec<String> {
         v.into_iter()

@@ -278,3 +278,104 @@ fn eos_outside_the_vocabulary_is_refused() {
         .unwrap();
     assert!(!out.ids.is_empty());
 }
+
+/// Item 10: a shard write cut short (a full disk, a tokenizer error) left
+/// `train.bin.tmp` / `val.bin.tmp` behind.
+#[test]
+fn failed_shard_writes_leave_no_temp_files() {
+    let root = tmpdir("tmpfiles");
+    std::fs::write(root.join("a.txt"), "good text\n\u{c}\nBAD text\n").unwrap();
+    let out = root.join("data");
+    let opts = PrepareOptions {
+        vocab_size: 257,
+        eos_id: 256,
+        val_fraction: 0.1,
+        tokenizer_id: "bytes".into(),
+    };
+    let enc = |s: &str| -> Result<Vec<u32>, String> {
+        if s.contains("BAD") {
+            return Err("cannot encode this".into());
+        }
+        Ok(s.bytes().map(u32::from).collect())
+    };
+    let e = prepare_shards(&[root.join("a.txt")], &out, &opts, &enc, &mut |_, _| {})
+        .err()
+        .expect("the encoder's error");
+    assert!(e.to_string().contains("cannot encode this"), "{e}");
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Item 10: a step folder without `trainer_state.json` was passed over
+/// without a word on resume.
+#[test]
+fn incomplete_checkpoints_are_reported() {
+    use lmkit::train::{latest_checkpoint, skipped_checkpoints};
+    let root = tmpdir("skipped");
+    let n = 16;
+    let mut state = TrainState::new(1, optim(), 2, 8, n);
+    let opt = OptimState::new(n);
+    state.step = 3;
+    let mut opt3 = opt.clone();
+    opt3.step = 3;
+    let good = save_checkpoint(&root, &state, &opt3, &mut |_: &Path| Ok(()), 5).unwrap();
+    state.step = 6;
+    let mut opt6 = opt.clone();
+    opt6.step = 6;
+    let newer = save_checkpoint(&root, &state, &opt6, &mut |_: &Path| Ok(()), 5).unwrap();
+    std::fs::remove_file(newer.join("trainer_state.json")).unwrap();
+    assert_eq!(latest_checkpoint(&root).unwrap(), Some(good));
+    assert_eq!(skipped_checkpoints(&root).unwrap(), vec![newer]);
+}
+
+/// Item 12: BERT's text layout: one sentence per line, a blank line between
+/// documents, every file a document; long lines cut into sentences; lmkit's
+/// page format (form-feed lines) still read as pages.
+#[test]
+fn bert_documents_in_bert_layout() {
+    use lmkit::data::nsp::read_bert_documents;
+    let root = tmpdir("bertdocs");
+    let a = root.join("a.txt");
+    std::fs::write(
+        &a,
+        "First sentence of one.\nSecond of one.\n\n\nOnly line of two. It has two sentences.\n  \nThree.",
+    )
+    .unwrap();
+    let b = root.join("b.txt");
+    std::fs::write(&b, "File b is a document.\n").unwrap();
+    let docs = read_bert_documents(&[a.clone(), b]).unwrap();
+    assert_eq!(
+        docs,
+        vec![
+            vec!["First sentence of one.", "Second of one."],
+            vec!["Only line of two.", "It has two sentences."],
+            vec!["Three."],
+            vec!["File b is a document."],
+        ]
+    );
+    let paged = root.join("p.txt");
+    std::fs::write(
+        &paged,
+        "Page one, wrapped\nover lines. Next.\n\u{c}\nPage two.\n",
+    )
+    .unwrap();
+    let docs = read_bert_documents(&[paged]).unwrap();
+    assert_eq!(
+        docs,
+        vec![
+            vec!["Page one, wrapped over lines.", "Next."],
+            vec!["Page two."],
+        ]
+    );
+    let jsonl = root.join("d.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"text\": \"One. Two.\\nThree.\"}\n{\"text\": \"Four.\"}\n",
+    )
+    .unwrap();
+    let docs = read_bert_documents(&[jsonl]).unwrap();
+    assert_eq!(docs, vec![vec!["One.", "Two.", "Three."], vec!["Four."]]);
+}

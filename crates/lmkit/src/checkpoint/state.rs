@@ -296,8 +296,29 @@ pub fn save_checkpoint(
     Ok(fin)
 }
 
-/// Reads the training state and optimizer moments of checkpoint `dir`.
-pub fn load_train_state(dir: &Path) -> Result<(TrainState, OptimState), StateError> {
+/// Step folders under `root` that are not complete checkpoints (no
+/// `trainer_state.json`: a copy cut short, or a file removed by hand), newer
+/// than the newest complete one — what a resume passes over, so it can say so.
+pub fn skipped_checkpoints(root: &Path) -> Result<Vec<PathBuf>, StateError> {
+    if !root.exists() {
+        return Ok(vec![]);
+    }
+    let newest = list_checkpoints(root)?.last().map_or(0, |(s, _)| *s + 1);
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root).map_err(io_err(root))? {
+        let entry = entry.map_err(io_err(root))?;
+        if let Some(step) = entry.file_name().to_str().and_then(parse_step) {
+            if step >= newest && !entry.path().join(STATE_FILE).is_file() {
+                out.push((step, entry.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Reads only the trainer state of checkpoint `dir` (not the moments).
+pub fn read_train_state(dir: &Path) -> Result<TrainState, StateError> {
     let sp = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&sp).map_err(io_err(&sp))?;
     let state: TrainState = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
@@ -313,6 +334,12 @@ pub fn load_train_state(dir: &Path) -> Result<(TrainState, OptimState), StateErr
             ),
         });
     }
+    Ok(state)
+}
+
+/// Reads the training state and optimizer moments of checkpoint `dir`.
+pub fn load_train_state(dir: &Path) -> Result<(TrainState, OptimState), StateError> {
+    let state = read_train_state(dir)?;
     let opt = read_optimizer(&dir.join(OPTIM_FILE), state.num_params)?;
     if opt.step != state.step {
         return Err(StateError::Invalid {

@@ -13,7 +13,8 @@ pub mod squad;
 
 pub use batch::{BatchSampler, DataPosition, TokenBatch};
 pub use shards::{
-    open_shards, prepare_shards, PrepareOptions, PreparedData, ShardMeta, TokenData, TokenShard,
+    check_shards, open_shards, prepare_shards, PrepareOptions, PreparedData, ShardMeta, TokenData,
+    TokenShard,
 };
 
 use std::path::PathBuf;

@@ -214,49 +214,123 @@ fn pairs_of_document(
 }
 
 /// Splits a document into sentences: paragraphs at blank lines, line breaks
-/// inside a paragraph joined with a space, then a cut after `.`, `!` or `?`
-/// (plus closing quotes/brackets) that is followed by whitespace and an
-/// upper-case letter, digit or opening quote. A heuristic (abbreviations
-/// such as "e.g. The" over-split); code blocks stay whole paragraphs.
+/// inside a paragraph joined with a space, then each paragraph cut as
+/// [`split_line`] cuts a line. For hard-wrapped prose (lmkit's page format).
 pub fn split_sentences(doc: &str) -> Vec<String> {
     let mut out = Vec::new();
     for para in doc.split("\n\n") {
-        let joined = para.split_whitespace().collect::<Vec<_>>().join(" ");
-        if joined.is_empty() {
-            continue;
-        }
-        let chars: Vec<(usize, char)> = joined.char_indices().collect();
-        let mut start = 0usize;
-        let mut k = 0usize;
-        while k < chars.len() {
-            let (_, c) = chars[k];
-            if matches!(c, '.' | '!' | '?') {
-                let mut e = k + 1;
-                while e < chars.len() && matches!(chars[e].1, '"' | '\'' | ')' | ']' | '”' | '’')
-                {
-                    e += 1;
-                }
-                let next = chars.get(e + 1).map(|&(_, c)| c);
-                if e < chars.len()
-                    && chars[e].1 == ' '
-                    && next.is_some_and(|n| {
-                        n.is_uppercase() || n.is_ascii_digit() || matches!(n, '"' | '“' | '(')
-                    })
-                {
-                    let end = chars[e].0;
-                    out.push(joined[start..end].to_string());
-                    start = end + 1;
-                    k = e + 1;
-                    continue;
-                }
-            }
-            k += 1;
-        }
-        if start < joined.len() {
-            out.push(joined[start..].to_string());
-        }
+        cut_sentences(
+            &para.split_whitespace().collect::<Vec<_>>().join(" "),
+            &mut out,
+        );
     }
     out
+}
+
+/// Splits one line into sentences: a cut after `.`, `!` or `?` (plus
+/// closing quotes/brackets) that is followed by whitespace and an upper-case
+/// letter, digit or opening quote. A heuristic (abbreviations such as
+/// "e.g. The" over-split). Runs of whitespace become one space; a line with
+/// one sentence comes back whole, a blank line as nothing.
+pub fn split_line(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    cut_sentences(
+        &line.split_whitespace().collect::<Vec<_>>().join(" "),
+        &mut out,
+    );
+    out
+}
+
+/// The sentence cut of [`split_line`] on text already joined by single spaces.
+fn cut_sentences(joined: &str, out: &mut Vec<String>) {
+    if joined.is_empty() {
+        return;
+    }
+    let chars: Vec<(usize, char)> = joined.char_indices().collect();
+    let mut start = 0usize;
+    let mut k = 0usize;
+    while k < chars.len() {
+        let (_, c) = chars[k];
+        if matches!(c, '.' | '!' | '?') {
+            let mut e = k + 1;
+            while e < chars.len() && matches!(chars[e].1, '"' | '\'' | ')' | ']' | '”' | '’') {
+                e += 1;
+            }
+            let next = chars.get(e + 1).map(|&(_, c)| c);
+            if e < chars.len()
+                && chars[e].1 == ' '
+                && next.is_some_and(|n| {
+                    n.is_uppercase() || n.is_ascii_digit() || matches!(n, '"' | '“' | '(')
+                })
+            {
+                let end = chars[e].0;
+                out.push(joined[start..end].to_string());
+                start = end + 1;
+                k = e + 1;
+                continue;
+            }
+        }
+        k += 1;
+    }
+    if start < joined.len() {
+        out.push(joined[start..].to_string());
+    }
+}
+
+/// Whether a text file is in lmkit's page format: documents between
+/// form-feed lines (what `data::html` writes for the quickstart corpus).
+fn is_paged(text: &str) -> bool {
+    text.starts_with("\u{c}\n") || text.contains("\n\u{c}\n")
+}
+
+/// Reads BERT pretraining documents as lists of sentences, in the
+/// convention of Google's `create_pretraining_data.py` and HF's
+/// `TextDatasetForNextSentencePrediction`: one sentence per line, a blank
+/// line between documents, and every file ends a document. A line holding
+/// several sentences is cut into them ([`split_line`]). JSONL files: each
+/// row's `text` is a document, its lines read the same way. Text files in
+/// lmkit's page format (documents between form-feed lines) keep it: each
+/// page is a document of hard-wrapped paragraphs ([`split_sentences`]).
+/// Documents without a sentence are dropped.
+pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
+    let lines_doc = |text: &str| -> Vec<String> { text.lines().flat_map(split_line).collect() };
+    let mut docs: Vec<Vec<String>> = Vec::new();
+    for f in super::shards::list_sources(paths)? {
+        if is_jsonl_path(&f) {
+            for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
+                docs.push(lines_doc(&super::classify_data::string_field(
+                    &row, "text", &f, line,
+                )?));
+            }
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).map_err(super::io_err(&f))?;
+        if is_paged(&text) {
+            docs.extend(text.split("\n\u{c}\n").map(split_sentences));
+            continue;
+        }
+        let mut doc = Vec::new();
+        for line in text.lines() {
+            if line.trim().is_empty() {
+                docs.push(std::mem::take(&mut doc));
+            } else {
+                doc.extend(split_line(line));
+            }
+        }
+        docs.push(doc);
+    }
+    docs.retain(|d| !d.is_empty());
+    Ok(docs)
+}
+
+fn is_jsonl_path(f: &std::path::Path) -> bool {
+    matches!(
+        f.extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("jsonl" | "ndjson")
+    )
 }
 
 /// Reads documents from text files (split at form-feed lines `\n\f\n`) and
@@ -266,14 +340,7 @@ pub fn read_documents(paths: &[PathBuf]) -> Result<Vec<String>> {
     let files = super::shards::list_sources(paths)?;
     let mut docs = Vec::new();
     for f in files {
-        let jsonl = matches!(
-            f.extension()
-                .and_then(|e| e.to_str())
-                .map(str::to_ascii_lowercase)
-                .as_deref(),
-            Some("jsonl" | "ndjson")
-        );
-        if jsonl {
+        if is_jsonl_path(&f) {
             for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
                 docs.push(super::classify_data::string_field(&row, "text", &f, line)?);
             }

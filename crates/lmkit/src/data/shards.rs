@@ -125,54 +125,72 @@ impl TokenShard {
 }
 
 /// Writes a shard to `PATH.tmp`, then fsyncs and renames it into place.
+/// Dropped unfinished (an error, a full disk), it removes its temp file.
 struct ShardWriter {
     tmp: PathBuf,
     path: PathBuf,
-    out: BufWriter<File>,
+    /// `None` once finished.
+    out: Option<BufWriter<File>>,
     width: usize,
     len: u64,
+}
+
+impl Drop for ShardWriter {
+    fn drop(&mut self) {
+        if self.out.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 impl ShardWriter {
     fn create(path: &Path, width: usize) -> Result<Self> {
         let tmp = path.with_extension("bin.tmp");
         let file = File::create(&tmp).map_err(io_err(&tmp))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut w = ShardWriter {
+            tmp,
+            path: path.to_path_buf(),
+            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            width,
+            len: 0,
+        };
         let mut header = [0u8; HEADER_LEN];
         header[..8].copy_from_slice(SHARD_MAGIC);
         header[8..12].copy_from_slice(&(width as u32).to_le_bytes());
-        out.write_all(&header).map_err(io_err(&tmp))?;
-        Ok(ShardWriter {
-            tmp,
-            path: path.to_path_buf(),
-            out,
-            width,
-            len: 0,
-        })
+        w.writer().write_all(&header).map_err(io_err(&w.tmp))?;
+        Ok(w)
+    }
+
+    fn writer(&mut self) -> &mut BufWriter<File> {
+        self.out
+            .as_mut()
+            .expect("an unfinished writer has its file")
     }
 
     fn push(&mut self, token: u32) -> Result<()> {
-        let r = if self.width == 2 {
-            self.out.write_all(&(token as u16).to_le_bytes())
+        let wide = self.width == 4;
+        let out = self.writer();
+        let r = if wide {
+            out.write_all(&token.to_le_bytes())
         } else {
-            self.out.write_all(&token.to_le_bytes())
+            out.write_all(&(token as u16).to_le_bytes())
         };
         r.map_err(io_err(&self.tmp))?;
         self.len += 1;
         Ok(())
     }
 
-    fn finish(self) -> Result<u64> {
-        let tmp = self.tmp;
-        let mut file = self
-            .out
-            .into_inner()
-            .map_err(|e| io_err(&tmp)(e.into_error()))?;
+    fn finish(mut self) -> Result<u64> {
+        let tmp = self.tmp.clone();
+        // Flush while `out` is still held: on an error, drop removes the temp file.
+        self.writer().flush().map_err(io_err(&tmp))?;
+        let mut file = self.writer().get_ref().try_clone().map_err(io_err(&tmp))?;
         file.seek(SeekFrom::Start(16)).map_err(io_err(&tmp))?;
         file.write_all(&self.len.to_le_bytes())
             .map_err(io_err(&tmp))?;
         file.sync_all().map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, &self.path).map_err(io_err(&self.path))?;
+        self.out = None;
         Ok(self.len)
     }
 }
@@ -388,19 +406,9 @@ pub fn prepare_shards(
     let width: u32 = if opts.vocab_size <= 1 << 16 { 2 } else { 4 };
 
     let meta_path = out_dir.join("meta.json");
-    if let Ok(text) = std::fs::read_to_string(&meta_path) {
-        if let Ok(meta) = serde_json::from_str::<ShardMeta>(&text) {
-            let same = meta.version == META_VERSION
-                && meta.sources == sources
-                && meta.tokenizer == opts.tokenizer_id
-                && meta.vocab_size as usize == opts.vocab_size
-                && meta.eos_id == opts.eos_id
-                && meta.val_fraction == opts.val_fraction;
-            if same && open_shards(out_dir).is_ok() {
-                progress(total_bytes, total_bytes);
-                return Ok(PreparedData { meta, reused: true });
-            }
-        }
+    if let Ok(meta) = shards_differ(out_dir, &sources, opts) {
+        progress(total_bytes, total_bytes);
+        return Ok(PreparedData { meta, reused: true });
     }
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     // Invalidate old shards first: a crash mid-way must not leave a stale
@@ -520,13 +528,84 @@ pub fn prepare_shards(
         sources,
     };
     let json = serde_json::to_string_pretty(&meta).expect("meta serializes");
-    let tmp = meta_path.with_extension("json.tmp");
-    std::fs::write(&tmp, json).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, &meta_path).map_err(io_err(&meta_path))?;
+    crate::util::fs::atomic_write(&meta_path, json.as_bytes()).map_err(|e| match e {
+        crate::Error::Io { path, source } => DataError::Io { path, source },
+        other => DataError::Invalid(other.to_string()),
+    })?;
     Ok(PreparedData {
         meta,
         reused: false,
     })
+}
+
+/// Whether the shards in `out_dir` were made from `paths` (their sizes and
+/// modification times as recorded) with `opts`: `Ok(meta)` when they were,
+/// else what differs, in words. Reads and writes nothing else, so a resumed
+/// run can check its data before anything is replaced.
+pub fn check_shards(
+    paths: &[PathBuf],
+    out_dir: &Path,
+    opts: &PrepareOptions,
+) -> Result<std::result::Result<ShardMeta, String>> {
+    let sources = list_sources(paths)?
+        .iter()
+        .map(|f| source_info(f))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(shards_differ(out_dir, &sources, opts))
+}
+
+/// See [`check_shards`].
+fn shards_differ(
+    out_dir: &Path,
+    sources: &[SourceInfo],
+    opts: &PrepareOptions,
+) -> std::result::Result<ShardMeta, String> {
+    let meta_path = out_dir.join("meta.json");
+    let Ok(text) = std::fs::read_to_string(&meta_path) else {
+        return Err(format!("{} is missing", meta_path.display()));
+    };
+    let Ok(meta) = serde_json::from_str::<ShardMeta>(&text) else {
+        return Err(format!("{} does not parse", meta_path.display()));
+    };
+    let why = if meta.version != META_VERSION {
+        format!(
+            "shard format {} (this build writes {META_VERSION})",
+            meta.version
+        )
+    } else if meta.sources != sources {
+        let stored: Vec<&str> = meta.sources.iter().map(|s| s.path.as_str()).collect();
+        let given: Vec<&str> = sources.iter().map(|s| s.path.as_str()).collect();
+        if stored == given {
+            let changed = meta
+                .sources
+                .iter()
+                .zip(sources)
+                .find(|(a, b)| a != b)
+                .map_or(String::new(), |(a, _)| a.path.clone());
+            format!("{changed} changed (size or modification time) since the shards were made")
+        } else {
+            format!(
+                "the shards were made from [{}], not [{}]",
+                stored.join(", "),
+                given.join(", ")
+            )
+        }
+    } else if meta.tokenizer != opts.tokenizer_id
+        || meta.vocab_size as usize != opts.vocab_size
+        || meta.eos_id != opts.eos_id
+    {
+        "the shards were made with another tokenizer".to_string()
+    } else if meta.val_fraction != opts.val_fraction {
+        format!(
+            "the shards hold out a validation fraction of {}, not {}",
+            meta.val_fraction, opts.val_fraction
+        )
+    } else if let Err(e) = open_shards(out_dir) {
+        format!("the shards do not open: {e}")
+    } else {
+        return Ok(meta);
+    };
+    Err(why)
 }
 
 /// Opens the shards written by [`prepare_shards`].

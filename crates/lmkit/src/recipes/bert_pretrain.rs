@@ -2,8 +2,9 @@
 //! text: the data pipeline and the training loop behind
 //! `lmkit pretrain --arch bert`.
 //!
-//! Data: documents (text files split at form-feed lines, JSONL `text`) →
-//! sentences ([`split_sentences`]) → WordPiece ids. Every `1/val_fraction`-th
+//! Data: documents as sentences ([`read_bert_documents`]: one sentence per
+//! line, a blank line between documents, as BERT's own scripts read them;
+//! JSONL `text` rows) → WordPiece ids. Every `1/val_fraction`-th
 //! document is held out for validation. Each epoch builds fresh NSP pairs
 //! from the training documents ([`build_nsp_pairs`], seeded by
 //! `(seed, epoch)`) and visits them in a fresh permutation; every pair gets
@@ -28,7 +29,7 @@ use serde_json::{json, Map, Value};
 
 use crate::checkpoint::save_params;
 use crate::data::mlm::{MlmConfig, MlmMasker, IGNORE_INDEX};
-use crate::data::nsp::{build_nsp_pairs, read_documents, split_sentences, NspConfig, NspPair};
+use crate::data::nsp::{build_nsp_pairs, read_bert_documents, NspConfig, NspPair};
 use crate::data::DataPosition;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadStats};
 use crate::models::bert::{Bert, BertBatch};
@@ -37,7 +38,7 @@ use crate::spec::layout::bert_layout;
 use crate::spec::names::Architecture;
 
 use super::finetune::load_bert_as;
-use super::pretrain_options::{PretrainEvent, PretrainSummary};
+use super::pretrain_options::{init_from_record, PretrainEvent, PretrainSummary};
 use super::{invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::StepStats;
@@ -107,10 +108,16 @@ pub struct BertCorpus {
     pub val: Vec<Vec<Vec<u32>>>,
     /// A fingerprint of the token stream (checked on resume).
     pub fingerprint: String,
+    /// What the reader did that the user should know (e.g. split a single document).
+    pub notes: Vec<String>,
 }
 
-/// Reads, sentence-splits and tokenizes `paths`; holds out every
+/// Reads ([`read_bert_documents`]: one sentence per line, a blank line
+/// between documents) and tokenizes `paths`; holds out every
 /// `round(1/val_fraction)`-th document (none with fewer than 2 per side).
+/// Next-sentence prediction draws its random B from another document, so a
+/// corpus of a single document is split in two halves at a sentence
+/// boundary (said in `notes`).
 pub fn prepare_corpus(
     paths: &[PathBuf],
     tok: &WordPieceTokenizer,
@@ -126,13 +133,13 @@ pub fn prepare_corpus(
     tok.set_padding(None);
     tok.set_truncation(None);
     let tok = &tok;
-    let texts = read_documents(paths)?;
-    let docs: Vec<Vec<Vec<u32>>> = texts
+    let texts = read_bert_documents(paths)?;
+    let mut docs: Vec<Vec<Vec<u32>>> = texts
         .par_iter()
         .map(|d| -> Result<Vec<Vec<u32>>> {
             let mut sents = Vec::new();
-            for s in split_sentences(d) {
-                let ids = tok.encode(&s, false)?.ids;
+            for s in d {
+                let ids = tok.encode(s, false)?.ids;
                 if !ids.is_empty() {
                     sents.push(ids);
                 }
@@ -143,6 +150,19 @@ pub fn prepare_corpus(
         .into_iter()
         .filter(|d| !d.is_empty())
         .collect();
+    let mut notes = Vec::new();
+    if docs.len() == 1 && docs[0].len() >= 2 {
+        let n = docs[0].len();
+        let second = docs[0].split_off(n / 2);
+        docs.push(second);
+        notes.push(format!(
+            "note: the data is one document; next-sentence prediction draws its random second \
+             segments from another document, so it is split in two halves ({} and {} sentences). \
+             Separate documents with a blank line (one sentence per line), or give several files",
+            n / 2,
+            n - n / 2
+        ));
+    }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for d in &docs {
         for s in d {
@@ -171,15 +191,15 @@ pub fn prepare_corpus(
     }
     if train.len() < 2 {
         return Err(invalid(format!(
-            "next-sentence prediction needs at least 2 documents, the data has {} \
-             (separate documents with a form-feed line, or use JSONL rows)",
-            train.len()
+            "next-sentence prediction needs at least 2 sentences, the data has {}",
+            train.iter().map(Vec::len).sum::<usize>()
         )));
     }
     Ok(BertCorpus {
         train,
         val,
         fingerprint,
+        notes,
     })
 }
 
@@ -389,13 +409,17 @@ pub fn run_bert_pretraining(
                 )));
             }
         }
-        if run.whole_word_masking != saved.whole_word_masking
-            || run.val_fraction != saved.val_fraction
-            || run.short_seq_prob != saved.short_seq_prob
-        {
-            return Err(invalid(
-                "`whole_word_masking` / `val_fraction` differ from the checkpoint's; an exact resume needs the same data pipeline",
-            ));
+        if run.whole_word_masking != saved.whole_word_masking {
+            return Err(invalid(format!(
+                "`whole_word_masking` {} differs from the checkpoint's {}; an exact resume needs the same masking",
+                run.whole_word_masking, saved.whole_word_masking
+            )));
+        }
+        if run.val_fraction != saved.val_fraction || run.short_seq_prob != saved.short_seq_prob {
+            return Err(invalid(format!(
+                "`val_fraction` {} differs from the checkpoint's {}; an exact resume needs the same data split",
+                run.val_fraction, saved.val_fraction
+            )));
         }
         let tok = load_tokenizer(&dir)?;
         let model = Bert::from_dir(&dir)?;
@@ -492,15 +516,26 @@ pub fn run_bert_pretraining(
         return Err(invalid("`data` (text files) is required"));
     }
     let corpus = prepare_corpus(&o.data, &tok, run.val_fraction)?;
+    for n in &corpus.notes {
+        on_event(PretrainEvent::Note(n.clone()));
+    }
     let batcher = PairBatcher::new(&tok, run.seq_len, run.whole_word_masking)?;
     let val_pairs: Vec<NspPair> = if corpus.val.len() >= 2 {
         let mut c = NspConfig::new(run.seq_len);
         c.short_seq_prob = run.short_seq_prob;
         build_nsp_pairs(&corpus.val, &c, &mut Rng::derive(run.seed ^ VAL, 0))?
     } else {
-        on_event(PretrainEvent::Note(
-            "note: no validation split (too few documents or `val_fraction` 0)".into(),
-        ));
+        on_event(PretrainEvent::Note(if run.val_fraction == 0.0 {
+            "note: no validation split (`val_fraction` 0): validation loss is not measured".into()
+        } else {
+            format!(
+                "note: no validation split: `val_fraction` {} holds out every {}th document, and the \
+                 data's {} documents leave fewer than 2 on a side; validation loss is not measured",
+                run.val_fraction,
+                (1.0 / run.val_fraction).round().max(2.0),
+                corpus.train.len() + corpus.val.len()
+            )
+        }));
         Vec::new()
     };
 
@@ -523,9 +558,15 @@ pub fn run_bert_pretraining(
                 ));
             }
             if state.extra["data"].as_str() != Some(corpus.fingerprint.as_str()) {
-                return Err(invalid(
-                    "the data differs from the checkpoint's (pass the same `data` to resume exactly)",
-                ));
+                return Err(invalid(format!(
+                    "`data` is not the text the checkpoint was trained on ({} documents and tokens differ from the run's {}); \
+                     resume with the same files, unchanged, or start a new `output`",
+                    corpus.fingerprint.split(':').next().unwrap_or("?"),
+                    state.extra["data"]
+                        .as_str()
+                        .and_then(|f| f.split(':').next())
+                        .unwrap_or("?"),
+                )));
             }
             state.optim = o.optim;
             (state, opt)
@@ -535,7 +576,22 @@ pub fn run_bert_pretraining(
             OptimState::new(num_params),
         ),
     };
-    state.extra = json!({"arch": "bert", "run": run, "data": corpus.fingerprint});
+    let init_record = match &state.extra.get("init_from") {
+        Some(v) if o.resume => (*v).clone(),
+        _ => init_from_record(&o.init_from),
+    };
+    let data_paths: Vec<PathBuf> = o
+        .data
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    state.extra = json!({
+        "arch": "bert",
+        "run": run,
+        "data": corpus.fingerprint,
+        "data_paths": data_paths,
+        "init_from": init_record,
+    });
     let start_step = state.step;
     if start_step >= run.max_steps {
         return Err(invalid(format!(

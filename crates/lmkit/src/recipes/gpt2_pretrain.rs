@@ -11,10 +11,11 @@ use std::path::Path;
 
 use lmkit_tokenizers::BpeTokenizer;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::pretrain_options::{
-    optim_config, pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
+    check_resumed_init, check_resumed_size, init_from_record, optim_config, pick, preset,
+    saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use super::{invalid, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params, LoadOptions};
@@ -149,23 +150,23 @@ pub(crate) fn run(
     let ckpt_root = out.join("checkpoints");
 
     // Model, tokenizer, and saved state.
-    let resumed = match saved_state(o)? {
-        Some((dir, _)) => {
-            if o.size.given() || o.init_from.is_some() {
-                return Err(invalid(
-                    "`resume` takes the model from the checkpoint; drop `preset`, `n_*` and `init_from`",
-                ));
-            }
-            let (state, opt) = load_train_state(&dir)?;
+    let resumed = match saved_state(o, on_event)? {
+        Some((dir, state)) => {
             if state.extra.get("arch").and_then(|a| a.as_str()) != Some("gpt2") {
                 return Err(invalid(format!(
                     "{}: this checkpoint is not from GPT-2 pretraining",
                     dir.display()
                 )));
             }
+            check_resumed_init(&o.init_from, &state)?;
+            let (state, opt) = load_train_state(&dir)?;
             Some((dir, state, opt))
         }
         None => None,
+    };
+    let init_record = match &resumed {
+        Some((_, s, _)) => s.extra.get("init_from").cloned().unwrap_or(Value::Null),
+        None => init_from_record(&o.init_from),
     };
     let saved_run: Option<Gpt2RunConfig> = resumed
         .as_ref()
@@ -221,7 +222,20 @@ pub(crate) fn run(
     let (tokenizer, mut model) = match &resumed {
         Some((dir, _, _)) => {
             let tok = BpeTokenizer::from_dir(dir)?;
+            if let Some(given) = &o.tokenizer {
+                if vocab_id(&BpeTokenizer::from_dir(given)?) != vocab_id(&tok) {
+                    return Err(invalid(format!(
+                        "`tokenizer` {}: its vocabulary differs from the checkpoint's; `resume` continues with the checkpoint's tokenizer",
+                        given.display()
+                    )));
+                }
+            }
             let (cfg, params) = load_hf_gpt2(dir)?;
+            check_resumed_size(
+                Family::Gpt2,
+                &o.size,
+                (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions),
+            )?;
             (tok, Gpt2::from_params(cfg, params)?)
         }
         None => {
@@ -302,9 +316,17 @@ pub(crate) fn run(
     }
     let mut sampler = BatchSampler::new(data.train.len(), batch_size, seq_len, seed)?;
     if data.val.is_none() {
-        on_event(PretrainEvent::Note(
-            "note: no validation split (`val_fraction` 0): validation loss is not measured".into(),
-        ));
+        on_event(PretrainEvent::Note(if val_fraction == 0.0 {
+            "note: no validation split (`val_fraction` 0): validation loss is not measured".into()
+        } else {
+            format!(
+                "note: the data is too small to hold out a validation split ({} tokens; `val_fraction` {val_fraction} \
+                 takes every {}th chunk of {} tokens): validation loss is not measured",
+                data.meta.train_tokens,
+                (1.0 / val_fraction).round().max(2.0),
+                data.meta.chunk_tokens
+            )
+        }));
     }
 
     // Optimizer and state.
@@ -341,7 +363,7 @@ pub(crate) fn run(
             OptimState::new(model.num_params()),
         ),
     };
-    state.extra = json!({"arch": "gpt2", "run": run_cfg});
+    state.extra = json!({"arch": "gpt2", "run": run_cfg, "init_from": init_record});
     let start_step = state.step;
     if start_step >= max_steps {
         return Err(invalid(format!(
@@ -503,25 +525,29 @@ fn prepare_data(
     val_fraction: f64,
     on_event: &mut dyn FnMut(PretrainEvent),
 ) -> Result<TokenData> {
-    if o.data.is_empty() {
-        if o.resume && dir.join("meta.json").exists() {
-            return Ok(data::open_shards(dir)?);
-        }
-        return Err(invalid("`data` (text files) is required"));
-    }
-    // The tokenizer is identified by its vocabulary (the same however it was loaded).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for id in 0..tok.vocab_size() as u32 {
-        for b in tok.id_to_token(id).unwrap_or("").bytes().chain([0xff]) {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
     let opts = PrepareOptions {
         vocab_size,
         eos_id: eos,
         val_fraction,
-        tokenizer_id: format!("vocab:{h:016x}"),
+        tokenizer_id: vocab_id(tok),
     };
+    // A resumed run continues on its own shards: given data must be the
+    // same (checked before anything in OUTPUT/data is replaced).
+    if o.resume && dir.join("meta.json").exists() {
+        if !o.data.is_empty() {
+            if let Err(why) = data::check_shards(&o.data, dir, &opts)? {
+                return Err(invalid(format!(
+                    "`data` is not the data of the run being resumed: {why}; \
+                     drop `data` to continue on the shards in {}, or start a new `output`",
+                    dir.display()
+                )));
+            }
+        }
+        return Ok(data::open_shards(dir)?);
+    }
+    if o.data.is_empty() {
+        return Err(invalid("`data` (text files) is required"));
+    }
     let encode = |text: &str| -> std::result::Result<Vec<u32>, String> {
         Ok(tok.encode_ids(text.as_bytes(), false))
     };
@@ -541,6 +567,17 @@ fn prepare_data(
         }
     )));
     Ok(data::open_shards(dir)?)
+}
+
+/// Identifies a tokenizer by its vocabulary (the same however it was loaded).
+fn vocab_id(tok: &BpeTokenizer) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for id in 0..tok.vocab_size() as u32 {
+        for b in tok.id_to_token(id).unwrap_or("").bytes().chain([0xff]) {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("vocab:{h:016x}")
 }
 
 /// Sampling settings of the periodic and quickstart samples.

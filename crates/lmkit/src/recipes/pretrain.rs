@@ -10,14 +10,20 @@
 //! token shards in `data/`, and at the end the final model in HF layout.
 
 use super::bert_pretrain::{run_bert_pretraining, BertDims, BertPretrainOptions, BertRunConfig};
+use super::pretrain_options::{
+    check_resumed_init, check_resumed_size, optim_config, pick, saved_state,
+};
 pub use super::pretrain_options::{
     has_checkpoint, preset, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
     BERT_PRESETS, GPT2_PRESETS,
 };
-use super::pretrain_options::{optim_config, pick, saved_state};
 use super::{gpt2_pretrain, invalid, Result};
+use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::train::TrainState;
+use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
+use std::path::{Path, PathBuf};
 
 /// Runs (or continues) the pretraining `o` describes. `should_stop` is
 /// polled after every step: when it says so the run saves a checkpoint and
@@ -49,7 +55,17 @@ fn run_bert(
             "`sample_every`/`sample_prompt`/`sample_tokens` generate text: GPT-2 only",
         ));
     }
-    let saved = saved_state(o)?.map(|(_, s)| s);
+    let resumed = saved_state(o, on_event)?;
+    if let Some((dir, state)) = &resumed {
+        if state.extra.get("arch").and_then(|a| a.as_str()) != Some("bert") {
+            return Err(invalid(format!(
+                "{}: this checkpoint is not from BERT pretraining",
+                dir.display()
+            )));
+        }
+        check_resumed_bert(o, dir, state)?;
+    }
+    let saved = resumed.map(|(_, s)| s);
     let sr: Option<BertRunConfig> = saved
         .as_ref()
         .and_then(|s| serde_json::from_value(s.extra["run"].clone()).ok());
@@ -77,7 +93,19 @@ fn run_bert(
         keep: o.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
     };
-    let dims = if o.size.given() {
+    // The data of a resumed run: as given, else the files it was started on.
+    let data = match (&saved, o.data.is_empty()) {
+        (Some(s), true) => s
+            .extra
+            .get("data_paths")
+            .and_then(|v| serde_json::from_value::<Vec<PathBuf>>(v.clone()).ok())
+            .ok_or_else(|| {
+                invalid("`data`: this checkpoint does not record its data files; give the same `data` again")
+            })?,
+        _ => o.data.clone(),
+    };
+    // On resume the model comes from the checkpoint (its size was checked above).
+    let dims = if o.size.given() && saved.is_none() {
         let s = &o.size;
         let (l, c, h, p) = match &s.preset {
             Some(name) => preset(Family::Bert, name)?,
@@ -117,7 +145,7 @@ fn run_bert(
     };
     let optim = optim_config(o, so, &defaults, max_steps, run.grad_accum)?;
     let opts = BertPretrainOptions {
-        data: o.data.clone(),
+        data,
         output: o.output.clone(),
         tokenizer: o.tokenizer.clone(),
         init_from: o.init_from.clone(),
@@ -129,4 +157,35 @@ fn run_bert(
         stop_after: o.stop_after,
     };
     run_bert_pretraining(&opts, on_event, should_stop)
+}
+
+/// A resumed BERT run given the options of the command that started it:
+/// size, `init_from` and `tokenizer` must agree with the checkpoint.
+fn check_resumed_bert(o: &PretrainOptions, dir: &Path, state: &TrainState) -> Result<()> {
+    check_resumed_init(&o.init_from, state)?;
+    if o.size.given() {
+        let AnyConfig::Bert(c) = AnyConfig::from_file(dir.join("config.json"))? else {
+            return Err(invalid(format!("{}: not a BERT checkpoint", dir.display())));
+        };
+        check_resumed_size(
+            Family::Bert,
+            &o.size,
+            (
+                c.num_hidden_layers,
+                c.hidden_size,
+                c.num_attention_heads,
+                c.max_position_embeddings,
+            ),
+        )?;
+    }
+    if let Some(given) = &o.tokenizer {
+        let mine = WordPieceTokenizer::from_dir(dir)?;
+        if WordPieceTokenizer::from_dir(given)?.vocab() != mine.vocab() {
+            return Err(invalid(format!(
+                "`tokenizer` {}: its vocabulary differs from the checkpoint's; `resume` continues with the checkpoint's tokenizer",
+                given.display()
+            )));
+        }
+    }
+    Ok(())
 }

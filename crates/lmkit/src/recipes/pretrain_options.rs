@@ -11,7 +11,9 @@ use serde_json::{Map, Value};
 use super::{invalid, Result};
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
-use crate::train::{latest_checkpoint, load_train_state, RunEvent, TrainState};
+use crate::train::{
+    latest_checkpoint, read_train_state, skipped_checkpoints, RunEvent, TrainState,
+};
 
 /// Progress reports to the caller (the CLI draws bars and prints lines).
 #[derive(Debug)]
@@ -195,10 +197,22 @@ pub fn has_checkpoint(output: &Path) -> Result<bool> {
 
 /// The trainer state of the newest checkpoint under OUTPUT when resuming
 /// (`None` when not resuming); an error when resuming from nothing, or when
-/// not resuming over an existing run.
-pub(crate) fn saved_state(o: &PretrainOptions) -> Result<Option<(PathBuf, TrainState)>> {
+/// not resuming over an existing run. Step folders newer than it that are
+/// not complete checkpoints are named in a note, never passed over silently.
+pub(crate) fn saved_state(
+    o: &PretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<Option<(PathBuf, TrainState)>> {
     let root = o.output.join("checkpoints");
     let latest = latest_checkpoint(&root)?;
+    if o.resume {
+        for d in skipped_checkpoints(&root)? {
+            on_event(PretrainEvent::Note(format!(
+                "note: {} is not a complete checkpoint (no trainer_state.json); resuming from the newest complete one",
+                d.display()
+            )));
+        }
+    }
     if !o.resume {
         if let Some(d) = latest {
             return Err(invalid(format!(
@@ -215,8 +229,86 @@ pub(crate) fn saved_state(o: &PretrainOptions) -> Result<Option<(PathBuf, TrainS
             root.display()
         ))
     })?;
-    let (state, _) = load_train_state(&dir)?;
+    let state = read_train_state(&dir)?;
     Ok(Some((dir, state)))
+}
+
+/// On `resume`, the model-size options of the command that started the run
+/// are welcome; one that contradicts the checkpoint's model is an error
+/// naming the option, the stored value and the given one. `stored` is the
+/// checkpoint's `(n_layer, n_embd, n_head, n_positions)`.
+pub(crate) fn check_resumed_size(
+    family: Family,
+    size: &ModelSize,
+    stored: (usize, usize, usize, usize),
+) -> Result<()> {
+    let from_preset = match &size.preset {
+        Some(name) => Some(preset(family, name)?),
+        None => None,
+    };
+    let rows = [
+        ("n_layer", size.n_layer, from_preset.map(|p| p.0), stored.0),
+        ("n_embd", size.n_embd, from_preset.map(|p| p.1), stored.1),
+        ("n_head", size.n_head, from_preset.map(|p| p.2), stored.2),
+        (
+            "n_positions",
+            size.n_positions,
+            from_preset.map(|p| p.3),
+            stored.3,
+        ),
+    ];
+    for (name, given, by_preset, had) in rows {
+        match (given, by_preset) {
+            (Some(g), _) if g != had => {
+                return Err(invalid(format!(
+                    "`{name}` {g} differs from the checkpoint's {had}; `resume` continues the checkpoint's model"
+                )))
+            }
+            (None, Some(p)) if p != had => {
+                return Err(invalid(format!(
+                    "`preset` {} has {name} {p}, the checkpoint's model has {had}; `resume` continues the checkpoint's model",
+                    size.preset.as_deref().unwrap_or_default()
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The `init_from` a run records in its trainer state (`extra.init_from`).
+pub(crate) fn init_from_record(init_from: &Option<PathBuf>) -> Value {
+    match init_from {
+        Some(p) => Value::String(
+            std::fs::canonicalize(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string(),
+        ),
+        None => Value::Null,
+    }
+}
+
+/// On `resume`, `init_from` may repeat the folder the run started from
+/// (recorded in `state.extra.init_from`); another folder is an error.
+pub(crate) fn check_resumed_init(given: &Option<PathBuf>, state: &TrainState) -> Result<()> {
+    let Some(g) = given else { return Ok(()) };
+    // Absent: a checkpoint from before the run recorded it.
+    let Some(stored) = state.extra.get("init_from") else {
+        return Ok(());
+    };
+    let given_s = init_from_record(given);
+    match stored.as_str() {
+        Some(s) if Some(s) == given_s.as_str() => Ok(()),
+        Some(s) => Err(invalid(format!(
+            "`init_from` {} differs from the checkpoint's {s}; `resume` continues the checkpoint's model",
+            g.display()
+        ))),
+        None => Err(invalid(format!(
+            "`init_from` {}: the checkpoint's run started from a new model, not from a checkpoint; `resume` continues the checkpoint's model",
+            g.display()
+        ))),
+    }
 }
 
 /// A value that an exact resume must keep: the given one, else the saved

@@ -8,8 +8,8 @@ pub mod runner;
 pub mod step;
 
 pub use crate::checkpoint::state::{
-    latest_checkpoint, list_checkpoints, load_train_state, save_checkpoint, DataPosition,
-    OptimState, StateError, TrainState,
+    latest_checkpoint, list_checkpoints, load_train_state, read_train_state, save_checkpoint,
+    skipped_checkpoints, DataPosition, OptimState, StateError, TrainState,
 };
 pub use crate::models::{LossParts, Trainable};
 pub use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
