@@ -56,10 +56,26 @@ fn main() -> ExitCode {
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {}", flag_names(&format!("{e:?}"), &sub));
+            eprintln!("Error: {}", flag_names(&error_text(&e), &sub));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each cause once: library errors often carry
+/// their source's text already (`path: source`), so a cause whose text is
+/// part of what was printed is not printed again. No backtrace: these are
+/// the user's errors, not the program's.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str("\n  caused by: ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 /// The library names options by their field names in backticks

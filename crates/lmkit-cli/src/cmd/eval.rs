@@ -56,12 +56,13 @@ pub struct Args {
     /// BERT tasks: sequences per forward pass.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
-    /// classify: longest input; squad: window length [default: 128 / 384].
+    /// classify: longest input; squad: window length [default: 128 / 384,
+    /// at most the model's max_position_embeddings].
     #[arg(long)]
     pub max_seq_len: Option<usize>,
-    /// squad: overlap between windows.
-    #[arg(long, default_value_t = 128)]
-    pub doc_stride: usize,
+    /// squad: overlap between windows [default: 128, at most half the window].
+    #[arg(long)]
+    pub doc_stride: Option<usize>,
     /// squad: longest answer in tokens.
     #[arg(long, default_value_t = 30)]
     pub max_answer_len: usize,
@@ -239,19 +240,17 @@ pub fn run(a: Args) -> Result<()> {
             model.require(lmkit::models::bert::HeadKind::QuestionAnswering)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
             let ex = limit(read_squad(&a.data)?, a.limit);
-            let max_len = a.max_seq_len.unwrap_or(384);
-            if a.doc_stride >= max_len {
-                bail!(
-                    "--doc-stride {} must be smaller than --max-seq-len {max_len}",
-                    a.doc_stride
-                );
-            }
+            let (max_len, stride) = super::qa::qa_windows(
+                a.max_seq_len,
+                a.doc_stride,
+                model.config.max_position_embeddings,
+            )?;
             let opts = QaOptions {
                 top_k: a.n_best.max(1),
                 max_answer_len: a.max_answer_len.max(1),
                 handle_impossible_answer: false,
             };
-            let r = eval_squad(&model, &tok, &ex, max_len, a.doc_stride, opts, a.batch_size)?;
+            let r = eval_squad(&model, &tok, &ex, max_len, stride, opts, a.batch_size)?;
             let preds = r
                 .predictions
                 .iter()

@@ -28,12 +28,14 @@ pub struct Args {
     /// Longest answer, in tokens.
     #[arg(long, default_value_t = 15)]
     pub max_answer_len: usize,
-    /// Tokens per window (question and specials included).
-    #[arg(long, default_value_t = 384)]
-    pub max_seq_len: usize,
-    /// Tokens of overlap between consecutive windows.
-    #[arg(long, default_value_t = 128)]
-    pub doc_stride: usize,
+    /// Tokens per window, question and specials included [default: 384, at
+    /// most the model's max_position_embeddings].
+    #[arg(long)]
+    pub max_seq_len: Option<usize>,
+    /// Tokens of overlap between consecutive windows [default: 128, at most
+    /// half the window].
+    #[arg(long)]
+    pub doc_stride: Option<usize>,
     /// Also consider "no answer" (scored by [CLS]).
     #[arg(long)]
     pub allow_no_answer: bool,
@@ -49,14 +51,17 @@ pub fn run(args: Args) -> Result<()> {
     let context = std::fs::read_to_string(&args.context)
         .with_context(|| format!("reading {}", args.context.display()))?;
     let p = super::embed::load("qa", &args.model, false)?;
-    // HF caps the stride at half the window.
-    let stride = args.doc_stride.min(args.max_seq_len / 2);
+    let (window, stride) = qa_windows(
+        args.max_seq_len,
+        args.doc_stride,
+        p.model.config.max_position_embeddings,
+    )?;
     let opts = QaOptions {
         top_k: args.top_k,
         max_answer_len: args.max_answer_len,
         handle_impossible_answer: args.allow_no_answer,
     };
-    let answers = p.answer(&args.question, &context, args.max_seq_len, stride, opts)?;
+    let answers = p.answer(&args.question, &context, window, stride, opts)?;
     if answers.is_empty() {
         bail!("no answer span found in the context");
     }
@@ -71,4 +76,23 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The QA window and overlap, as HF's question-answering pipeline picks
+/// them: the window `min(384, max_positions)` unless given, the overlap
+/// `min(128, window / 2)` unless given; a given overlap must fit the window.
+pub fn qa_windows(
+    max_seq_len: Option<usize>,
+    doc_stride: Option<usize>,
+    max_positions: usize,
+) -> Result<(usize, usize)> {
+    let window = max_seq_len.unwrap_or(384.min(max_positions));
+    if window > max_positions {
+        bail!("--max-seq-len {window} exceeds the model's max_position_embeddings {max_positions}");
+    }
+    let stride = doc_stride.unwrap_or(128.min(window / 2));
+    if stride >= window {
+        bail!("--doc-stride {stride} must be smaller than the window (--max-seq-len {window})");
+    }
+    Ok((window, stride))
 }

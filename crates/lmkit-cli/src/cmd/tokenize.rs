@@ -81,13 +81,16 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
         });
         serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
+    } else if args.count {
+        let n = tokenizer
+            .count_tokens(&text, args.special)
+            .with_context(|| format!("encoding {source}"))?;
+        writeln!(out, "{n}")?;
     } else {
         let ids = tokenizer
             .encode_ids_parallel(&text, args.special)
             .with_context(|| format!("encoding {source}"))?;
-        if args.count {
-            writeln!(out, "{}", ids.len())?;
-        } else {
+        {
             let mut line = String::with_capacity(ids.len() * 6);
             for (i, id) in ids.iter().enumerate() {
                 if i > 0 {

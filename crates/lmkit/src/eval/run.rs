@@ -121,7 +121,12 @@ pub fn eval_squad(
     for (qi, ex) in examples.iter().enumerate() {
         let wins = tok
             .encode_pair_windows(&ex.question, &ex.context, max_len, stride)
-            .map_err(|e| Error::InvalidInput(format!("{}: {e}", ex.entry)))?;
+            .map_err(|e| {
+                Error::InvalidInput(format!(
+                    "{}: {e} (windows of `max_seq_len` {max_len} tokens overlapping by `doc_stride` {stride})",
+                    ex.entry
+                ))
+            })?;
         for w in wins {
             encs.push(w.encoding);
             owner.push(qi);

@@ -208,6 +208,34 @@ pub fn load_bert_as(
     Ok((model, missing))
 }
 
+/// The tokenizer's ids fit the model's embeddings, and text pairs (segment
+/// B has token type 1) need `type_vocab_size` ≥ 2: checked before training,
+/// with the reason, rather than as an id out of range in the first batch.
+fn check_fits(
+    dir: &Path,
+    tok: &WordPieceTokenizer,
+    config: &BertConfig,
+    pairs: bool,
+) -> Result<()> {
+    if tok.vocab_size() > config.vocab_size {
+        return Err(invalid(format!(
+            "{}: the tokenizer has {} tokens but the model's vocab_size is {}: they do not belong together",
+            dir.display(),
+            tok.vocab_size(),
+            config.vocab_size
+        )));
+    }
+    if pairs && config.type_vocab_size < 2 {
+        return Err(invalid(format!(
+            "{}: the model has type_vocab_size {} (one segment), but the task gives it text pairs, \
+             whose second segment is token type 1",
+            dir.display(),
+            config.type_vocab_size
+        )));
+    }
+    Ok(())
+}
+
 fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
     let warmup = (opts.warmup_ratio * total_steps as f64).ceil() as u64;
     OptimConfig {
@@ -228,8 +256,14 @@ fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
 }
 
 fn check_opts(opts: &FinetuneOptions) -> Result<()> {
-    if opts.epochs == 0 || opts.batch_size == 0 || opts.eval_batch_size == 0 {
-        return Err(invalid("`epochs` and `batch_size` must be positive"));
+    for (name, v) in [
+        ("epochs", opts.epochs),
+        ("batch_size", opts.batch_size),
+        ("eval_batch_size", opts.eval_batch_size),
+    ] {
+        if v == 0 {
+            return Err(invalid(format!("`{name}` must be positive")));
+        }
     }
     if !(0.0..1.0).contains(&opts.warmup_ratio) {
         return Err(invalid(format!(
@@ -498,6 +532,10 @@ pub fn finetune_classify(
     let train_ids = labels.ids(&train_data)?;
     let eval_data = eval.map(read_classify_jsonl).transpose()?;
     let eval_ids = eval_data.as_ref().map(|d| labels.ids(d)).transpose()?;
+    let pairs = std::iter::once(&train_data)
+        .chain(&eval_data)
+        .any(|d| d.examples.iter().any(|e| e.text_pair.is_some()));
+    check_fits(model_dir, &tok, &config, pairs)?;
     let max_len = opts.max_seq_len.min(config.max_position_embeddings);
     let (model, _) = load_bert_as(
         model_dir,
@@ -659,6 +697,7 @@ pub fn finetune_qa(
         )));
     }
     let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    check_fits(model_dir, &tok, &config, true)?;
     let max_len = opts.max_seq_len.min(config.max_position_embeddings);
     let train_ex = read_squad(train)?;
     let eval_ex = eval.map(read_squad).transpose()?;
@@ -781,6 +820,14 @@ pub fn finetune_lm(
         unreachable!("task_config checked the family")
     };
     let tok = BpeTokenizer::from_dir(model_dir)?;
+    if tok.vocab_size() > config.vocab_size {
+        return Err(invalid(format!(
+            "{}: the tokenizer has {} tokens but the model's vocab_size is {}: they do not belong together",
+            model_dir.display(),
+            tok.vocab_size(),
+            config.vocab_size
+        )));
+    }
     let t = opts.max_seq_len.min(config.n_positions);
     let pre = load_pretrained(
         &model_dir.display().to_string(),

@@ -323,7 +323,12 @@ impl BertPipeline {
         let max_len = max_len.min(self.model.config.max_position_embeddings);
         let windows = self
             .tokenizer
-            .encode_pair_windows(question, context, max_len, stride)?;
+            .encode_pair_windows(question, context, max_len, stride)
+            .map_err(|e| {
+                Error::InvalidInput(format!(
+                    "{e} (windows of `max_seq_len` {max_len} tokens overlapping by `doc_stride` {stride})"
+                ))
+            })?;
         let encs: Vec<Encoding> = windows.into_iter().map(|w| w.encoding).collect();
         let mut logits: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); encs.len()];
         self.run_bucketed(&encs, 8, |idx, batch, acts| {
