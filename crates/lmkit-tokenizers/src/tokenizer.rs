@@ -149,6 +149,30 @@ impl Tokenizer {
         }
     }
 
+    /// The number of ids [`Self::encode_ids_parallel`] gives, without
+    /// holding them all (BPE: one chunk's ids per thread).
+    pub fn count_tokens(&self, text: &[u8], add_special_tokens: bool) -> Result<usize> {
+        match self {
+            Tokenizer::Bpe(t) => Ok(t.count_tokens_parallel(text, add_special_tokens)),
+            Tokenizer::WordPiece(t) => {
+                const CHUNK: usize = 1 << 20;
+                let plain = t.truncation().is_none() && t.padding().is_none();
+                if text.len() < 2 * CHUNK || !plain || std::str::from_utf8(text).is_err() {
+                    return Ok(self.encode_ids(text, add_special_tokens)?.len());
+                }
+                // No WordPiece token spans ASCII whitespace, so ~1 MB pieces cut
+                // there count the same; the specials of one sequence come on top.
+                let specials = t.encode_bytes(b"", add_special_tokens)?.ids.len();
+                use rayon::prelude::*;
+                let counts = whitespace_pieces(text, CHUNK)
+                    .par_iter()
+                    .map(|p| t.encode_bytes(p, false).map(|e| e.ids.len()))
+                    .collect::<Result<Vec<usize>>>()?;
+                Ok(specials + counts.iter().sum::<usize>())
+            }
+        }
+    }
+
     /// [`Self::encode`] over many texts in parallel.
     pub fn encode_batch<T: AsRef<[u8]> + Sync>(
         &self,
@@ -224,4 +248,24 @@ impl Tokenizer {
             Tokenizer::WordPiece(t) => t.save(dir),
         }
     }
+}
+
+/// `text` cut into pieces of about `size` bytes just after an ASCII
+/// whitespace byte (never inside a UTF-8 sequence); a piece without
+/// whitespace stays whole.
+fn whitespace_pieces(text: &[u8], size: usize) -> Vec<&[u8]> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while rest.len() > 2 * size {
+        match rest[size..].iter().position(u8::is_ascii_whitespace) {
+            Some(i) => {
+                let (a, b) = rest.split_at(size + i + 1);
+                pieces.push(a);
+                rest = b;
+            }
+            None => break,
+        }
+    }
+    pieces.push(rest);
+    pieces
 }

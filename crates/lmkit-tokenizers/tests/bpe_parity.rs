@@ -49,6 +49,11 @@ fn parallel_encode_of_one_large_text_is_exact() {
             gpt2().encode_ids_parallel(corpus.as_bytes(), special),
             sequential
         );
+        // Issue 13 item 7: counting holds no ids, and counts the same.
+        assert_eq!(
+            gpt2().count_tokens_parallel(corpus.as_bytes(), special),
+            sequential.len()
+        );
     }
     // Every cut it makes is a piece boundary of the whole text.
     let bytes = corpus.as_bytes();

@@ -429,3 +429,28 @@ fn from_dir_reads_tokenizer_json_settings() {
     );
     assert_eq!(t.vocab_size(), 30522);
 }
+
+/// Issue 13 item 7: `count_tokens` of one large text (cut at whitespace and
+/// counted in parallel, holding no ids) equals the length of its encoding.
+#[test]
+fn count_of_a_large_text_equals_its_encoding() {
+    let books = root().join("assets/books/corpus.txt");
+    let text = std::fs::read_to_string(&books).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: run scripts/fetch-assets.sh",
+            books.display()
+        )
+    });
+    // One long line, as `tokenize --count` met it, and the text as it is.
+    let line = text[..text.len().min(3 << 20)].replace('\n', " ");
+    let tok = lmkit_tokenizers::Tokenizer::WordPiece(Box::new(uncased()));
+    for t in [line.as_str(), &text[..text.len().min(5 << 20)]] {
+        for special in [false, true] {
+            assert!(t.len() > 2 << 20);
+            assert_eq!(
+                tok.count_tokens(t.as_bytes(), special).unwrap(),
+                tok.encode_ids(t.as_bytes(), special).unwrap().len()
+            );
+        }
+    }
+}

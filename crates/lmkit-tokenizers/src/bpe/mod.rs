@@ -383,11 +383,53 @@ impl BpeTokenizer {
     /// always has a piece boundary (see [`safe_split`]), so the ids are exactly
     /// those of [`Self::encode_ids`].
     pub fn encode_ids_parallel(&self, text: &[u8], special: bool) -> Vec<u32> {
+        let Some(jobs) = self.parallel_jobs(text, special) else {
+            return self.encode_ids(text, special);
+        };
+        let parts: Vec<Vec<u32>> = jobs
+            .par_iter()
+            .map(|&(s, e, special_id)| match special_id {
+                Some(id) => vec![id],
+                None => {
+                    let mut out = Vec::with_capacity((e - s) / 3 + 8);
+                    self.encode_ordinary_into(&text[s..e], &mut out);
+                    out
+                }
+            })
+            .collect();
+        parts.concat()
+    }
+
+    /// `encode_ids_parallel(text, special).len()` without holding the ids:
+    /// memory stays at one chunk's ids per thread, whatever the text's size.
+    pub fn count_tokens_parallel(&self, text: &[u8], special: bool) -> usize {
+        let Some(jobs) = self.parallel_jobs(text, special) else {
+            return self.encode_ids(text, special).len();
+        };
+        jobs.par_iter()
+            .map_init(Vec::new, |out, &(s, e, special_id)| match special_id {
+                Some(_) => 1,
+                None => {
+                    out.clear();
+                    self.encode_ordinary_into(&text[s..e], out);
+                    out.len()
+                }
+            })
+            .sum()
+    }
+
+    /// The ~1 MB pieces of a large text that encode independently to the
+    /// same ids: `(start, end, Some(id))` for a special token, `None` for
+    /// ordinary text. `None` when the text is too small to be worth it.
+    fn parallel_jobs(
+        &self,
+        text: &[u8],
+        special: bool,
+    ) -> Option<Vec<(usize, usize, Option<u32>)>> {
         const CHUNK: usize = 1 << 20;
         if text.len() < 2 * CHUNK {
-            return self.encode_ids(text, special);
+            return None;
         }
-        // (start, end, Some(id)) for a special token, None for ordinary text.
         let mut jobs: Vec<(usize, usize, Option<u32>)> = Vec::new();
         let push_text = |mut start: usize, end: usize, jobs: &mut Vec<_>| {
             while end - start > 2 * CHUNK {
@@ -410,18 +452,7 @@ impl BpeTokenizer {
             }
         }
         push_text(start, text.len(), &mut jobs);
-        let parts: Vec<Vec<u32>> = jobs
-            .par_iter()
-            .map(|&(s, e, special_id)| match special_id {
-                Some(id) => vec![id],
-                None => {
-                    let mut out = Vec::with_capacity((e - s) / 3 + 8);
-                    self.encode_ordinary_into(&text[s..e], &mut out);
-                    out
-                }
-            })
-            .collect();
-        parts.concat()
+        Some(jobs)
     }
 
     /// Token ids of `text`, special-token strings encoded as ordinary text.
