@@ -418,6 +418,9 @@ fn bert_pretrain_reads_sentence_per_line_and_resumes() {
         "{err}"
     );
     assert!(out.join("model.safetensors").is_file());
+    // Resumed as the wrong family (no --arch bert): said so.
+    let err = refused(&["pretrain", "--output", s(&out), "--resume"]);
+    assert!(err.contains("from BERT pretraining, not GPT-2"), "{err}");
     // A size that contradicts the checkpoint is named.
     let mut bad = cmd(&["--resume"]);
     let at = bad.iter().position(|a| a == "tiny").unwrap();

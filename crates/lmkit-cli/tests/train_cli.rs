@@ -303,7 +303,10 @@ fn bad_input_is_a_clear_error() {
         "2",
     ]);
     let e = stderr(&o);
-    assert!(!o.status.success() && e.contains("do not match"), "{e}");
+    assert!(
+        !o.status.success() && e.contains("do not belong together"),
+        "{e}"
+    );
     let o = lmkit(&[
         "pretrain",
         "--output",

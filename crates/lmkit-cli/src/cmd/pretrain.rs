@@ -24,7 +24,9 @@ pub struct Args {
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Text files, folders (searched for .txt/.md/.jsonl...) or JSONL files
-    /// with a `text` field. With --resume, defaults to the shards in OUTPUT/data.
+    /// with a `text` field. gpt2: files or form-feed lines separate documents.
+    /// bert: one sentence per line, a blank line between documents (as BERT's
+    /// create_pretraining_data). With --resume, defaults to the run's data.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
     /// Output folder: shards, metrics.jsonl, checkpoints, the final model.
@@ -116,7 +118,9 @@ pub struct Args {
     /// Start from this HF GPT-2 checkpoint folder (config.json + model.safetensors).
     #[arg(long)]
     pub init_from: Option<PathBuf>,
-    /// Continue from the newest checkpoint in OUTPUT/checkpoints, exactly.
+    /// Continue from the newest checkpoint in OUTPUT/checkpoints, exactly:
+    /// add it to the command that started the run (a flag that contradicts
+    /// the checkpoint is an error), or give just --output and --resume.
     #[arg(long)]
     pub resume: bool,
     /// Stop (with a checkpoint) after this many steps of this invocation,

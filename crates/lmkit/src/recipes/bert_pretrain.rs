@@ -35,11 +35,13 @@ use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer, Hea
 use crate::models::bert::{Bert, BertBatch};
 use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
 use crate::spec::layout::bert_layout;
-use crate::spec::names::Architecture;
+use crate::spec::names::{Architecture, Family};
 
 use super::finetune::load_bert_as;
-use super::pretrain_options::{init_from_record, PretrainEvent, PretrainSummary};
-use super::{invalid, RecipeError, Result};
+use super::pretrain_options::{
+    check_resumed_family, init_from_record, PretrainEvent, PretrainSummary,
+};
+use super::{check_vocab, invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::StepStats;
 use crate::train::{
@@ -389,12 +391,7 @@ pub fn run_bert_pretraining(
             ))
         })?;
         let (state, opt) = load_train_state(&dir).map_err(|e| invalid(e.to_string()))?;
-        if state.extra.get("arch").and_then(Value::as_str) != Some("bert") {
-            return Err(invalid(format!(
-                "{}: this checkpoint is not from BERT pretraining",
-                dir.display()
-            )));
-        }
+        check_resumed_family(&dir, &state, Family::Bert)?;
         let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
             .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
         for (name, given, had) in [
@@ -497,13 +494,7 @@ pub fn run_bert_pretraining(
         (tok, model, None)
     };
     let cfg = model.config.clone();
-    if tok.vocab_size() > cfg.vocab_size {
-        return Err(invalid(format!(
-            "the tokenizer has {} tokens but the model's vocabulary is {}",
-            tok.vocab_size(),
-            cfg.vocab_size
-        )));
-    }
+    check_vocab(tok.vocab_size(), cfg.vocab_size)?;
     if run.seq_len > cfg.max_position_embeddings {
         return Err(invalid(format!(
             "`seq_len` {} exceeds the model's max_position_embeddings {}",

@@ -38,7 +38,7 @@ use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
 
-use super::{check_output, invalid, RecipeError, Result};
+use super::{check_output, check_vocab, invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
     DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
@@ -217,14 +217,7 @@ fn check_fits(
     config: &BertConfig,
     pairs: bool,
 ) -> Result<()> {
-    if tok.vocab_size() > config.vocab_size {
-        return Err(invalid(format!(
-            "{}: the tokenizer has {} tokens but the model's vocab_size is {}: they do not belong together",
-            dir.display(),
-            tok.vocab_size(),
-            config.vocab_size
-        )));
-    }
+    check_vocab(tok.vocab_size(), config.vocab_size)?;
     if pairs && config.type_vocab_size < 2 {
         return Err(invalid(format!(
             "{}: the model has type_vocab_size {} (one segment), but the task gives it text pairs, \
@@ -820,14 +813,7 @@ pub fn finetune_lm(
         unreachable!("task_config checked the family")
     };
     let tok = BpeTokenizer::from_dir(model_dir)?;
-    if tok.vocab_size() > config.vocab_size {
-        return Err(invalid(format!(
-            "{}: the tokenizer has {} tokens but the model's vocab_size is {}: they do not belong together",
-            model_dir.display(),
-            tok.vocab_size(),
-            config.vocab_size
-        )));
-    }
+    check_vocab(tok.vocab_size(), config.vocab_size)?;
     let t = opts.max_seq_len.min(config.n_positions);
     let pre = load_pretrained(
         &model_dir.display().to_string(),

@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::pretrain_options::{
-    check_resumed_init, check_resumed_size, init_from_record, optim_config, pick, preset,
-    saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
+    check_resumed_family, check_resumed_init, check_resumed_size, init_from_record, optim_config,
+    pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
 };
-use super::{invalid, RecipeError, Result};
+use super::{check_vocab, invalid, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params, LoadOptions};
 use crate::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData, TokenShard};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
@@ -152,12 +152,7 @@ pub(crate) fn run(
     // Model, tokenizer, and saved state.
     let resumed = match saved_state(o, on_event)? {
         Some((dir, state)) => {
-            if state.extra.get("arch").and_then(|a| a.as_str()) != Some("gpt2") {
-                return Err(invalid(format!(
-                    "{}: this checkpoint is not from GPT-2 pretraining",
-                    dir.display()
-                )));
-            }
+            check_resumed_family(&dir, &state, Family::Gpt2)?;
             check_resumed_init(&o.init_from, &state)?;
             let (state, opt) = load_train_state(&dir)?;
             Some((dir, state, opt))
@@ -274,13 +269,7 @@ pub(crate) fn run(
         }
     };
     let cfg = model.config.clone();
-    if tokenizer.vocab_size() > cfg.vocab_size {
-        return Err(invalid(format!(
-            "the tokenizer has {} tokens but the model's vocabulary is {}: they do not match",
-            tokenizer.vocab_size(),
-            cfg.vocab_size
-        )));
-    }
+    check_vocab(tokenizer.vocab_size(), cfg.vocab_size)?;
     if seq_len > cfg.n_positions {
         return Err(invalid(format!(
             "`seq_len` {seq_len} exceeds the model's context (n_positions {})",

@@ -69,6 +69,17 @@ pub(crate) fn check_output(input: &Path, output: &Path, overwrite: bool) -> Resu
     }
 }
 
+/// The tokenizer's ids fit the model's embeddings: no more tokens than its
+/// `vocab_size` (a larger model vocabulary is fine: GPT-2 pads to 50304).
+pub(crate) fn check_vocab(tokens: usize, vocab_size: usize) -> Result<()> {
+    if tokens > vocab_size {
+        return Err(invalid(format!(
+            "the tokenizer has {tokens} tokens but the model's vocab_size is {vocab_size}: they do not belong together"
+        )));
+    }
+    Ok(())
+}
+
 /// A [`RecipeError::Invalid`].
 pub(crate) fn invalid(msg: impl Into<String>) -> RecipeError {
     RecipeError::Invalid(msg.into())

@@ -11,7 +11,7 @@
 
 use super::bert_pretrain::{run_bert_pretraining, BertDims, BertPretrainOptions, BertRunConfig};
 use super::pretrain_options::{
-    check_resumed_init, check_resumed_size, optim_config, pick, saved_state,
+    check_resumed_family, check_resumed_init, check_resumed_size, optim_config, pick, saved_state,
 };
 pub use super::pretrain_options::{
     has_checkpoint, preset, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
@@ -57,12 +57,7 @@ fn run_bert(
     }
     let resumed = saved_state(o, on_event)?;
     if let Some((dir, state)) = &resumed {
-        if state.extra.get("arch").and_then(|a| a.as_str()) != Some("bert") {
-            return Err(invalid(format!(
-                "{}: this checkpoint is not from BERT pretraining",
-                dir.display()
-            )));
-        }
+        check_resumed_family(dir, state, Family::Bert)?;
         check_resumed_bert(o, dir, state)?;
     }
     let saved = resumed.map(|(_, s)| s);

@@ -233,6 +233,35 @@ pub(crate) fn saved_state(
     Ok(Some((dir, state)))
 }
 
+/// A resumed checkpoint must come from pretraining `family`; one from the
+/// other family's pretraining says which it is.
+pub(crate) fn check_resumed_family(dir: &Path, state: &TrainState, family: Family) -> Result<()> {
+    let name = |f: &str| match f {
+        "gpt2" => "GPT-2",
+        "bert" => "BERT",
+        _ => "another kind of",
+    };
+    let want = match family {
+        Family::Gpt2 => "gpt2",
+        Family::Bert => "bert",
+    };
+    match state.extra.get("arch").and_then(Value::as_str) {
+        Some(a) if a == want => Ok(()),
+        Some(a) => Err(invalid(format!(
+            "{}: this checkpoint is from {} pretraining, not {}: resume it as {}",
+            dir.display(),
+            name(a),
+            name(want),
+            name(a)
+        ))),
+        None => Err(invalid(format!(
+            "{}: this checkpoint is not from {} pretraining",
+            dir.display(),
+            name(want)
+        ))),
+    }
+}
+
 /// On `resume`, the model-size options of the command that started the run
 /// are welcome; one that contradicts the checkpoint's model is an error
 /// naming the option, the stored value and the given one. `stored` is the
