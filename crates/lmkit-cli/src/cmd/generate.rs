@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::models::gpt2::{GenerationConfig, SamplingParams, TextStreamer};
+use lmkit::models::gpt2::{GenerationConfig, SamplingParams};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -92,30 +92,24 @@ pub fn run(a: Args) -> Result<()> {
         bail!("the prompt encodes to no tokens: give a non-empty --prompt");
     }
 
-    let mut streamer = TextStreamer::new(&a.stop);
     let mut stdout = std::io::stdout().lock();
     let mut write_err = None;
-    let out = engine.generate(&prompt, &cfg, |id| {
-        if Some(id) == eos && !a.ignore_eos {
-            return ControlFlow::Continue(()); // the end: not text
+    let done = engine.complete(&tokenizer, &prompt, &cfg, &a.stop, |piece| {
+        if a.json {
+            return ControlFlow::Continue(());
         }
-        let piece = streamer.push(tokenizer.token_bytes(id).unwrap_or_default());
-        if !a.json && !piece.is_empty() {
-            if let Err(e) = stdout
-                .write_all(piece.as_bytes())
-                .and_then(|_| stdout.flush())
-            {
+        match stdout
+            .write_all(piece.as_bytes())
+            .and_then(|_| stdout.flush())
+        {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
                 write_err = Some(e);
-                return ControlFlow::Break(());
+                ControlFlow::Break(())
             }
         }
-        if streamer.stopped() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
     });
-    let out = match out {
+    let done = match done {
         Err(e @ lmkit::Error::ContextTooLong { .. }) => {
             bail!("{e}: pass --truncate to drop tokens from the start of the prompt, or lower --max-new-tokens")
         }
@@ -124,10 +118,10 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(e) = write_err {
         return Err(e).context("writing to stdout");
     }
-    let tail = streamer.finish();
+    let out = &done.output;
     if a.json {
         let json = serde_json::json!({
-            "text": streamer.text(),
+            "text": done.text,
             "ids": out.ids,
             "prompt_tokens": out.prompt_tokens,
             "truncated_tokens": out.truncated_tokens,
@@ -142,7 +136,7 @@ pub fn run(a: Args) -> Result<()> {
         });
         writeln!(stdout, "{json}").context("writing to stdout")?;
     } else {
-        writeln!(stdout, "{tail}").context("writing to stdout")?;
+        writeln!(stdout).context("writing to stdout")?;
     }
     Ok(())
 }

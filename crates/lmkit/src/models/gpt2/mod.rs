@@ -34,6 +34,7 @@ mod model;
 mod perplexity;
 pub mod sampling;
 pub mod stream;
+mod text;
 mod weights;
 
 pub use crate::kernels::kv_cache::KvCache;
@@ -43,4 +44,5 @@ pub use model::{Gpt2, Gpt2Activations};
 pub use perplexity::PerplexityReport;
 pub use sampling::{Sampler, SamplingParams};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};
+pub use text::TextCompletion;
 pub use weights::WeightDtype;
