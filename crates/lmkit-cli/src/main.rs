@@ -47,6 +47,8 @@ enum Command {
     Finetune(Box<cmd::finetune::Args>),
     /// Score a model: perplexity, lambada, summarize (GPT-2); classify, squad (BERT).
     Eval(Box<cmd::eval::Args>),
+    /// Serve models over HTTP: OpenAI (completions, embeddings) and TEI routes.
+    Serve(Box<cmd::serve::Args>),
 }
 
 fn main() -> ExitCode {
@@ -133,6 +135,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Qa(a) => cmd::qa::run(a),
         Command::Finetune(a) => cmd::finetune::run(*a),
         Command::Eval(a) => cmd::eval::run(*a),
+        Command::Serve(a) => cmd::serve::run(*a),
     }
 }
 

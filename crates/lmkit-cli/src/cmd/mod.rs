@@ -19,6 +19,7 @@ pub mod plot;
 pub mod pretrain;
 pub mod qa;
 pub mod quickstart;
+pub mod serve;
 pub mod tokenize;
 pub mod train_tokenizer;
 

@@ -1,0 +1,402 @@
+//! The models a server holds and the worker threads that run them.
+//!
+//! GPT-2: one worker thread per model owns the inference engine and runs
+//! completions one after another, sending text pieces back as they are
+//! ready; a client that went away (its channel closed) stops its
+//! generation at the next token. BERT: one worker per model gathers the
+//! embedding requests that arrive within a short wait (up to `max_batch`
+//! texts) and embeds them in one call. Both queues are bounded: a full
+//! queue is a 429, never a growing backlog.
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use lmkit::checkpoint::{read_config, resolve_model_dir};
+use lmkit::models::bert::{BertPipeline, EmbedOptions};
+use lmkit::models::gpt2::{FinishReason, GenerationConfig, Gpt2Engine, WeightDtype};
+use lmkit::spec::config::{AnyConfig, Gpt2Config};
+use lmkit_tokenizers::BpeTokenizer;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// `[NAME=]DIR_OR_HUB_NAME` of `--model`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    /// What requests call the model (`"model": NAME`).
+    pub name: String,
+    /// A folder in HF layout or a hub name in the local HF cache.
+    pub source: String,
+}
+
+impl FromStr for ModelSpec {
+    type Err = String;
+
+    /// `NAME=SOURCE`, or `SOURCE` alone, named by its last path component.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, source) = match s.split_once('=') {
+            Some((n, src)) if !n.is_empty() && !n.contains('/') => (n.to_string(), src.to_string()),
+            _ => {
+                let trimmed = s.trim_end_matches('/');
+                let name = trimmed.rsplit('/').next().unwrap_or(trimmed).to_string();
+                (name, s.to_string())
+            }
+        };
+        if name.is_empty() || source.is_empty() {
+            return Err(format!("{s:?}: expected [NAME=]DIR_OR_HUB_NAME"));
+        }
+        Ok(ModelSpec { name, source })
+    }
+}
+
+/// Limits every model's worker keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerLimits {
+    pub max_batch: usize,
+    pub max_queue: usize,
+    /// Longest time a request may wait in a queue before it is answered 503.
+    pub timeout: Duration,
+    pub dtype: WeightDtype,
+}
+
+/// A loaded model.
+pub enum Model {
+    Gpt2(Gpt2Model),
+    Bert(BertModel),
+}
+
+impl Model {
+    pub fn family(&self) -> &'static str {
+        match self {
+            Model::Gpt2(_) => "gpt2",
+            Model::Bert(_) => "bert",
+        }
+    }
+
+    /// Requests waiting for this model.
+    pub fn queued(&self) -> usize {
+        match self {
+            Model::Gpt2(m) => m.queued.load(Ordering::Relaxed),
+            Model::Bert(m) => m.queued.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Loads `spec` (its family from `config.json`) and starts its worker.
+    pub fn load(
+        spec: &ModelSpec,
+        limits: WorkerLimits,
+        metrics: Arc<Metrics>,
+    ) -> lmkit::Result<Model> {
+        let dir: PathBuf = resolve_model_dir(&spec.source)?;
+        Ok(match read_config(&dir, None)? {
+            AnyConfig::Gpt2(_) => Model::Gpt2(Gpt2Model::load(&spec.name, &dir, limits, metrics)?),
+            AnyConfig::Bert(_) => Model::Bert(BertModel::load(&spec.name, &dir, limits, metrics)?),
+        })
+    }
+}
+
+/// What a completion's worker sends back.
+#[derive(Debug)]
+pub enum GenEvent {
+    /// A piece of text, ready to show.
+    Text(String),
+    Done {
+        finish_reason: &'static str,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
+    Failed(ApiError),
+}
+
+/// One completion to run.
+pub struct GenJob {
+    pub prompt: Vec<u32>,
+    pub cfg: GenerationConfig,
+    pub stops: Vec<String>,
+    pub events: tokio::sync::mpsc::Sender<GenEvent>,
+    enqueued: Instant,
+}
+
+pub struct Gpt2Model {
+    pub tokenizer: Arc<BpeTokenizer>,
+    pub config: Gpt2Config,
+    /// The end-of-text id generation stops at.
+    pub eos: Option<u32>,
+    jobs: SyncSender<GenJob>,
+    queued: Arc<AtomicUsize>,
+    name: String,
+}
+
+impl Gpt2Model {
+    fn load(
+        name: &str,
+        dir: &std::path::Path,
+        limits: WorkerLimits,
+        metrics: Arc<Metrics>,
+    ) -> lmkit::Result<Self> {
+        let tokenizer = Arc::new(BpeTokenizer::from_dir(dir).map_err(|e| {
+            lmkit::Error::InvalidInput(format!("loading the tokenizer from {}: {e}", dir.display()))
+        })?);
+        let engine = Gpt2Engine::load(dir, limits.dtype)?;
+        let config = engine.config().clone();
+        let eos = config.eos_token_id.or_else(|| tokenizer.endoftext_id());
+        let (jobs, rx) = sync_channel(limits.max_queue);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (tok, q) = (tokenizer.clone(), queued.clone());
+        std::thread::Builder::new()
+            .name(format!("gpt2-{name}"))
+            .spawn(move || gpt2_worker(engine, tok, rx, q, limits.timeout, metrics))
+            .map_err(|e| lmkit::Error::io("worker thread", e))?;
+        Ok(Gpt2Model {
+            tokenizer,
+            config,
+            eos,
+            jobs,
+            queued,
+            name: name.to_string(),
+        })
+    }
+
+    /// Queues a completion; its events arrive on the returned receiver.
+    pub fn submit(
+        &self,
+        prompt: Vec<u32>,
+        cfg: GenerationConfig,
+        stops: Vec<String>,
+    ) -> Result<tokio::sync::mpsc::Receiver<GenEvent>, ApiError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let job = GenJob {
+            prompt,
+            cfg,
+            stops,
+            events: tx,
+            enqueued: Instant::now(),
+        };
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(rx),
+            Err(e) => {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
+                Err(match e {
+                    TrySendError::Full(_) => ApiError::overloaded(&self.name),
+                    TrySendError::Disconnected(_) => ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("model {:?} has stopped", self.name),
+                    ),
+                })
+            }
+        }
+    }
+}
+
+fn gpt2_worker(
+    mut engine: Gpt2Engine,
+    tok: Arc<BpeTokenizer>,
+    rx: Receiver<GenJob>,
+    queued: Arc<AtomicUsize>,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+) {
+    while let Ok(job) = rx.recv() {
+        queued.fetch_sub(1, Ordering::Relaxed);
+        if job.events.is_closed() {
+            continue; // the client left while it waited
+        }
+        if job.enqueued.elapsed() > timeout {
+            let _ = job.events.blocking_send(GenEvent::Failed(
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("waited over {} s in the queue", timeout.as_secs_f64()),
+                )
+                .code("timeout"),
+            ));
+            continue;
+        }
+        let t0 = Instant::now();
+        let events = &job.events;
+        let r = engine.complete(&tok, &job.prompt, &job.cfg, &job.stops, |piece| {
+            match events.blocking_send(GenEvent::Text(piece.to_string())) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(_) => ControlFlow::Break(()), // the client went away
+            }
+        });
+        let ev = match r {
+            Ok(done) => {
+                let out = done.output;
+                metrics.generated(out.ids.len(), t0.elapsed().as_secs_f64());
+                GenEvent::Done {
+                    finish_reason: match out.finish_reason {
+                        FinishReason::Length => "length",
+                        FinishReason::Eos | FinishReason::Stop => "stop",
+                    },
+                    prompt_tokens: out.prompt_tokens,
+                    completion_tokens: out.ids.len(),
+                }
+            }
+            Err(e) => GenEvent::Failed(ApiError::from_lmkit(e)),
+        };
+        let _ = job.events.blocking_send(ev);
+    }
+}
+
+/// One embedding request.
+struct EmbedJob {
+    texts: Vec<String>,
+    normalize: Option<bool>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
+    enqueued: Instant,
+}
+
+pub struct BertModel {
+    pub pipeline: Arc<BertPipeline>,
+    jobs: SyncSender<EmbedJob>,
+    queued: Arc<AtomicUsize>,
+    name: String,
+}
+
+impl BertModel {
+    fn load(
+        name: &str,
+        dir: &std::path::Path,
+        limits: WorkerLimits,
+        metrics: Arc<Metrics>,
+    ) -> lmkit::Result<Self> {
+        let mut p = BertPipeline::from_dir(dir)?;
+        p.model.set_bf16(limits.dtype != WeightDtype::F32);
+        let pipeline = Arc::new(p);
+        let (jobs, rx) = sync_channel(limits.max_queue);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (p, q) = (pipeline.clone(), queued.clone());
+        std::thread::Builder::new()
+            .name(format!("bert-{name}"))
+            .spawn(move || bert_worker(p, rx, q, limits, metrics))
+            .map_err(|e| lmkit::Error::io("worker thread", e))?;
+        Ok(BertModel {
+            pipeline,
+            jobs,
+            queued,
+            name: name.to_string(),
+        })
+    }
+
+    /// Embeds `texts` (sharing forward passes with concurrent requests);
+    /// `normalize` overrides the model's own setting.
+    pub async fn embed(
+        &self,
+        texts: Vec<String>,
+        normalize: Option<bool>,
+    ) -> Result<Vec<Vec<f32>>, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = EmbedJob {
+            texts,
+            normalize,
+            reply: tx,
+            enqueued: Instant::now(),
+        };
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.jobs.try_send(job) {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(match e {
+                TrySendError::Full(_) => ApiError::overloaded(&self.name),
+                TrySendError::Disconnected(_) => ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("model {:?} has stopped", self.name),
+                ),
+            });
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the embedding worker stopped",
+            ))
+        })
+    }
+}
+
+/// How long the BERT worker waits for more requests to fill a batch.
+const GATHER: Duration = Duration::from_millis(2);
+
+fn bert_worker(
+    p: Arc<BertPipeline>,
+    rx: Receiver<EmbedJob>,
+    queued: Arc<AtomicUsize>,
+    limits: WorkerLimits,
+    metrics: Arc<Metrics>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        let mut n = jobs[0].texts.len();
+        let until = Instant::now() + GATHER;
+        while n < limits.max_batch {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(j) => {
+                    n += j.texts.len();
+                    jobs.push(j);
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        queued.fetch_sub(jobs.len(), Ordering::Relaxed);
+        let mut live = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            if j.reply.is_closed() {
+                continue;
+            }
+            if j.enqueued.elapsed() > limits.timeout {
+                let _ = j.reply.send(Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "waited over {} s in the queue",
+                        limits.timeout.as_secs_f64()
+                    ),
+                )
+                .code("timeout")));
+                continue;
+            }
+            live.push(j);
+        }
+        // Requests with the same options share one call.
+        for normalize in [None, Some(true), Some(false)] {
+            let group: Vec<EmbedJob> = {
+                let (g, rest): (Vec<_>, Vec<_>) =
+                    live.into_iter().partition(|j| j.normalize == normalize);
+                live = rest;
+                g
+            };
+            if group.is_empty() {
+                continue;
+            }
+            let texts: Vec<&str> = group
+                .iter()
+                .flat_map(|j| j.texts.iter().map(String::as_str))
+                .collect();
+            metrics.embed_batch(texts.len());
+            let opts = EmbedOptions {
+                normalize,
+                batch_size: limits.max_batch,
+                ..EmbedOptions::default()
+            };
+            match p.embed(&texts, &opts) {
+                Ok(vecs) => {
+                    let mut it = vecs.into_iter();
+                    for j in group {
+                        let mine: Vec<Vec<f32>> = it.by_ref().take(j.texts.len()).collect();
+                        let _ = j.reply.send(Ok(mine));
+                    }
+                }
+                Err(e) => {
+                    let e = ApiError::from_lmkit(e);
+                    for j in group {
+                        let _ = j.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+}

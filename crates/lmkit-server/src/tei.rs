@@ -1,0 +1,196 @@
+//! The routes text-embeddings-inference users call: `/embed`, `/tokenize`,
+//! `/decode`, with TEI's request fields and response shapes.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::models::Model;
+use crate::openai::{model, texts_of, Inputs};
+use crate::{parse_body, App, Body};
+
+/// The model a TEI request names, or the only one served (TEI serves one).
+fn pick<'a>(
+    app: &'a App,
+    name: Option<&str>,
+    family: Option<&str>,
+    route: &str,
+) -> Result<&'a Model, ApiError> {
+    match name {
+        Some(n) => model(app, n, family, route),
+        None => {
+            let fits: Vec<&Model> = app
+                .models
+                .values()
+                .filter(|m| family.is_none_or(|f| m.family() == f))
+                .collect();
+            match fits.as_slice() {
+                [one] => Ok(one),
+                _ => Err(ApiError::invalid(
+                    "model",
+                    format!(
+                        "{route}: name the model (\"model\": NAME): this server holds {} that fit",
+                        fits.len()
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbedRequest {
+    inputs: Inputs,
+    #[serde(default = "yes")]
+    normalize: bool,
+    truncate: Option<bool>,
+    model: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+pub async fn embed(State(app): State<Arc<App>>, body: crate::Body) -> Response {
+    let run = async {
+        let r: EmbedRequest = parse_body(body)?;
+        let Model::Bert(m) = pick(&app, r.model.as_deref(), Some("bert"), "/embed")? else {
+            unreachable!("pick() checked the family")
+        };
+        let _ = r.truncate; // inputs longer than the model are truncated, as `lmkit embed`
+        let texts = texts_of(r.inputs, "inputs")?;
+        let vecs = m.embed(texts, Some(r.normalize)).await?;
+        Ok::<_, ApiError>(Json(json!(vecs)))
+    };
+    match run.await {
+        Ok(r) => r.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenizeRequest {
+    inputs: Inputs,
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+    model: Option<String>,
+}
+
+pub async fn tokenize(State(app): State<Arc<App>>, body: Body) -> Response {
+    let run = || -> Result<Value, ApiError> {
+        let r: TokenizeRequest = parse_body(body)?;
+        let m = pick(&app, r.model.as_deref(), None, "/tokenize")?;
+        let texts = match r.inputs {
+            Inputs::Text(t) => vec![t],
+            Inputs::Texts(v) => v,
+            _ => return Err(ApiError::invalid("inputs", "inputs are text")),
+        };
+        let mut out = Vec::new();
+        for t in &texts {
+            let rows: Vec<Value> = match m {
+                Model::Bert(b) => {
+                    let tok = &b.pipeline.tokenizer;
+                    let enc = tok
+                        .encode(t, r.add_special_tokens)
+                        .map_err(|e| ApiError::invalid("inputs", e.to_string()))?;
+                    enc.ids
+                        .iter()
+                        .zip(&enc.offsets)
+                        .map(|(&id, &(s, e))| {
+                            let special = tok.is_special(id);
+                            let text = if special {
+                                tok.id_to_token(id).unwrap_or("").to_string()
+                            } else {
+                                t.get(s..e).unwrap_or("").to_string()
+                            };
+                            json!({"id": id, "text": text, "special": special,
+                                   "start": (!special).then_some(s), "stop": (!special).then_some(e)})
+                        })
+                        .collect()
+                }
+                Model::Gpt2(g) => {
+                    let tok = &g.tokenizer;
+                    let ids = tok.encode_ids(t.as_bytes(), r.add_special_tokens);
+                    let mut at = 0usize;
+                    ids.iter()
+                        .map(|&id| {
+                            let bytes = tok.token_bytes(id).unwrap_or_default();
+                            let (s, e) = (at, at + bytes.len());
+                            at = e;
+                            json!({"id": id, "text": String::from_utf8_lossy(bytes), "special": Some(id) == g.eos,
+                                   "start": s, "stop": e})
+                        })
+                        .collect()
+                }
+            };
+            out.push(Value::Array(rows));
+        }
+        Ok(Value::Array(out))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum IdInputs {
+    One(Vec<u32>),
+    Many(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecodeRequest {
+    ids: IdInputs,
+    #[serde(default = "yes")]
+    skip_special_tokens: bool,
+    model: Option<String>,
+}
+
+pub async fn decode(State(app): State<Arc<App>>, body: Body) -> Response {
+    let run = || -> Result<Value, ApiError> {
+        let r: DecodeRequest = parse_body(body)?;
+        let m = pick(&app, r.model.as_deref(), None, "/decode")?;
+        let lists = match r.ids {
+            IdInputs::One(v) => vec![v],
+            IdInputs::Many(v) => v,
+        };
+        let mut out = Vec::new();
+        for ids in &lists {
+            let text = match m {
+                Model::Bert(b) => b
+                    .pipeline
+                    .tokenizer
+                    .decode(ids, r.skip_special_tokens)
+                    .map_err(|e| ApiError::invalid("ids", e.to_string()))?,
+                Model::Gpt2(g) => {
+                    let kept: Vec<u32> = ids
+                        .iter()
+                        .copied()
+                        .filter(|&id| !(r.skip_special_tokens && Some(id) == g.eos))
+                        .collect();
+                    let bytes = g
+                        .tokenizer
+                        .decode(&kept)
+                        .map_err(|e| ApiError::invalid("ids", e.to_string()))?;
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+            };
+            out.push(json!(text));
+        }
+        Ok(Value::Array(out))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
