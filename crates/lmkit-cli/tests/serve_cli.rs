@@ -605,3 +605,156 @@ fn a_full_queue_is_429() {
     );
     assert_eq!(st, 200, "{ok}");
 }
+
+#[test]
+fn bert_task_routes_match_the_cli() {
+    let dir = tmpdir("serve-tasks");
+    let fx = |n: &str| root().join("tests/fixtures").join(n).display().to_string();
+    let minilm = root().join("assets/minilm");
+    let srv = serve(&[
+        "--model",
+        &format!("cls={}", fx("bert-tiny-classify")),
+        "--model",
+        &format!("mlm={}", fx("bert-tiny-mlm")),
+        "--model",
+        &format!("qa={}", fx("bert-tiny-qa")),
+        "--model",
+        &format!("minilm={}", minilm.display()),
+    ]);
+    let a = srv.addr.as_str();
+
+    // /predict = lmkit classify --json (all labels, best first).
+    let texts = ["the dog was very old", "paris is in france"];
+    let input = dir.join("in.txt");
+    std::fs::write(&input, texts.join("\n") + "\n").unwrap();
+    let cli: Vec<Value> = cli_json(&[
+        "classify",
+        "--model",
+        &fx("bert-tiny-classify"),
+        "--input",
+        input.to_str().unwrap(),
+        "--json",
+    ])
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let (st, got) = post(a, "/predict", &json!({"inputs": texts, "model": "cls"}));
+    assert_eq!(st, 200, "{got}");
+    for (g, c) in got.as_array().unwrap().iter().zip(&cli) {
+        assert_eq!(g, &c["scores"], "{got}");
+    }
+    // Alone, the text is not padded: the same scores within float rounding.
+    let (st, one) = post(a, "/predict", &json!({"inputs": texts[0], "model": "cls"}));
+    assert_eq!(st, 200, "{one}");
+    for (g, c) in one
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(cli[0]["scores"].as_array().unwrap())
+    {
+        assert_eq!(g["label"], c["label"]);
+        assert!((g["score"].as_f64().unwrap() - c["score"].as_f64().unwrap()).abs() < 1e-5);
+    }
+
+    // /v1/fill-mask = lmkit fill-mask --json, in HF's pipeline shape.
+    let text = "the dog was [MASK] old";
+    let cli: Value = serde_json::from_str(
+        cli_json(&[
+            "fill-mask",
+            "--model",
+            &fx("bert-tiny-mlm"),
+            "--text",
+            text,
+            "--json",
+        ])
+        .trim(),
+    )
+    .unwrap();
+    let (st, got) = post(
+        a,
+        "/v1/fill-mask",
+        &json!({"inputs": text, "model": "mlm", "top_k": 5}),
+    );
+    assert_eq!(st, 200, "{got}");
+    let preds = got.as_array().unwrap();
+    assert_eq!(preds.len(), 5);
+    for (g, c) in preds.iter().zip(cli["predictions"].as_array().unwrap()) {
+        assert_eq!(g["token"], c["id"]);
+        assert!((g["score"].as_f64().unwrap() - c["score"].as_f64().unwrap()).abs() < 1e-6);
+        assert!(
+            g["sequence"].as_str().unwrap().starts_with("the dog was "),
+            "{g}"
+        );
+    }
+    let (st, e) = post(
+        a,
+        "/v1/fill-mask",
+        &json!({"inputs": "no mask here", "model": "mlm"}),
+    );
+    assert_eq!(st, 400, "{e}");
+    let (st, e) = post(
+        a,
+        "/v1/fill-mask",
+        &json!({"inputs": "a [MASK]", "model": "cls"}),
+    );
+    assert_eq!(
+        (st, e["error"]["param"].clone()),
+        (400, json!("model")),
+        "{e}"
+    );
+
+    // /v1/qa = lmkit qa --json.
+    let ctx = dir.join("ctx.txt");
+    let context = "the dog was in paris with a very old cat";
+    std::fs::write(&ctx, context).unwrap();
+    let cli: Value = serde_json::from_str(
+        cli_json(&[
+            "qa",
+            "--model",
+            &fx("bert-tiny-qa"),
+            "--question",
+            "where was the dog",
+            "--context",
+            ctx.to_str().unwrap(),
+            "--json",
+        ])
+        .trim(),
+    )
+    .unwrap();
+    let (st, got) = post(
+        a,
+        "/v1/qa",
+        &json!({"question": "where was the dog", "context": context, "model": "qa"}),
+    );
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["answer"], cli["answer"]);
+    assert_eq!(
+        (got["start"].clone(), got["end"].clone()),
+        (cli["start"].clone(), cli["end"].clone())
+    );
+
+    // /rerank with a bi-encoder: cosine, best first.
+    let (st, got) = post(
+        a,
+        "/rerank",
+        &json!({
+            "query": "What do people eat?", "model": "minilm", "return_text": true,
+            "texts": ["The stock market fell.", "A man is eating food.", "Someone is having a meal."],
+        }),
+    );
+    assert_eq!(st, 200, "{got}");
+    let order: Vec<u64> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order.last(), Some(&0), "{got}");
+    assert!(got[0]["text"].is_string());
+    let (st, e) = post(
+        a,
+        "/rerank",
+        &json!({"query": "q", "texts": ["a"], "model": "cls"}),
+    );
+    assert_eq!(st, 400, "{e}");
+}

@@ -4,7 +4,9 @@
 //! - OpenAI: `POST /v1/completions` (GPT-2; JSON or Server-Sent Events),
 //!   `POST /v1/embeddings` (BERT / sentence-transformers), `GET /v1/models`;
 //!   the chat routes answer 400 (these models have no chat template).
-//! - text-embeddings-inference: `POST /embed`, `/tokenize`, `/decode`.
+//! - text-embeddings-inference: `POST /embed`, `/tokenize`, `/decode`,
+//!   `/predict` (classification), `/rerank` (a bi-encoder's cosine).
+//! - `POST /v1/fill-mask` and `/v1/qa`, shaped as HF's pipelines.
 //! - `GET /health`, `GET /metrics` (Prometheus), `GET /` (a page to try
 //!   the models, embedded in the binary).
 //!
@@ -23,6 +25,7 @@ mod error;
 mod metrics;
 pub mod models;
 mod openai;
+mod tasks;
 mod tei;
 
 use std::collections::BTreeMap;
@@ -199,6 +202,10 @@ impl Server {
             .route("/embed", post(tei::embed))
             .route("/tokenize", post(tei::tokenize))
             .route("/decode", post(tei::decode))
+            .route("/predict", post(tasks::predict))
+            .route("/rerank", post(tasks::rerank))
+            .route("/v1/fill-mask", post(tasks::fill_mask))
+            .route("/v1/qa", post(tasks::qa))
             .route("/metrics", get(metrics_text))
             .route("/health", get(health))
             .route("/", get(page))

@@ -257,6 +257,7 @@ pub struct BertModel {
     pub pipeline: Arc<BertPipeline>,
     jobs: SyncSender<EmbedJob>,
     queued: Arc<AtomicUsize>,
+    max_queue: usize,
     name: String,
 }
 
@@ -281,8 +282,31 @@ impl BertModel {
             pipeline,
             jobs,
             queued,
+            max_queue: limits.max_queue,
             name: name.to_string(),
         })
+    }
+
+    /// Runs `f` (fill-mask, classification, QA...) on a blocking thread,
+    /// counted in this model's queue: 429 when it is full.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&BertPipeline) -> lmkit::Result<T> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max_queue {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::overloaded(&self.name));
+        }
+        let p = self.pipeline.clone();
+        let r = tokio::task::spawn_blocking(move || f(&p)).await;
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Ok(r) => r.map_err(ApiError::from_lmkit),
+            Err(e) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.to_string(),
+            )),
+        }
     }
 
     /// Embeds `texts` (sharing forward passes with concurrent requests);

@@ -240,7 +240,7 @@ pub fn run(a: Args) -> Result<()> {
             model.require(lmkit::models::bert::HeadKind::QuestionAnswering)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
             let ex = limit(read_squad(&a.data)?, a.limit);
-            let (max_len, stride) = super::qa::qa_windows(
+            let (max_len, stride) = lmkit::models::bert::qa_windows(
                 a.max_seq_len,
                 a.doc_stride,
                 model.config.max_position_embeddings,

@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Result<()> {
     let context = std::fs::read_to_string(&args.context)
         .with_context(|| format!("reading {}", args.context.display()))?;
     let p = super::embed::load("qa", &args.model, false)?;
-    let (window, stride) = qa_windows(
+    let (window, stride) = lmkit::models::bert::qa_windows(
         args.max_seq_len,
         args.doc_stride,
         p.model.config.max_position_embeddings,
@@ -76,23 +76,4 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The QA window and overlap, as HF's question-answering pipeline picks
-/// them: the window `min(384, max_positions)` unless given, the overlap
-/// `min(128, window / 2)` unless given; a given overlap must fit the window.
-pub fn qa_windows(
-    max_seq_len: Option<usize>,
-    doc_stride: Option<usize>,
-    max_positions: usize,
-) -> Result<(usize, usize)> {
-    let window = max_seq_len.unwrap_or(384.min(max_positions));
-    if window > max_positions {
-        bail!("--max-seq-len {window} exceeds the model's max_position_embeddings {max_positions}");
-    }
-    let stride = doc_stride.unwrap_or(128.min(window / 2));
-    if stride >= window {
-        bail!("--doc-stride {stride} must be smaller than the window (--max-seq-len {window})");
-    }
-    Ok((window, stride))
 }

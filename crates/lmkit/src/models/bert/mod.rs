@@ -29,4 +29,4 @@ pub use embed::{Pooling, SentenceConfig};
 pub use fill_mask::Prediction;
 pub use model::{Bert, BertActivations, BertBatch, HeadKind, LayerActs};
 pub use pipeline::{BertPipeline, EmbedOptions, DEFAULT_MAX_BATCH_TOKENS};
-pub use qa::{Answer, QaOptions};
+pub use qa::{qa_windows, Answer, QaOptions};

@@ -23,6 +23,29 @@ pub struct QaOptions {
     pub handle_impossible_answer: bool,
 }
 
+/// The QA window and overlap as HF's question-answering pipeline picks
+/// them: the window `min(384, max_positions)` unless given, the overlap
+/// `min(128, window / 2)` unless given; given values must fit the model.
+pub fn qa_windows(
+    max_seq_len: Option<usize>,
+    doc_stride: Option<usize>,
+    max_positions: usize,
+) -> crate::Result<(usize, usize)> {
+    let window = max_seq_len.unwrap_or(384.min(max_positions));
+    if window > max_positions {
+        return Err(crate::Error::InvalidInput(format!(
+            "`max_seq_len` {window} exceeds the model's max_position_embeddings {max_positions}"
+        )));
+    }
+    let stride = doc_stride.unwrap_or(128.min(window / 2));
+    if stride >= window {
+        return Err(crate::Error::InvalidInput(format!(
+            "`doc_stride` {stride} must be smaller than the window (`max_seq_len` {window})"
+        )));
+    }
+    Ok((window, stride))
+}
+
 impl Default for QaOptions {
     fn default() -> Self {
         QaOptions {

@@ -1,0 +1,285 @@
+//! BERT task routes: TEI's `/predict` (sequence classification) and
+//! `/rerank` (a bi-encoder's cosine), and lmkit's `/v1/fill-mask` and
+//! `/v1/qa` with the fields and shapes of HF's pipelines — each what its
+//! CLI command computes.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use lmkit::models::bert::{qa_windows, HeadKind, QaOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::models::{BertModel, Model};
+use crate::openai::{model, texts_of, Inputs};
+use crate::{parse_body, App, Body};
+
+fn bert<'a>(app: &'a App, name: Option<&str>, route: &str) -> Result<&'a BertModel, ApiError> {
+    let m = match name {
+        Some(n) => model(app, n, Some("bert"), route)?,
+        None => {
+            let berts: Vec<&Model> = app
+                .models
+                .values()
+                .filter(|m| m.family() == "bert")
+                .collect();
+            match berts.as_slice() {
+                [one] => *one,
+                _ => {
+                    return Err(ApiError::invalid(
+                        "model",
+                        format!("{route}: name the model (\"model\": NAME)"),
+                    ))
+                }
+            }
+        }
+    };
+    match m {
+        Model::Bert(b) => Ok(b),
+        Model::Gpt2(_) => unreachable!("model() checked the family"),
+    }
+}
+
+/// The model has the head a route needs, or a 400 saying which it lacks.
+fn needs(m: &BertModel, head: HeadKind, route: &str) -> Result<(), ApiError> {
+    m.pipeline
+        .model
+        .require(head)
+        .map_err(|e| ApiError::invalid("model", format!("{route}: {e}")))
+}
+
+fn reply(r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PredictRequest {
+    inputs: Inputs,
+    #[serde(default)]
+    truncate: bool,
+    #[serde(default)]
+    raw_scores: bool,
+    model: Option<String>,
+}
+
+pub async fn predict(State(app): State<Arc<App>>, body: Body) -> Response {
+    reply(
+        async {
+            let r: PredictRequest = parse_body(body)?;
+            let m = bert(&app, r.model.as_deref(), "/predict")?;
+            needs(m, HeadKind::Classifier, "/predict")?;
+            if r.raw_scores {
+                return Err(ApiError::invalid(
+                    "raw_scores",
+                    "raw_scores is not supported",
+                ));
+            }
+            let one = matches!(r.inputs, Inputs::Text(_));
+            let texts = texts_of(r.inputs, "inputs")?;
+            let truncate = r.truncate;
+            let out = m
+                .run(move |p| {
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    p.classify(&refs, 32, truncate)
+                })
+                .await?;
+            let lists: Vec<Value> = out
+                .iter()
+                .map(|scores| {
+                    json!(scores
+                        .iter()
+                        .map(|s| json!({"label": s.label, "score": s.score}))
+                        .collect::<Vec<_>>())
+                })
+                .collect();
+            Ok(if one { lists[0].clone() } else { json!(lists) })
+        }
+        .await,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RerankRequest {
+    query: String,
+    texts: Vec<String>,
+    #[serde(default)]
+    return_text: bool,
+    #[serde(default)]
+    raw_scores: bool,
+    truncate: Option<bool>,
+    model: Option<String>,
+}
+
+pub async fn rerank(State(app): State<Arc<App>>, body: Body) -> Response {
+    reply(
+        async {
+            let r: RerankRequest = parse_body(body)?;
+            let m = bert(&app, r.model.as_deref(), "/rerank")?;
+            if m.pipeline.model.require(HeadKind::Classifier).is_ok() {
+                return Err(ApiError::invalid(
+                    "model",
+                    "/rerank with a cross-encoder (a classification head) is not supported yet; \
+                     serve a sentence-embedding model to rerank by cosine",
+                ));
+            }
+            if r.raw_scores {
+                return Err(ApiError::invalid(
+                    "raw_scores",
+                    "raw_scores is not supported",
+                ));
+            }
+            let _ = r.truncate;
+            if r.texts.is_empty() || r.texts.len() > 2048 {
+                return Err(ApiError::invalid("texts", "texts holds 1 to 2048 texts"));
+            }
+            let mut all = vec![r.query.clone()];
+            all.extend(r.texts.iter().cloned());
+            // Normalized: the dot product is the cosine.
+            let vecs = m.embed(all, Some(true)).await?;
+            let q = &vecs[0];
+            let mut ranked: Vec<(usize, f32)> = vecs[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i, q.iter().zip(v).map(|(a, b)| a * b).sum()))
+                .collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            Ok(json!(ranked
+                .iter()
+                .map(|&(i, score)| {
+                    let mut o = json!({"index": i, "score": score});
+                    if r.return_text {
+                        o["text"] = json!(r.texts[i]);
+                    }
+                    o
+                })
+                .collect::<Vec<_>>()))
+        }
+        .await,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FillMaskRequest {
+    inputs: String,
+    #[serde(default = "five")]
+    top_k: usize,
+    model: Option<String>,
+}
+
+fn five() -> usize {
+    5
+}
+
+pub async fn fill_mask(State(app): State<Arc<App>>, body: Body) -> Response {
+    reply(
+        async {
+            let r: FillMaskRequest = parse_body(body)?;
+            let m = bert(&app, r.model.as_deref(), "/v1/fill-mask")?;
+            needs(m, HeadKind::MaskedLm, "/v1/fill-mask")?;
+            if !(1..=100).contains(&r.top_k) {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    "top_k must be between 1 and 100",
+                ));
+            }
+            let (text, k) = (r.inputs, r.top_k);
+            let lists = m
+                .run(move |p| {
+                    let masks = p.fill_mask(&text, k)?;
+                    // HF's pipeline: each prediction with the sequence it makes.
+                    let tok = &p.tokenizer;
+                    let mask = tok.mask_id().unwrap_or(u32::MAX);
+                    let ids = tok.encode(&text, true)?.ids;
+                    let at: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == mask).collect();
+                    let mut out = Vec::new();
+                    for (slot, preds) in at.iter().zip(&masks) {
+                        let mut list = Vec::new();
+                        for pr in preds {
+                            let mut filled = ids.clone();
+                            filled[*slot] = pr.id;
+                            list.push(json!({
+                                "score": pr.score,
+                                "token": pr.id,
+                                "token_str": tok.decode(&[pr.id], false)?,
+                                "sequence": tok.decode(&filled, true)?,
+                            }));
+                        }
+                        out.push(Value::Array(list));
+                    }
+                    Ok(out)
+                })
+                .await?;
+            Ok(if lists.len() == 1 {
+                lists[0].clone()
+            } else {
+                json!(lists)
+            })
+        }
+        .await,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QaRequest {
+    question: String,
+    context: String,
+    #[serde(default = "one")]
+    top_k: usize,
+    #[serde(default = "fifteen")]
+    max_answer_len: usize,
+    max_seq_len: Option<usize>,
+    doc_stride: Option<usize>,
+    #[serde(default)]
+    handle_impossible_answer: bool,
+    model: Option<String>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn fifteen() -> usize {
+    15
+}
+
+pub async fn qa(State(app): State<Arc<App>>, body: Body) -> Response {
+    reply(
+        async {
+            let r: QaRequest = parse_body(body)?;
+            let m = bert(&app, r.model.as_deref(), "/v1/qa")?;
+            needs(m, HeadKind::QuestionAnswering, "/v1/qa")?;
+            if !(1..=100).contains(&r.top_k) || r.max_answer_len == 0 {
+                return Err(ApiError::invalid(
+                    "top_k",
+                    "top_k must be between 1 and 100 and max_answer_len at least 1",
+                ));
+            }
+            let max_pos = m.pipeline.model.config.max_position_embeddings;
+            let (window, stride) = qa_windows(r.max_seq_len, r.doc_stride, max_pos)
+                .map_err(|e| ApiError::invalid("max_seq_len", e.to_string()))?;
+            let opts = QaOptions {
+                top_k: r.top_k,
+                max_answer_len: r.max_answer_len,
+                handle_impossible_answer: r.handle_impossible_answer,
+            };
+            let (q, c) = (r.question, r.context);
+            let answers = m.run(move |p| p.answer(&q, &c, window, stride, opts)).await?;
+            let list: Vec<Value> = answers
+                .iter()
+                .map(|a| json!({"score": a.score, "start": a.start, "end": a.end, "answer": a.answer}))
+                .collect();
+            Ok(if r.top_k == 1 && list.len() == 1 { list[0].clone() } else { json!(list) })
+        }
+        .await,
+    )
+}
