@@ -758,3 +758,87 @@ fn bert_task_routes_match_the_cli() {
     );
     assert_eq!(st, 400, "{e}");
 }
+
+/// The `lmkit_generated_tokens_total` counter of the server at `a`.
+fn generated_tokens(a: &str) -> u64 {
+    let (_, _, m) = http(a, "GET", "/metrics", None, &[]);
+    m.lines()
+        .find_map(|l| l.strip_prefix("lmkit_generated_tokens_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_client_that_leaves_a_stream_frees_its_slot() {
+    let dir = tmpdir("serve-leave");
+    let tok = byte_tokenizer(&dir);
+    let text = dir.join("text.txt");
+    std::fs::write(&text, "some text to train on, once.\n".repeat(40)).unwrap();
+    let run = dir.join("run");
+    // A model with a long context, so a long generation takes a while.
+    cli_json(&[
+        "pretrain",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--data",
+        text.to_str().unwrap(),
+        "--output",
+        run.to_str().unwrap(),
+        "--preset",
+        "mini",
+        "--n-positions",
+        "1024",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "1",
+        "--max-steps",
+        "1",
+        "--eval-every",
+        "0",
+        "--sample-every",
+        "0",
+        "--val-fraction",
+        "0",
+    ]);
+    let srv = serve(&[
+        "--model",
+        &format!("m={}", run.display()),
+        "--max-tokens",
+        "1000",
+    ]);
+    let a = srv.addr.as_str();
+    let long = json!({"model": "m", "prompt": "once", "max_tokens": 1000, "temperature": 0,
+                      "ignore_eos": true, "stream": true});
+    let t0 = std::time::Instant::now();
+    let (st, _, body) = http(a, "POST", "/v1/completions", Some(&long.to_string()), &[]);
+    let full = t0.elapsed();
+    assert_eq!(st, 200);
+    assert!(body.ends_with("data: [DONE]\n\n"));
+    assert_eq!(generated_tokens(a), 1000);
+
+    // Read the first event, then hang up.
+    let mut s = TcpStream::connect(a).unwrap();
+    let b = long.to_string();
+    write!(s, "POST /v1/completions HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len()).unwrap();
+    let mut first = [0u8; 512];
+    let n = s.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+    drop(s);
+    let t1 = std::time::Instant::now();
+    // Its generation stops early: the worker is free for the next request.
+    let (st, ok) = post(
+        a,
+        "/v1/completions",
+        &json!({"model": "m", "prompt": "x", "max_tokens": 2}),
+    );
+    assert_eq!(st, 200, "{ok}");
+    let waited = t1.elapsed();
+    let left = generated_tokens(a) - 1000 - 2;
+    eprintln!("abandoned stream: {left} of 1000 tokens; next answer after {waited:?}; a full generation {full:?}");
+    assert!(left < 500, "the abandoned stream generated {left} tokens");
+    assert!(
+        waited < full / 2,
+        "waited {waited:?}, a full generation takes {full:?}"
+    );
+}

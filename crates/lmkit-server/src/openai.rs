@@ -46,9 +46,11 @@ struct CompletionRequest {
     max_tokens: Option<usize>,
     temperature: Option<f32>,
     top_p: Option<f32>,
-    /// Extensions (as vLLM): top-k and HF's repetition penalty.
+    /// Extensions (as vLLM): top-k, HF's repetition penalty, and going on
+    /// past the end-of-text token.
     top_k: Option<usize>,
     repetition_penalty: Option<f32>,
+    ignore_eos: Option<bool>,
     n: Option<usize>,
     stream: Option<bool>,
     stop: Option<OneOrMany>,
@@ -271,7 +273,7 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
             sampling,
             seed,
             eos_token_id: m.eos,
-            ignore_eos: false,
+            ignore_eos: r.ignore_eos.unwrap_or(false),
             truncate: false,
         },
         stops,
