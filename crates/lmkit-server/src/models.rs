@@ -178,21 +178,30 @@ impl Gpt2Model {
             events: tx,
             enqueued: Instant::now(),
         };
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        match self.jobs.try_send(job) {
-            Ok(()) => Ok(rx),
-            Err(e) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                Err(match e {
-                    TrySendError::Full(_) => ApiError::overloaded(&self.name),
-                    TrySendError::Disconnected(_) => ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("model {:?} has stopped", self.name),
-                    ),
-                })
-            }
-        }
+        enqueue(&self.jobs, &self.queued, &self.name, job)?;
+        Ok(rx)
     }
+}
+
+/// Puts `job` on a model's bounded queue, counting it in `queued`: a full
+/// queue is a 429, a stopped worker a 503.
+fn enqueue<J>(
+    jobs: &SyncSender<J>,
+    queued: &AtomicUsize,
+    name: &str,
+    job: J,
+) -> Result<(), ApiError> {
+    queued.fetch_add(1, Ordering::Relaxed);
+    jobs.try_send(job).map_err(|e| {
+        queued.fetch_sub(1, Ordering::Relaxed);
+        match e {
+            TrySendError::Full(_) => ApiError::overloaded(name),
+            TrySendError::Disconnected(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("model {name:?} has stopped"),
+            ),
+        }
+    })
 }
 
 fn gpt2_worker(
@@ -323,17 +332,7 @@ impl BertModel {
             reply: tx,
             enqueued: Instant::now(),
         };
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.jobs.try_send(job) {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(match e {
-                TrySendError::Full(_) => ApiError::overloaded(&self.name),
-                TrySendError::Disconnected(_) => ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("model {:?} has stopped", self.name),
-                ),
-            });
-        }
+        enqueue(&self.jobs, &self.queued, &self.name, job)?;
         rx.await.unwrap_or_else(|_| {
             Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
