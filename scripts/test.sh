@@ -14,10 +14,10 @@ cargo test --workspace --locked
 # from the committed corpora; cargo-fuzz on the nightly toolchain).
 scripts/fuzz.sh 5
 
-# `lmkit serve` driven by the official OpenAI Python client, unchanged.
+# `lmkit serve` driven by the official OpenAI Python client, unchanged
+# (target/debug/lmkit is the binary the cargo test run above built).
 python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
-cargo build -q --locked -p lmkit-cli
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
 
 # The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
