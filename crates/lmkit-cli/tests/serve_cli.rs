@@ -223,6 +223,15 @@ fn openai_and_tei_routes_match_the_cli() {
     }
     assert_eq!(text, want["text"].as_str().unwrap());
     assert_eq!(finishes, [json!(finish)]);
+    // stream_options.include_usage: a last chunk with no choices and the usage.
+    sreq["stream_options"] = json!({"include_usage": true});
+    let (st, _, body) = http(a, "POST", "/v1/completions", Some(&sreq.to_string()), &[]);
+    assert_eq!(st, 200, "{body}");
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    let last: Value =
+        serde_json::from_str(events[events.len() - 2].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(last["choices"], json!([]), "{last}");
+    assert_eq!(last["usage"], got["usage"], "{last}");
 
     // n choices and a list of prompts; echo; stop strings.
     let (st, got) = post(
@@ -443,6 +452,13 @@ fn bad_requests_are_4xx_and_the_server_keeps_serving() {
             json!({"model": "tiny", "prompt": "x", "bogus": 1}).to_string(),
             400,
             None,
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "x", "stream_options": {"include_usage": true}})
+                .to_string(),
+            400,
+            Some("stream_options"),
         ),
         (
             "/v1/completions",

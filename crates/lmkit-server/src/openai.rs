@@ -63,7 +63,16 @@ struct CompletionRequest {
     logit_bias: Option<serde_json::Map<String, Value>>,
     suffix: Option<String>,
     user: Option<String>,
-    stream_options: Option<Value>,
+    stream_options: Option<StreamOptions>,
+}
+
+/// OpenAI's `stream_options`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamOptions {
+    /// A last chunk with empty `choices` and the request's `usage`.
+    #[serde(default)]
+    include_usage: bool,
 }
 
 fn default_max_tokens() -> Option<usize> {
@@ -153,7 +162,13 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
     if r.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return unsupported("suffix", "suffix (insertion) is not supported by GPT-2");
     }
-    let _ = (&r.user, &r.stream_options);
+    let _ = &r.user;
+    if r.stream_options.is_some() && !r.stream.unwrap_or(false) {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options is only allowed with stream: true",
+        ));
+    }
     let max_tokens = r.max_tokens.unwrap_or(16);
     if max_tokens == 0 || max_tokens > app.limits.max_tokens {
         return Err(ApiError::invalid(
@@ -306,7 +321,8 @@ async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiErr
         }
     }
     if r.stream.unwrap_or(false) {
-        return Ok(stream_response(id, created, name, plan, jobs).into_response());
+        let usage = r.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        return Ok(stream_response(id, created, name, plan, jobs, usage).into_response());
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
     for (index, p, mut rx) in jobs {
@@ -358,38 +374,57 @@ async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiErr
 }
 
 /// Server-Sent Events: one chunk per text piece, a last chunk per choice
-/// with its finish reason, then `data: [DONE]`. A failure midway is sent as
-/// an error event (the status line is already out).
+/// with its finish reason, with `usage` a chunk with empty `choices` and the
+/// token counts, then `data: [DONE]`. A failure midway is sent as an error
+/// event (the status line is already out).
 fn stream_response(
     id: String,
     created: u64,
     model: String,
     plan: Plan,
     jobs: Vec<(usize, usize, tokio::sync::mpsc::Receiver<GenEvent>)>,
+    usage: bool,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let chunk = move |index: usize, text: &str, finish: Option<&str>| {
-        Event::default().data(
-            json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"text": text, "index": index, "logprobs": null, "finish_reason": finish}],
-            })
-            .to_string(),
-        )
+    let head = json!({"id": id, "object": "text_completion", "created": created, "model": model});
+    let chunk = {
+        let head = head.clone();
+        move |index: usize, text: &str, finish: Option<&str>| {
+            let mut c = head.clone();
+            c["choices"] =
+                json!([{"text": text, "index": index, "logprobs": null, "finish_reason": finish}]);
+            Event::default().data(c.to_string())
+        }
     };
+    // (prompt, completion) tokens of the choices finished so far.
+    let counts = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let n = plan.n;
     let echoes = plan.echoes;
     let echo = plan.echo;
+    let tally = counts.clone();
     let per_job = stream::iter(jobs).flat_map(move |(index, p, rx)| {
         let chunk = chunk.clone();
+        let tally = tally.clone();
         let first = (echo && !echoes[p].is_empty()).then(|| chunk(index, &echoes[p], None));
         let events = stream::unfold((rx, false), move |(mut rx, done)| {
             let chunk = chunk.clone();
+            let tally = tally.clone();
             async move {
                 if done {
                     return None;
                 }
                 let ev = match rx.recv().await {
                     Some(GenEvent::Text(t)) => (chunk(index, &t, None), false),
-                    Some(GenEvent::Done { finish_reason, .. }) => {
+                    Some(GenEvent::Done {
+                        finish_reason,
+                        prompt_tokens,
+                        completion_tokens,
+                    }) => {
+                        if let Ok(mut c) = tally.lock() {
+                            if index % n == 0 {
+                                c.0 += prompt_tokens;
+                            }
+                            c.1 += completion_tokens;
+                        }
                         (chunk(index, "", Some(finish_reason)), true)
                     }
                     Some(GenEvent::Failed(e)) => {
@@ -412,7 +447,18 @@ fn stream_response(
         });
         stream::iter(first).chain(events)
     });
+    let last = stream::once(async move {
+        usage.then(|| {
+            let (p, c) = counts.lock().map(|g| *g).unwrap_or_default();
+            let mut u = head;
+            u["choices"] = json!([]);
+            u["usage"] = json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c});
+            Event::default().data(u.to_string())
+        })
+    })
+    .filter_map(|e| async move { e });
     let all = per_job
+        .chain(last)
         .chain(stream::once(async { Event::default().data("[DONE]") }))
         .map(Ok);
     Sse::new(all)
