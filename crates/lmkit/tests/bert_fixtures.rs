@@ -352,26 +352,21 @@ fn bf16_forward_is_close() {
     );
 }
 
-fn minilm() -> Option<PathBuf> {
+/// The real MiniLM; missing, the test fails and says how to fetch it
+/// (scripts/test.sh fetches it first), never skips.
+fn minilm() -> PathBuf {
     let dir = root().join("assets/minilm");
-    if dir.join("model.safetensors").exists() {
-        Some(dir)
-    } else {
-        eprintln!("assets/minilm is missing: run scripts/fetch-assets.sh (skipping the MiniLM comparison)");
-        None
-    }
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "assets/minilm is missing: run scripts/fetch-assets.sh"
+    );
+    dir
 }
 
 /// The real all-MiniLM-L6-v2 against sentence-transformers `encode()`.
 #[test]
 fn minilm_matches_sentence_transformers() {
-    let Some(dir) = minilm() else {
-        assert!(
-            std::env::var_os("LMKIT_REQUIRE_ASSETS").is_none(),
-            "assets/minilm required"
-        );
-        return;
-    };
+    let dir = minilm();
     let p = BertPipeline::from_dir(&dir).unwrap();
     assert_eq!(p.max_len(), 256);
     let r = Reference::load("minilm-embeddings");
@@ -455,7 +450,7 @@ fn minilm_matches_sentence_transformers() {
 
 #[test]
 fn minilm_bf16_embeddings_stay_close() {
-    let Some(dir) = minilm() else { return };
+    let dir = minilm();
     let mut p = BertPipeline::from_dir(&dir).unwrap();
     let r = Reference::load("minilm-embeddings");
     let sentences: Vec<&str> = r.json["sentences"]
