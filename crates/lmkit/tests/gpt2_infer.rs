@@ -813,3 +813,284 @@ fn big_124m_perplexity_matches_hf() {
     let d = max_abs_diff(&rep.token_nll, &token_nll, |_| true);
     assert!(d <= 0.1, "per-token NLL differs by {d}");
 }
+
+/// The real GPT-2 tokenizer (`scripts/fetch-assets.sh`): the tiny model's
+/// ids 0..128 are single-byte tokens in it.
+fn gpt2_tokenizer() -> lmkit_tokenizers::BpeTokenizer {
+    let dir = repo_root().join("assets/gpt2");
+    assert!(
+        dir.join("merges.txt").exists(),
+        "{} is missing: run scripts/fetch-assets.sh first",
+        dir.display()
+    );
+    lmkit_tokenizers::BpeTokenizer::from_dir(&dir).expect("GPT-2 tokenizer")
+}
+
+/// `forward_many` gives each sequence the logits it gets alone, for
+/// sequences of different lengths mixing prefill and decode in one call.
+#[test]
+fn forward_many_equals_separate_forwards() {
+    let r = Reference::open(&tiny_dir());
+    let (_, ids) = r.ids("input_ids");
+    for dtype in [WeightDtype::F32, WeightDtype::Int8] {
+        let mut engine = Gpt2Engine::load(tiny_dir(), dtype).expect("load");
+        let v = engine.config().vocab_size;
+        let seqs = [&ids[..7], &ids[12..15], &ids[3..12]];
+        // Alone: full forward of each.
+        let alone: Vec<Vec<f32>> = seqs
+            .iter()
+            .map(|s| engine.forward_all_logits(s, 1, None).expect("forward"))
+            .collect();
+        // Together: seq 0 and 1 prefill 4 and 2 tokens, then all three go
+        // on (seq 2 joins with its whole prompt), then single tokens.
+        let mut caches: Vec<_> = seqs
+            .iter()
+            .map(|s| engine.new_cache(1, s.len()).expect("cache"))
+            .collect();
+        let plan: [&[(usize, usize)]; 3] = [
+            &[(0, 4), (1, 2)],
+            &[(0, 2), (1, 1), (2, 8)],
+            &[(0, 1), (2, 1)],
+        ];
+        let mut at = [0usize; 3];
+        for step in plan {
+            let mut cs: Vec<&mut lmkit::models::gpt2::KvCache> = Vec::new();
+            let mut feeds: Vec<&[u32]> = Vec::new();
+            for (i, c) in caches.iter_mut().enumerate() {
+                if let Some(&(_, n)) = step.iter().find(|p| p.0 == i) {
+                    cs.push(c);
+                    feeds.push(&seqs[i][at[i]..at[i] + n]);
+                }
+            }
+            engine.forward_many(&mut cs, &feeds).expect("forward_many");
+            let total: usize = feeds.iter().map(|f| f.len()).sum();
+            let mut logits = vec![0f32; total * v];
+            engine
+                .logits(&(0..total).collect::<Vec<_>>(), &mut logits)
+                .expect("logits");
+            let mut row = 0;
+            for &(i, n) in step {
+                let want = &alone[i][at[i] * v..(at[i] + n) * v];
+                let got = &logits[row * v..(row + n) * v];
+                let d = max_abs_diff(got, want, |_| true);
+                let rel = if dtype == WeightDtype::F32 {
+                    1e-5
+                } else {
+                    5e-3
+                };
+                assert!(
+                    d <= rel * max_abs(want).max(1.0),
+                    "{dtype}: sequence {i} positions {}..{}: {d}",
+                    at[i],
+                    at[i] + n
+                );
+                at[i] += n;
+                row += n;
+            }
+        }
+        // Bad calls leave the caches untouched.
+        let mut c = engine.new_cache(1, 2).expect("cache");
+        let before = c.len();
+        assert!(engine.forward_many(&mut [&mut c], &[&ids[..3]]).is_err());
+        assert!(engine.forward_many(&mut [&mut c], &[&[]]).is_err());
+        assert!(engine.forward_many(&mut [&mut c], &[&[500]]).is_err());
+        let mut wide = engine.new_cache(2, 4).expect("cache");
+        assert!(engine.forward_many(&mut [&mut wide], &[&ids[..2]]).is_err());
+        assert_eq!(c.len(), before);
+    }
+}
+
+/// Sequences that join a continuous batch at different steps each produce
+/// exactly what `complete` produces for them alone: ids, text, the pieces
+/// streamed, finish reasons (length, EOS, stop string), under greedy and
+/// seeded sampling with every penalty.
+#[test]
+fn continuous_batch_equals_each_completion_alone() {
+    use lmkit::models::gpt2::{BatchEvent, ContinuousBatch, SequenceRequest, TextCompletion};
+    let tok = gpt2_tokenizer();
+    let mut engine = Gpt2Engine::load(tiny_dir(), WeightDtype::F32).expect("load");
+    let sampled = |seed: u64, max: usize| GenerationConfig {
+        max_new_tokens: max,
+        sampling: SamplingParams {
+            temperature: 1.3,
+            top_k: 40,
+            top_p: 0.95,
+            repetition_penalty: 1.2,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.3,
+            ..Default::default()
+        },
+        seed,
+        ..Default::default()
+    };
+    // What the EOS and stop cases stop on: tokens the model does produce.
+    let probe = engine
+        .complete(&tok, &[70, 71, 72], &sampled(3, 12), &[], |_| {
+            ControlFlow::Continue(())
+        })
+        .expect("probe");
+    let eos = probe.output.ids[5];
+    let stop =
+        String::from_utf8_lossy(&tok.decode(&probe.output.ids[3..5]).expect("decode")).into_owned();
+    let reqs = [
+        (vec![65u32, 66, 67, 68, 69], greedy(10), vec![]),
+        (vec![70, 71, 72], sampled(3, 12), vec![]),
+        (
+            vec![70, 71, 72],
+            GenerationConfig {
+                eos_token_id: Some(eos),
+                ..sampled(3, 12)
+            },
+            vec![],
+        ),
+        (vec![70, 71, 72], sampled(3, 12), vec![stop.clone()]),
+        (vec![90, 91, 92, 93, 94, 95, 96, 97, 98], greedy(6), vec![]),
+        (vec![33], sampled(11, 20), vec![]),
+    ];
+    let alone: Vec<(TextCompletion, String)> = reqs
+        .iter()
+        .map(|(p, cfg, stops)| {
+            let mut streamed = String::new();
+            let c = engine
+                .complete(&tok, p, cfg, stops, |piece| {
+                    streamed.push_str(piece);
+                    ControlFlow::Continue(())
+                })
+                .expect("complete");
+            (c, streamed)
+        })
+        .collect();
+    assert_eq!(alone[2].0.output.finish_reason, FinishReason::Eos);
+    assert_eq!(alone[3].0.output.finish_reason, FinishReason::Stop);
+    let mut batch = ContinuousBatch::new();
+    let mut seq_of = Vec::new();
+    let mut done: Vec<Option<TextCompletion>> = vec![None; reqs.len()];
+    let mut pieces = vec![String::new(); reqs.len()];
+    // Two join at once, two after two steps, two more after another.
+    let joins = [0usize, 0, 2, 2, 3, 3];
+    let mut step = 0;
+    while done.iter().any(Option::is_none) {
+        for (i, &at) in joins.iter().enumerate() {
+            if at == step {
+                let (p, cfg, stops) = &reqs[i];
+                let req = SequenceRequest {
+                    prompt: p.clone(),
+                    cfg: cfg.clone(),
+                    stops: stops.clone(),
+                    logprobs: None,
+                    prompt_logprobs: false,
+                };
+                seq_of.push((batch.add(&engine, req).expect("add"), i));
+            }
+        }
+        for ev in batch.step(&mut engine, &tok).expect("step") {
+            let which = |seq| seq_of.iter().find(|s| s.0 == seq).expect("known").1;
+            match ev {
+                BatchEvent::Token { seq, text, .. } => pieces[which(seq)].push_str(&text),
+                BatchEvent::Done { seq, completion } => done[which(seq)] = Some(completion),
+                BatchEvent::Prompt { .. } => panic!("no prompt logprobs were asked for"),
+            }
+        }
+        step += 1;
+        assert!(step < 100, "the batch never finished");
+    }
+    assert!(batch.is_empty());
+    for (i, ((want, streamed), got)) in alone.iter().zip(&done).enumerate() {
+        let got = got.as_ref().expect("done");
+        assert_eq!(got.output.ids, want.output.ids, "request {i}: ids");
+        assert_eq!(got.text, want.text, "request {i}: text");
+        assert_eq!(&pieces[i], streamed, "request {i}: streamed pieces");
+        assert_eq!(
+            got.output.finish_reason, want.output.finish_reason,
+            "request {i}"
+        );
+        assert_eq!(got.output.prompt_tokens, want.output.prompt_tokens);
+    }
+    // Cancelling drops a sequence; bad requests are refused up front.
+    let req = |p: Vec<u32>, cfg: GenerationConfig| SequenceRequest {
+        prompt: p,
+        cfg,
+        stops: vec![],
+        logprobs: None,
+        prompt_logprobs: false,
+    };
+    let id = batch.add(&engine, req(vec![1, 2], greedy(4))).expect("add");
+    assert!(batch.cancel(id) && batch.is_empty() && !batch.cancel(id));
+    assert!(batch.add(&engine, req(vec![], greedy(4))).is_err());
+    assert!(batch.add(&engine, req(vec![500], greedy(4))).is_err());
+    assert!(batch.add(&engine, req(vec![1; 30], greedy(4))).is_err());
+    assert!(batch.add(&engine, req(vec![1], greedy(0))).is_err());
+    assert!(batch.is_empty());
+}
+
+/// Log-probabilities (OpenAI's `logprobs`, with `echo` the prompt's too)
+/// are the model's log-softmax at each position, before sampling settings.
+#[test]
+fn continuous_batch_logprobs_are_the_models() {
+    use lmkit::models::gpt2::sampling::token_logprob;
+    use lmkit::models::gpt2::{BatchEvent, ContinuousBatch, SequenceRequest};
+    let tok = gpt2_tokenizer();
+    let mut engine = Gpt2Engine::load(tiny_dir(), WeightDtype::F32).expect("load");
+    let v = engine.config().vocab_size;
+    let prompt = vec![65u32, 66, 67, 68];
+    let cfg = GenerationConfig {
+        sampling: SamplingParams {
+            temperature: 0.7,
+            ..Default::default()
+        },
+        seed: 5,
+        ..greedy(5)
+    };
+    let mut batch = ContinuousBatch::new();
+    let req = SequenceRequest {
+        prompt: prompt.clone(),
+        cfg,
+        stops: vec![],
+        logprobs: Some(3),
+        prompt_logprobs: true,
+    };
+    batch.add(&engine, req).expect("add");
+    let (mut prompt_lps, mut tokens) = (None, Vec::new());
+    while !batch.is_empty() {
+        for ev in batch.step(&mut engine, &tok).expect("step") {
+            match ev {
+                BatchEvent::Prompt { logprobs, .. } => prompt_lps = Some(logprobs),
+                BatchEvent::Token { id, logprob, .. } => {
+                    tokens.push((id, logprob.expect("asked for")))
+                }
+                BatchEvent::Done { .. } => {}
+            }
+        }
+    }
+    let ids: Vec<u32> = prompt
+        .iter()
+        .copied()
+        .chain(tokens.iter().map(|t| t.0))
+        .collect();
+    let full = engine
+        .forward_all_logits(&ids[..ids.len() - 1], 1, None)
+        .expect("forward");
+    let prompt_lps = prompt_lps.expect("prompt logprobs");
+    assert_eq!(prompt_lps.len(), prompt.len());
+    assert!(
+        prompt_lps[0].is_none(),
+        "the first prompt token has no logprob"
+    );
+    // Every token after the first: compare with log_softmax of the full forward.
+    let got: Vec<&lmkit::models::gpt2::TokenLogprob> = prompt_lps[1..]
+        .iter()
+        .map(|l| l.as_ref().expect("logprob"))
+        .chain(tokens.iter().map(|t| &t.1))
+        .collect();
+    for (pos, lp) in got.iter().enumerate() {
+        let row = &full[pos * v..(pos + 1) * v];
+        let want = token_logprob(row, ids[pos + 1], 3);
+        assert!((lp.logprob - want.logprob).abs() < 1e-4, "position {pos}");
+        assert_eq!(lp.top.len(), 3);
+        assert_eq!(
+            lp.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+            want.top.iter().map(|t| t.0).collect::<Vec<_>>()
+        );
+        assert!(lp.logprob <= 0.0 && lp.top[0].1 >= lp.top[2].1);
+    }
+}

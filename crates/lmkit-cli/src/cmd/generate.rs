@@ -39,6 +39,12 @@ pub struct Args {
     /// Penalise tokens already in the text (1 = off; HF's CTRL penalty).
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
+    /// Subtract this from the logit of every token already generated (OpenAI's presence penalty, -2..2).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub presence_penalty: f32,
+    /// Subtract this once per earlier occurrence in the generated text (OpenAI's frequency penalty, -2..2).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub frequency_penalty: f32,
     /// Seed of the sampler (default: from the clock; printed with --json).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -72,6 +78,8 @@ pub fn run(a: Args) -> Result<()> {
         top_k: a.top_k,
         top_p: a.top_p,
         repetition_penalty: a.repetition_penalty,
+        presence_penalty: a.presence_penalty,
+        frequency_penalty: a.frequency_penalty,
     };
     let seed = a.seed.unwrap_or_else(clock_seed);
     let eos = engine

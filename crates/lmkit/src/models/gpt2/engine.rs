@@ -26,6 +26,7 @@ use crate::models::gpt2::weights::{
 use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::spec::names::{resolve_key, Family, KeyRole};
+use rayon::prelude::*;
 
 /// Parameters of one transformer block.
 #[derive(Debug)]
@@ -484,8 +485,87 @@ impl Gpt2Engine {
                     mask.map_or(1, |m| m[r * t + i]);
             }
         }
+        cache.next_pos = next;
+        self.run(ids, &pos, &mut [cache], &[t]);
+        Ok(())
+    }
+
+    /// Continuous batching: runs several independent sequences in one pass.
+    /// Sequence `i` feeds `ids[i]` (at least one token) into `caches[i]`, a
+    /// one-row cache of its own, so sequences of any lengths may join or
+    /// leave between calls. The matrix products run over all `N = Σ
+    /// ids[i].len()` rows at once; attention runs per sequence over its own
+    /// cache. Rows are concatenated in order: sequence `i`'s last row is
+    /// `Σ_{j<=i} ids[j].len() - 1` for [`Self::logits`]. Each sequence gets
+    /// what [`Self::forward`] would give it alone, up to the rounding of
+    /// matrix products over more rows.
+    pub fn forward_many(&mut self, caches: &mut [&mut KvCache], ids: &[&[u32]]) -> Result<()> {
+        let cfg = &self.cfg;
+        if caches.len() != ids.len() || caches.is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "{} caches for {} sequences (at least one of each, as many of one as of the other)",
+                caches.len(),
+                ids.len()
+            )));
+        }
+        let mut pos = Vec::with_capacity(ids.iter().map(|s| s.len()).sum());
+        for (cache, seq) in caches.iter().zip(ids) {
+            if cache.batch != 1
+                || cache.n_layer != cfg.n_layer
+                || cache.n_head != cfg.n_head
+                || cache.head_size != cfg.head_size()
+            {
+                return Err(Error::InvalidInput(
+                    "forward_many needs one-row KV caches made for this model".into(),
+                ));
+            }
+            if seq.is_empty() {
+                return Err(Error::InvalidInput(
+                    "every sequence of forward_many feeds at least one token".into(),
+                ));
+            }
+            if let Some(&id) = seq.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+                return Err(Error::TokenIdOutOfRange {
+                    id,
+                    vocab: cfg.vocab_size,
+                });
+            }
+            let t = seq.len();
+            if cache.len + t > cache.capacity {
+                return Err(Error::ContextTooLong {
+                    len: cache.len + t,
+                    max: cache.capacity,
+                });
+            }
+            if cache.next_pos[0] + t > cfg.n_positions {
+                return Err(Error::ContextTooLong {
+                    len: cache.next_pos[0] + t,
+                    max: cfg.n_positions,
+                });
+            }
+            pos.extend(cache.next_pos[0]..cache.next_pos[0] + t);
+        }
+        // Validated: from here on nothing fails.
+        let flat: Vec<u32> = ids.iter().flat_map(|s| s.iter().copied()).collect();
+        for (cache, seq) in caches.iter_mut().zip(ids) {
+            let (at, t) = (cache.len, seq.len());
+            cache.key_mask[at..at + t].fill(1);
+            cache.next_pos[0] += t;
+        }
+        let ts: Vec<usize> = ids.iter().map(|s| s.len()).collect();
+        self.run(&flat, &pos, caches, &ts);
+        Ok(())
+    }
+
+    /// The model over `ids` (`[N]`, position ids `pos[N]`), made of one
+    /// segment per cache, in order: `cache.batch · ts[i]` rows, `ts[i]` new
+    /// positions per cache row. Appends keys and values to each cache and
+    /// advances its `len`; leaves the final hidden states in `s.xn`.
+    /// Callers have validated everything (ids, capacities, masks, positions).
+    fn run(&mut self, ids: &[u32], pos: &[usize], caches: &mut [&mut KvCache], ts: &[usize]) {
+        let cfg = &self.cfg;
         let (c, inner) = (cfg.n_embd, cfg.inner());
-        let n = b * t;
+        let n = ids.len();
         let eps = cfg.layer_norm_epsilon as f32;
         let s = &mut self.s;
         for (buf, len) in [
@@ -512,7 +592,7 @@ impl Gpt2Engine {
         );
         let (mean, rstd) = (&mut s.mean[..n], &mut s.rstd[..n]);
         // x = wte[id] + wpe[pos]
-        for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(&pos)) {
+        for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(pos)) {
             self.wte.row_into(id as usize, row);
             for (xv, pv) in row.iter_mut().zip(&self.wpe[p * c..(p + 1) * c]) {
                 *xv += pv;
@@ -522,8 +602,7 @@ impl Gpt2Engine {
             layernorm_forward(xn, mean, rstd, x, &blk.ln_1_w, &blk.ln_1_b, n, c, eps);
             blk.c_attn
                 .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
-            cache.store(l, qkv, t);
-            cache.attend(att, qkv, l, t);
+            attend_segments(caches, ts, l, qkv, att, c);
             blk.attn_c_proj
                 .forward(y, att, Some(&blk.attn_c_proj_b), n, &mut s.mat);
             add_inplace(x, y);
@@ -536,10 +615,10 @@ impl Gpt2Engine {
             add_inplace(x, y);
         }
         layernorm_forward(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b, n, c, eps);
-        cache.len += t;
-        cache.next_pos = next;
+        for (cache, &t) in caches.iter_mut().zip(ts) {
+            cache.len += t;
+        }
         self.rows = n;
-        Ok(())
     }
 
     /// Final hidden states `[N, C]` (after `ln_f`) of the last forward call.
@@ -642,4 +721,36 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
         });
     }
     Ok(keys)
+}
+
+/// One layer's attention for every segment of [`Gpt2Engine::run`]: stores
+/// the new keys and values (`qkv[N, 3C]`) in each segment's cache, then
+/// `att[N, C]` = each segment's attention over its own cache, the segments
+/// in parallel (each also parallel over its heads).
+fn attend_segments(
+    caches: &mut [&mut KvCache],
+    ts: &[usize],
+    layer: usize,
+    qkv: &[f32],
+    att: &mut [f32],
+    c: usize,
+) {
+    if let ([cache], [t]) = (&mut *caches, ts) {
+        cache.store(layer, qkv, *t);
+        cache.attend(att, qkv, layer, *t);
+        return;
+    }
+    let mut parts = Vec::with_capacity(caches.len());
+    let (mut qkv_rest, mut att_rest) = (qkv, att);
+    for (cache, &t) in caches.iter_mut().zip(ts) {
+        let rows = cache.batch * t;
+        let (q, qr) = qkv_rest.split_at(rows * 3 * c);
+        let (a, ar) = std::mem::take(&mut att_rest).split_at_mut(rows * c);
+        (qkv_rest, att_rest) = (qr, ar);
+        cache.store(layer, q, t);
+        parts.push((&**cache, q, a, t));
+    }
+    parts
+        .into_par_iter()
+        .for_each(|(cache, q, a, t)| cache.attend(a, q, layer, t));
 }

@@ -83,7 +83,12 @@ impl Gpt2Engine {
     /// How many tokens of a `prompt_len`-token prompt to keep so that the
     /// prompt and `max_new` tokens fit the context: the last generated token
     /// is never fed back, so `kept + max_new - 1 <= n_positions`.
-    fn fit_prompt(&self, prompt_len: usize, max_new: usize, truncate: bool) -> Result<usize> {
+    pub(super) fn fit_prompt(
+        &self,
+        prompt_len: usize,
+        max_new: usize,
+        truncate: bool,
+    ) -> Result<usize> {
         let ctx = self.config().n_positions;
         if prompt_len == 0 {
             return Err(Error::InvalidInput(
@@ -109,7 +114,7 @@ impl Gpt2Engine {
     }
 
     /// An end-of-text id outside the vocabulary could never stop generation.
-    fn check_generation(&self, cfg: &GenerationConfig) -> Result<()> {
+    pub(super) fn check_generation(&self, cfg: &GenerationConfig) -> Result<()> {
         let vocab = self.config().vocab_size;
         match cfg.eos_token_id {
             Some(id) if id as usize >= vocab && !cfg.ignore_eos => Err(Error::InvalidInput(

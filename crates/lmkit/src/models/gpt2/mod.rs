@@ -6,8 +6,10 @@
 //! - [`Gpt2Engine`] (`engine`): the inference engine — its own weight
 //!   formats (f32 in place from the memory map, bf16, int8) and a KV cache;
 //!   generation (greedy, temperature, top-k, top-p, repetition penalty,
-//!   seeds, EOS and stop strings, UTF-8-safe streaming) and sliding-window
-//!   perplexity.
+//!   presence/frequency penalties, seeds, EOS and stop strings, UTF-8-safe
+//!   streaming, log-probabilities), sliding-window perplexity, and
+//!   continuous batching ([`ContinuousBatch`]: generations joining and
+//!   leaving a shared decode step, each with its own KV cache).
 //!
 //! Shape legend: B batch rows, T tokens, C channels, NH heads, HS head size,
 //! V vocabulary, P positions.
@@ -28,6 +30,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod engine;
 mod generate;
 mod model;
@@ -38,11 +41,12 @@ mod text;
 mod weights;
 
 pub use crate::kernels::kv_cache::KvCache;
+pub use batch::{BatchEvent, ContinuousBatch, SeqId, SequenceRequest};
 pub use engine::Gpt2Engine;
 pub use generate::{FinishReason, GenerationConfig, GenerationOutput};
 pub use model::{Gpt2, Gpt2Activations};
 pub use perplexity::PerplexityReport;
-pub use sampling::{Sampler, SamplingParams};
+pub use sampling::{Sampler, SamplingParams, TokenLogprob};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};
 pub use text::TextCompletion;
 pub use weights::WeightDtype;

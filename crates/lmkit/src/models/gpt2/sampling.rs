@@ -67,6 +67,13 @@ pub struct SamplingParams {
     /// HF's repetition penalty (CTRL): the logit `l` of every token already in
     /// the context becomes `l / r` if positive, `l · r` if negative. 1.0 disables.
     pub repetition_penalty: f32,
+    /// OpenAI's presence penalty: subtracted once from the logit of every
+    /// token this sampler has already produced (the prompt does not count,
+    /// as in vLLM). In [-2, 2]; 0 disables.
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty: subtracted from a token's logit once per
+    /// time this sampler has produced it. In [-2, 2]; 0 disables.
+    pub frequency_penalty: f32,
 }
 
 impl Default for SamplingParams {
@@ -78,6 +85,8 @@ impl Default for SamplingParams {
             top_k: 50,
             top_p: 1.0,
             repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
         }
     }
 }
@@ -95,6 +104,12 @@ impl SamplingParams {
         let bad = |what: &str| Err(Error::InvalidInput(what.to_string()));
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return bad("repetition penalty must be a finite number > 0");
+        }
+        if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            return bad("presence penalty must be between -2 and 2");
+        }
+        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            return bad("frequency penalty must be between -2 and 2");
         }
         if !self.greedy {
             if !(self.temperature.is_finite() && self.temperature > 0.0) {
@@ -131,6 +146,53 @@ pub fn apply_repetition_penalty(
     }
 }
 
+/// A token's log-probability and the most likely alternatives at its
+/// position (OpenAI's `logprobs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    /// `(id, logprob)` of the `k` most likely tokens, most likely first (ties
+    /// by increasing id).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// `log_softmax(logits)[id]` and the `k` largest entries of `log_softmax(logits[V])`.
+pub fn token_logprob(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
+    let max = logits
+        .iter()
+        .filter(|l| !l.is_nan())
+        .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| !l.is_nan())
+        .map(|&l| ((l - max) as f64).exp())
+        .sum();
+    let lse = max + sum.ln() as f32;
+    let lp = |l: f32| l - lse;
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k);
+    if k > 0 {
+        let mut all: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if k < all.len() {
+            all.select_nth_unstable_by(k - 1, order);
+            all.truncate(k);
+        }
+        all.sort_unstable_by(order);
+        top.extend(all.into_iter().map(|(i, l)| (i, lp(l))));
+    }
+    TokenLogprob {
+        logprob: logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top,
+    }
+}
+
 /// Index of the largest logit; the first one on ties (as `torch.argmax`).
 /// NaN logits are never chosen.
 pub fn argmax(logits: &[f32]) -> u32 {
@@ -154,6 +216,8 @@ pub struct Sampler {
     /// (logit, id) of the candidates that survive top-k/top-p.
     cand: Vec<(f32, u32)>,
     probs: Vec<f64>,
+    /// How often this sampler produced each id (presence/frequency penalties).
+    produced: std::collections::HashMap<u32, u32>,
 }
 
 impl Sampler {
@@ -165,6 +229,7 @@ impl Sampler {
             seen: Vec::new(),
             cand: Vec::new(),
             probs: Vec::new(),
+            produced: std::collections::HashMap::new(),
         })
     }
 
@@ -173,7 +238,9 @@ impl Sampler {
     }
 
     /// Chooses the next token from `logits[V]` (modified in place) given the
-    /// ids so far (`context`, prompt included).
+    /// ids so far (`context`, prompt included). Penalties come first (HF's
+    /// repetition penalty, then OpenAI's presence and frequency penalties,
+    /// as vLLM orders them), then temperature, top-k and top-p.
     pub fn next_token(&mut self, logits: &mut [f32], context: &[u32]) -> u32 {
         apply_repetition_penalty(
             logits,
@@ -181,11 +248,22 @@ impl Sampler {
             self.params.repetition_penalty,
             &mut self.seen,
         );
-        if self.params.greedy {
-            return argmax(logits);
+        let (pp, fp) = (self.params.presence_penalty, self.params.frequency_penalty);
+        if pp != 0.0 || fp != 0.0 {
+            for (&id, &n) in &self.produced {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l -= pp + fp * n as f32;
+                }
+            }
         }
-        self.filter(logits);
-        self.draw()
+        let id = if self.params.greedy {
+            argmax(logits)
+        } else {
+            self.filter(logits);
+            self.draw()
+        };
+        *self.produced.entry(id).or_insert(0) += 1;
+        id
     }
 
     /// Temperature, top-k and top-p: leaves the surviving `(logit, id)` in
@@ -312,6 +390,52 @@ mod tests {
         // Token 1 wins unpenalised; with it in the context, token 2 (tied with 3) wins.
         assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[]), 1);
         assert_eq!(s.next_token(&mut [0.0, 3.0, 1.0, 1.0], &[1]), 2);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_count_only_produced_tokens() {
+        // vLLM / OpenAI: logit -= frequency · count + presence · (count > 0),
+        // counting the tokens this sampler produced, not the prompt's.
+        let row = [3.0, 2.5, 2.0];
+        let mut f = sampler(SamplingParams {
+            frequency_penalty: 0.3,
+            ..SamplingParams::greedy()
+        });
+        let picks: Vec<u32> = (0..3)
+            .map(|_| f.next_token(&mut row.clone(), &[0, 0, 0]))
+            .collect();
+        // 3.0, then 3.0 - 0.3 = 2.7 > 2.5, then 3.0 - 0.6 = 2.4 < 2.5.
+        assert_eq!(picks, vec![0, 0, 1]);
+        let mut p = sampler(SamplingParams {
+            presence_penalty: 1.0,
+            ..SamplingParams::greedy()
+        });
+        let picks: Vec<u32> = (0..3)
+            .map(|_| p.next_token(&mut row.clone(), &[]))
+            .collect();
+        // 0 (3.0), then 1 (2.5 > 2.0), then 2 (2.0 > 1.5 = both others).
+        assert_eq!(picks, vec![0, 1, 2]);
+        let bad = SamplingParams {
+            presence_penalty: 2.5,
+            ..SamplingParams::greedy()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn token_logprob_is_log_softmax_with_the_top_alternatives() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let lse = logits.iter().map(|&l| (l as f64).exp()).sum::<f64>().ln() as f32;
+        let t = token_logprob(&logits, 2, 3);
+        assert!((t.logprob - (2.0 - lse)).abs() < 1e-6);
+        let ids: Vec<u32> = t.top.iter().map(|p| p.0).collect();
+        assert_eq!(ids, vec![1, 3, 2]); // ties by increasing id
+        assert!((t.top[0].1 - (3.0 - lse)).abs() < 1e-6);
+        let probs: f32 = (0..4)
+            .map(|i| token_logprob(&logits, i, 0).logprob.exp())
+            .sum();
+        assert!((probs - 1.0).abs() < 1e-6);
+        assert!(token_logprob(&logits, 2, 0).top.is_empty());
     }
 
     #[test]
