@@ -273,6 +273,147 @@ fn openai_and_tei_routes_match_the_cli() {
         "{echo}"
     );
 
+    // Penalties = `lmkit generate` with the same flags.
+    let want: Value = serde_json::from_str(
+        cli_json(&[
+            "generate",
+            "--model",
+            tiny.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "--greedy",
+            "--max-new-tokens",
+            "12",
+            "--presence-penalty",
+            "1.5",
+            "--frequency-penalty",
+            "-0.5",
+            "--json",
+        ])
+        .trim(),
+    )
+    .unwrap();
+    let (st, got) = post(
+        a,
+        "/v1/completions",
+        &json!({"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0,
+                "presence_penalty": 1.5, "frequency_penalty": -0.5}),
+    );
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["choices"][0]["text"], want["text"], "{got}");
+
+    // Choices decoded together in one continuous batch (4 prompts × n 2)
+    // equal each one asked for alone: greedy, and seeded (choice k of a
+    // request is seeded seed + k).
+    let prompts = ["Hello, wor", "abc", "The quick brown", "x"];
+    for (temperature, seed) in [(0.0, 1), (0.9, 11)] {
+        let (st, all) = post(
+            a,
+            "/v1/completions",
+            &json!({"model": "tiny", "prompt": prompts, "n": 2, "max_tokens": 10,
+                    "temperature": temperature, "seed": seed, "presence_penalty": 0.3}),
+        );
+        assert_eq!(st, 200, "{all}");
+        for (p, text) in prompts.iter().enumerate() {
+            for k in 0..2 {
+                let (_, one) = post(
+                    a,
+                    "/v1/completions",
+                    &json!({"model": "tiny", "prompt": text, "max_tokens": 10,
+                            "temperature": temperature, "seed": seed + k, "presence_penalty": 0.3}),
+                );
+                let i = p * 2 + k as usize;
+                assert_eq!(all["choices"][i]["index"], json!(i));
+                assert_eq!(
+                    all["choices"][i]["text"], one["choices"][0]["text"],
+                    "prompt {p} choice {k} at temperature {temperature}"
+                );
+            }
+        }
+    }
+    let (_, _, m) = http(a, "GET", "/metrics", None, &[]);
+    let stat = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {m}"))
+    };
+    assert!(
+        stat("lmkit_decode_batch_size_sum") > stat("lmkit_decode_batch_size_count"),
+        "some decode steps advanced several completions at once: {m}"
+    );
+
+    // logprobs with echo: the prompt's tokens (the first without a
+    // logprob), then the new ones; greedy picks each position's most likely.
+    let (st, got) = post(
+        a,
+        "/v1/completions",
+        &json!({"model": "tiny", "prompt": "abc", "max_tokens": 5, "temperature": 0,
+                "logprobs": 2, "echo": true}),
+    );
+    assert_eq!(st, 200, "{got}");
+    let lp = &got["choices"][0]["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let (pt, ct) = (
+        got["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        got["usage"]["completion_tokens"].as_u64().unwrap() as usize,
+    );
+    assert_eq!(tokens.len(), pt + ct, "{lp}");
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+    for i in 1..tokens.len() {
+        let chosen = lp["token_logprobs"][i].as_f64().unwrap();
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!((2..=3).contains(&top.len()), "{lp}");
+        assert!(chosen <= 0.0 && top[tokens[i]].as_f64() == Some(chosen));
+        if i >= pt {
+            let best = top
+                .values()
+                .map(|v| v.as_f64().unwrap())
+                .fold(f64::MIN, f64::max);
+            assert_eq!(chosen, best, "greedy token {i} is the most likely");
+        }
+    }
+    let offsets: Vec<u64> = serde_json::from_value(lp["text_offset"].clone()).unwrap();
+    assert_eq!(offsets[0], 0);
+    assert_eq!(
+        offsets[pt] as usize,
+        "abc".len(),
+        "new tokens start after the echo"
+    );
+    // Streamed: one chunk per token, each with that token's logprobs.
+    let (st, _, body) = http(
+        a,
+        "POST",
+        "/v1/completions",
+        Some(
+            &json!({"model": "tiny", "prompt": "abc", "max_tokens": 5, "temperature": 0,
+                    "logprobs": 2, "stream": true})
+            .to_string(),
+        ),
+        &[],
+    );
+    assert_eq!(st, 200, "{body}");
+    let streamed: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .filter(|c: &Value| c["choices"][0]["finish_reason"].is_null())
+        .collect();
+    assert_eq!(streamed.len(), ct);
+    for (i, c) in streamed.iter().enumerate() {
+        assert_eq!(
+            c["choices"][0]["logprobs"]["tokens"],
+            json!([tokens[pt + i]]),
+            "{c}"
+        );
+    }
+
     // Embeddings = `lmkit embed`, float and base64.
     let texts = ["A man is eating food.", "Someone is having a meal.", ""];
     let input = dir.join("texts.txt");
@@ -443,9 +584,21 @@ fn bad_requests_are_4xx_and_the_server_keeps_serving() {
         ),
         (
             "/v1/completions",
-            json!({"model": "tiny", "prompt": "x", "logprobs": 2}).to_string(),
+            json!({"model": "tiny", "prompt": "x", "logprobs": 6}).to_string(),
             400,
             Some("logprobs"),
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "x", "presence_penalty": 2.5}).to_string(),
+            400,
+            Some("presence_penalty"),
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "x", "frequency_penalty": -3}).to_string(),
+            400,
+            Some("frequency_penalty"),
         ),
         (
             "/v1/completions",

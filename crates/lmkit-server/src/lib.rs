@@ -53,7 +53,7 @@ pub struct ServeOptions {
     pub models: Vec<ModelSpec>,
     /// Requests must carry `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
-    /// Most texts per embedding forward batch.
+    /// Most texts per embedding forward batch, and most completions decoded together.
     pub max_batch: usize,
     /// Most requests waiting per model; more are answered 429.
     pub max_queue: usize,

@@ -1,6 +1,6 @@
 //! Prometheus metrics in the text exposition format: requests and errors
 //! by route and status, latency histograms by route, queue depth by model,
-//! embedding batch sizes, generated tokens and time spent generating.
+//! embedding and decode batch sizes, generated tokens and time spent generating.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -61,6 +61,7 @@ struct Inner {
     requests: BTreeMap<(String, u16), u64>,
     latency: BTreeMap<String, Histogram>,
     batch: Histogram,
+    decode_batch: Histogram,
     generated_tokens: u64,
     generation_seconds: f64,
     embedded_texts: u64,
@@ -94,6 +95,11 @@ impl Metrics {
             m.batch.observe(BATCH, texts as f64);
             m.embedded_texts += texts as u64;
         });
+    }
+
+    /// Sequences advanced together by one batched decode step.
+    pub fn decode_batch(&self, seqs: usize) {
+        self.with(|m| m.decode_batch.observe(BATCH, seqs as f64));
     }
 
     pub fn generated(&self, tokens: usize, seconds: f64) {
@@ -134,6 +140,12 @@ impl Metrics {
             out.push_str("# TYPE lmkit_embed_batch_size histogram\n");
             if m.batch.count > 0 {
                 m.batch.write(&mut out, "lmkit_embed_batch_size", "", BATCH);
+            }
+            out.push_str("# HELP lmkit_decode_batch_size Completions advanced together per decode step.\n");
+            out.push_str("# TYPE lmkit_decode_batch_size histogram\n");
+            if m.decode_batch.count > 0 {
+                m.decode_batch
+                    .write(&mut out, "lmkit_decode_batch_size", "", BATCH);
             }
             out.push_str("# HELP lmkit_embedded_texts_total Texts embedded.\n");
             out.push_str("# TYPE lmkit_embedded_texts_total counter\n");

@@ -1,14 +1,16 @@
 //! The models a server holds and the worker threads that run them.
 //!
-//! GPT-2: one worker thread per model owns the inference engine and runs
-//! completions one after another, sending text pieces back as they are
-//! ready; a client that went away (its channel closed) stops its
-//! generation at the next token. BERT: one worker per model gathers the
+//! GPT-2: one worker thread per model owns the inference engine and a
+//! continuous batch ([`ContinuousBatch`]): completions join it between
+//! decode steps (up to `max_batch` at once) and leave it when done, each
+//! step advancing all of them by one token in one pass over the weights.
+//! Each token goes back as it is produced; a client that went away (its
+//! channel closed) leaves the batch at the next step. BERT: one worker per model gathers the
 //! embedding requests that arrive within a short wait (up to `max_batch`
 //! texts) and embeds them in one call. Both queues are bounded: a full
 //! queue is a 429, never a growing backlog.
 
-use std::ops::ControlFlow;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,9 +21,13 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use lmkit::checkpoint::{read_config, resolve_model_dir};
 use lmkit::models::bert::{BertPipeline, EmbedOptions};
-use lmkit::models::gpt2::{FinishReason, GenerationConfig, Gpt2Engine, WeightDtype};
+use lmkit::models::gpt2::{
+    BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, SeqId, SequenceRequest, TokenLogprob,
+    WeightDtype,
+};
 use lmkit::spec::config::{AnyConfig, Gpt2Config};
 use lmkit_tokenizers::BpeTokenizer;
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -104,8 +110,14 @@ impl Model {
 /// What a completion's worker sends back.
 #[derive(Debug)]
 pub enum GenEvent {
-    /// A piece of text, ready to show.
-    Text(String),
+    /// The prompt's log-probabilities (`prompt_logprobs`), first.
+    Prompt(Vec<Option<TokenLogprob>>),
+    /// A new token and the text now ready to show (possibly empty).
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
     Done {
         finish_reason: &'static str,
         prompt_tokens: usize,
@@ -114,12 +126,12 @@ pub enum GenEvent {
     Failed(ApiError),
 }
 
-/// One completion to run.
+/// One completion to run. Its events go on an unbounded channel so that a
+/// slow reader never stalls the batch; each completion sends at most
+/// `max_tokens + 2` events.
 pub struct GenJob {
-    pub prompt: Vec<u32>,
-    pub cfg: GenerationConfig,
-    pub stops: Vec<String>,
-    pub events: tokio::sync::mpsc::Sender<GenEvent>,
+    pub req: SequenceRequest,
+    pub events: tokio::sync::mpsc::UnboundedSender<GenEvent>,
     enqueued: Instant,
 }
 
@@ -151,7 +163,7 @@ impl Gpt2Model {
         let (tok, q) = (tokenizer.clone(), queued.clone());
         std::thread::Builder::new()
             .name(format!("gpt2-{name}"))
-            .spawn(move || gpt2_worker(engine, tok, rx, q, limits.timeout, metrics))
+            .spawn(move || gpt2_worker(engine, tok, rx, q, limits, metrics))
             .map_err(|e| lmkit::Error::io("worker thread", e))?;
         Ok(Gpt2Model {
             tokenizer,
@@ -166,15 +178,11 @@ impl Gpt2Model {
     /// Queues a completion; its events arrive on the returned receiver.
     pub fn submit(
         &self,
-        prompt: Vec<u32>,
-        cfg: GenerationConfig,
-        stops: Vec<String>,
-    ) -> Result<tokio::sync::mpsc::Receiver<GenEvent>, ApiError> {
-        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        req: SequenceRequest,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<GenEvent>, ApiError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let job = GenJob {
-            prompt,
-            cfg,
-            stops,
+            req,
             events: tx,
             enqueued: Instant::now(),
         };
@@ -204,53 +212,111 @@ fn enqueue<J>(
     })
 }
 
+/// The answer to a request that waited longer than `timeout` in a queue.
+fn queue_timeout(timeout: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("waited over {} s in the queue", timeout.as_secs_f64()),
+    )
+    .code("timeout")
+}
+
 fn gpt2_worker(
     mut engine: Gpt2Engine,
     tok: Arc<BpeTokenizer>,
     rx: Receiver<GenJob>,
     queued: Arc<AtomicUsize>,
-    timeout: Duration,
+    limits: WorkerLimits,
     metrics: Arc<Metrics>,
 ) {
-    while let Ok(job) = rx.recv() {
-        queued.fetch_sub(1, Ordering::Relaxed);
-        if job.events.is_closed() {
-            continue; // the client left while it waited
-        }
-        if job.enqueued.elapsed() > timeout {
-            let _ = job.events.blocking_send(GenEvent::Failed(
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("waited over {} s in the queue", timeout.as_secs_f64()),
-                )
-                .code("timeout"),
-            ));
-            continue;
-        }
-        let t0 = Instant::now();
-        let events = &job.events;
-        let r = engine.complete(&tok, &job.prompt, &job.cfg, &job.stops, |piece| {
-            match events.blocking_send(GenEvent::Text(piece.to_string())) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(_) => ControlFlow::Break(()), // the client went away
+    let mut batch = ContinuousBatch::new();
+    // Each sequence's channel and start time.
+    let mut live: HashMap<SeqId, (UnboundedSender<GenEvent>, Instant)> = HashMap::new();
+    loop {
+        // New completions join between steps: wait for one when idle,
+        // otherwise take only those already queued.
+        while batch.len() < limits.max_batch {
+            let job = if batch.is_empty() {
+                match rx.recv() {
+                    Ok(j) => j,
+                    Err(_) => return, // the server is gone
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            queued.fetch_sub(1, Ordering::Relaxed);
+            if job.events.is_closed() {
+                continue; // the client left while it waited
             }
-        });
-        let ev = match r {
-            Ok(done) => {
-                let out = done.output;
-                metrics.generated(out.ids.len(), t0.elapsed().as_secs_f64());
-                GenEvent::Done {
-                    finish_reason: match out.finish_reason {
-                        FinishReason::Length => "length",
-                        FinishReason::Eos | FinishReason::Stop => "stop",
-                    },
-                    prompt_tokens: out.prompt_tokens,
-                    completion_tokens: out.ids.len(),
+            if job.enqueued.elapsed() > limits.timeout {
+                let _ = job
+                    .events
+                    .send(GenEvent::Failed(queue_timeout(limits.timeout)));
+                continue;
+            }
+            match batch.add(&engine, job.req) {
+                Ok(seq) => {
+                    live.insert(seq, (job.events, Instant::now()));
+                }
+                Err(e) => {
+                    let _ = job.events.send(GenEvent::Failed(ApiError::from_lmkit(e)));
                 }
             }
-            Err(e) => GenEvent::Failed(ApiError::from_lmkit(e)),
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        metrics.decode_batch(batch.len());
+        let events = match batch.step(&mut engine, &tok) {
+            Ok(events) => events,
+            Err(e) => {
+                // Not expected once add() accepted them: fail them all.
+                let e = ApiError::from_lmkit(e);
+                for (seq, (tx, _)) in live.drain() {
+                    batch.cancel(seq);
+                    let _ = tx.send(GenEvent::Failed(e.clone()));
+                }
+                continue;
+            }
         };
-        let _ = job.events.blocking_send(ev);
+        for ev in events {
+            let (seq, out) = match ev {
+                BatchEvent::Prompt { seq, logprobs } => (seq, GenEvent::Prompt(logprobs)),
+                BatchEvent::Token {
+                    seq,
+                    id,
+                    text,
+                    logprob,
+                } => (seq, GenEvent::Token { id, text, logprob }),
+                BatchEvent::Done { seq, completion } => {
+                    let out = completion.output;
+                    if let Some((_, t0)) = live.get(&seq) {
+                        metrics.generated(out.ids.len(), t0.elapsed().as_secs_f64());
+                    }
+                    let done = GenEvent::Done {
+                        finish_reason: match out.finish_reason {
+                            FinishReason::Length => "length",
+                            FinishReason::Eos | FinishReason::Stop => "stop",
+                        },
+                        prompt_tokens: out.prompt_tokens,
+                        completion_tokens: out.ids.len(),
+                    };
+                    if let Some((tx, _)) = live.remove(&seq) {
+                        let _ = tx.send(done);
+                    }
+                    continue;
+                }
+            };
+            let gone = live.get(&seq).is_none_or(|(tx, _)| tx.send(out).is_err());
+            if gone {
+                // The client went away: free its place in the batch.
+                batch.cancel(seq);
+                live.remove(&seq);
+            }
+        }
     }
 }
 
@@ -372,14 +438,7 @@ fn bert_worker(
                 continue;
             }
             if j.enqueued.elapsed() > limits.timeout {
-                let _ = j.reply.send(Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "waited over {} s in the queue",
-                        limits.timeout.as_secs_f64()
-                    ),
-                )
-                .code("timeout")));
+                let _ = j.reply.send(Err(queue_timeout(limits.timeout)));
                 continue;
             }
             live.push(j);

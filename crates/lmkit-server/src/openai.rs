@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
 use futures_util::stream::{self, Stream, StreamExt};
-use lmkit::models::gpt2::{GenerationConfig, SamplingParams};
+use lmkit::models::gpt2::{GenerationConfig, SamplingParams, SequenceRequest, TokenLogprob};
+use lmkit_tokenizers::BpeTokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -139,19 +140,33 @@ struct Plan {
     cfg: GenerationConfig,
     stops: Vec<String>,
     echo: bool,
+    /// OpenAI's `logprobs`: alternatives per token (0 to 5).
+    logprobs: Option<usize>,
 }
 
 fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiError> {
     let unsupported =
         |param: &'static str, why: &str| Err(ApiError::invalid(param, why.to_string()));
-    if r.presence_penalty.is_some_and(|v| v != 0.0) {
-        return unsupported("presence_penalty", "presence_penalty is not supported; use repetition_penalty (HF's multiplicative penalty)");
-    }
-    if r.frequency_penalty.is_some_and(|v| v != 0.0) {
-        return unsupported("frequency_penalty", "frequency_penalty is not supported; use repetition_penalty (HF's multiplicative penalty)");
-    }
-    if r.logprobs.is_some_and(|v| v > 0) {
-        return unsupported("logprobs", "logprobs are not supported yet");
+    let logprobs = match r.logprobs {
+        None => None,
+        Some(k) if k <= 5 => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::invalid(
+                "logprobs",
+                format!("logprobs {k} must be between 0 and 5"),
+            ))
+        }
+    };
+    for (param, v) in [
+        ("presence_penalty", r.presence_penalty),
+        ("frequency_penalty", r.frequency_penalty),
+    ] {
+        if v.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+            return Err(ApiError::invalid(
+                param,
+                format!("{param} must be between -2 and 2"),
+            ));
+        }
     }
     if r.best_of.is_some_and(|v| v > 1) {
         return unsupported("best_of", "best_of > 1 is not supported");
@@ -206,6 +221,8 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
         top_k: r.top_k.unwrap_or(0),
         top_p,
         repetition_penalty: r.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: r.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: r.frequency_penalty.unwrap_or(0.0),
     };
     sampling
         .validate()
@@ -293,6 +310,7 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
         },
         stops,
         echo: r.echo.unwrap_or(false),
+        logprobs,
     })
 }
 
@@ -316,24 +334,49 @@ async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiErr
         for k in 0..plan.n {
             let mut cfg = plan.cfg.clone();
             cfg.seed = cfg.seed.wrapping_add(k as u64);
-            let rx = m.submit(prompt.clone(), cfg, plan.stops.clone())?;
-            jobs.push((p * plan.n + k, p, rx));
+            let rx = m.submit(SequenceRequest {
+                prompt: prompt.clone(),
+                cfg,
+                stops: plan.stops.clone(),
+                logprobs: plan.logprobs,
+                prompt_logprobs: plan.echo && plan.logprobs.is_some(),
+            })?;
+            jobs.push(Job {
+                index: p * plan.n + k,
+                prompt: p,
+                rx,
+            });
         }
     }
     if r.stream.unwrap_or(false) {
         let usage = r.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Ok(stream_response(id, created, name, plan, jobs, usage).into_response());
+        let tok = m.tokenizer.clone();
+        return Ok(stream_response(id, created, name, plan, jobs, usage, tok).into_response());
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
-    for (index, p, mut rx) in jobs {
+    for Job {
+        index,
+        prompt,
+        mut rx,
+    } in jobs
+    {
         let mut text = if plan.echo {
-            plan.echoes[p].clone()
+            plan.echoes[prompt].clone()
         } else {
             String::new()
         };
+        let mut lps = Logprobs::default();
         loop {
             match rx.recv().await {
-                Some(GenEvent::Text(t)) => text.push_str(&t),
+                Some(GenEvent::Prompt(l)) => lps.prompt(&m.tokenizer, &plan.prompts[prompt], &l),
+                Some(GenEvent::Token {
+                    id,
+                    text: t,
+                    logprob,
+                }) => {
+                    text.push_str(&t);
+                    lps.push(&m.tokenizer, id, logprob.as_ref());
+                }
                 Some(GenEvent::Done {
                     finish_reason,
                     prompt_tokens: pt,
@@ -343,18 +386,18 @@ async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiErr
                         prompt_tokens += pt;
                     }
                     completion_tokens += ct;
+                    let logprobs = if plan.logprobs.is_some() {
+                        lps.take()
+                    } else {
+                        Value::Null
+                    };
                     choices.push(json!({
-                        "text": text, "index": index, "logprobs": null, "finish_reason": finish_reason,
+                        "text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason,
                     }));
                     break;
                 }
                 Some(GenEvent::Failed(e)) => return Err(e),
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "the generation worker stopped",
-                    ))
-                }
+                None => return Err(worker_stopped()),
             }
         }
     }
@@ -373,80 +416,185 @@ async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiErr
     .into_response())
 }
 
-/// Server-Sent Events: one chunk per text piece, a last chunk per choice
-/// with its finish reason, with `usage` a chunk with empty `choices` and the
-/// token counts, then `data: [DONE]`. A failure midway is sent as an error
-/// event (the status line is already out).
+/// One choice of a completion request, running.
+struct Job {
+    /// The choice's index in the response.
+    index: usize,
+    /// Which of the request's prompts.
+    prompt: usize,
+    rx: tokio::sync::mpsc::UnboundedReceiver<GenEvent>,
+}
+
+fn worker_stopped() -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the generation worker stopped",
+    )
+}
+
+/// A token as OpenAI's `logprobs` shows it: its text, or `bytes:\xNN...`
+/// when it is not whole UTF-8 on its own.
+fn token_text(tok: &BpeTokenizer, id: u32) -> String {
+    let bytes = tok.token_bytes(id).unwrap_or_default();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => {
+            let mut s = String::from("bytes:");
+            for b in bytes {
+                s.push_str(&format!("\\x{b:02x}"));
+            }
+            s
+        }
+    }
+}
+
+/// OpenAI's legacy `logprobs` object (`tokens`, `token_logprobs`,
+/// `top_logprobs`, `text_offset`), built token by token. The top list holds
+/// the k most likely tokens and the chosen one (so up to k + 1, as OpenAI).
+#[derive(Default)]
+struct Logprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<Option<f32>>,
+    top_logprobs: Vec<Value>,
+    text_offset: Vec<usize>,
+    /// Characters of text so far (the echoed prompt included).
+    at: usize,
+}
+
+impl Logprobs {
+    fn push(&mut self, tok: &BpeTokenizer, id: u32, lp: Option<&TokenLogprob>) {
+        let text = token_text(tok, id);
+        self.text_offset.push(self.at);
+        self.at += text.chars().count();
+        self.tokens.push(text);
+        self.token_logprobs.push(lp.map(|l| l.logprob));
+        self.top_logprobs.push(match lp {
+            None => Value::Null,
+            Some(l) => {
+                let mut top = serde_json::Map::new();
+                for &(alt, v) in &l.top {
+                    top.insert(token_text(tok, alt), json!(v));
+                }
+                top.entry(token_text(tok, id)).or_insert(json!(l.logprob));
+                Value::Object(top)
+            }
+        });
+    }
+
+    /// The echoed prompt's tokens (the first has no log-probability).
+    fn prompt(&mut self, tok: &BpeTokenizer, ids: &[u32], lps: &[Option<TokenLogprob>]) {
+        for (&id, lp) in ids.iter().zip(lps) {
+            self.push(tok, id, lp.as_ref());
+        }
+    }
+
+    /// The object for the tokens pushed since the last call.
+    fn take(&mut self) -> Value {
+        json!({
+            "tokens": std::mem::take(&mut self.tokens),
+            "token_logprobs": std::mem::take(&mut self.token_logprobs),
+            "top_logprobs": std::mem::take(&mut self.top_logprobs),
+            "text_offset": std::mem::take(&mut self.text_offset),
+        })
+    }
+}
+
+/// Server-Sent Events: one chunk per text piece (per token with
+/// `logprobs`), the choices interleaved as their tokens come, a last chunk
+/// per choice with its finish reason, with `usage` a chunk with empty
+/// `choices` and the token counts, then `data: [DONE]`. A failure midway is
+/// sent as an error event (the status line is already out).
 fn stream_response(
     id: String,
     created: u64,
     model: String,
     plan: Plan,
-    jobs: Vec<(usize, usize, tokio::sync::mpsc::Receiver<GenEvent>)>,
+    jobs: Vec<Job>,
     usage: bool,
+    tok: Arc<BpeTokenizer>,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
     let head = json!({"id": id, "object": "text_completion", "created": created, "model": model});
     let chunk = {
         let head = head.clone();
-        move |index: usize, text: &str, finish: Option<&str>| {
+        move |index: usize, text: &str, logprobs: Value, finish: Option<&str>| {
             let mut c = head.clone();
-            c["choices"] =
-                json!([{"text": text, "index": index, "logprobs": null, "finish_reason": finish}]);
+            c["choices"] = json!([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}]);
             Event::default().data(c.to_string())
         }
     };
     // (prompt, completion) tokens of the choices finished so far.
     let counts = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
-    let n = plan.n;
-    let echoes = plan.echoes;
-    let echo = plan.echo;
-    let tally = counts.clone();
-    let per_job = stream::iter(jobs).flat_map(move |(index, p, rx)| {
-        let chunk = chunk.clone();
-        let tally = tally.clone();
-        let first = (echo && !echoes[p].is_empty()).then(|| chunk(index, &echoes[p], None));
-        let events = stream::unfold((rx, false), move |(mut rx, done)| {
-            let chunk = chunk.clone();
-            let tally = tally.clone();
-            async move {
-                if done {
-                    return None;
-                }
-                let ev = match rx.recv().await {
-                    Some(GenEvent::Text(t)) => (chunk(index, &t, None), false),
-                    Some(GenEvent::Done {
-                        finish_reason,
-                        prompt_tokens,
-                        completion_tokens,
-                    }) => {
-                        if let Ok(mut c) = tally.lock() {
-                            if index % n == 0 {
-                                c.0 += prompt_tokens;
+    let plan = Arc::new(plan);
+    let per_job: Vec<_> = jobs
+        .into_iter()
+        .map(|job| {
+            let (chunk, tally, plan, tok) =
+                (chunk.clone(), counts.clone(), plan.clone(), tok.clone());
+            let with_lps = plan.logprobs.is_some();
+            let echo = &plan.echoes[job.prompt];
+            // With prompt logprobs the echo waits for them; otherwise it goes first.
+            let first = (plan.echo && !echo.is_empty() && !with_lps)
+                .then(|| chunk(job.index, echo, Value::Null, None));
+            let state = (job, false, Logprobs::default());
+            let events = stream::unfold(state, move |(mut job, done, mut lps)| {
+                let (chunk, tally, plan, tok) =
+                    (chunk.clone(), tally.clone(), plan.clone(), tok.clone());
+                async move {
+                    if done {
+                        return None;
+                    }
+                    let index = job.index;
+                    loop {
+                        let (ev, done) = match job.rx.recv().await {
+                            Some(GenEvent::Prompt(l)) => {
+                                lps.prompt(&tok, &plan.prompts[job.prompt], &l);
+                                let echo = if plan.echo {
+                                    plan.echoes[job.prompt].as_str()
+                                } else {
+                                    ""
+                                };
+                                (chunk(index, echo, lps.take(), None), false)
                             }
-                            c.1 += completion_tokens;
-                        }
-                        (chunk(index, "", Some(finish_reason)), true)
+                            Some(GenEvent::Token { id, text, logprob }) => {
+                                if !with_lps && text.is_empty() {
+                                    continue; // nothing to show yet
+                                }
+                                let l = if with_lps {
+                                    lps.push(&tok, id, logprob.as_ref());
+                                    lps.take()
+                                } else {
+                                    Value::Null
+                                };
+                                (chunk(index, &text, l, None), false)
+                            }
+                            Some(GenEvent::Done {
+                                finish_reason,
+                                prompt_tokens,
+                                completion_tokens,
+                            }) => {
+                                if let Ok(mut c) = tally.lock() {
+                                    if index % plan.n == 0 {
+                                        c.0 += prompt_tokens;
+                                    }
+                                    c.1 += completion_tokens;
+                                }
+                                (chunk(index, "", Value::Null, Some(finish_reason)), true)
+                            }
+                            Some(GenEvent::Failed(e)) => {
+                                (Event::default().data(e.body().to_string()), true)
+                            }
+                            None => (
+                                Event::default().data(worker_stopped().body().to_string()),
+                                true,
+                            ),
+                        };
+                        return Some((ev, (job, done, lps)));
                     }
-                    Some(GenEvent::Failed(e)) => {
-                        (Event::default().data(e.body().to_string()), true)
-                    }
-                    None => (
-                        Event::default().data(
-                            ApiError::new(
-                                StatusCode::INTERNAL_SERVER_ERROR,
-                                "the generation worker stopped",
-                            )
-                            .body()
-                            .to_string(),
-                        ),
-                        true,
-                    ),
-                };
-                Some((ev.0, (rx, ev.1)))
-            }
-        });
-        stream::iter(first).chain(events)
-    });
+                }
+            });
+            Box::pin(stream::iter(first).chain(events))
+        })
+        .collect::<Vec<_>>();
     let last = stream::once(async move {
         usage.then(|| {
             let (p, c) = counts.lock().map(|g| *g).unwrap_or_default();
@@ -457,7 +605,7 @@ fn stream_response(
         })
     })
     .filter_map(|e| async move { e });
-    let all = per_job
+    let all = stream::select_all(per_job)
         .chain(last)
         .chain(stream::once(async { Event::default().data("[DONE]") }))
         .map(Ok);

@@ -22,7 +22,7 @@ pub struct Args {
     /// Also read from LMKIT_API_KEY.
     #[arg(long, env = "LMKIT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Most texts per embedding forward batch.
+    /// Most texts per embedding forward batch, and most completions decoded together.
     #[arg(long, default_value_t = 32)]
     pub max_batch: usize,
     /// Most requests waiting per model; more are answered 429.
