@@ -621,6 +621,26 @@ def compute_bert_classify(model, case_dir):
     return ref
 
 
+RERANK_QUERY = "where is the old dog"
+RERANK_TEXTS = ["the old dog is by the river", "paris is in france", "a dog", "she found the red book"]
+
+
+def compute_bert_rerank(model, case_dir):
+    """A cross-encoder (one-label classifier over a text pair), as TEI's /rerank and
+    sentence-transformers' CrossEncoder score (query, text): logits, and sigmoid for scores."""
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok([RERANK_QUERY] * len(RERANK_TEXTS), RERANK_TEXTS, padding=True, return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    add_bert_inputs(ref, enc, f"({RERANK_QUERY!r}, text) for text in {RERANK_TEXTS}, padded")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    ref.add("logits", logits, "[4, 1] classifier(pooler_output) of each pair")
+    ref.add("scores", torch.sigmoid(logits[:, 0]), "[4] sigmoid(logits): TEI's rerank scores")
+    return ref
+
+
 QA_PAIRS = [
     ("who saw the dog", "the old man saw the dog by the river"),
     ("where is paris", "paris is in france"),
@@ -800,6 +820,7 @@ case("bert-tiny-pretraining", BertForPreTraining, compute_bert_pretraining)
 case("bert-tiny-bare", BertModel, compute_bert_bare)
 case("bert-tiny-classify", BertForSequenceClassification, compute_bert_classify)
 case("bert-tiny-qa", BertForQuestionAnswering, compute_bert_qa)
+case("bert-tiny-rerank", BertForSequenceClassification, compute_bert_rerank)
 case("bert-tiny-mlm", BertForMaskedLM, compute_bert_mlm)
 case("bert-tiny-nsp", BertForNextSentencePrediction, compute_bert_nsp)
 
@@ -1057,6 +1078,9 @@ MAKERS = [
         root, "bert-tiny-classify", BertForSequenceClassification, 3000,
         "keys carry the bert. prefix", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
         label2id={"neg": 0, "neu": 1, "pos": 2})]),
+    (["bert-tiny-rerank"], lambda root: [make_bert(
+        root, "bert-tiny-rerank", BertForSequenceClassification, 3500,
+        "keys carry the bert. prefix; one label: a cross-encoder", num_labels=1)]),
     (["bert-tiny-qa"], lambda root: [make_bert(
         root, "bert-tiny-qa", BertForQuestionAnswering, 4000,
         "keys carry the bert. prefix; no pooler (HF builds its BertModel without one)")]),

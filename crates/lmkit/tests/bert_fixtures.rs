@@ -329,6 +329,43 @@ fn classify_and_nsp_pipelines() {
     assert!((got[0] - want).abs() < 1e-5, "{got:?} vs {want}");
 }
 
+/// A cross-encoder (one-label classifier over a text pair) scores pairs as
+/// HF's `BertForSequenceClassification(**tokenizer(query, text))`, whatever
+/// the batch; over-long pairs are an error unless truncated.
+#[test]
+fn cross_encoder_pair_scores_match_hf() {
+    let p = BertPipeline::from_dir(fixture("bert-tiny-rerank")).unwrap();
+    let r = Reference::load("bert-tiny-rerank");
+    let (shape, logits) = r.f32("logits");
+    assert_eq!(shape, [4, 1]);
+    let query = "where is the old dog";
+    let texts = [
+        "the old dog is by the river",
+        "paris is in france",
+        "a dog",
+        "she found the red book",
+    ];
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|t| (query, *t)).collect();
+    for batch in [1, 3, 8] {
+        let got: Vec<f32> = p
+            .score_pairs(&pairs, batch, false)
+            .unwrap()
+            .into_iter()
+            .map(|l| {
+                assert_eq!(l.len(), 1);
+                l[0]
+            })
+            .collect();
+        assert_close(&format!("pair logits, batch {batch}"), &got, &logits, 1e-4);
+    }
+    let long = "dog ".repeat(40);
+    assert!(p.score_pairs(&[(query, &long)], 2, false).is_err());
+    assert_eq!(p.score_pairs(&[(query, &long)], 2, true).unwrap().len(), 1);
+    // Only models with a classification head score pairs.
+    let mlm = BertPipeline::from_dir(fixture("bert-tiny-mlm")).unwrap();
+    assert!(mlm.score_pairs(&pairs, 2, false).is_err());
+}
+
 /// bf16 weights: same model, products in bf16 — close to f32, not equal.
 #[test]
 fn bf16_forward_is_close() {

@@ -259,7 +259,7 @@ impl BertPipeline {
     ) -> Result<Vec<Vec<LabelScore>>> {
         self.model.require(HeadKind::Classifier)?;
         let cfg = &self.model.config;
-        let encs = self.encode_checked(texts, truncate)?;
+        let encs = self.encode_checked(truncate, |tok| tok.encode_batch(texts, true))?;
         let f = ScoreFn::for_problem(cfg.problem_type.as_deref(), cfg.num_labels());
         let mut out = vec![Vec::new(); texts.len()];
         self.run_bucketed(&encs, batch_size, |idx, _, acts| {
@@ -274,14 +274,46 @@ impl BertPipeline {
         Ok(out)
     }
 
-    fn encode_checked(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoding>> {
+    /// Raw classifier logits `[num_labels]` of each text pair, as HF's
+    /// `BertForSequenceClassification` gives them for `tokenizer(a, b)`: with
+    /// one label, a cross-encoder's relevance score (TEI's `/rerank`,
+    /// sentence-transformers' `CrossEncoder`, before its sigmoid). Pairs
+    /// longer than the model's positions are an error unless `truncate`
+    /// (longest first, as HF).
+    pub fn score_pairs(
+        &self,
+        pairs: &[(&str, &str)],
+        batch_size: usize,
+        truncate: bool,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.model.require(HeadKind::Classifier)?;
+        let encs = self.encode_checked(truncate, |tok| tok.encode_pair_batch(pairs, true))?;
+        let l = self.model.config.num_labels();
+        let mut out = vec![Vec::new(); pairs.len()];
+        self.run_bucketed(&encs, batch_size, |idx, _, acts| {
+            let logits = self.model.classifier_logits(&self.model.pooled(acts)?)?;
+            for (row, &i) in idx.iter().enumerate() {
+                out[i] = logits[row * l..(row + 1) * l].to_vec();
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Encodes with `encode`, truncated to the model's positions if
+    /// `truncate`, else checked to fit them.
+    fn encode_checked(
+        &self,
+        truncate: bool,
+        encode: impl Fn(&WordPieceTokenizer) -> lmkit_tokenizers::Result<Vec<Encoding>>,
+    ) -> Result<Vec<Encoding>> {
         let max = self.model.config.max_position_embeddings;
         let encs = if truncate {
             let mut tok = self.tokenizer.clone();
             tok.set_truncation(Some(Truncation::new(max)));
-            tok.encode_batch(texts, true)?
+            encode(&tok)?
         } else {
-            self.tokenizer.encode_batch(texts, true)?
+            encode(&self.tokenizer)?
         };
         for (i, e) in encs.iter().enumerate() {
             self.check_len(e, &|| format!("input {}", i + 1))?;
