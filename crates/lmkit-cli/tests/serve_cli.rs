@@ -788,6 +788,8 @@ fn bert_task_routes_match_the_cli() {
         "--model",
         &format!("qa={}", fx("bert-tiny-qa")),
         "--model",
+        &format!("rr={}", fx("bert-tiny-rerank")),
+        "--model",
         &format!("minilm={}", minilm.display()),
     ]);
     let a = srv.addr.as_str();
@@ -920,12 +922,85 @@ fn bert_task_routes_match_the_cli() {
         .collect();
     assert_eq!(order.last(), Some(&0), "{got}");
     assert!(got[0]["text"].is_string());
+    // A three-label classifier is no cross-encoder.
     let (st, e) = post(
         a,
         "/rerank",
         &json!({"query": "q", "texts": ["a"], "model": "cls"}),
     );
     assert_eq!(st, 400, "{e}");
+
+    // /rerank with a cross-encoder: sigmoid of each (query, text) pair's
+    // logit (the library's score_pairs, itself checked against HF), best
+    // first; raw_scores gives the logits.
+    let query = "where is the old dog";
+    let texts = [
+        "the old dog is by the river",
+        "paris is in france",
+        "a dog",
+        "she found the red book",
+    ];
+    let p = lmkit::models::bert::BertPipeline::from_dir(fx("bert-tiny-rerank")).unwrap();
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|t| (query, *t)).collect();
+    let logits: Vec<f64> = p
+        .score_pairs(&pairs, 8, false)
+        .unwrap()
+        .iter()
+        .map(|l| l[0] as f64)
+        .collect();
+    for raw in [false, true] {
+        let (st, got) = post(
+            a,
+            "/rerank",
+            &json!({"query": query, "texts": texts, "model": "rr", "raw_scores": raw}),
+        );
+        assert_eq!(st, 200, "{got}");
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), 4);
+        for w in got.windows(2) {
+            assert!(
+                w[0]["score"].as_f64() >= w[1]["score"].as_f64(),
+                "best first"
+            );
+        }
+        for g in got {
+            let l = logits[g["index"].as_u64().unwrap() as usize];
+            let want = if raw { l } else { 1.0 / (1.0 + (-l).exp()) };
+            assert!(
+                (g["score"].as_f64().unwrap() - want).abs() < 1e-5,
+                "{g} vs {want}"
+            );
+        }
+    }
+
+    // TEI's truncate: off by default, an over-long input is a 413; on, it
+    // is cut to the model's length.
+    let long = "dog ".repeat(40);
+    for (route, body) in [
+        (
+            "/rerank",
+            json!({"query": query, "texts": [long], "model": "rr"}),
+        ),
+        ("/predict", json!({"inputs": long, "model": "cls"})),
+        (
+            "/embed",
+            json!({"inputs": "word ".repeat(600), "model": "minilm"}),
+        ),
+    ] {
+        let (st, e) = post(a, route, &body);
+        assert_eq!(st, 413, "{route}: {e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("tokens. Given: "),
+            "{e}"
+        );
+        let mut body = body;
+        body["truncate"] = json!(true);
+        let (st, got) = post(a, route, &body);
+        assert_eq!(st, 200, "{route} with truncate: {got}");
+    }
 }
 
 /// The `lmkit_generated_tokens_total` counter of the server at `a`.

@@ -5,7 +5,8 @@
 //!   `POST /v1/embeddings` (BERT / sentence-transformers), `GET /v1/models`;
 //!   the chat routes answer 400 (these models have no chat template).
 //! - text-embeddings-inference: `POST /embed`, `/tokenize`, `/decode`,
-//!   `/predict` (classification), `/rerank` (a bi-encoder's cosine).
+//!   `/predict` (classification), `/rerank` (a cross-encoder's pair scores,
+//!   or a bi-encoder's cosine).
 //! - `POST /v1/fill-mask` and `/v1/qa`, shaped as HF's pipelines.
 //! - `GET /health`, `GET /metrics` (Prometheus), `GET /` (a page to try
 //!   the models, embedded in the binary).
@@ -16,10 +17,11 @@
 //! With an API key, every route but `/` and `/health` needs
 //! `Authorization: Bearer KEY` (compared in constant time).
 //!
-//! The server is a shell over the library: completions are
-//! [`lmkit::models::gpt2::Gpt2Engine::complete`], embeddings
-//! [`lmkit::models::bert::BertPipeline::embed`] — what `lmkit generate` and
-//! `lmkit embed` call.
+//! The server is a shell over the library: completions run in a
+//! [`lmkit::models::gpt2::ContinuousBatch`] (each sequence what
+//! [`lmkit::models::gpt2::Gpt2Engine::complete`], which `lmkit generate`
+//! calls, gives it alone), embeddings are
+//! [`lmkit::models::bert::BertPipeline::embed`] — what `lmkit embed` calls.
 
 mod error;
 mod metrics;

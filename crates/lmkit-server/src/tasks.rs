@@ -1,5 +1,5 @@
 //! BERT task routes: TEI's `/predict` (sequence classification) and
-//! `/rerank` (a bi-encoder's cosine), and lmkit's `/v1/fill-mask` and
+//! `/rerank` (a cross-encoder's score, or a bi-encoder's cosine), and lmkit's `/v1/fill-mask` and
 //! `/v1/qa` with the fields and shapes of HF's pipelines — each what its
 //! CLI command computes.
 
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::models::{BertModel, Model};
 use crate::openai::{model, texts_of, Inputs};
+use crate::tei::check_fits;
 use crate::{parse_body, App, Body};
 
 fn bert<'a>(app: &'a App, name: Option<&str>, route: &str) -> Result<&'a BertModel, ApiError> {
@@ -84,6 +85,10 @@ pub async fn predict(State(app): State<Arc<App>>, body: Body) -> Response {
             let one = matches!(r.inputs, Inputs::Text(_));
             let texts = texts_of(r.inputs, "inputs")?;
             let truncate = r.truncate;
+            if !truncate {
+                let max = m.pipeline.model.config.max_position_embeddings;
+                check_fits(m, "inputs", max, texts.iter().map(|t| (t.as_str(), None)))?;
+            }
             let out = m
                 .run(move |p| {
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -118,38 +123,70 @@ struct RerankRequest {
     model: Option<String>,
 }
 
+/// TEI's `/rerank`: with a cross-encoder (a one-label classification
+/// head) the score of each `(query, text)` pair, through a sigmoid unless
+/// `raw_scores`, as TEI and sentence-transformers' `CrossEncoder`; with a
+/// sentence-embedding model the cosine of the query's and the text's
+/// embeddings. Best first.
 pub async fn rerank(State(app): State<Arc<App>>, body: Body) -> Response {
     reply(
         async {
             let r: RerankRequest = parse_body(body)?;
             let m = bert(&app, r.model.as_deref(), "/rerank")?;
-            if m.pipeline.model.require(HeadKind::Classifier).is_ok() {
-                return Err(ApiError::invalid(
-                    "model",
-                    "/rerank with a cross-encoder (a classification head) is not supported yet; \
-                     serve a sentence-embedding model to rerank by cosine",
-                ));
-            }
-            if r.raw_scores {
-                return Err(ApiError::invalid(
-                    "raw_scores",
-                    "raw_scores is not supported",
-                ));
-            }
-            let _ = r.truncate;
             if r.texts.is_empty() || r.texts.len() > 2048 {
                 return Err(ApiError::invalid("texts", "texts holds 1 to 2048 texts"));
             }
-            let mut all = vec![r.query.clone()];
-            all.extend(r.texts.iter().cloned());
-            // Normalized: the dot product is the cosine.
-            let vecs = m.embed(all, Some(true)).await?;
-            let q = &vecs[0];
-            let mut ranked: Vec<(usize, f32)> = vecs[1..]
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (i, q.iter().zip(v).map(|(a, b)| a * b).sum()))
-                .collect();
+            let truncate = r.truncate.unwrap_or(false);
+            let cfg = &m.pipeline.model.config;
+            let scores: Vec<f32> = if m.pipeline.model.require(HeadKind::Classifier).is_ok() {
+                if cfg.num_labels() != 1 {
+                    return Err(ApiError::invalid(
+                        "model",
+                        format!(
+                            "/rerank needs a cross-encoder (a classifier with one label); this \
+                             classifier has {} labels: use /predict",
+                            cfg.num_labels()
+                        ),
+                    ));
+                }
+                if !truncate {
+                    let max = cfg.max_position_embeddings;
+                    let pairs = r.texts.iter().map(|t| (r.query.as_str(), Some(t.as_str())));
+                    check_fits(m, "texts", max, pairs)?;
+                }
+                let (query, texts, raw) = (r.query.clone(), r.texts.clone(), r.raw_scores);
+                m.run(move |p| {
+                    let pairs: Vec<(&str, &str)> =
+                        texts.iter().map(|t| (query.as_str(), t.as_str())).collect();
+                    let logits = p.score_pairs(&pairs, 32, truncate)?;
+                    Ok(logits
+                        .iter()
+                        .map(|l| {
+                            if raw {
+                                l[0]
+                            } else {
+                                1.0 / (1.0 + (-l[0]).exp())
+                            }
+                        })
+                        .collect())
+                })
+                .await?
+            } else {
+                let mut all = vec![r.query.clone()];
+                all.extend(r.texts.iter().cloned());
+                if !truncate {
+                    let max = m.pipeline.max_len();
+                    check_fits(m, "texts", max, all.iter().map(|t| (t.as_str(), None)))?;
+                }
+                // Normalized: the dot product is the cosine (raw or not).
+                let vecs = m.embed(all, Some(true)).await?;
+                let q = &vecs[0];
+                vecs[1..]
+                    .iter()
+                    .map(|v| q.iter().zip(v).map(|(a, b)| a * b).sum())
+                    .collect()
+            };
+            let mut ranked: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             Ok(json!(ranked
                 .iter()

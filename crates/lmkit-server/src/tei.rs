@@ -1,5 +1,7 @@
 //! The routes text-embeddings-inference users call: `/embed`, `/tokenize`,
-//! `/decode`, with TEI's request fields and response shapes.
+//! `/decode`, with TEI's request fields and response shapes. As in TEI,
+//! `truncate` is off by default: an input longer than the model takes is a
+//! 413 naming its length, not silently cut.
 
 use std::sync::Arc;
 
@@ -10,9 +12,44 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::models::Model;
+use crate::models::{BertModel, Model};
 use crate::openai::{model, texts_of, Inputs};
 use crate::{parse_body, App, Body};
+
+/// TEI's answer to an input over the model's length when `truncate` is off:
+/// 413, "`inputs` must have less than N tokens. Given: M".
+pub fn too_long(param: &'static str, max: usize, given: usize) -> ApiError {
+    ApiError {
+        param: Some(param),
+        ..ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!("`{param}` must have less than {max} tokens. Given: {given}"),
+        )
+        .code("input_too_long")
+    }
+}
+
+/// Checks that each text (or `(a, b)` pair) encodes to at most `max` tokens,
+/// special tokens included.
+pub fn check_fits<'a>(
+    m: &BertModel,
+    param: &'static str,
+    max: usize,
+    inputs: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<(), ApiError> {
+    let tok = &m.pipeline.tokenizer;
+    for (a, b) in inputs {
+        let enc = match b {
+            None => tok.encode(a, true),
+            Some(b) => tok.encode_pair(a, b, true),
+        }
+        .map_err(|e| ApiError::invalid(param, e.to_string()))?;
+        if enc.ids.len() > max {
+            return Err(too_long(param, max, enc.ids.len()));
+        }
+    }
+    Ok(())
+}
 
 /// The model a TEI request names, or the only one served (TEI serves one).
 fn pick<'a>(
@@ -63,8 +100,11 @@ pub async fn embed(State(app): State<Arc<App>>, body: crate::Body) -> Response {
         let Model::Bert(m) = pick(&app, r.model.as_deref(), Some("bert"), "/embed")? else {
             unreachable!("pick() checked the family")
         };
-        let _ = r.truncate; // inputs longer than the model are truncated, as `lmkit embed`
         let texts = texts_of(r.inputs, "inputs")?;
+        if !r.truncate.unwrap_or(false) {
+            let max = m.pipeline.max_len();
+            check_fits(m, "inputs", max, texts.iter().map(|t| (t.as_str(), None)))?;
+        }
         let vecs = m.embed(texts, Some(r.normalize)).await?;
         Ok::<_, ApiError>(Json(json!(vecs)))
     };
