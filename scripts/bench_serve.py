@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Load test of `lmkit serve` on loopback, bounded in requests and time:
-throughput and p50/p99 latency for embeddings (dynamic batching on, then
-off with --max-batch 1) and for completions, the server's peak RSS under the
-flood, and the same embedding load against a peer measured in the same run:
-HF transformers (PyTorch) behind a minimal threaded Python HTTP server with
-the same route and pooling. Prints a table and the ratios.
+throughput and p50/p99 latency for embeddings (dynamic batching) and
+completions (continuous batching), each with batching on and then off
+(--max-batch 1), the server's peak RSS under the flood, and the same loads
+against a peer measured in the same run: HF transformers (PyTorch) behind a
+minimal threaded Python HTTP server with the same routes (mean pooling for
+embeddings; `generate`, greedy, for completions — one request at a time, as
+HF has no batching across requests). Prints a table and the ratios.
 
 Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY]
   LMKIT: the lmkit binary (a release build: cargo build --release -p lmkit-cli)
@@ -28,27 +30,40 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM = os.path.join(ROOT, "assets/minilm")
+TOKENS = 16
 
 PEER = r'''
 import json, sys, threading, torch
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
-from transformers import AutoModel, AutoTokenizer
-torch.set_num_threads(int(sys.argv[2]))
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, GPT2TokenizerFast
+torch.set_num_threads(int(sys.argv[3]))
 tok = AutoTokenizer.from_pretrained(sys.argv[1]); model = AutoModel.from_pretrained(sys.argv[1]).eval()
+gtok = GPT2TokenizerFast.from_pretrained(sys.argv[4])
+gpt2 = AutoModelForCausalLM.from_pretrained(sys.argv[2]).eval()
 lock = threading.Lock()
 class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        with lock, torch.inference_mode():
-            enc = tok(texts, padding=True, truncation=True, return_tensors="pt")
-            h = model(**enc).last_hidden_state
-            m = enc["attention_mask"].unsqueeze(-1).float()
-            v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1)
-        out = json.dumps({"data": [{"embedding": e} for e in v.tolist()]}).encode()
+        if self.path == "/v1/completions":
+            ids = gtok(body["prompt"], return_tensors="pt").input_ids
+            n = body["max_tokens"]
+            with lock, torch.inference_mode():
+                new = gpt2.generate(ids, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                                    pad_token_id=gtok.eos_token_id)[0, ids.shape[1]:]
+            out = json.dumps({"choices": [{"text": gtok.decode(new)}],
+                              "usage": {"completion_tokens": len(new)}}).encode()
+        else:
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            with lock, torch.inference_mode():
+                enc = tok(texts, padding=True, truncation=True, return_tensors="pt")
+                h = model(**enc).last_hidden_state
+                m = enc["attention_mask"].unsqueeze(-1).float()
+                v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1)
+            out = json.dumps({"data": [{"embedding": e} for e in v.tolist()]}).encode()
         self.send_response(200); self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
+ThreadingHTTPServer.request_queue_size = 1024  # 32+ clients connect at once
 srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
 print("listening on http://127.0.0.1:%d" % srv.server_port, file=sys.stderr, flush=True)
 srv.serve_forever()
@@ -65,7 +80,7 @@ def start(cmd, env=None):
     raise SystemExit(f"{cmd[0]} did not start")
 
 
-def post(addr, path, body):
+def post(addr, path, body, want_tokens=None):
     host, port = addr.rsplit(":", 1)
     c = http.client.HTTPConnection(host, int(port), timeout=120)
     t0 = time.perf_counter()
@@ -76,14 +91,18 @@ def post(addr, path, body):
     c.close()
     if r.status != 200:
         raise RuntimeError(f"{path}: {r.status} {data[:200]!r}")
-    return dt, json.loads(data)
+    out = json.loads(data)
+    if want_tokens is not None and out["usage"]["completion_tokens"] != want_tokens:
+        raise RuntimeError(f"{path}: {out['usage']['completion_tokens']} tokens, not {want_tokens}")
+    return dt, out
 
 
-def load(addr, path, bodies, clients, deadline_s=300):
+def load(addr, path, bodies, clients, deadline_s=300, want_tokens=None):
+    print(f"  {path} on {addr}: {len(bodies)} requests", file=sys.stderr, flush=True)
     lat = []
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as ex:
-        for dt, _ in ex.map(lambda b: post(addr, path, b), bodies, timeout=deadline_s):
+        for dt, _ in ex.map(lambda b: post(addr, path, b, want_tokens), bodies, timeout=deadline_s):
             lat.append(dt)
     wall = time.perf_counter() - t0
     lat.sort()
@@ -123,44 +142,54 @@ def main():
                         "--output", run, "--preset", "small", "--max-steps", "1", "--seq-len", "64",
                         "--batch-size", "1", "--eval-every", "0", "--sample-every", "0", "--val-fraction", "0"],
                        check=True, capture_output=True)
+        # Completions of exactly TOKENS tokens each (no early end of text).
+        comp = [{"model": "gpt2", "prompt": s[:60], "max_tokens": TOKENS, "temperature": 0,
+                 "ignore_eos": True} for s in sentences[: max(32, a.requests // 4)]]
         for batch in (32, 1):
             p, addr = start([a.lmkit, "serve", "--addr", "127.0.0.1:0", "--model", "minilm=" + MINILM,
                              "--model", "gpt2=" + run, "--max-batch", str(batch), "--max-queue", "4096"], env)
             try:
                 post(addr, "/v1/embeddings", embed_bodies[0])  # warm up
                 r = load(addr, "/v1/embeddings", embed_bodies, a.clients)
-                rows.append((f"lmkit embeddings, --max-batch {batch}", r, peak_rss_mib(p.pid)))
-                if batch == 32:
-                    comp = [{"model": "gpt2", "prompt": s[:60], "max_tokens": 16, "temperature": 0}
-                            for s in sentences[: max(32, a.requests // 8)]]
-                    r = load(addr, "/v1/completions", comp, a.clients)
-                    r["tok_s"] = r["rps"] * 16
-                    rows.append(("lmkit completions (16 tokens, small GPT-2)", r, peak_rss_mib(p.pid)))
+                rows.append(("embeddings", f"lmkit, --max-batch {batch}", r, peak_rss_mib(p.pid)))
+                post(addr, "/v1/completions", comp[0], TOKENS)
+                r = load(addr, "/v1/completions", comp, a.clients, want_tokens=TOKENS)
+                rows.append(("completions", f"lmkit, --max-batch {batch}", r, peak_rss_mib(p.pid)))
             finally:
                 p.terminate()
                 p.wait(timeout=60)
         if a.peer_python:
-            p, addr = start([a.peer_python, "-c", PEER, MINILM, str(a.threads)])
+            p, addr = start([a.peer_python, "-c", PEER, MINILM, run, str(a.threads),
+                             os.path.join(ROOT, "assets/gpt2")])
             try:
                 post(addr, "/v1/embeddings", embed_bodies[0])
                 r = load(addr, "/v1/embeddings", embed_bodies, a.clients)
-                rows.append(("HF transformers (PyTorch), threaded http.server", r, peak_rss_mib(p.pid)))
+                rows.append(("embeddings", "HF transformers, threaded http.server", r, peak_rss_mib(p.pid)))
+                post(addr, "/v1/completions", comp[0], TOKENS)
+                r = load(addr, "/v1/completions", comp, a.clients, want_tokens=TOKENS)
+                rows.append(("completions", "HF transformers generate, threaded http.server", r,
+                             peak_rss_mib(p.pid)))
             finally:
                 p.terminate()
                 p.wait(timeout=60)
     finally:
         shutil.rmtree(tmp)
 
-    print(f"{a.requests} requests from {a.clients} concurrent clients, {a.threads} threads, loopback")
-    print(f"{'server':<48} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS MiB':>13}")
-    for name, r, rss in rows:
-        extra = f"  ({r['tok_s']:.0f} tokens/s)" if "tok_s" in r else ""
-        print(f"{name:<48} {r['rps']:>8.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {rss:>13.1f}{extra}")
-    base = rows[0][1]["rps"]
-    print(f"dynamic batching: {base / rows[2][1]['rps']:.2f}x the req/s of --max-batch 1")
-    if a.peer_python:
-        print(f"lmkit / HF transformers embeddings: {base / rows[-1][1]['rps']:.2f}x req/s, "
-              f"p99 {rows[-1][1]['p99'] / rows[0][1]['p99']:.2f}x lower")
+    print(f"{a.requests} embedding and {len(comp)} completion requests ({TOKENS} tokens each) "
+          f"from {a.clients} concurrent clients, {a.threads} threads, loopback")
+    print(f"{'load':<12} {'server':<48} {'req/s':>8} {'tokens/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS MiB':>13}")
+    for load_name, name, r, rss in rows:
+        tok_s = f"{r['rps'] * TOKENS:.0f}" if load_name == "completions" else "-"
+        print(f"{load_name:<12} {name:<48} {r['rps']:>8.1f} {tok_s:>9} {r['p50']:>8.1f} {r['p99']:>8.1f} {rss:>13.1f}")
+    by = {(l, n): r for l, n, r, _ in rows}
+    for load_name in ("embeddings", "completions"):
+        on, off = by[(load_name, "lmkit, --max-batch 32")], by[(load_name, "lmkit, --max-batch 1")]
+        print(f"{load_name}: batching gives {on['rps'] / off['rps']:.2f}x the req/s of --max-batch 1, "
+              f"p99 {off['p99'] / on['p99']:.2f}x lower")
+        peer = [r for (l, n), r in by.items() if l == load_name and n.startswith("HF")]
+        if peer:
+            print(f"{load_name}: lmkit / HF transformers {on['rps'] / peer[0]['rps']:.2f}x req/s, "
+                  f"p99 {peer[0]['p99'] / on['p99']:.2f}x lower")
 
 
 if __name__ == "__main__":
