@@ -82,6 +82,23 @@ def main():
         assert finish in ("stop", "length"), finish
         print(f"stream: {len(pieces)} chunks, finish_reason {finish}")
 
+        # logprobs with echo, as the client's typed Logprobs object; the
+        # penalties equal lmkit generate's.
+        c = client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0, logprobs=2,
+                                      echo=True)
+        lp = c.choices[0].logprobs
+        n = c.usage.prompt_tokens + c.usage.completion_tokens
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n, lp
+        assert lp.token_logprobs[0] is None and all(x <= 0 for x in lp.token_logprobs[1:]), lp
+        assert "".join(lp.tokens) == c.choices[0].text, (lp.tokens, c.choices[0].text)
+        want = json.loads(subprocess.check_output(
+            [lmkit, "generate", "--model", tiny, "--prompt", prompt, "--greedy", "--max-new-tokens", "12",
+             "--presence-penalty", "1", "--frequency-penalty", "0.5", "--json"]).decode().strip().splitlines()[-1])
+        c = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0,
+                                      presence_penalty=1, frequency_penalty=0.5)
+        assert c.choices[0].text == want["text"], (c.choices[0].text, want["text"])
+        print(f"logprobs: {n} tokens with echo; penalties = lmkit generate --presence-penalty --frequency-penalty")
+
         texts = ["A man is eating food.", "Someone is having a meal."]
         cli = [json.loads(l) for l in subprocess.run(
             [lmkit, "embed", "--model", minilm], input="\n".join(texts) + "\n", capture_output=True,
