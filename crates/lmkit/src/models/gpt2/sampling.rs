@@ -410,10 +410,11 @@ mod tests {
             presence_penalty: 1.0,
             ..SamplingParams::greedy()
         });
+        let row = [3.0, 2.5, 2.2];
         let picks: Vec<u32> = (0..3)
             .map(|_| p.next_token(&mut row.clone(), &[]))
             .collect();
-        // 0 (3.0), then 1 (2.5 > 2.0), then 2 (2.0 > 1.5 = both others).
+        // 0 (3.0), then 1 (2.5 > 2.2 > 2.0), then 2 (2.2 > 2.0 > 1.5).
         assert_eq!(picks, vec![0, 1, 2]);
         let bad = SamplingParams {
             presence_penalty: 2.5,
