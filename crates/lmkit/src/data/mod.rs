@@ -8,6 +8,7 @@ pub mod classify_data;
 pub mod html;
 pub mod mlm;
 pub mod nsp;
+pub mod overlap;
 pub mod shards;
 pub mod squad;
 

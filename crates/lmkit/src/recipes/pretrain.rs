@@ -33,6 +33,9 @@ pub fn pretrain(
     on_event: &mut dyn FnMut(PretrainEvent),
     should_stop: &dyn Fn() -> bool,
 ) -> Result<PretrainSummary> {
+    if o.overlap_filter {
+        write_overlap_filter(o, on_event)?;
+    }
     match o.family {
         Family::Gpt2 => {
             if o.whole_word_masking {
@@ -42,6 +45,44 @@ pub fn pretrain(
         }
         Family::Bert => run_bert(o, on_event, should_stop),
     }
+}
+
+/// The file `overlap_filter` writes into OUTPUT.
+pub const OVERLAP_FILTER_FILE: &str = "overlap.bloom";
+
+/// Builds OUTPUT/overlap.bloom from the run's text (8-grams, false-positive
+/// rate 1e-8, as the GPT-2 paper); kept as it is when it already exists (a
+/// resumed run's data does not change).
+fn write_overlap_filter(
+    o: &PretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<()> {
+    use crate::data::overlap::{build_filter, BuildOptions};
+    let path = o.output.join(OVERLAP_FILTER_FILE);
+    if path.exists() {
+        on_event(PretrainEvent::Note(format!(
+            "overlap filter: keeping {}",
+            path.display()
+        )));
+        return Ok(());
+    }
+    if o.data.is_empty() {
+        return Err(invalid(
+            "`overlap_filter` needs the run's text: give `data`",
+        ));
+    }
+    std::fs::create_dir_all(&o.output).map_err(|e| crate::Error::io(&o.output, e))?;
+    let t0 = std::time::Instant::now();
+    let filter = build_filter(&o.data, &BuildOptions::default(), |_, _| {})?;
+    filter.save(&path)?;
+    on_event(PretrainEvent::Note(format!(
+        "overlap filter: {} 8-grams in {:.1} s, {:.1} MB -> {}",
+        filter.inserted(),
+        t0.elapsed().as_secs_f64(),
+        filter.bits() as f64 / 8e6,
+        path.display()
+    )));
+    Ok(())
 }
 
 /// BERT: resolve the options into the BERT recipe's own and run it.

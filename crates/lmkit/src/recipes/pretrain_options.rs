@@ -149,6 +149,9 @@ pub struct PretrainOptions {
     pub sample_every: Option<u64>,
     pub sample_prompt: Option<String>,
     pub sample_tokens: Option<usize>,
+    /// Write OUTPUT/overlap.bloom: the Bloom filter of the training text's
+    /// 8-grams (GPT-2's train–test overlap check), for `eval --overlap`.
+    pub overlap_filter: bool,
 }
 
 impl Default for PretrainOptions {
@@ -186,6 +189,7 @@ impl Default for PretrainOptions {
             sample_every: None,
             sample_prompt: None,
             sample_tokens: None,
+            overlap_filter: false,
         }
     }
 }

@@ -5,11 +5,13 @@
 //! - [`parallel`]: [`parallel::SendPtr`] for disjoint writes from rayon tasks.
 //! - [`fs`]: atomic file writes and `sync_dir` (an fsync error is an error).
 //! - [`slice`]: two disjoint mutable views of one buffer.
+//! - [`size`]: byte sizes as written on a command line (`4GiB`, `5GB`).
 
 pub mod bf16;
 pub mod fs;
 pub mod parallel;
 pub mod rng;
+pub mod size;
 pub mod slice;
 
 pub use rng::Rng;
