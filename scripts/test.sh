@@ -20,6 +20,9 @@ python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
 
+# `lmkit overlap` against the exact set of normalised 8-grams in Python.
+python3 scripts/check_overlap.py target/debug/lmkit
+
 # The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
 # assets/big exists, so build it (PyTorch from PyPI, a few minutes) and run them.
 scripts/fetch-big-assets.sh

@@ -49,6 +49,8 @@ enum Command {
     Eval(Box<cmd::eval::Args>),
     /// Serve models over HTTP: OpenAI (completions, embeddings) and TEI routes.
     Serve(Box<cmd::serve::Args>),
+    /// Share of an evaluation set's 8-grams found in the training text (GPT-2's Bloom-filter check).
+    Overlap(Box<cmd::overlap::Args>),
 }
 
 fn main() -> ExitCode {
@@ -136,6 +138,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Finetune(a) => cmd::finetune::run(*a),
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Serve(a) => cmd::serve::run(*a),
+        Command::Overlap(a) => cmd::overlap::run(*a),
     }
 }
 

@@ -328,7 +328,12 @@ fn byte_gpt2(dir: &Path) -> PathBuf {
         "0",
         "--sample-every",
         "0",
+        "--overlap-filter",
     ]);
+    assert!(
+        out.join("overlap.bloom").is_file(),
+        "--overlap-filter writes the filter"
+    );
     out
 }
 
@@ -355,6 +360,39 @@ fn gpt2_eval_tasks_and_lm_finetuning() {
     let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
     assert_eq!(e["count"], 2);
     assert!(e["perplexity"].as_f64().unwrap() > 1.0);
+    // --overlap: all items and those not in the training text, side by
+    // side. The first passage is training text; the second is too short for
+    // an 8-gram; the third is new.
+    let lam3 = dir.join("lambada3.jsonl");
+    std::fs::write(
+        &lam3,
+        "{\"text\": \"the quick brown fox jumps over the lazy dog\"}\n{\"text\": \"Line 7: the quick brown fox\"}\n\
+         {\"text\": \"a slow green turtle walks under the busy bridge today\"}\n",
+    )
+    .unwrap();
+    let e = ok(&[
+        "eval",
+        "--task",
+        "lambada",
+        "--model",
+        &s(&model),
+        "--data",
+        &s(&lam3),
+        "--overlap",
+        &s(&model.join("overlap.bloom")),
+        "--json",
+    ]);
+    let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
+    assert_eq!(e["all"]["count"], 3, "{e}");
+    assert_eq!(e["clean"]["count"], 2, "{e}");
+    assert_eq!(
+        (
+            e["overlap"]["items"].clone(),
+            e["overlap"]["overlapping"].clone()
+        ),
+        (serde_json::json!(3), serde_json::json!(1)),
+        "{e}"
+    );
     let sum = dir.join("sum.jsonl");
     std::fs::write(&sum, "{\"article\": \"the quick brown fox jumps over the lazy dog.\", \"summary\": \"a fox jumps.\"}\n").unwrap();
     let e = ok(&[

@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
+use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
 use lmkit::eval::run::{
     encode_classify, eval_classify, eval_lambada, eval_squad, eval_summarize, SummarizeOptions,
@@ -92,6 +93,26 @@ pub struct Args {
     /// Print one JSON object with the metrics.
     #[arg(long)]
     pub json: bool,
+    /// A training-text filter (`lmkit overlap --save-filter`, `pretrain
+    /// --overlap-filter`): also score the items that do not overlap the
+    /// training text, side by side with all items.
+    #[arg(long)]
+    pub overlap: Option<PathBuf>,
+    /// With --overlap: an item overlaps when more than this share of its
+    /// n-grams is in the training text [default: 0, any].
+    #[arg(long, default_value_t = 0.0, requires = "overlap")]
+    pub overlap_threshold: f64,
+}
+
+/// Which items to score: `None` all, else those `keep` accepts (given the
+/// item's text segments).
+type Keep<'a> = Option<&'a dyn Fn(&[&str]) -> bool>;
+
+fn keep_items<T>(items: Vec<T>, keep: Keep<'_>, segments: impl Fn(&T) -> Vec<&str>) -> Vec<T> {
+    match keep {
+        None => items,
+        Some(k) => items.into_iter().filter(|it| k(&segments(it))).collect(),
+    }
 }
 
 fn limit<T>(mut v: Vec<T>, n: Option<usize>) -> Vec<T> {
@@ -149,11 +170,100 @@ fn write_predictions(path: &Path, rows: &[Value]) -> Result<()> {
 pub fn run(a: Args) -> Result<()> {
     let dir = resolve_model_dir(&a.model)?;
     check_family(&dir, a.task)?;
-    let (metrics, preds): (Value, Vec<Value>) = match a.task {
+    let Some(fpath) = &a.overlap else {
+        let (metrics, preds) = score(&a, &dir, None)?;
+        return report(&a, metrics, &preds);
+    };
+    if !(0.0..1.0).contains(&a.overlap_threshold) {
+        bail!(
+            "--overlap-threshold {} must be in [0, 1)",
+            a.overlap_threshold
+        );
+    }
+    let filter = BloomFilter::load(fpath)
+        .with_context(|| format!("reading the overlap filter {}", fpath.display()))?;
+    let t = a.overlap_threshold;
+    let seen = std::cell::Cell::new((0usize, 0usize)); // (items, overlapping)
+    let clean = |segs: &[&str]| {
+        let over = filter.doc_overlap(segs).share() > t;
+        let (n, o) = seen.get();
+        seen.set((n + 1, o + usize::from(over)));
+        !over
+    };
+    let (all, preds) = score(&a, &dir, None)?;
+    let (kept, _) = score(&a, &dir, Some(&clean))?;
+    let (items, overlapping) = seen.get();
+    let metrics = json!({
+        "task": all["task"],
+        "all": all,
+        "clean": kept,
+        "overlap": {"filter": fpath.display().to_string(), "n": filter.n(), "threshold": t,
+                    "items": items, "overlapping": overlapping},
+    });
+    if a.json {
+        if let Some(p) = &a.predictions {
+            write_predictions(p, &preds)?;
+        }
+        println!("{metrics}");
+        return Ok(());
+    }
+    report(&a, all, &preds)?;
+    println!(
+        "without the {overlapping} of {items} items that overlap the training text (share > {:.0}%):",
+        100.0 * t
+    );
+    report(
+        &Args {
+            predictions: None,
+            ..a
+        },
+        kept,
+        &[],
+    )
+}
+
+/// Prints the metrics (and writes the predictions).
+fn report(a: &Args, metrics: Value, preds: &[Value]) -> Result<()> {
+    if let Some(p) = &a.predictions {
+        write_predictions(p, preds)?;
+    }
+    if a.json {
+        println!("{metrics}");
+    } else if let Value::Object(m) = &metrics {
+        let parts: Vec<String> = m
+            .iter()
+            .filter(|(k, _)| k.as_str() != "task")
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if v.is_f64() => format!("{k} {x:.4}"),
+                _ => format!("{k} {v}"),
+            })
+            .collect();
+        println!("{}", parts.join(", "));
+    }
+    Ok(())
+}
+
+/// Scores the task on the items `keep` accepts: its metrics and per-item predictions.
+fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
+    let dir = dir.to_path_buf();
+    Ok(match a.task {
         EvalTask::Perplexity => {
             let tok = BpeTokenizer::from_dir(&dir)?;
-            let text =
+            let mut text =
                 std::fs::read(&a.data).with_context(|| format!("reading {}", a.data.display()))?;
+            if keep.is_some() {
+                // Documents are blocks between blank lines; the kept ones rejoined.
+                let docs = read_eval_documents(std::slice::from_ref(&a.data))?;
+                let kept = keep_items(docs, keep, |d| {
+                    d.segments.iter().map(String::as_str).collect()
+                });
+                text = kept
+                    .iter()
+                    .map(|d| d.raw.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n\n")
+                    .into_bytes();
+            }
             let ids = tok.encode_ordinary(&text);
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let context = a.context.unwrap_or(engine.config().n_positions);
@@ -169,6 +279,9 @@ pub fn run(a: Args) -> Result<()> {
         EvalTask::Lambada => {
             let tok = BpeTokenizer::from_dir(&dir)?;
             let items = limit(read_lambada(&a.data)?, a.limit);
+            let items = keep_items(items, keep, |it| {
+                vec![it.context.as_str(), it.word.as_str()]
+            });
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let pb = bar(items.len(), "passages");
             let (s, outs) =
@@ -187,6 +300,9 @@ pub fn run(a: Args) -> Result<()> {
         EvalTask::Summarize => {
             let tok = BpeTokenizer::from_dir(&dir)?;
             let items = limit(read_summarize(&a.data)?, a.limit);
+            let items = keep_items(items, keep, |it| {
+                vec![it.article.as_str(), it.summary.as_str()]
+            });
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let opts = SummarizeOptions {
                 max_new_tokens: a.max_new_tokens,
@@ -215,7 +331,11 @@ pub fn run(a: Args) -> Result<()> {
             model.require(lmkit::models::bert::HeadKind::Classifier)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
             let mut data = read_classify_jsonl(&a.data)?;
-            data.examples = limit(data.examples, a.limit);
+            data.examples = keep_items(limit(data.examples, a.limit), keep, |e| {
+                std::iter::once(e.text.as_str())
+                    .chain(e.text_pair.as_deref())
+                    .collect()
+            });
             let labels = LabelMap::from_names(model.config.id2label.clone())?;
             let gold = labels.ids(&data)?;
             let max_len = a
@@ -239,7 +359,9 @@ pub fn run(a: Args) -> Result<()> {
             let model = Bert::from_dir(&dir)?;
             model.require(lmkit::models::bert::HeadKind::QuestionAnswering)?;
             let tok = WordPieceTokenizer::from_dir(&dir)?;
-            let ex = limit(read_squad(&a.data)?, a.limit);
+            let ex = keep_items(limit(read_squad(&a.data)?, a.limit), keep, |e| {
+                vec![&*e.context, e.question.as_str()]
+            });
             let (max_len, stride) = lmkit::models::bert::qa_windows(
                 a.max_seq_len,
                 a.doc_stride,
@@ -264,22 +386,5 @@ pub fn run(a: Args) -> Result<()> {
                 preds,
             )
         }
-    };
-    if let Some(p) = &a.predictions {
-        write_predictions(p, &preds)?;
-    }
-    if a.json {
-        println!("{metrics}");
-    } else if let Value::Object(m) = &metrics {
-        let parts: Vec<String> = m
-            .iter()
-            .filter(|(k, _)| k.as_str() != "task")
-            .map(|(k, v)| match v.as_f64() {
-                Some(x) if v.is_f64() => format!("{k} {x:.4}"),
-                _ => format!("{k} {v}"),
-            })
-            .collect();
-        println!("{}", parts.join(", "));
-    }
-    Ok(())
+    })
 }

@@ -133,6 +133,10 @@ pub struct Args {
     /// Rayon threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Also write OUTPUT/overlap.bloom, the Bloom filter of the data's 8-grams,
+    /// for `lmkit eval --overlap` and `lmkit overlap --filter` (train–test overlap).
+    #[arg(long)]
+    pub overlap_filter: bool,
 }
 
 /// The library options these flags describe.
@@ -181,6 +185,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         sample_every: a.sample_every,
         sample_prompt: a.sample_prompt.clone(),
         sample_tokens: a.sample_tokens,
+        overlap_filter: a.overlap_filter,
     })
 }
 

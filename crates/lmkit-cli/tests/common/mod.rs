@@ -1,4 +1,5 @@
 //! Helpers shared by the CLI integration tests.
+#![allow(dead_code)] // each test binary uses a part of these
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
