@@ -168,7 +168,10 @@ pub fn run(a: Args) -> Result<()> {
         report.n,
         100.0 * report.share
     );
-    println!("documents by the share of their n-grams found:");
+    println!(
+        "documents by the share of their n-grams found ({} shorter than {} words left out):",
+        report.too_short, report.n
+    );
     for (i, c) in report.histogram.iter().enumerate() {
         println!("  {:>3}-{:<3}% {c}", i * 10, (i + 1) * 10);
     }

@@ -687,8 +687,11 @@ pub struct OverlapReport {
     pub hits: usize,
     /// `hits / ngrams`: the paper's "percentage of test set 8-grams".
     pub share: f64,
-    /// Documents by share, in tenths: `[0, 0.1)`, … `[0.9, 1]`.
+    /// Documents by share, in tenths: `[0, 0.1)`, … `[0.9, 1]` (those with
+    /// at least one n-gram).
     pub histogram: [usize; 10],
+    /// Documents shorter than n words: no n-gram, share 0, not in the histogram.
+    pub too_short: usize,
     /// Documents whose share is above this are "overlapping".
     pub threshold: f64,
     /// Their indices.
@@ -714,9 +717,10 @@ pub fn overlap_report(
         .iter()
         .fold((0, 0), |(n, h), d| (n + d.ngrams, h + d.hits));
     let mut histogram = [0usize; 10];
-    for d in &per_document {
+    for d in per_document.iter().filter(|d| d.ngrams > 0) {
         histogram[((d.share() * 10.0) as usize).min(9)] += 1;
     }
+    let too_short = per_document.iter().filter(|d| d.ngrams == 0).count();
     let overlapping = per_document
         .iter()
         .enumerate()
@@ -734,6 +738,7 @@ pub fn overlap_report(
             hits as f64 / ngrams as f64
         },
         histogram,
+        too_short,
         threshold,
         overlapping,
         per_document,
