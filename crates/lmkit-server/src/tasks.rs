@@ -232,26 +232,8 @@ pub async fn fill_mask(State(app): State<Arc<App>>, body: Body) -> Response {
             let lists = m
                 .run(move |p| {
                     let masks = p.fill_mask(&text, k)?;
-                    // HF's pipeline: each prediction with the sequence it makes.
-                    let tok = &p.tokenizer;
-                    let mask = tok.mask_id().unwrap_or(u32::MAX);
-                    let ids = tok.encode(&text, true)?.ids;
-                    let at: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == mask).collect();
-                    let mut out = Vec::new();
-                    for (slot, preds) in at.iter().zip(&masks) {
-                        let mut list = Vec::new();
-                        for pr in preds {
-                            let mut filled = ids.clone();
-                            filled[*slot] = pr.id;
-                            list.push(json!({
-                                "score": pr.score,
-                                "token": pr.id,
-                                "token_str": tok.decode(&[pr.id], false)?,
-                                "sequence": tok.decode(&filled, true)?,
-                            }));
-                        }
-                        out.push(Value::Array(list));
-                    }
+                    // HF's pipeline shape: score, token (id), token_str, sequence.
+                    let out: Vec<Value> = masks.iter().map(|preds| json!(preds)).collect();
                     Ok(out)
                 })
                 .await?;

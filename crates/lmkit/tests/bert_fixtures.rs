@@ -228,6 +228,7 @@ fn fill_mask_matches_hf_pipeline() {
             assert_eq!(got_ids, want_ids, "{text} mask {m}");
             for (gp, wp) in g.iter().zip(want) {
                 assert_eq!(gp.token, wp["token"].as_str().unwrap());
+                assert_eq!(gp.sequence, wp["sequence"].as_str().unwrap(), "{text}");
                 assert!((gp.score as f64 - wp["score"].as_f64().unwrap()).abs() < 1e-5);
                 let v = probs.len() / masks.len();
                 assert!((gp.score - probs[m * v + gp.id as usize]).abs() < 1e-5);

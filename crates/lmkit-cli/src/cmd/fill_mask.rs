@@ -1,7 +1,8 @@
 //! `lmkit fill-mask`: the top-k tokens and probabilities for each `[MASK]`
-//! of a text. `--json` prints `{"predictions": [{"id", "token", "score"}, ...]}`
-//! for a text with one mask, a JSON list of such objects (one per mask, in
-//! order) for several. A text without `[MASK]` is an error.
+//! of a text. `--json` prints what HF's fill-mask pipeline returns: a list of
+//! `{"score", "token" (id), "token_str", "sequence"}` for a text with one
+//! mask, a list of such lists (one per mask, in order) for several. A text
+//! without `[MASK]` is an error.
 
 use std::path::PathBuf;
 
@@ -31,20 +32,10 @@ pub fn run(args: Args) -> Result<()> {
     let p = super::embed::load("fill-mask", &args.model, false)?;
     let masks = p.fill_mask(&args.text, args.top_k)?;
     if args.json {
-        let objs: Vec<_> = masks
-            .iter()
-            .map(|preds| {
-                let list: Vec<_> = preds
-                    .iter()
-                    .map(|x| json!({"id": x.id, "token": x.token, "score": x.score}))
-                    .collect();
-                json!({ "predictions": list })
-            })
-            .collect();
-        let v = if objs.len() == 1 {
-            objs[0].clone()
+        let v = if masks.len() == 1 {
+            json!(masks[0])
         } else {
-            json!(objs)
+            json!(masks)
         };
         println!("{v}");
     } else {

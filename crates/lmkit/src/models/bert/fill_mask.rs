@@ -3,15 +3,22 @@
 //!
 //! Shape legend: V vocabulary.
 
-/// One candidate for a masked position.
-#[derive(Debug, Clone, PartialEq)]
+/// One candidate for a masked position. Serializes with the keys of HF's
+/// fill-mask pipeline: `token` (the id), `token_str`, `score`, `sequence`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Prediction {
+    #[serde(rename = "token")]
     pub id: u32,
     /// The vocabulary entry (`##` kept for continuation pieces, as HF's
     /// `token_str` shows a single decoded piece).
+    #[serde(rename = "token_str")]
     pub token: String,
     /// Softmax probability over the vocabulary.
     pub score: f32,
+    /// The input with this token in the mask's place, decoded as HF's
+    /// pipeline does: without special tokens when the text has one mask,
+    /// with them (the other masks shown) when it has several.
+    pub sequence: String,
 }
 
 /// Softmax of `logits[V]` (computed in f64) and the `k` most probable ids,
@@ -49,6 +56,7 @@ pub fn predictions(
             id,
             token: id_to_token(id).unwrap_or_else(|| format!("[{id}]")),
             score,
+            sequence: String::new(),
         })
         .collect()
 }

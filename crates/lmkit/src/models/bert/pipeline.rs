@@ -242,10 +242,18 @@ impl BertPipeline {
         let logits = self.model.mlm_logits(&acts, &rows)?;
         let v = self.model.config.vocab_size;
         let name = |id: u32| self.tokenizer.id_to_token(id).map(str::to_string);
-        Ok(logits
-            .chunks_exact(v)
-            .map(|l| fill_mask::predictions(l, k, &name))
-            .collect())
+        let single = rows.len() == 1;
+        let mut out = Vec::with_capacity(rows.len());
+        for (l, &slot) in logits.chunks_exact(v).zip(&rows) {
+            let mut preds = fill_mask::predictions(l, k, &name);
+            for p in &mut preds {
+                let mut filled = enc.ids.clone();
+                filled[slot] = p.id;
+                p.sequence = self.tokenizer.decode(&filled, single)?;
+            }
+            out.push(preds);
+        }
+        Ok(out)
     }
 
     /// Labels with scores (best first) for each text, as HF's
