@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks the `hub-download` feature against a local stand-in for the HF hub (no network):
 `lmkit generate --model ORG/NAME` must fetch the model into a fresh HF cache, generate the
-same ids as from the folder itself, then work again with the server gone and HF_HUB_OFFLINE=1.
+same ids as from the folder itself, then work again with the server gone and HF_HUB_OFFLINE=1;
+`lmkit embed --model ORG/MINILM` must fetch the sentence-transformers files too (modules.json,
+1_Pooling/config.json) and give the folder's normalised embeddings.
 
     cargo build --release -p lmkit-cli --features hub-download
     python3 scripts/check_hub_download.py [MODEL_DIR]   (default: a random 2-layer GPT-2
@@ -24,10 +26,20 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXE = os.path.join(ROOT, "target", "release", "lmkit")
 REPO = "lmkit-test/gpt2-mock"
+MINILM_REPO = "lmkit-test/minilm-mock"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def serve(folder):
+def files_of(folder):
+    """Every file under folder, as hub paths (nested ones with '/')."""
+    out = []
+    for d, _, names in os.walk(folder):
+        for n in names:
+            out.append(os.path.relpath(os.path.join(d, n), folder).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def serve(repos):
     class Hub(http.server.BaseHTTPRequestHandler):
         def reply(self, status, body, headers=()):
             self.send_response(status)
@@ -38,12 +50,17 @@ def serve(folder):
             self.wfile.write(body)
 
         def do_GET(self):
-            if self.path.startswith(f"/api/models/{REPO}"):
-                files = [{"rfilename": f} for f in sorted(os.listdir(folder))]
-                return self.reply(200, json.dumps({"sha": COMMIT, "siblings": files}).encode())
-            prefix = f"/{REPO}/resolve/main/"
-            path = os.path.join(folder, self.path[len(prefix):])
-            if not self.path.startswith(prefix) or not os.path.isfile(path):
+            for repo, folder in repos.items():
+                if self.path.startswith(f"/api/models/{repo}/"):
+                    files = [{"rfilename": f} for f in files_of(folder)]
+                    return self.reply(200, json.dumps({"sha": COMMIT, "siblings": files}).encode())
+                prefix = f"/{repo}/resolve/main/"
+                if self.path.startswith(prefix):
+                    path = os.path.join(folder, self.path[len(prefix):])
+                    break
+            else:
+                return self.reply(404, b"")
+            if not os.path.isfile(path):
                 return self.reply(404, b"")
             data = open(path, "rb").read()
             first, last = 0, len(data) - 1
@@ -72,6 +89,14 @@ def generate(model, env):
     return json.loads(out.stdout.strip().splitlines()[-1])["ids"]
 
 
+def embed(model, env):
+    out = subprocess.run([EXE, "embed", "--model", model], input="A man is eating food.\n", env=env,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"lmkit embed --model {model} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip())
+
+
 def main():
     if not os.path.exists(EXE):
         sys.exit(f"{EXE} not found: cargo build --release -p lmkit-cli --features hub-download")
@@ -86,12 +111,20 @@ def main():
             for f in ("vocab.json", "merges.txt"):
                 shutil.copy(os.path.join(ROOT, "assets", "gpt2", f), folder)
         want = generate(folder, dict(os.environ))
-        server = serve(folder)
+        minilm = os.path.join(ROOT, "assets", "minilm")
+        want_vec = embed(minilm, dict(os.environ))
+        server = serve({REPO: folder, MINILM_REPO: minilm})
         env = dict(os.environ, HF_HOME=os.path.join(tmp, "hf"), HF_HUB_CACHE="",
                    HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}")
         env.pop("HF_HUB_OFFLINE", None)
         got = generate(REPO, env)
+        got_vec = embed(MINILM_REPO, env)
         server.shutdown()
+        norm = sum(x * x for x in got_vec) ** 0.5
+        print(f"embedding by hub name: norm {norm:.6f}, max difference from the folder's "
+              f"{max(abs(a - b) for a, b in zip(got_vec, want_vec)):.2e}")
+        if abs(norm - 1) > 1e-4 or max(abs(a - b) for a, b in zip(got_vec, want_vec)) > 1e-6:
+            sys.exit("the downloaded MiniLM does not embed as the folder does")
         again = generate(REPO, dict(env, HF_HUB_OFFLINE="1"))
         snapshot = os.path.join(env["HF_HOME"], "hub", "models--" + REPO.replace("/", "--"), "snapshots", COMMIT)
         print(f"folder ids {want}, downloaded {got}, cached offline {again}; snapshot has {sorted(os.listdir(snapshot))}")

@@ -2,6 +2,16 @@
 
 use std::path::PathBuf;
 
+/// What a missing model's error adds: how this build can get one.
+#[cfg(feature = "hub-download")]
+const HUB_HINT: &str =
+    " (a hub name is downloaded into the first of these caches unless HF_HUB_OFFLINE is set)";
+#[cfg(not(feature = "hub-download"))]
+const HUB_HINT: &str =
+    ". Give a folder in HF layout (config.json, model.safetensors, tokenizer files), \
+     or a hub name already in the HF cache; this build does not download (build lmkit with \
+     the `hub-download` feature to fetch hub names)";
+
 /// Everything that can go wrong in lmkit (loading, saving, running models).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -51,7 +61,7 @@ pub enum Error {
     #[error("{}: invalid safetensors file: {msg}", path.display())]
     Safetensors { path: PathBuf, msg: String },
     /// A model name that is neither a directory nor in the local HF hub cache.
-    #[error("model `{name}` not found; looked in: {}", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    #[error("model `{name}` not found; looked in: {}{}", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "), HUB_HINT)]
     ModelNotFound {
         name: String,
         searched: Vec<PathBuf>,

@@ -14,9 +14,9 @@ use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory with a sequence-classification head (`classifier.*`).
+    /// Model with a sequence-classification head (`classifier.*`): a folder or a hub name.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: String,
     /// One text per line (default: stdin).
     #[arg(long)]
     pub input: Option<PathBuf>,

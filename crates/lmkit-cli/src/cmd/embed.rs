@@ -14,9 +14,9 @@ use lmkit::models::bert::{BertPipeline, EmbedOptions, Pooling};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory (HF layout; sentence-transformers files optional).
+    /// Model: a folder in HF layout (sentence-transformers files optional) or a hub name.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: String,
     /// One text per line (default: stdin).
     #[arg(long)]
     pub input: Option<PathBuf>,
@@ -62,9 +62,11 @@ pub fn read_lines(input: Option<&Path>) -> Result<Vec<String>> {
 }
 
 /// Loads the model directory for `command`, with bf16 weights if asked.
-pub fn load(command: &str, model: &Path, bf16: bool) -> Result<BertPipeline> {
-    lmkit::checkpoint::read_config(model, Some((lmkit::spec::Family::Bert, command)))?;
-    let mut p = BertPipeline::from_dir(model)
+/// Loads a BERT pipeline for `command` from a folder or a hub name.
+pub fn load(command: &str, model: &str, bf16: bool) -> Result<BertPipeline> {
+    let model = lmkit::checkpoint::resolve_model_dir(model)?;
+    lmkit::checkpoint::read_config(&model, Some((lmkit::spec::Family::Bert, command)))?;
+    let mut p = BertPipeline::from_dir(&model)
         .with_context(|| format!("loading model {}", model.display()))?;
     p.model.set_bf16(bf16);
     Ok(p)

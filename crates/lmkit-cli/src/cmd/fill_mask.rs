@@ -4,16 +4,14 @@
 //! mask, a list of such lists (one per mask, in order) for several. A text
 //! without `[MASK]` is an error.
 
-use std::path::PathBuf;
-
 use anyhow::{bail, Result};
 use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory with a masked-LM head (`cls.predictions.*`).
+    /// Model with a masked-LM head (`cls.predictions.*`): a folder or a hub name.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: String,
     /// Text containing one or more [MASK] tokens.
     #[arg(long)]
     pub text: String,

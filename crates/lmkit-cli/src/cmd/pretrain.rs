@@ -115,9 +115,9 @@ pub struct Args {
     /// Seed for initialisation and data order [default: 1337].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Start from this HF GPT-2 checkpoint folder (config.json + model.safetensors).
+    /// Start from this HF checkpoint: a folder (config.json + model.safetensors) or a hub name.
     #[arg(long)]
-    pub init_from: Option<PathBuf>,
+    pub init_from: Option<String>,
     /// Continue from the newest checkpoint in OUTPUT/checkpoints, exactly:
     /// add it to the command that started the run (a flag that contradicts
     /// the checkpoint is an error), or give just --output and --resume.
@@ -151,7 +151,11 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         data: a.data.clone(),
         output: a.output.clone(),
         tokenizer: a.tokenizer.clone(),
-        init_from: a.init_from.clone(),
+        init_from: a
+            .init_from
+            .as_deref()
+            .map(lmkit::checkpoint::resolve_model_dir)
+            .transpose()?,
         resume: a.resume,
         stop_after: a.stop_after,
         size: ModelSize {

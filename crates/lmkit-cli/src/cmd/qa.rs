@@ -14,9 +14,9 @@ use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model directory with a QA head (`qa_outputs.*`).
+    /// Model with a QA head (`qa_outputs.*`): a folder or a hub name.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: String,
     #[arg(long)]
     pub question: String,
     /// File holding the context text.

@@ -91,6 +91,12 @@ mod download {
         "vocab.json",
         "merges.txt",
         "vocab.txt",
+        // sentence-transformers: pooling and normalization (MiniLM and the
+        // like embed wrongly without them).
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        "1_Pooling/config.json",
     ];
 
     /// Downloads the files of model `name` into `cache` (`HF_ENDPOINT` and
@@ -122,7 +128,11 @@ mod download {
         let mut snapshot = None;
         for file in FILES.iter().filter(|f| present(f)) {
             let path = repo.get(file).map_err(|e| format!("{file}: {e}"))?;
-            snapshot = path.parent().map(Path::to_path_buf);
+            if *file == "config.json" {
+                // The snapshot folder (nested files such as 1_Pooling/config.json
+                // have their own parent).
+                snapshot = path.parent().map(Path::to_path_buf);
+            }
         }
         snapshot.ok_or_else(|| "nothing was downloaded".to_string())
     }
