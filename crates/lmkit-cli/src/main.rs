@@ -51,6 +51,11 @@ enum Command {
     Serve(Box<cmd::serve::Args>),
     /// Share of an evaluation set's 8-grams found in the training text (GPT-2's Bloom-filter check).
     Overlap(Box<cmd::overlap::Args>),
+    /// Print a shell completion script: `lmkit completions bash > /etc/bash_completion.d/lmkit`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -139,6 +144,10 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Serve(a) => cmd::serve::run(*a),
         Command::Overlap(a) => cmd::overlap::run(*a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "lmkit", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 
