@@ -142,3 +142,106 @@ fn completions_and_exit_codes() {
     assert_eq!(run(&["embed", "--no-such-flag"]).0, Some(2));
     assert_eq!(run(&["embed", "--model", "/nonexistent/model"]).0, Some(1));
 }
+
+/// `-` is standard input on every file argument; `generate` also takes
+/// `--prompt -` and `--prompt-file`.
+#[test]
+fn dash_reads_stdin() {
+    let dir = tmpdir("conv-stdin");
+    let tiny = common::gpt2_tiny(&dir);
+    let t = tiny.to_str().unwrap();
+    let text = "Hello, wor";
+    let file = dir.join("prompt.txt");
+    std::fs::write(&file, text).unwrap();
+    let f = file.to_str().unwrap();
+    let gen = [
+        "generate",
+        "--model",
+        t,
+        "--greedy",
+        "--max-new-tokens",
+        "6",
+        "--json",
+    ];
+    let run = |extra: &[&str], stdin: &str| {
+        let mut args: Vec<&str> = gen.to_vec();
+        args.extend(extra);
+        let (code, out, err) = common::lmkit_stdin(&args, stdin.as_bytes());
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        // Timings and the clock seed differ from run to run: compare the tokens.
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        (v["ids"].clone(), v["text"].clone(), v["prompt_tokens"].clone())
+    };
+    let want = run(&["--prompt", text], "");
+    assert_eq!(run(&["--prompt", "-"], text), want);
+    assert_eq!(run(&["--prompt-file", f], ""), want);
+    assert_eq!(run(&["--prompt-file", "-"], text), want);
+    // tokenize --input -, embed --input -, qa --context -, perplexity --input -.
+    let tok = tiny.to_str().unwrap();
+    let by_file = common::lmkit_stdin(&["tokenize", "--tokenizer", tok, "--input", f], b"");
+    let by_dash = common::lmkit_stdin(
+        &["tokenize", "--tokenizer", tok, "--input", "-"],
+        text.as_bytes(),
+    );
+    assert_eq!(
+        (by_dash.0, &by_dash.1),
+        (Some(0), &by_file.1),
+        "{}",
+        by_dash.2
+    );
+    let minilm = root().join("assets/minilm");
+    let m = minilm.to_str().unwrap();
+    let lines = dir.join("lines.txt");
+    std::fs::write(&lines, "a first text\na second one\n").unwrap();
+    let by_file = common::lmkit_stdin(
+        &["embed", "--model", m, "--input", lines.to_str().unwrap()],
+        b"",
+    );
+    let by_dash = common::lmkit_stdin(
+        &["embed", "--model", m, "--input", "-"],
+        b"a first text\na second one\n",
+    );
+    assert_eq!(
+        (by_dash.0, &by_dash.1),
+        (Some(0), &by_file.1),
+        "{}",
+        by_dash.2
+    );
+    let qa = root().join("tests/fixtures/bert-tiny-qa");
+    let q = qa.to_str().unwrap();
+    let ctx = "the old man saw the dog by the river";
+    let cfile = dir.join("ctx.txt");
+    std::fs::write(&cfile, ctx).unwrap();
+    let qargs = |c: &str| -> Vec<String> {
+        [
+            "qa",
+            "--model",
+            q,
+            "--question",
+            "who saw the dog",
+            "--json",
+            "--context",
+            c,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a1: Vec<String> = qargs(cfile.to_str().unwrap());
+    let a2: Vec<String> = qargs("-");
+    let r1 = common::lmkit_stdin(&a1.iter().map(String::as_str).collect::<Vec<_>>(), b"");
+    let r2 = common::lmkit_stdin(
+        &a2.iter().map(String::as_str).collect::<Vec<_>>(),
+        ctx.as_bytes(),
+    );
+    assert_eq!((r2.0, &r2.1), (Some(0), &r1.1), "{}", r2.2);
+    let ppl = |input: &str, stdin: &[u8]| {
+        common::lmkit_stdin(
+            &["perplexity", "--model", t, "--input", input, "--json"],
+            stdin,
+        )
+    };
+    let (p1, p2) = (ppl(f, b""), ppl("-", text.as_bytes()));
+    assert_eq!((p2.0, &p2.1), (Some(0), &p1.1), "{}", p2.2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -20,19 +20,6 @@ fn root() -> PathBuf {
 }
 
 /// The tiny GPT-2 fixture with a byte-level tokenizer beside it.
-fn gpt2_folder(dir: &Path) -> PathBuf {
-    let m = dir.join("tiny");
-    std::fs::create_dir_all(&m).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(root().join("tests/fixtures/gpt2-tiny").join(f), m.join(f)).unwrap();
-    }
-    let tok = byte_tokenizer(dir);
-    for f in ["vocab.json", "merges.txt"] {
-        std::fs::copy(tok.join(f), m.join(f)).unwrap();
-    }
-    m
-}
-
 /// A running `lmkit serve`, killed when dropped.
 struct Server {
     child: Child,
@@ -144,7 +131,7 @@ fn cli_json(args: &[&str]) -> String {
 #[test]
 fn openai_and_tei_routes_match_the_cli() {
     let dir = tmpdir("serve");
-    let tiny = gpt2_folder(&dir);
+    let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
         "--model",
@@ -501,7 +488,7 @@ fn openai_and_tei_routes_match_the_cli() {
 #[test]
 fn bad_requests_are_4xx_and_the_server_keeps_serving() {
     let dir = tmpdir("serve-bad");
-    let tiny = gpt2_folder(&dir);
+    let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
         "--model",
@@ -665,7 +652,7 @@ fn bad_requests_are_4xx_and_the_server_keeps_serving() {
 #[test]
 fn concurrency_queue_limit_api_key_and_sigterm() {
     let dir = tmpdir("serve-load");
-    let tiny = gpt2_folder(&dir);
+    let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
         "--model",
@@ -733,7 +720,7 @@ fn concurrency_queue_limit_api_key_and_sigterm() {
 #[test]
 fn a_full_queue_is_429() {
     let dir = tmpdir("serve-queue");
-    let tiny = gpt2_folder(&dir);
+    let tiny = common::gpt2_tiny(&dir);
     let srv = serve(&[
         "--model",
         &format!("tiny={}", tiny.display()),

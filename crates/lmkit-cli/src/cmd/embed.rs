@@ -6,7 +6,7 @@
 //! longer than the model's `max_seq_length` is truncated, or with
 //! `--window` split into windows whose pooled vectors are averaged.
 
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -17,7 +17,7 @@ pub struct Args {
     /// Model: a folder in HF layout (sentence-transformers files optional) or a hub name.
     #[arg(long)]
     pub model: String,
-    /// One text per line (default: stdin).
+    /// One text per line (default or `-`: stdin).
     #[arg(long)]
     pub input: Option<PathBuf>,
     /// Pooling: mean, cls or max (default: the model's sentence-transformers config, else mean).
@@ -42,22 +42,7 @@ pub struct Args {
 
 /// The lines of `input` (stdin when `None`), without line terminators.
 pub fn read_lines(input: Option<&Path>) -> Result<Vec<String>> {
-    let mut bytes = Vec::new();
-    match input {
-        Some(p) => {
-            bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-        }
-        None => {
-            std::io::stdin()
-                .read_to_end(&mut bytes)
-                .context("reading stdin")?;
-        }
-    }
-    let name = input.map_or("stdin".to_string(), |p| p.display().to_string());
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        anyhow::anyhow!("{name}: invalid UTF-8 at byte {at}")
-    })?;
+    let text = super::read_input_text(input)?;
     Ok(text.lines().map(str::to_string).collect())
 }
 

@@ -18,9 +18,16 @@ pub struct Args {
     /// Model directory (HF layout) or a model name in the local HF hub cache.
     #[arg(long)]
     pub model: String,
-    /// The text to continue.
+    /// The text to continue (`-`: read it from stdin).
+    #[arg(
+        long,
+        required_unless_present = "prompt_file",
+        conflicts_with = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file (`-`: stdin).
     #[arg(long)]
-    pub prompt: String,
+    pub prompt_file: Option<PathBuf>,
     /// Tokens to generate at most.
     #[arg(long, default_value_t = 50)]
     pub max_new_tokens: usize,
@@ -95,7 +102,12 @@ pub fn run(a: Args) -> Result<()> {
         truncate: a.truncate,
     };
     // As HF's tokenizer: special-token text in the prompt becomes its id.
-    let prompt = tokenizer.encode_ids(a.prompt.as_bytes(), true);
+    let prompt_text = match (&a.prompt, &a.prompt_file) {
+        (Some(p), _) if p != "-" => p.clone(),
+        (Some(_), _) => super::read_input_text(None)?,
+        (None, f) => super::read_input_text(f.as_deref())?,
+    };
+    let prompt = tokenizer.encode_ids(prompt_text.as_bytes(), true);
     if prompt.is_empty() {
         bail!("the prompt encodes to no tokens: give a non-empty --prompt");
     }

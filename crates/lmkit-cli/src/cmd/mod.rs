@@ -24,6 +24,38 @@ pub mod serve;
 pub mod tokenize;
 pub mod train_tokenizer;
 
+/// The bytes of an input file argument: `None` or `-` is stdin.
+pub(crate) fn read_input(path: Option<&Path>) -> Result<Vec<u8>> {
+    use std::io::Read;
+    match path {
+        Some(p) if p.as_os_str() != "-" => {
+            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+        }
+        _ => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("reading stdin")?;
+            Ok(buf)
+        }
+    }
+}
+
+/// [`read_input`] as UTF-8 text; the error names the input and the byte.
+pub(crate) fn read_input_text(path: Option<&Path>) -> Result<String> {
+    let bytes = read_input(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let name = match path {
+            Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+            _ => "stdin".to_string(),
+        };
+        anyhow::anyhow!(
+            "{name}: invalid UTF-8 at byte {}",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 /// A GPT-2 model for `generate` / `perplexity`: `model` is a folder or a hub
 /// name, the tokenizer comes from `tokenizer` or the model's folder, and the
 /// weights are loaded as `dtype` (f32, bf16, int8).

@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result<()> {
     let (tokenizer, mut engine) =
         super::load_gpt2("perplexity", &a.model, a.tokenizer.as_deref(), &a.dtype)?;
     let dtype = engine.dtype();
-    let text = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let text = super::read_input(Some(&a.input))?;
     let ids = tokenizer.encode_ordinary(&text);
     let context = a.context.unwrap_or(engine.config().n_positions);
     let stride = a.stride.unwrap_or((context / 2).max(1));

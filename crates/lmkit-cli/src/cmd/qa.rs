@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use lmkit::models::bert::QaOptions;
 use serde_json::json;
 
@@ -48,8 +48,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.top_k == 0 || args.max_answer_len == 0 {
         bail!("--top-k and --max-answer-len must be at least 1");
     }
-    let context = std::fs::read_to_string(&args.context)
-        .with_context(|| format!("reading {}", args.context.display()))?;
+    let context = super::read_input_text(Some(&args.context))?;
     let p = super::embed::load("qa", &args.model, false)?;
     let (window, stride) = lmkit::models::bert::qa_windows(
         args.max_seq_len,

@@ -50,16 +50,7 @@ fn load(dir: &PathBuf) -> Result<Tokenizer> {
 
 pub fn run(args: TokenizeArgs) -> Result<()> {
     let tokenizer = load(&args.tokenizer)?;
-    let text = match &args.input {
-        Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
-        None => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut buf)
-                .context("reading stdin")?;
-            buf
-        }
-    };
+    let text = super::read_input(args.input.as_deref())?;
     let source = args
         .input
         .as_ref()

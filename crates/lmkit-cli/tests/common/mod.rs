@@ -49,3 +49,40 @@ pub fn byte_tokenizer(dir: &Path) -> PathBuf {
     std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
     tok
 }
+
+/// `dir/tiny`: the committed tiny GPT-2 fixture (vocab 128) with the byte
+/// tokenizer above (its ids below 128 are the ASCII bytes).
+pub fn gpt2_tiny(dir: &Path) -> PathBuf {
+    let m = dir.join("tiny");
+    std::fs::create_dir_all(&m).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt2-tiny");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture.join(f), m.join(f)).unwrap();
+    }
+    let tok = byte_tokenizer(dir);
+    for f in ["vocab.json", "merges.txt"] {
+        std::fs::copy(tok.join(f), m.join(f)).unwrap();
+    }
+    m
+}
+
+/// `lmkit args` with `stdin` on its standard input: (exit code, stdout, stderr).
+pub fn lmkit_stdin(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lmkit"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lmkit");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
