@@ -170,7 +170,11 @@ fn dash_reads_stdin() {
         assert_eq!(code, Some(0), "{args:?}: {err}");
         // Timings and the clock seed differ from run to run: compare the tokens.
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        (v["ids"].clone(), v["text"].clone(), v["prompt_tokens"].clone())
+        (
+            v["ids"].clone(),
+            v["text"].clone(),
+            v["prompt_tokens"].clone(),
+        )
     };
     let want = run(&["--prompt", text], "");
     assert_eq!(run(&["--prompt", "-"], text), want);

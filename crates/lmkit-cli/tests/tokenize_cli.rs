@@ -62,6 +62,46 @@ fn tokenize_detokenize_round_trip_any_bytes() {
     assert_eq!(v["ids"], serde_json::json!([17250, 612]));
     assert_eq!(v["tokens"], serde_json::json!(["Hi", "Ġthere"]));
     assert_eq!(v["offsets"], serde_json::json!([[0, 2], [2, 8]]));
+
+    // Offsets count characters (as HF's Python tokenizers), or bytes with
+    // --byte-offsets; a token holding part of a character covers all of it.
+    // detokenize reads the JSON back.
+    let text = "café 😀!";
+    let chars: Vec<char> = text.chars().collect();
+    let json = lmkit(
+        &["tokenize", "--tokenizer", &dir, "--json"],
+        text.as_bytes(),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let offs: Vec<(usize, usize)> = serde_json::from_value(v["offsets"].clone()).unwrap();
+    let bytes = lmkit(
+        &["tokenize", "--tokenizer", &dir, "--json", "--byte-offsets"],
+        text.as_bytes(),
+    );
+    let b: serde_json::Value = serde_json::from_slice(&bytes.stdout).unwrap();
+    let boffs: Vec<(usize, usize)> = serde_json::from_value(b["offsets"].clone()).unwrap();
+    assert_eq!(offs.len(), boffs.len());
+    assert_eq!(offs.last().unwrap().1, chars.len());
+    assert_eq!(boffs.last().unwrap().1, text.len());
+    for ((s, e), (bs, be)) in offs.iter().zip(&boffs) {
+        let piece: String = chars[*s..*e].iter().collect();
+        // The character range holds the token's bytes.
+        let start = text.char_indices().nth(*s).unwrap().0;
+        assert!(
+            start <= *bs && *be <= start + piece.len(),
+            "{piece:?} {bs}..{be}"
+        );
+    }
+    // HF: GPT2TokenizerFast(...)("café 😀!", return_offsets_mapping=True).
+    assert_eq!(v["ids"], serde_json::json!([66, 1878, 2634, 30325, 222, 0]));
+    assert_eq!(offs, [(0, 1), (1, 3), (3, 4), (4, 6), (5, 6), (6, 7)]);
+    let back = lmkit(&["detokenize", "--tokenizer", &dir], &json.stdout);
+    assert!(
+        back.status.success(),
+        "{}",
+        String::from_utf8_lossy(&back.stderr)
+    );
+    assert_eq!(back.stdout, text.as_bytes());
 }
 
 #[test]

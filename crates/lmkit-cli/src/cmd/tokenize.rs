@@ -6,10 +6,10 @@
 //! `detokenize` reads whitespace-separated ids from stdin and writes the
 //! decoded bytes as they are (no newline added).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use lmkit_tokenizers::Tokenizer;
 
@@ -29,9 +29,13 @@ pub struct TokenizeArgs {
     /// `[CLS]`/`[SEP]` (WordPiece).
     #[arg(long)]
     pub special: bool,
-    /// Print ids, tokens and byte offsets as JSON.
+    /// Print ids, tokens and offsets as JSON (`detokenize` reads it back).
     #[arg(long)]
     pub json: bool,
+    /// With --json: offsets in bytes of the input instead of characters
+    /// (characters are what HF's Python tokenizers report).
+    #[arg(long, requires = "json")]
+    pub byte_offsets: bool,
 }
 
 #[derive(Args)]
@@ -39,6 +43,10 @@ pub struct DetokenizeArgs {
     /// Tokenizer directory (as for `tokenize`).
     #[arg(long)]
     pub tokenizer: PathBuf,
+    /// Token ids: whitespace-separated, or what `tokenize --json` prints
+    /// (default or `-`: stdin).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
 }
 
 fn load(dir: &PathBuf) -> Result<Tokenizer> {
@@ -65,10 +73,21 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
             .iter()
             .map(|&id| tokenizer.id_to_token(id).unwrap_or(""))
             .collect();
+        let offsets = if args.byte_offsets {
+            enc.offsets.clone()
+        } else {
+            let text = std::str::from_utf8(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{source}: invalid UTF-8 at byte {}: character offsets need UTF-8 (use --byte-offsets)",
+                    e.valid_up_to()
+                )
+            })?;
+            char_offsets(text, &enc.offsets)
+        };
         let json = serde_json::json!({
             "ids": enc.ids,
             "tokens": tokens,
-            "offsets": enc.offsets,
+            "offsets": offsets,
         });
         serde_json::to_writer(&mut out, &json)?;
         writeln!(out)?;
@@ -97,24 +116,84 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run_detokenize(args: DetokenizeArgs) -> Result<()> {
-    let tokenizer = load(&args.tokenizer)?;
-    let mut input = String::new();
-    std::io::stdin()
-        .read_to_string(&mut input)
-        .context("reading token ids from stdin")?;
-    let mut ids = Vec::new();
-    for (i, word) in input.split_whitespace().enumerate() {
-        match word.parse::<u32>() {
-            Ok(id) => ids.push(id),
-            Err(_) => bail!("stdin: {word:?} (item {}) is not a token id", i + 1),
+/// Byte ranges of `text` as character ranges: a range that starts or ends
+/// inside a character (a byte-level token holding part of one) widens to
+/// the whole character.
+fn char_offsets(text: &str, bytes: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    // chars_before[b] = characters that start before byte b.
+    let mut chars_before = vec![0usize; text.len() + 1];
+    let mut n = 0;
+    for (b, slot) in chars_before.iter_mut().enumerate() {
+        *slot = n;
+        if text.is_char_boundary(b) && b < text.len() {
+            n += 1;
         }
     }
+    let start_char = |b: usize| {
+        let b = b.min(text.len());
+        // The character containing byte b.
+        if text.is_char_boundary(b) {
+            chars_before[b]
+        } else {
+            chars_before[b] - 1
+        }
+    };
+    bytes
+        .iter()
+        .map(|&(s, e)| (start_char(s), chars_before[e.min(text.len())]))
+        .collect()
+}
+
+/// Token ids from `detokenize`'s input: whitespace-separated numbers, or
+/// JSON — `tokenize --json`'s object (its `ids`), or a list of ids.
+fn parse_ids(input: &str, source: &str) -> Result<Vec<u32>> {
+    let t = input.trim_start();
+    if t.starts_with('{') || t.starts_with('[') {
+        let v: serde_json::Value =
+            serde_json::from_str(t).with_context(|| format!("{source}: not valid JSON"))?;
+        let ids = v.get("ids").unwrap_or(&v);
+        return serde_json::from_value(ids.clone()).with_context(|| {
+            format!("{source}: expected a list of token ids or an object with \"ids\"")
+        });
+    }
+    input
+        .split_whitespace()
+        .enumerate()
+        .map(|(i, w)| {
+            w.parse::<u32>()
+                .map_err(|_| anyhow::anyhow!("{source}: {w:?} (item {}) is not a token id", i + 1))
+        })
+        .collect()
+}
+
+pub fn run_detokenize(args: DetokenizeArgs) -> Result<()> {
+    let tokenizer = load(&args.tokenizer)?;
+    let input = super::read_input_text(args.input.as_deref())?;
+    let source = args
+        .input
+        .as_ref()
+        .filter(|p| p.as_os_str() != "-")
+        .map_or("stdin".to_string(), |p| p.display().to_string());
+    let ids = parse_ids(&input, &source)?;
     let bytes = tokenizer
         .decode(&ids)
-        .context("decoding the ids from stdin")?;
+        .with_context(|| format!("decoding the ids from {source}"))?;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)?;
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::char_offsets;
+
+    #[test]
+    fn byte_ranges_become_character_ranges() {
+        let text = "aé😀b"; // bytes: a 0, é 1..3, 😀 3..7, b 7
+        assert_eq!(
+            char_offsets(text, &[(0, 1), (1, 3), (3, 5), (5, 7), (7, 8)]),
+            [(0, 1), (1, 2), (2, 3), (2, 3), (3, 4)]
+        );
+    }
 }
