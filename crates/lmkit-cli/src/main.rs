@@ -15,6 +15,9 @@ mod interrupt;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Worker threads of every command (default: all cores, or RAYON_NUM_THREADS).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -62,6 +65,16 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let sub = matches.subcommand_name().unwrap_or_default().to_string();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(n) = cli.threads {
+        if n == 0 {
+            eprintln!("Error: --threads must be at least 1");
+            return ExitCode::from(2);
+        }
+        // The first pool built is the global one: nothing has built it yet.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

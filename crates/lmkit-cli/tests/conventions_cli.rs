@@ -141,6 +141,18 @@ fn completions_and_exit_codes() {
     assert_eq!(run(&["completions", "nosuchshell"]).0, Some(2));
     assert_eq!(run(&["embed", "--no-such-flag"]).0, Some(2));
     assert_eq!(run(&["embed", "--model", "/nonexistent/model"]).0, Some(1));
+    // --threads is taken by every command, before or after its name.
+    let minilm = root().join("assets/minilm");
+    let m = minilm.to_str().unwrap();
+    for args in [
+        vec!["--threads", "1", "embed", "--model", m],
+        vec!["embed", "--model", m, "--threads", "1"],
+    ] {
+        let (code, out, err) = common::lmkit_stdin(&args, b"threads\n");
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(out.starts_with('['), "{out}");
+    }
+    assert_eq!(run(&["--threads", "0", "embed", "--model", m]).0, Some(2));
 }
 
 /// `-` is standard input on every file argument; `generate` also takes

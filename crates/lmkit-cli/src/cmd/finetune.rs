@@ -73,20 +73,12 @@ pub struct Args {
     pub max_steps: Option<u64>,
     #[arg(long, default_value_t = 64)]
     pub eval_batch_size: usize,
-    /// Rayon threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if let Some(n) = a.threads {
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-    }
     let dir = resolve_model_dir(&a.model)?;
     let opts = FinetuneOptions {
         epochs: a.epochs,

@@ -130,9 +130,6 @@ pub struct Args {
     /// A metrics row every N steps [default: 1].
     #[arg(long)]
     pub log_every: Option<u64>,
-    /// Rayon threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Also write OUTPUT/overlap.bloom, the Bloom filter of the data's 8-grams,
     /// for `lmkit eval --overlap` and `lmkit overlap --filter` (train–test overlap).
     #[arg(long)]
@@ -213,12 +210,6 @@ fn say(pb: &ProgressBar, msg: &str) {
 /// The whole pretraining run, with progress on stderr.
 pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     let opts = options(args)?;
-    if let Some(n) = args.threads {
-        // Fails only if a pool already exists (e.g. quickstart set it): keep that one.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-    }
     crate::interrupt::install();
     let tok_bar = ProgressBar::new(0);
     tok_bar.set_style(

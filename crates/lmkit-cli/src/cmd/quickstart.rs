@@ -39,20 +39,12 @@ pub struct Args {
     /// Start over even if OUTPUT holds a previous quickstart run.
     #[arg(long)]
     pub fresh: bool,
-    /// Rayon threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
 }
 
 /// Bytes of the corpus used to learn the tokenizer (enough for a 4k vocabulary).
 const TOKENIZER_SAMPLE_BYTES: usize = 3 << 20;
 
 pub fn run(args: Args) -> Result<()> {
-    if let Some(n) = args.threads {
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-    }
     let out = &args.output;
     if args.fresh && out.exists() {
         std::fs::remove_dir_all(out).with_context(|| format!("removing {}", out.display()))?;
