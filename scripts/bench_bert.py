@@ -100,7 +100,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, model.config.vocab_size, (b, t), generator=g)
     mask = torch.ones_like(ids)
-    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--bf16"])) if "forward" in cases else ():
+    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--dtype", "bf16"])) if "forward" in cases else ():
         m = model.to(dtype)
         ours, peer = 0.0, 0.0
         for _ in range(a.rounds):

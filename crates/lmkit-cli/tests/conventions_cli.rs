@@ -261,3 +261,67 @@ fn dash_reads_stdin() {
     assert_eq!((p2.0, &p2.1), (Some(0), &p1.1), "{}", p2.2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--dtype` on every model command: f32 and bf16 everywhere, int8 on
+/// GPT-2 (a clear error on BERT).
+#[test]
+fn dtype_on_every_model_command() {
+    let dir = tmpdir("conv-dtype");
+    let tiny = common::gpt2_tiny(&dir);
+    let fx = |n: &str| root().join("tests/fixtures").join(n);
+    let ctx = dir.join("ctx.txt");
+    std::fs::write(&ctx, "the old man saw the dog by the river").unwrap();
+    let (t, m) = (tiny.to_str().unwrap(), root().join("assets/minilm"));
+    let (cls, mlm, qa) = (
+        fx("bert-tiny-classify"),
+        fx("bert-tiny-mlm"),
+        fx("bert-tiny-qa"),
+    );
+    let bert: Vec<Vec<&str>> = vec![
+        vec!["embed", "--model", m.to_str().unwrap()],
+        vec!["classify", "--model", cls.to_str().unwrap()],
+        vec![
+            "fill-mask",
+            "--model",
+            mlm.to_str().unwrap(),
+            "--text",
+            "a [MASK] dog",
+        ],
+        vec![
+            "qa",
+            "--model",
+            qa.to_str().unwrap(),
+            "--question",
+            "who",
+            "--context",
+            ctx.to_str().unwrap(),
+        ],
+    ];
+    let gpt2: Vec<Vec<&str>> = vec![
+        vec![
+            "generate",
+            "--model",
+            t,
+            "--prompt",
+            "Hi",
+            "--max-new-tokens",
+            "3",
+        ],
+        vec!["perplexity", "--model", t, "--input", ctx.to_str().unwrap()],
+    ];
+    for (cmds, int8_ok) in [(bert, false), (gpt2, true)] {
+        for c in cmds {
+            for dtype in ["f32", "bf16", "int8"] {
+                let mut args = c.clone();
+                args.extend(["--dtype", dtype]);
+                let (code, _, err) = common::lmkit_stdin(&args, b"a text\n");
+                let want = if dtype != "int8" || int8_ok { 0 } else { 1 };
+                assert_eq!(code, Some(want), "{args:?}: {err}");
+                if want == 1 {
+                    assert!(err.contains("int8") && !err.contains("panicked"), "{err}");
+                }
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -35,9 +35,9 @@ pub struct Args {
     /// Split long inputs into windows and average them instead of truncating.
     #[arg(long)]
     pub window: bool,
-    /// Hold the encoder's matmul weights in bf16 (faster, ~1e-2 less exact).
-    #[arg(long)]
-    pub bf16: bool,
+    /// Weight format: f32, or bf16 matmuls (faster, ~1e-2 less exact); int8 is GPT-2 only.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
 }
 
 /// The lines of `input` (stdin when `None`), without line terminators.
@@ -46,9 +46,17 @@ pub fn read_lines(input: Option<&Path>) -> Result<Vec<String>> {
     Ok(text.lines().map(str::to_string).collect())
 }
 
-/// Loads the model directory for `command`, with bf16 weights if asked.
+/// Loads the model for `command` (a folder or a hub name) with weights as
+/// `dtype`: f32, or bf16 matmuls.
 /// Loads a BERT pipeline for `command` from a folder or a hub name.
-pub fn load(command: &str, model: &str, bf16: bool) -> Result<BertPipeline> {
+pub fn load(command: &str, model: &str, dtype: &str) -> Result<BertPipeline> {
+    let bf16 = match dtype.parse::<lmkit::models::gpt2::WeightDtype>()? {
+        lmkit::models::gpt2::WeightDtype::F32 => false,
+        lmkit::models::gpt2::WeightDtype::Bf16 => true,
+        lmkit::models::gpt2::WeightDtype::Int8 => {
+            bail!("--dtype int8: BERT models run f32 or bf16 (int8 weights are for GPT-2)")
+        }
+    };
     let model = lmkit::checkpoint::resolve_model_dir(model)?;
     lmkit::checkpoint::read_config(&model, Some((lmkit::spec::Family::Bert, command)))?;
     let mut p = BertPipeline::from_dir(&model)
@@ -67,7 +75,7 @@ pub fn run(args: Args) -> Result<()> {
         (_, true) => Some(false),
         _ => None,
     };
-    let p = load("embed", &args.model, args.bf16)?;
+    let p = load("embed", &args.model, &args.dtype)?;
     let lines = read_lines(args.input.as_deref())?;
     let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
     let opts = EmbedOptions {
