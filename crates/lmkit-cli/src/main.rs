@@ -30,7 +30,7 @@ enum Command {
     Quickstart(cmd::quickstart::Args),
     /// Encode a text into token ids.
     Tokenize(cmd::tokenize::TokenizeArgs),
-    /// Decode token ids (read from stdin) into text.
+    /// Decode token ids (or `tokenize --json` output) into text.
     Detokenize(cmd::tokenize::DetokenizeArgs),
     /// Learn a BPE or WordPiece vocabulary from text files.
     TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
