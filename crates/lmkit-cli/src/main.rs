@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod canvas;
 mod cmd;
 mod interrupt;
+mod progress;
 
 #[derive(Parser)]
 #[command(name = "lmkit", version, about = "GPT-2 and BERT in Rust, end to end")]

@@ -19,6 +19,14 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// `ok` with stderr too (the tests capture it: not a terminal).
+fn ok_with_log(args: &[&str]) -> (String, String) {
+    let o = lmkit(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "lmkit {args:?} failed:\n{err}");
+    (String::from_utf8(o.stdout).unwrap(), err)
+}
+
 fn fails(args: &[&str]) -> String {
     let o = lmkit(args);
     assert!(!o.status.success(), "lmkit {args:?} should fail");
@@ -81,7 +89,7 @@ fn finetune_classify_then_eval_and_classify() {
     );
     std::fs::write(&train, rows(48, 0)).unwrap();
     std::fs::write(&eval, rows(24, 7)).unwrap();
-    let summary = ok(&[
+    let (summary, log) = ok_with_log(&[
         "finetune",
         "--task",
         "classify",
@@ -105,6 +113,16 @@ fn finetune_classify_then_eval_and_classify() {
     ]);
     let j: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
     assert_eq!(j["steps"], 30);
+    // Not on a terminal: the header and every epoch's evaluation are still
+    // logged, as timestamped lines, and no empty bar is drawn.
+    assert!(
+        log.contains("48 training / 24 eval items, 30 steps"),
+        "{log}"
+    );
+    for e in 1..=5 {
+        assert!(log.contains(&format!("] epoch {e}: ")), "epoch {e}: {log}");
+    }
+    assert!(!log.contains("0/0"), "{log}");
     let acc = j["eval"]["eval_accuracy"].as_f64().unwrap();
     assert!(acc >= 0.9, "{summary}");
     // lmkit eval reproduces the last epoch's metrics from the saved checkpoint.
@@ -302,7 +320,7 @@ fn byte_gpt2(dir: &Path) -> PathBuf {
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, text).unwrap();
     let out = dir.join("gpt2");
-    ok(&[
+    let (_, log) = ok_with_log(&[
         "pretrain",
         "--tokenizer",
         &s(&tok),
@@ -334,6 +352,9 @@ fn byte_gpt2(dir: &Path) -> PathBuf {
         out.join("overlap.bloom").is_file(),
         "--overlap-filter writes the filter"
     );
+    // A summary line ends the run, also when stderr is a log.
+    assert!(log.contains("done at step 20 after "), "{log}");
+    assert!(log.contains("final model: "), "{log}");
     out
 }
 

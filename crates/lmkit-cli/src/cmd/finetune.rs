@@ -9,7 +9,6 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
     finetune_classify, finetune_lm, finetune_qa, FinetuneEvent, FinetuneOptions, FinetuneTask,
@@ -100,13 +99,8 @@ pub fn run(a: Args) -> Result<()> {
         overwrite: a.overwrite,
         ..FinetuneOptions::default()
     };
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
+    let pb = crate::progress::Progress::new(
+        "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
     );
     let mut on_event = |e: FinetuneEvent| match e {
         FinetuneEvent::Start {
@@ -115,7 +109,7 @@ pub fn run(a: Args) -> Result<()> {
             eval_examples,
             total_steps,
         } => {
-            pb.println(format!(
+            pb.line(&format!(
                 "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
             ));
             pb.set_length(total_steps);
@@ -125,13 +119,14 @@ pub fn run(a: Args) -> Result<()> {
             stats,
             examples_per_s,
         } => {
-            pb.set_position(stats.step);
-            pb.set_message(format!(
-                "epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
-                epoch + 1,
-                stats.loss,
-                stats.lr
-            ));
+            pb.update(stats.step, || {
+                format!(
+                    "epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
+                    epoch + 1,
+                    stats.loss,
+                    stats.lr
+                )
+            });
         }
         FinetuneEvent::Eval { epoch, row } => {
             let shown: Vec<String> = row
@@ -144,7 +139,7 @@ pub fn run(a: Args) -> Result<()> {
                     other => format!("{k} {other}"),
                 })
                 .collect();
-            pb.println(format!("epoch {}: {}", epoch + 1, shown.join(", ")));
+            pb.line(&format!("epoch {}: {}", epoch + 1, shown.join(", ")));
         }
     };
     let eval = a.eval.as_deref();
@@ -162,7 +157,7 @@ pub fn run(a: Args) -> Result<()> {
         e => anyhow::Error::new(e),
     })
     .with_context(|| format!("fine-tuning {}", dir.display()))?;
-    pb.finish_and_clear();
+    pb.finish();
     if a.json {
         let j = json!({
             "steps": summary.steps,

@@ -2,8 +2,8 @@
 //! with a progress bar, Ctrl-C (first: finish the step and save; second:
 //! quit) and `--threads`.
 
+use crate::progress::Progress;
 use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::recipes::pretrain::{
     self as lib, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
 };
@@ -198,34 +198,13 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// A line above the progress bar (plain stderr while the bar is hidden).
-fn say(pb: &ProgressBar, msg: &str) {
-    if pb.is_hidden() {
-        eprintln!("{msg}");
-    } else {
-        pb.println(msg);
-    }
-}
-
 /// The whole pretraining run, with progress on stderr.
 pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     let opts = options(args)?;
     crate::interrupt::install();
-    let tok_bar = ProgressBar::new(0);
-    tok_bar.set_style(
-        ProgressStyle::with_template(
-            "tokenizing {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("static template"),
-    );
-    let pb = ProgressBar::hidden();
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
+    let tok_bar =
+        Progress::new("tokenizing {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})");
+    let pb = Progress::new("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
     let f = |row: &serde_json::Map<String, serde_json::Value>, k: &str| {
         row.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
     };
@@ -233,26 +212,26 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     let mut on_event = |e: PretrainEvent| match e {
         PretrainEvent::Tokenizing { done, total } => {
             tok_bar.set_length(total);
-            tok_bar.set_position(done);
+            tok_bar.update(done, || "bytes tokenized".into());
         }
         PretrainEvent::Start {
             message,
             start_step,
             max_steps,
         } => {
-            tok_bar.finish_and_clear();
-            eprintln!("{message}");
+            tok_bar.finish();
+            pb.line(&message);
             if start_step > 0 {
-                eprintln!("resuming at step {start_step}");
+                pb.line(&format!("resuming at step {start_step}"));
             }
-            pb.set_draw_target(indicatif::ProgressDrawTarget::stderr());
             pb.set_length(max_steps);
-            pb.set_position(start_step);
+            pb.update(start_step, String::new);
         }
         PretrainEvent::Step { row } => {
-            pb.set_position(row.get("step").and_then(|v| v.as_u64()).unwrap_or(0));
-            pb.set_message(if bert {
-                format!(
+            let step = row.get("step").and_then(|v| v.as_u64()).unwrap_or(0);
+            pb.update(step, || {
+                if bert {
+                    format!(
                     "loss {:.4} (mlm {:.4}, nsp {:.4}, nsp acc {:.2}) | lr {:.2e} | {:.0} tok/s",
                     f(row, "loss"),
                     f(row, "mlm_loss"),
@@ -261,54 +240,58 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
                     f(row, "lr"),
                     f(row, "tokens_per_s")
                 )
-            } else {
-                format!(
-                    "loss {:.4} | lr {:.2e} | {:.0} tok/s",
-                    f(row, "loss"),
-                    f(row, "lr"),
-                    f(row, "tokens_per_s")
-                )
+                } else {
+                    format!(
+                        "loss {:.4} | lr {:.2e} | {:.0} tok/s",
+                        f(row, "loss"),
+                        f(row, "lr"),
+                        f(row, "tokens_per_s")
+                    )
+                }
             });
         }
         PretrainEvent::Eval { row } => {
             let step = row.get("step").and_then(|v| v.as_u64()).unwrap_or(0);
-            say(
-                &pb,
-                &if bert {
-                    format!(
-                        "step {step}: val loss {:.4} (mlm {:.4}, nsp {:.4}, nsp accuracy {:.3})",
-                        f(row, "val_loss"),
-                        f(row, "val_mlm_loss"),
-                        f(row, "val_nsp_loss"),
-                        f(row, "val_nsp_accuracy")
-                    )
-                } else {
-                    format!(
-                        "step {step}: val loss {:.4}, perplexity {:.2}",
-                        f(row, "val_loss"),
-                        f(row, "val_ppl")
-                    )
-                },
-            );
-        }
-        PretrainEvent::Sample { step, text } => say(
-            &pb,
-            &format!("step {step} sample: {}", text.replace('\n', " / ")),
-        ),
-        PretrainEvent::Saved { path } => say(&pb, &format!("saved {}", path.display())),
-        PretrainEvent::Note(n) => {
-            if tok_bar.is_finished() || tok_bar.length().unwrap_or(0) == 0 {
-                say(&pb, &n)
+            pb.line(&if bert {
+                format!(
+                    "step {step}: val loss {:.4} (mlm {:.4}, nsp {:.4}, nsp accuracy {:.3})",
+                    f(row, "val_loss"),
+                    f(row, "val_mlm_loss"),
+                    f(row, "val_nsp_loss"),
+                    f(row, "val_nsp_accuracy")
+                )
             } else {
-                tok_bar.println(&n)
-            }
+                format!(
+                    "step {step}: val loss {:.4}, perplexity {:.2}",
+                    f(row, "val_loss"),
+                    f(row, "val_ppl")
+                )
+            });
         }
+        PretrainEvent::Sample { step, text } => pb.line(&format!(
+            "step {step} sample: {}",
+            text.replace('\n', " / ")
+        )),
+        PretrainEvent::Saved { path } => pb.line(&format!("saved {}", path.display())),
+        // Notes before the run starts belong above the tokenizing bar.
+        PretrainEvent::Note(n) => tok_bar.line(&n),
     };
     let should_stop = crate::interrupt::requested;
+    let t0 = std::time::Instant::now();
     let s = lib::pretrain(&opts, &mut on_event, &should_stop);
-    tok_bar.finish_and_clear();
+    tok_bar.finish();
     pb.finish();
     let s = s?;
+    let loss = |l: Option<f64>| l.map_or("-".to_string(), |l| format!("{l:.4}"));
+    eprintln!(
+        "{} at step {} after {:.1} s: final loss {}, validation loss {} (first {})",
+        if s.interrupted { "stopped" } else { "done" },
+        s.steps,
+        t0.elapsed().as_secs_f64(),
+        loss(s.final_loss),
+        loss(s.last_val_loss),
+        loss(s.first_val_loss)
+    );
     if !s.interrupted {
         eprintln!(
             "final model: {} (HF layout: config.json + model.safetensors + tokenizer)",
