@@ -1,6 +1,7 @@
 //! Every reader of a user's data file never panics on any bytes: classify
-//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, and plain
-//! text / JSONL into token shards.
+//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, plain
+//! text / JSONL into token shards, and the gzip / Zstandard decoders that
+//! open compressed files.
 #![no_main]
 
 #[path = "common.rs"]
@@ -19,6 +20,13 @@ fuzz_target!(|data: &[u8]| {
     let (txt, jsonl, json) = (dir.join("d.txt"), dir.join("d.jsonl"), dir.join("d.json"));
     for p in [&txt, &jsonl, &json] {
         std::fs::write(p, data).expect("write");
+    }
+    // The same bytes as a compressed file: a clear error or its contents.
+    for name in ["d.txt.gz", "d.jsonl.zst"] {
+        let p = dir.join(name);
+        std::fs::write(&p, data).expect("write");
+        let _ = lmkit::data::source::read_source(&p);
+        let _ = read_documents(&[p]);
     }
     let _ = read_classify_jsonl(&jsonl);
     let _ = read_squad(&json);

@@ -325,3 +325,80 @@ fn dtype_on_every_model_command() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Compressed inputs (`.gz`, `.zst`) read as their text wherever a text
+/// file is read: tokenize, overlap (training and evaluation, text and JSONL).
+#[test]
+fn compressed_inputs_read_as_their_text() {
+    use std::io::Write;
+    let dir = tmpdir("conv-compressed");
+    let text = std::fs::read_to_string(root().join("assets/books/corpus.txt")).unwrap();
+    let text: String = text.chars().take(200_000).collect();
+    let gz = |name: &str, body: &str| {
+        let p = dir.join(name);
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(body.as_bytes()).unwrap();
+        std::fs::write(&p, e.finish().unwrap()).unwrap();
+        p
+    };
+    let zst = |name: &str, body: &str| {
+        let p = dir.join(name);
+        let packed = ruzstd::encoding::compress_to_vec(
+            body.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        std::fs::write(&p, packed).unwrap();
+        p
+    };
+    let plain = dir.join("train.txt");
+    std::fs::write(&plain, &text).unwrap();
+    let (tgz, tzst) = (gz("train.txt.gz", &text), zst("train.txt.zst", &text));
+    let tok = root().join("assets/gpt2");
+    let ids = |p: &Path| {
+        let (code, out, err) = common::lmkit_stdin(
+            &[
+                "tokenize",
+                "--tokenizer",
+                tok.to_str().unwrap(),
+                "--input",
+                p.to_str().unwrap(),
+            ],
+            b"",
+        );
+        assert_eq!(code, Some(0), "{err}");
+        out
+    };
+    let want = ids(&plain);
+    assert_eq!(ids(&tgz), want);
+    assert_eq!(ids(&tzst), want);
+    // Evaluation documents as JSONL, compressed; the filter from compressed text.
+    let rows: String = text
+        .split("\n\n")
+        .skip(100)
+        .take(50)
+        .map(|d| format!("{}\n", serde_json::json!({ "text": d })))
+        .collect();
+    let ev_plain = dir.join("eval.jsonl");
+    std::fs::write(&ev_plain, &rows).unwrap();
+    let ev_zst = zst("eval.jsonl.zst", &rows);
+    let report = |train: &Path, eval: &Path| {
+        let (code, out, err) = common::lmkit_stdin(
+            &[
+                "overlap",
+                "--train",
+                train.to_str().unwrap(),
+                "--eval",
+                eval.to_str().unwrap(),
+                "--json",
+            ],
+            b"",
+        );
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["eval"]["per_document"].clone()
+    };
+    let want = report(&plain, &ev_plain);
+    assert_eq!(want.as_array().unwrap().len(), 50);
+    assert_eq!(report(&tgz, &ev_zst), want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

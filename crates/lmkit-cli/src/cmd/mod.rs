@@ -24,13 +24,13 @@ pub mod serve;
 pub mod tokenize;
 pub mod train_tokenizer;
 
-/// The bytes of an input file argument: `None` or `-` is stdin.
+/// The bytes of an input file argument (decompressed if `.gz`/`.zst`):
+/// `None` or `-` is stdin.
 pub(crate) fn read_input(path: Option<&Path>) -> Result<Vec<u8>> {
     use std::io::Read;
     match path {
-        Some(p) if p.as_os_str() != "-" => {
-            std::fs::read(p).with_context(|| format!("reading {}", p.display()))
-        }
+        // Compressed files (.gz, .zst) are decompressed.
+        Some(p) if p.as_os_str() != "-" => Ok(lmkit::data::source::read_source(p)?),
         _ => {
             let mut buf = Vec::new();
             std::io::stdin()

@@ -69,9 +69,9 @@ fn read_files(files: &[PathBuf], mut feed: impl FnMut(&[u8])) -> Result<u64> {
         .sum::<Result<u64>>()?;
     let progress = bar(total, "counting");
     for file in files {
-        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let bytes = lmkit::data::source::read_source(file)?;
         feed(&bytes);
-        progress.inc(bytes.len() as u64);
+        progress.inc(std::fs::metadata(file).map_or(0, |m| m.len()));
     }
     progress.finish_and_clear();
     Ok(total)

@@ -8,7 +8,7 @@
 //! and a label it does not know is an error naming the line.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -18,9 +18,9 @@ use super::{io_err, DataError, Result};
 /// Reads a JSONL file into `(1-based line number, object)` pairs, skipping
 /// blank lines. A line that is not a JSON object is an error naming it.
 pub fn read_jsonl_objects(path: &Path) -> Result<Vec<(usize, Map<String, Value>)>> {
-    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    let file = super::source::open_source(path)?;
     let mut rows = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
+    for (i, line) in file.lines().enumerate() {
         let line = line.map_err(io_err(path))?;
         let trimmed = line.trim();
         if trimmed.is_empty() {

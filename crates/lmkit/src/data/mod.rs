@@ -10,6 +10,7 @@ pub mod mlm;
 pub mod nsp;
 pub mod overlap;
 pub mod shards;
+pub mod source;
 pub mod squad;
 
 pub use batch::{BatchSampler, DataPosition, TokenBatch};

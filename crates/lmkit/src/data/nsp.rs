@@ -296,7 +296,7 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
     let lines_doc = |text: &str| -> Vec<String> { text.lines().flat_map(split_line).collect() };
     let mut docs: Vec<Vec<String>> = Vec::new();
     for f in super::shards::list_sources(paths)? {
-        if is_jsonl_path(&f) {
+        if super::source::is_jsonl(&f) {
             for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
                 docs.push(lines_doc(&super::classify_data::string_field(
                     &row, "text", &f, line,
@@ -304,7 +304,7 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
             }
             continue;
         }
-        let text = std::fs::read_to_string(&f).map_err(super::io_err(&f))?;
+        let text = super::source::read_source_text(&f)?;
         if is_paged(&text) {
             docs.extend(text.split("\n\u{c}\n").map(split_sentences));
             continue;
@@ -323,16 +323,6 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
     Ok(docs)
 }
 
-fn is_jsonl_path(f: &std::path::Path) -> bool {
-    matches!(
-        f.extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref(),
-        Some("jsonl" | "ndjson")
-    )
-}
-
 /// Reads documents from text files (split at form-feed lines `\n\f\n`) and
 /// JSONL files (the `text` field of each row), files and directories
 /// expanded as `prepare_shards` does.
@@ -340,12 +330,12 @@ pub fn read_documents(paths: &[PathBuf]) -> Result<Vec<String>> {
     let files = super::shards::list_sources(paths)?;
     let mut docs = Vec::new();
     for f in files {
-        if is_jsonl_path(&f) {
+        if super::source::is_jsonl(&f) {
             for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
                 docs.push(super::classify_data::string_field(&row, "text", &f, line)?);
             }
         } else {
-            let text = std::fs::read_to_string(&f).map_err(super::io_err(&f))?;
+            let text = super::source::read_source_text(&f)?;
             docs.extend(
                 text.split("\n\u{c}\n")
                     .filter(|d| !d.trim().is_empty())

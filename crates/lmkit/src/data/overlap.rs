@@ -16,7 +16,7 @@
 //! checksum; written atomically, checked on load before anything is
 //! allocated from its header.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -407,16 +407,6 @@ impl Checksum {
     }
 }
 
-fn is_jsonl(path: &Path) -> bool {
-    matches!(
-        path.extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref(),
-        Some("jsonl" | "ndjson")
-    )
-}
-
 /// Training text as the pretraining commands read it: text files (a file is
 /// one stream of words; lmkit's form-feed page lines end a segment) and
 /// JSONL (each row's `text`), files and folders expanded as `pretrain` does.
@@ -426,8 +416,8 @@ fn stream_training(
     mut each: impl FnMut(&Path, bool, Vec<String>) -> Result<()>,
 ) -> Result<()> {
     for f in super::shards::list_sources(paths)? {
-        let jsonl = is_jsonl(&f);
-        let mut r = BufReader::new(std::fs::File::open(&f).map_err(io_err(&f))?);
+        let jsonl = super::source::is_jsonl(&f);
+        let mut r = super::source::open_source(&f)?;
         loop {
             let (mut lines, mut bytes) = (Vec::new(), 0);
             while bytes < BATCH_BYTES {
@@ -636,8 +626,8 @@ pub fn read_eval_documents(paths: &[PathBuf]) -> Result<Vec<EvalDocument>> {
     }
     let mut docs = Vec::new();
     for f in super::shards::list_sources(paths)? {
-        let text = std::fs::read_to_string(&f).map_err(io_err(&f))?;
-        if is_jsonl(&f) {
+        let text = super::source::read_source_text(&f)?;
+        if super::source::is_jsonl(&f) {
             for (i, line) in text.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;

@@ -262,10 +262,8 @@ pub fn list_sources(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             }
             if p.is_dir() {
                 walk(&p, out)?;
-            } else if p
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| TEXT_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+            } else if super::source::text_extension(&p)
+                .is_some_and(|e| TEXT_EXTENSIONS.contains(&e.as_str()))
             {
                 out.push(p);
             }
@@ -310,17 +308,10 @@ fn source_info(path: &Path) -> Result<SourceInfo> {
     })
 }
 
-fn is_jsonl(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("jsonl" | "ndjson" | "JSONL")
-    )
-}
-
 /// Splits one file into documents: JSONL → the `text` field of each line;
 /// text → the whole file, or its parts between form-feed lines (`\n\f\n`).
 fn split_documents<'a>(path: &Path, text: &'a str) -> Result<Vec<std::borrow::Cow<'a, str>>> {
-    if is_jsonl(path) {
+    if super::source::is_jsonl(path) {
         let mut docs = Vec::new();
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
@@ -442,15 +433,7 @@ pub fn prepare_shards(
     let mut done_bytes: u64 = 0;
     progress(0, total_bytes);
     for (file, info) in files.iter().zip(&sources) {
-        let raw = std::fs::read(file).map_err(io_err(file))?;
-        let text = String::from_utf8(raw).map_err(|e| DataError::Parse {
-            path: file.clone(),
-            line: 0,
-            message: format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        })?;
+        let text = super::source::read_source_text(file)?;
         let docs = split_documents(file, &text)?;
         // (starts a document, text)
         let mut pieces: Vec<(bool, &str)> = Vec::new();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::classify_data::json_kind;
-use super::{io_err, DataError, Result};
+use super::{DataError, Result};
 
 /// One gold answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl SquadExample {
 
 /// Reads a SQuAD v1.1 file.
 pub fn read_squad(path: &Path) -> Result<Vec<SquadExample>> {
-    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let text = super::source::read_source_text(path)?;
     parse_squad(&text, path)
 }
 

@@ -1,0 +1,112 @@
+//! Opening the files users give as data: plain, or compressed with gzip
+//! (`.gz`) or Zstandard (`.zst`), decompressed while read; and what kind of
+//! text a file holds, judged by its name with any compression suffix
+//! removed (`train.jsonl.gz` is JSONL).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use super::{io_err, DataError, Result};
+
+/// A compression suffix lmkit decompresses.
+const COMPRESSED: &[&str] = &["gz", "zst"];
+
+/// The file's extension, lower-cased, after removing a compression suffix.
+pub fn text_extension(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let mut parts: Vec<&str> = name.split('.').collect();
+    if parts.len() > 2 && COMPRESSED.contains(parts.last()?) {
+        parts.pop();
+    }
+    if parts.len() < 2 {
+        return None;
+    }
+    parts.last().map(|e| e.to_string())
+}
+
+/// JSON Lines (`.jsonl`, `.ndjson`, compressed or not).
+pub fn is_jsonl(path: &Path) -> bool {
+    matches!(text_extension(path).as_deref(), Some("jsonl" | "ndjson"))
+}
+
+fn compression(path: &Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    COMPRESSED.iter().copied().find(|c| *c == ext)
+}
+
+/// A buffered reader of the file's (decompressed) bytes.
+pub fn open_source(path: &Path) -> Result<Box<dyn BufRead>> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    let file = BufReader::with_capacity(1 << 20, file);
+    Ok(match compression(path) {
+        Some("gz") => Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(file))),
+        Some(_) => {
+            let d =
+                ruzstd::decoding::StreamingDecoder::new(file).map_err(|e| DataError::Parse {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: format!("not a Zstandard file: {e}"),
+                })?;
+            Box::new(BufReader::new(d))
+        }
+        None => Box::new(file),
+    })
+}
+
+/// The whole (decompressed) file.
+pub fn read_source(path: &Path) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    open_source(path)?
+        .read_to_end(&mut out)
+        .map_err(io_err(path))?;
+    Ok(out)
+}
+
+/// The whole (decompressed) file as UTF-8 text; the error names the byte.
+pub fn read_source_text(path: &Path) -> Result<String> {
+    String::from_utf8(read_source(path)?).map_err(|e| DataError::Parse {
+        path: path.to_path_buf(),
+        line: 0,
+        message: format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn compressed_files_read_as_their_text() {
+        let dir = std::env::temp_dir().join(format!("lmkit-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = "first line\nsecond line, é\n".repeat(1000);
+        let plain = dir.join("a.txt");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = dir.join("a.jsonl.gz");
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text.as_bytes()).unwrap();
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        let zst = dir.join("a.txt.zst");
+        let packed = ruzstd::encoding::compress_to_vec(
+            text.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        std::fs::write(&zst, packed).unwrap();
+        for p in [&plain, &gz, &zst] {
+            assert_eq!(read_source_text(p).unwrap(), text, "{}", p.display());
+        }
+        assert!(is_jsonl(&gz) && !is_jsonl(&zst) && !is_jsonl(&plain));
+        assert_eq!(text_extension(&zst).as_deref(), Some("txt"));
+        assert_eq!(text_extension(Path::new("x.gz")).as_deref(), Some("gz"));
+        // A damaged file is an error naming it, not a panic.
+        std::fs::write(&zst, b"\x28\xb5\x2f\xfdgarbage").unwrap();
+        assert!(read_source(&zst).is_err());
+        std::fs::write(&gz, b"\x1f\x8bgarbage").unwrap();
+        assert!(read_source(&gz).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
