@@ -1092,6 +1092,20 @@ MAKERS = [
 ]
 
 
+def make_sharded(root):
+    """gpt2-tiny saved again by HF in shards (max_shard_size 50KB): config.json,
+    model-0000K-of-0000N.safetensors and model.safetensors.index.json. The same weights,
+    so the same outputs as gpt2-tiny's reference (the Rust test compares with it)."""
+    src = root / "gpt2-tiny"
+    case_dir = fresh_dir(root / "gpt2-tiny-sharded")
+    model = GPT2LMHeadModel.from_pretrained(str(src), attn_implementation="eager")
+    model.save_pretrained(case_dir, max_shard_size="50KB")
+    index = json.loads((case_dir / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and not (case_dir / "model.safetensors").exists(), shards
+    log(f"   gpt2-tiny-sharded: {len(shards)} shards of gpt2-tiny's weights")
+
+
 def generate(items):
     for case_dir, model, header in items:
         name = header["case"]
@@ -1162,12 +1176,15 @@ def main():
         return
     FIXTURES.mkdir(parents=True, exist_ok=True)
     only = set(args.only or [])
-    unknown = only - set(CASES) - {"minilm-embeddings"}
+    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded"}
     if unknown:
         raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
     for names, make in MAKERS:
         if not only or only & set(names):
             generate(make(FIXTURES))
+    if not only or "gpt2-tiny-sharded" in only:
+        log("== gpt2-tiny-sharded")
+        make_sharded(FIXTURES)
     if not only or "minilm-embeddings" in only:
         log("== minilm-embeddings")
         make_minilm(FIXTURES)

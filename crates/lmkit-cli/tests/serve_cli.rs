@@ -131,6 +131,7 @@ fn cli_json(args: &[&str]) -> String {
 #[test]
 fn openai_and_tei_routes_match_the_cli() {
     let dir = tmpdir("serve");
+    let _cleanup = common::Cleanup(dir.clone());
     let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
@@ -488,6 +489,7 @@ fn openai_and_tei_routes_match_the_cli() {
 #[test]
 fn bad_requests_are_4xx_and_the_server_keeps_serving() {
     let dir = tmpdir("serve-bad");
+    let _cleanup = common::Cleanup(dir.clone());
     let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
@@ -652,6 +654,7 @@ fn bad_requests_are_4xx_and_the_server_keeps_serving() {
 #[test]
 fn concurrency_queue_limit_api_key_and_sigterm() {
     let dir = tmpdir("serve-load");
+    let _cleanup = common::Cleanup(dir.clone());
     let tiny = common::gpt2_tiny(&dir);
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
@@ -720,6 +723,7 @@ fn concurrency_queue_limit_api_key_and_sigterm() {
 #[test]
 fn a_full_queue_is_429() {
     let dir = tmpdir("serve-queue");
+    let _cleanup = common::Cleanup(dir.clone());
     let tiny = common::gpt2_tiny(&dir);
     let srv = serve(&[
         "--model",
@@ -765,6 +769,7 @@ fn a_full_queue_is_429() {
 #[test]
 fn bert_task_routes_match_the_cli() {
     let dir = tmpdir("serve-tasks");
+    let _cleanup = common::Cleanup(dir.clone());
     let fx = |n: &str| root().join("tests/fixtures").join(n).display().to_string();
     let minilm = root().join("assets/minilm");
     let srv = serve(&[
@@ -1003,6 +1008,7 @@ fn generated_tokens(a: &str) -> u64 {
 #[test]
 fn a_client_that_leaves_a_stream_frees_its_slot() {
     let dir = tmpdir("serve-leave");
+    let _cleanup = common::Cleanup(dir.clone());
     let tok = byte_tokenizer(&dir);
     let text = dir.join("text.txt");
     std::fs::write(&text, "some text to train on, once.\n".repeat(40)).unwrap();

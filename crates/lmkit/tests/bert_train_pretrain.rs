@@ -96,6 +96,7 @@ fn options(dir: &Path, data: PathBuf, max_steps: u64) -> BertPretrainOptions {
         },
         decay_embeddings: false,
         stop_after: None,
+        max_shard_size: None,
     }
 }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use lmkit::checkpoint::{
-    load_params, load_pretrained, open_model_dir, save_params, write_safetensors, LoadOptions,
-    SafeTensors, TensorRef,
+    load_params, load_pretrained, open_model_dir, save_params, save_params_sharded,
+    write_safetensors, LoadOptions, SafeTensors, TensorRef,
 };
 use lmkit::spec::{
     AnyConfig, Architecture, BertConfig, Family, Gpt2Config, HasLayout, ModelConfig, ParamLayout,
@@ -601,5 +601,63 @@ fn hf_written_config_round_trips_every_model_key() {
         } else {
             assert_eq!(written.get(k), Some(v), "key {k}");
         }
+    }
+}
+
+/// Saving in shards (HF's layout: model-0000K-of-0000N.safetensors and the
+/// index) loads back the same weights; re-saving in the other form, or in
+/// another number of shards, leaves no stale file behind.
+#[test]
+fn sharded_save_round_trip_and_stale_files() {
+    let dir = TempDir::new("shards");
+    for (cfg, arch) in [
+        (AnyConfig::Gpt2(tiny_gpt2()), Architecture::Gpt2LMHeadModel),
+        (
+            AnyConfig::Bert(tiny_bert()),
+            Architecture::BertForPreTraining,
+        ),
+    ] {
+        let d = dir.0.join(arch.hf_name());
+        let layout = cfg.layout(arch).unwrap();
+        let params = pattern(&layout);
+        let files = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.contains("safetensors"))
+                .collect();
+            v.sort();
+            v
+        };
+        let total = layout.total_len() as u64 * 4;
+        let save = |max: Option<u64>| match &cfg {
+            AnyConfig::Gpt2(c) => save_params_sharded(&layout, &params, c, &d, arch, max),
+            AnyConfig::Bert(c) => save_params_sharded(&layout, &params, c, &d, arch, max),
+        };
+        save(Some(total / 3)).unwrap();
+        let shards = files(&d);
+        assert!(shards.len() >= 4, "{shards:?}"); // 3+ shards and the index
+        assert!(shards.contains(&"model.safetensors.index.json".to_string()));
+        let n = shards.len() - 1;
+        assert!(
+            shards.contains(&format!("model-00001-of-{n:05}.safetensors")),
+            "{shards:?}"
+        );
+        let p = load_pretrained(d.to_str().unwrap(), Some(arch), LoadOptions::default()).unwrap();
+        assert_eq!(p.params, params, "{arch}: sharded round trip");
+        // Fewer, larger shards: the earlier ones are gone.
+        save(Some(total / 2)).unwrap();
+        let fewer = files(&d);
+        assert!(fewer.len() < shards.len() && fewer.len() >= 3, "{fewer:?}");
+        assert!(
+            fewer.iter().all(|f| !f.contains(&format!("-of-{n:05}"))),
+            "{fewer:?}"
+        );
+        // One file again: no index, no shard.
+        save(None).unwrap();
+        assert_eq!(files(&d), ["model.safetensors"]);
+        let p = load_pretrained(d.to_str().unwrap(), Some(arch), LoadOptions::default()).unwrap();
+        assert_eq!(p.params, params);
+        assert!(save(Some(0)).is_err());
     }
 }

@@ -1094,3 +1094,70 @@ fn continuous_batch_logprobs_are_the_models() {
         assert!(lp.logprob <= 0.0 && lp.top[0].1 >= lp.top[2].1);
     }
 }
+
+/// A sharded checkpoint written by HF (`save_pretrained(max_shard_size=…)`:
+/// shards plus `model.safetensors.index.json`) loads as the single file
+/// does, for inference and for training; a hostile or broken index is a
+/// clear error.
+#[test]
+fn sharded_checkpoints_load_as_the_single_file() {
+    let sharded = repo_root().join("tests/fixtures/gpt2-tiny-sharded");
+    assert!(sharded.join("model.safetensors.index.json").is_file());
+    assert!(!sharded.join("model.safetensors").exists());
+    let r = Reference::open(&tiny_dir());
+    let (shape, ids) = r.ids("input_ids");
+    for dtype in [WeightDtype::F32, WeightDtype::Bf16] {
+        let mut one = Gpt2Engine::load(tiny_dir(), dtype).expect("single file");
+        let mut many = Gpt2Engine::load(&sharded, dtype).expect("sharded");
+        let a = one.forward_all_logits(&ids, shape[0], None).unwrap();
+        let b = many.forward_all_logits(&ids, shape[0], None).unwrap();
+        assert_eq!(a, b, "{dtype}: the same weights give the same logits");
+    }
+    let p1 = load_pretrained(tiny_dir().to_str().unwrap(), None, LoadOptions::default()).unwrap();
+    let p2 = load_pretrained(sharded.to_str().unwrap(), None, LoadOptions::default()).unwrap();
+    assert_eq!(p1.params, p2.params);
+
+    // Broken indexes: a shard outside the folder, a tensor its shard lacks,
+    // a missing shard file, no weight_map.
+    let dir = std::env::temp_dir().join(format!("lmkit-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&sharded).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let index_path = dir.join("model.safetensors.index.json");
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let first = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let cases = [
+        ("../model-00001-of-00004.safetensors", "not a file name"),
+        ("/etc/passwd", "not a file name"),
+        ("model-00004-of-00004.safetensors", "is not in its shard"),
+        (
+            "model-00009-of-00009.safetensors",
+            "model-00009-of-00009.safetensors",
+        ),
+    ];
+    for (shard, why) in cases {
+        let mut bad = index.clone();
+        bad["weight_map"][&first] = serde_json::json!(shard);
+        std::fs::write(&index_path, bad.to_string()).unwrap();
+        let err = Gpt2Engine::load(&dir, WeightDtype::F32)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{shard}: {err}");
+    }
+    std::fs::write(&index_path, r#"{"metadata": {}}"#).unwrap();
+    let err = Gpt2Engine::load(&dir, WeightDtype::F32)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("weight_map"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

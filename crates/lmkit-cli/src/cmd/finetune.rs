@@ -75,6 +75,10 @@ pub struct Args {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Save models in shards of at most this size (e.g. 5GB, 500MiB), as HF's
+    /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
+    #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
+    pub max_shard_size: Option<u64>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -97,6 +101,7 @@ pub fn run(a: Args) -> Result<()> {
         n_best: a.n_best,
         max_steps: a.max_steps,
         overwrite: a.overwrite,
+        max_shard_size: a.max_shard_size,
         ..FinetuneOptions::default()
     };
     let pb = crate::progress::Progress::new(

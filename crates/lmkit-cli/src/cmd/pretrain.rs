@@ -134,6 +134,10 @@ pub struct Args {
     /// for `lmkit eval --overlap` and `lmkit overlap --filter` (train–test overlap).
     #[arg(long)]
     pub overlap_filter: bool,
+    /// Save models in shards of at most this size (e.g. 5GB, 500MiB), as HF's
+    /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
+    #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
+    pub max_shard_size: Option<u64>,
 }
 
 /// The library options these flags describe.
@@ -187,6 +191,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         sample_prompt: a.sample_prompt.clone(),
         sample_tokens: a.sample_tokens,
         overlap_filter: a.overlap_filter,
+        max_shard_size: a.max_shard_size,
     })
 }
 
@@ -294,7 +299,7 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     );
     if !s.interrupted {
         eprintln!(
-            "final model: {} (HF layout: config.json + model.safetensors + tokenizer)",
+            "final model: {} (HF layout: config.json, safetensors weights, tokenizer)",
             args.output.display()
         );
     }

@@ -78,11 +78,25 @@ pub fn lmkit_stdin(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String)
         .stderr(Stdio::piped())
         .spawn()
         .expect("run lmkit");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A command that does not read stdin may exit before it is written
+    // (a broken pipe): that is not the test's failure.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
     let o = child.wait_with_output().unwrap();
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// Removes a test's scratch folder when the test ends (kept when it fails,
+/// for a look at what it left).
+pub struct Cleanup(pub PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }

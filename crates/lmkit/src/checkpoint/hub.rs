@@ -116,14 +116,11 @@ mod download {
         let repo = api.model(name.to_string());
         let info = repo.info().map_err(|e| e.to_string())?;
         let present = |f: &str| info.siblings.iter().any(|s| s.rfilename == f);
-        if let Some(missing) = FILES[..2].iter().find(|f| !present(f)) {
-            let hint = if *missing == "model.safetensors" && present("model.safetensors.index.json")
-            {
-                " (sharded checkpoints are not supported)"
-            } else {
-                ""
-            };
-            return Err(format!("the repository has no {missing}{hint}"));
+        let sharded = !present("model.safetensors") && present("model.safetensors.index.json");
+        for required in ["config.json", "model.safetensors"] {
+            if !present(required) && !(sharded && required == "model.safetensors") {
+                return Err(format!("the repository has no {required}"));
+            }
         }
         let mut snapshot = None;
         for file in FILES.iter().filter(|f| present(f)) {
@@ -132,6 +129,23 @@ mod download {
                 // The snapshot folder (nested files such as 1_Pooling/config.json
                 // have their own parent).
                 snapshot = path.parent().map(Path::to_path_buf);
+            }
+        }
+        if sharded {
+            // The index, then every shard it names.
+            let index = repo
+                .get("model.safetensors.index.json")
+                .map_err(|e| format!("model.safetensors.index.json: {e}"))?;
+            let text = std::fs::read_to_string(&index).map_err(|e| e.to_string())?;
+            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            let mut shards: Vec<&str> = json["weight_map"]
+                .as_object()
+                .map(|m| m.values().filter_map(|v| v.as_str()).collect())
+                .unwrap_or_default();
+            shards.sort_unstable();
+            shards.dedup();
+            for f in shards {
+                repo.get(f).map_err(|e| format!("{f}: {e}"))?;
             }
         }
         snapshot.ok_or_else(|| "nothing was downloaded".to_string())

@@ -23,6 +23,9 @@ use crate::spec::names::{file_key, is_head, resolve_key, Architecture, Family, K
 /// File names inside a model directory.
 pub const CONFIG_FILE: &str = "config.json";
 pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// The index of a sharded checkpoint (HF's name), read when
+/// [`WEIGHTS_FILE`] is absent.
+pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
 
 /// How strict [`load_params`] is about head tensors (pooler, MLM, NSP,
 /// classifier, QA — see `names::is_head`). Everything else is always strict.
@@ -148,7 +151,28 @@ pub fn save_params(
     dir: impl AsRef<Path>,
     arch: Architecture,
 ) -> Result<()> {
+    save_params_sharded(layout, params, config, dir, arch, None)
+}
+
+/// [`save_params`] in shards of at most `max_shard_bytes` each when the
+/// weights are larger (HF's `save_pretrained(max_shard_size=…)`: files
+/// `model-0000K-of-0000N.safetensors` and `model.safetensors.index.json`;
+/// a tensor larger than the limit gets a shard of its own). The shards,
+/// then the index, are written atomically before the files of an earlier
+/// save in the other form are removed, so a reader sees the old checkpoint
+/// or the new one.
+pub fn save_params_sharded(
+    layout: &ParamLayout,
+    params: &[f32],
+    config: &impl HasLayout,
+    dir: impl AsRef<Path>,
+    arch: Architecture,
+    max_shard_bytes: Option<u64>,
+) -> Result<()> {
     let dir = dir.as_ref();
+    if max_shard_bytes == Some(0) {
+        return Err(Error::InvalidInput("a shard size of 0 bytes".into()));
+    }
     if config.family() != arch.family() {
         return Err(Error::InvalidInput(format!(
             "a {:?} config cannot be saved as {arch}",
@@ -185,7 +209,65 @@ pub fn save_params(
         })
         .collect();
     let meta = BTreeMap::from([("format".to_string(), "pt".to_string())]);
-    write_safetensors(dir.join(WEIGHTS_FILE), &tensors, &meta)?;
+    // Greedy groups in layout order, each at most the limit (or one tensor).
+    let mut groups: Vec<Vec<&TensorRef>> = vec![Vec::new()];
+    let mut filled = 0u64;
+    for t in &tensors {
+        let bytes = t.data.len() as u64 * 4;
+        let last = groups.last_mut().expect("one group");
+        if max_shard_bytes.is_some_and(|m| filled + bytes > m) && !last.is_empty() {
+            groups.push(Vec::new());
+            filled = 0;
+        }
+        groups.last_mut().expect("one group").push(t);
+        filled += bytes;
+    }
+    let stale_shards = |keep: &[String]| -> Result<()> {
+        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let p = e.map_err(|e| Error::io(dir, e))?.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let shard = name.starts_with("model-")
+                && name.contains("-of-")
+                && name.ends_with(".safetensors");
+            if shard && !keep.iter().any(|k| k == name) {
+                std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+            }
+        }
+        Ok(())
+    };
+    if groups.len() == 1 {
+        write_safetensors(dir.join(WEIGHTS_FILE), &tensors, &meta)?;
+        let index = dir.join(WEIGHTS_INDEX_FILE);
+        if index.exists() {
+            std::fs::remove_file(&index).map_err(|e| Error::io(&index, e))?;
+        }
+        stale_shards(&[])?;
+    } else {
+        let n = groups.len();
+        let mut weight_map = BTreeMap::new();
+        let mut names = Vec::with_capacity(n);
+        for (k, g) in groups.iter().enumerate() {
+            let name = format!("model-{:05}-of-{n:05}.safetensors", k + 1);
+            let owned: Vec<TensorRef> = g.iter().map(|t| (*t).clone()).collect();
+            write_safetensors(dir.join(&name), &owned, &meta)?;
+            for t in g {
+                weight_map.insert(t.name.clone(), name.clone());
+            }
+            names.push(name);
+        }
+        let total: u64 = tensors.iter().map(|t| t.data.len() as u64 * 4).sum();
+        let index =
+            serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
+        let mut text =
+            serde_json::to_string_pretty(&index).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        text.push('\n');
+        crate::util::fs::atomic_write(dir.join(WEIGHTS_INDEX_FILE), text.as_bytes())?;
+        let single = dir.join(WEIGHTS_FILE);
+        if single.exists() {
+            std::fs::remove_file(&single).map_err(|e| Error::io(&single, e))?;
+        }
+        stale_shards(&names)?;
+    }
     let mut json = config.to_json_value();
     if let Some(m) = json.as_object_mut() {
         m.insert("architectures".into(), serde_json::json!([arch.hf_name()]));
@@ -229,8 +311,9 @@ pub fn read_config(dir: impl AsRef<Path>, needs: Option<(Family, &str)>) -> Resu
     Ok(config)
 }
 
-/// Opens `dir/config.json` and `dir/model.safetensors`, with clear errors for
-/// directories holding only PyTorch or sharded weights.
+/// Opens `dir/config.json` and `dir/model.safetensors` (or the shards of
+/// `dir/model.safetensors.index.json`), with a clear error for directories
+/// holding only PyTorch weights.
 pub fn open_model_dir(dir: impl AsRef<Path>) -> Result<(AnyConfig, SafeTensors)> {
     open_model_dir_for(dir, None)
 }
@@ -244,10 +327,12 @@ pub fn open_model_dir_for(
     let dir = dir.as_ref();
     let config = read_config(dir, needs)?;
     let weights = dir.join(WEIGHTS_FILE);
+    let index = dir.join(WEIGHTS_INDEX_FILE);
+    if !weights.exists() && index.exists() {
+        return Ok((config, SafeTensors::open_sharded(index)?));
+    }
     if !weights.exists() {
-        let why = if dir.join("model.safetensors.index.json").exists() {
-            "sharded safetensors checkpoints are not supported"
-        } else if dir.join("pytorch_model.bin").exists() {
+        let why = if dir.join("pytorch_model.bin").exists() {
             "only pytorch_model.bin is present; convert it to safetensors"
         } else {
             "no model.safetensors"

@@ -45,14 +45,25 @@ impl Bytes {
     }
 }
 
-/// A safetensors file, memory-mapped; tensors are read on demand.
-pub struct SafeTensors {
+/// One safetensors file, memory-mapped.
+struct Shard {
     path: PathBuf,
     bytes: Bytes,
     /// Byte offset of the data section (8 + header length).
     data_start: usize,
     meta: Metadata,
-    /// Names in file (offset) order.
+}
+
+/// The weights of a checkpoint: one safetensors file, or the shards of a
+/// sharded checkpoint (`model.safetensors.index.json`) seen as one;
+/// memory-mapped, tensors read on demand.
+pub struct SafeTensors {
+    /// The file opened: the weights, or the shard index.
+    path: PathBuf,
+    shards: Vec<Shard>,
+    /// Sharded: each tensor's shard. Empty for a single file.
+    index: HashMap<String, usize>,
+    /// Names in file (offset) order, shard after shard.
     names: Vec<String>,
 }
 
@@ -60,65 +71,130 @@ impl std::fmt::Debug for SafeTensors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SafeTensors")
             .field("path", &self.path)
+            .field("shards", &self.shards.len())
             .field("tensors", &self.names.len())
             .finish()
     }
 }
 
+/// Largest shard index read (`model.safetensors.index.json`): 64 MiB, far
+/// above the ~1 MB of a 1024-layer model's.
+pub const MAX_INDEX: u64 = 64 << 20;
+
 impl SafeTensors {
     /// Maps `path` and validates its header (offsets, sizes, file length).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        if len < N_LEN as u64 {
-            return Err(Error::Safetensors {
-                path: path.to_path_buf(),
-                msg: format!("file is {len} bytes, too short for a header"),
-            });
-        }
-        let mut head = [0u8; N_LEN];
-        (&file)
-            .read_exact(&mut head)
-            .map_err(|e| Error::io(path, e))?;
-        check_header_len(path, u64::from_le_bytes(head), len)?;
-        // SAFETY: the map is read-only; a file truncated in place later is
-        // caught before each read (`raw`) rather than faulting, except under
-        // a concurrent truncation (see the module docs).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        Self::from_storage(path.to_path_buf(), Bytes::Mapped(map, file))
+        let shard = Shard::open(path.as_ref())?;
+        Ok(Self::single(shard))
     }
 
     /// Parses an in-memory file; `path` is only used in error messages.
     pub fn from_bytes(bytes: Vec<u8>, path: impl Into<PathBuf>) -> Result<Self> {
-        Self::from_storage(path.into(), Bytes::Owned(bytes))
+        Ok(Self::single(Shard::from_storage(
+            path.into(),
+            Bytes::Owned(bytes),
+        )?))
     }
 
-    fn from_storage(path: PathBuf, bytes: Bytes) -> Result<Self> {
-        let all = bytes.as_slice();
-        if all.len() >= N_LEN {
-            let mut head = [0u8; N_LEN];
-            head.copy_from_slice(&all[..N_LEN]);
-            check_header_len(&path, u64::from_le_bytes(head), all.len() as u64)?;
+    fn single(shard: Shard) -> Self {
+        SafeTensors {
+            path: shard.path.clone(),
+            names: shard.meta.offset_keys(),
+            shards: vec![shard],
+            index: HashMap::new(),
         }
-        let (n, meta) = safetensors::SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
-            Error::Safetensors {
-                path: path.clone(),
-                msg: e.to_string(),
+    }
+
+    /// Opens a sharded checkpoint from its index (HF's
+    /// `model.safetensors.index.json`: `{"metadata": …, "weight_map": {tensor:
+    /// file}}`). Every shard must be a file name in the index's folder (no
+    /// path), and every tensor the index names must be in its shard.
+    pub fn open_sharded(index_path: impl AsRef<Path>) -> Result<Self> {
+        let index_path = index_path.as_ref();
+        let bad = |msg: String| Error::Safetensors {
+            path: index_path.to_path_buf(),
+            msg,
+        };
+        let file = File::open(index_path).map_err(|e| Error::io(index_path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(index_path, e))?.len();
+        if len > MAX_INDEX {
+            return Err(bad(format!(
+                "shard index of {len} bytes is larger than the limit of {MAX_INDEX}"
+            )));
+        }
+        let mut text = String::new();
+        (&file)
+            .take(MAX_INDEX)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io(index_path, e))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
+        if map.is_empty() {
+            return Err(bad("the weight_map is empty".into()));
+        }
+        let dir = index_path.parent().unwrap_or(Path::new("."));
+        let mut files: Vec<String> = Vec::new();
+        let mut index = HashMap::with_capacity(map.len());
+        for (key, f) in map {
+            let f = f
+                .as_str()
+                .ok_or_else(|| bad(format!("tensor `{key}`: the shard is not a file name")))?;
+            let plain = Path::new(f).file_name().and_then(|n| n.to_str()) == Some(f);
+            if !plain || f.starts_with('.') {
+                return Err(bad(format!(
+                    "tensor `{key}`: shard {f:?} is not a file name in the index's folder"
+                )));
             }
-        })?;
-        let names = meta.offset_keys();
+            let at = match files.iter().position(|x| x == f) {
+                Some(i) => i,
+                None => {
+                    files.push(f.to_string());
+                    files.len() - 1
+                }
+            };
+            index.insert(key.clone(), at);
+        }
+        let shards = files
+            .iter()
+            .map(|f| Shard::open(&dir.join(f)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut names = Vec::with_capacity(index.len());
+        for (i, shard) in shards.iter().enumerate() {
+            for k in shard.meta.offset_keys() {
+                if index.get(&k) == Some(&i) {
+                    names.push(k);
+                }
+            }
+        }
+        if let Some((key, &i)) = index
+            .iter()
+            .find(|(k, &i)| shards[i].meta.info(k).is_none())
+        {
+            return Err(bad(format!(
+                "tensor `{key}` is not in its shard {}",
+                files[i]
+            )));
+        }
         Ok(SafeTensors {
-            path,
-            bytes,
-            data_start: N_LEN + n,
-            meta,
+            path: index_path.to_path_buf(),
+            shards,
+            index,
             names,
         })
     }
 
+    /// The file opened: the weights file, or the shard index.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The files holding the tensors (one, or every shard).
+    pub fn files(&self) -> Vec<&Path> {
+        self.shards.iter().map(|s| s.path.as_path()).collect()
     }
 
     /// Tensor names in file order.
@@ -126,46 +202,37 @@ impl SafeTensors {
         &self.names
     }
 
+    fn find(&self, key: &str) -> Option<(&Shard, &TensorInfo)> {
+        let shard = if self.index.is_empty() {
+            self.shards.first()?
+        } else {
+            &self.shards[*self.index.get(key)?]
+        };
+        shard.meta.info(key).map(|i| (shard, i))
+    }
+
     pub fn contains(&self, key: &str) -> bool {
-        self.meta.info(key).is_some()
+        self.find(key).is_some()
     }
 
     pub fn shape(&self, key: &str) -> Option<&[usize]> {
-        self.meta.info(key).map(|i| i.shape.as_slice())
+        self.find(key).map(|(_, i)| i.shape.as_slice())
     }
 
     pub fn dtype(&self, key: &str) -> Option<Dtype> {
-        self.meta.info(key).map(|i| i.dtype)
+        self.find(key).map(|(_, i)| i.dtype)
     }
 
-    /// The `__metadata__` string map, if any.
+    /// The `__metadata__` string map of the (first) file, if any.
     pub fn metadata(&self) -> Option<&HashMap<String, String>> {
-        self.meta.metadata().as_ref()
+        self.shards.first()?.meta.metadata().as_ref()
     }
 
-    fn info(&self, key: &str) -> Result<&TensorInfo> {
-        self.meta.info(key).ok_or_else(|| Error::MissingTensor {
+    fn info(&self, key: &str) -> Result<(&Shard, &TensorInfo)> {
+        self.find(key).ok_or_else(|| Error::MissingTensor {
             file: self.path.clone(),
             key: key.to_string(),
         })
-    }
-
-    fn raw(&self, info: &TensorInfo) -> Result<&[u8]> {
-        let (s, e) = info.data_offsets;
-        let all = self.bytes.as_slice();
-        if let Bytes::Mapped(_, file) = &self.bytes {
-            // Reading a page past a truncated file's end is a SIGBUS.
-            let now = file.metadata().map_err(|e| Error::io(&self.path, e))?.len();
-            if now != all.len() as u64 {
-                return Err(self.malformed(format!(
-                    "the file changed size on disk while open ({} bytes, now {now}); \
-                     replace weight files by rename, never in place",
-                    all.len()
-                )));
-            }
-        }
-        // read_metadata checked that offsets tile the data section exactly.
-        Ok(&all[self.data_start + s..self.data_start + e])
     }
 
     fn malformed(&self, msg: String) -> Error {
@@ -204,8 +271,8 @@ impl SafeTensors {
     /// unchecked for finiteness: for a caller that checks it while streaming
     /// through it (converted data is always checked).
     pub(crate) fn tensor_f32_unchecked(&self, key: &str) -> Result<Cow<'_, [f32]>> {
-        let info = self.info(key)?;
-        let raw = self.raw(info)?;
+        let (shard, info) = self.info(key)?;
+        let raw = shard.raw(info)?;
         if info.dtype == Dtype::F32 && cfg!(target_endian = "little") {
             // SAFETY: every bit pattern is a valid f32; align_to only yields
             // the middle part at correct alignment.
@@ -217,13 +284,13 @@ impl SafeTensors {
         // read_metadata checked that shape and offsets agree, so the file
         // already holds this many elements: the allocation is bounded by it.
         let mut out = vec![0.0f32; info.shape.iter().product()];
-        self.convert(key, info, &mut out)?;
+        self.convert(key, shard, info, &mut out)?;
         Ok(Cow::Owned(out))
     }
 
     /// Converts tensor `key` into `out`, whose length must equal its element count.
     pub fn read_f32_into(&self, key: &str, out: &mut [f32]) -> Result<()> {
-        let info = self.info(key)?;
+        let (shard, info) = self.info(key)?;
         let numel: usize = info.shape.iter().product();
         if out.len() != numel {
             return Err(Error::InvalidInput(format!(
@@ -232,16 +299,11 @@ impl SafeTensors {
                 out.len()
             )));
         }
-        self.convert(key, info, out)
+        self.convert(key, shard, info, out)
     }
 
-    fn convert(&self, key: &str, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
-        self.convert_unchecked(key, info, out)?;
-        self.check_finite(key, out)
-    }
-
-    fn convert_unchecked(&self, key: &str, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
-        let raw = self.raw(info)?;
+    fn convert(&self, key: &str, shard: &Shard, info: &TensorInfo, out: &mut [f32]) -> Result<()> {
+        let raw = shard.raw(info)?;
         match info.dtype {
             Dtype::F32 => {
                 if cfg!(target_endian = "little") {
@@ -249,7 +311,7 @@ impl SafeTensors {
                     let (pre, mid, post) = unsafe { raw.align_to::<f32>() };
                     if pre.is_empty() && post.is_empty() {
                         out.copy_from_slice(mid);
-                        return Ok(());
+                        return self.check_finite(key, out);
                     }
                 }
                 for (o, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
@@ -275,13 +337,79 @@ impl SafeTensors {
             }
             other => {
                 return Err(Error::Dtype {
-                    file: self.path.clone(),
+                    file: shard.path.clone(),
                     key: key.to_string(),
                     dtype: format!("{other:?}"),
                 })
             }
         }
-        Ok(())
+        self.check_finite(key, out)
+    }
+}
+
+impl Shard {
+    /// Maps `path` and validates its header (offsets, sizes, file length).
+    fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len < N_LEN as u64 {
+            return Err(Error::Safetensors {
+                path: path.to_path_buf(),
+                msg: format!("file is {len} bytes, too short for a header"),
+            });
+        }
+        let mut head = [0u8; N_LEN];
+        (&file)
+            .read_exact(&mut head)
+            .map_err(|e| Error::io(path, e))?;
+        check_header_len(path, u64::from_le_bytes(head), len)?;
+        // SAFETY: the map is read-only; a file truncated in place later is
+        // caught before each read (`raw`) rather than faulting, except under
+        // a concurrent truncation (see the module docs).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::from_storage(path.to_path_buf(), Bytes::Mapped(map, file))
+    }
+
+    fn from_storage(path: PathBuf, bytes: Bytes) -> Result<Self> {
+        let all = bytes.as_slice();
+        if all.len() >= N_LEN {
+            let mut head = [0u8; N_LEN];
+            head.copy_from_slice(&all[..N_LEN]);
+            check_header_len(&path, u64::from_le_bytes(head), all.len() as u64)?;
+        }
+        let (n, meta) = safetensors::SafeTensors::read_metadata(bytes.as_slice()).map_err(|e| {
+            Error::Safetensors {
+                path: path.clone(),
+                msg: e.to_string(),
+            }
+        })?;
+        Ok(Shard {
+            path,
+            bytes,
+            data_start: N_LEN + n,
+            meta,
+        })
+    }
+
+    fn raw(&self, info: &TensorInfo) -> Result<&[u8]> {
+        let (s, e) = info.data_offsets;
+        let all = self.bytes.as_slice();
+        if let Bytes::Mapped(_, file) = &self.bytes {
+            // Reading a page past a truncated file's end is a SIGBUS.
+            let now = file.metadata().map_err(|e| Error::io(&self.path, e))?.len();
+            if now != all.len() as u64 {
+                return Err(Error::Safetensors {
+                    path: self.path.clone(),
+                    msg: format!(
+                        "the file changed size on disk while open ({} bytes, now {now}); \
+                         replace weight files by rename, never in place",
+                        all.len()
+                    ),
+                });
+            }
+        }
+        // read_metadata checked that offsets tile the data section exactly.
+        Ok(&all[self.data_start + s..self.data_start + e])
     }
 }
 

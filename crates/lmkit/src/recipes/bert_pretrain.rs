@@ -27,7 +27,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::checkpoint::save_params;
+use crate::checkpoint::save_params_sharded;
 use crate::data::mlm::{MlmConfig, MlmMasker, IGNORE_INDEX};
 use crate::data::nsp::{build_nsp_pairs, read_bert_documents, NspConfig, NspPair};
 use crate::data::DataPosition;
@@ -102,6 +102,8 @@ pub struct BertPretrainOptions {
     pub decay_embeddings: bool,
     /// Stop (with a checkpoint) after this many steps of this invocation.
     pub stop_after: Option<u64>,
+    /// Write models in shards of at most this many bytes; `None`: one file.
+    pub max_shard_size: Option<u64>,
 }
 
 /// Tokenized documents (sentences of ids), split into training and validation.
@@ -623,6 +625,7 @@ pub fn run_bert_pretraining(
         tok: &tok,
         pos: state.data,
         plan: epoch_plan(&corpus, &run, state.data.epoch)?,
+        max_shard_size: o.max_shard_size,
     };
     let config = RunConfig {
         max_steps: run.max_steps,
@@ -667,6 +670,7 @@ struct BertTask<'a> {
     tok: &'a WordPieceTokenizer,
     pos: DataPosition,
     plan: Epoch,
+    max_shard_size: Option<u64>,
 }
 
 impl RunTask<BertTrainer> for BertTask<'_> {
@@ -727,12 +731,13 @@ impl RunTask<BertTrainer> for BertTask<'_> {
 
     fn write_model(&self, m: &BertTrainer, dir: &Path) -> std::result::Result<(), ModelWriteError> {
         let m = &m.model;
-        save_params(
+        save_params_sharded(
             &m.layout,
             &m.params,
             &m.config,
             dir,
             Architecture::BertForPreTraining,
+            self.max_shard_size,
         )?;
         self.tok.save(dir)?;
         Ok(())

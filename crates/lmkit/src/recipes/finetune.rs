@@ -22,7 +22,7 @@ use lmkit_tokenizers::{BpeTokenizer, Encoding};
 use serde_json::{json, Map, Value};
 
 use crate::checkpoint::{
-    load_params, load_pretrained, open_model_dir_for, read_config, save_params, LoadOptions,
+    load_params, load_pretrained, open_model_dir_for, read_config, save_params_sharded, LoadOptions,
 };
 use crate::data::classify_data::{read_classify_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
@@ -100,6 +100,8 @@ pub struct FinetuneOptions {
     pub log_every: u64,
     /// Write into a non-empty output folder (its files are replaced).
     pub overwrite: bool,
+    /// Write the model in shards of at most this many bytes; `None`: one file.
+    pub max_shard_size: Option<u64>,
 }
 
 impl Default for FinetuneOptions {
@@ -123,6 +125,7 @@ impl Default for FinetuneOptions {
             max_steps: None,
             log_every: 1,
             overwrite: false,
+            max_shard_size: None,
         }
     }
 }
@@ -592,12 +595,13 @@ pub fn finetune_classify(
         on_event,
     )?;
     let m = &trainer.model;
-    save_params(
+    save_params_sharded(
         &m.layout,
         &m.params,
         &m.config,
         output,
         Architecture::BertForSequenceClassification,
+        opts.max_shard_size,
     )?;
     tok.save(output)?;
     Ok(summary)
@@ -759,12 +763,13 @@ pub fn finetune_qa(
         on_event,
     )?;
     let m = &trainer.model;
-    save_params(
+    save_params_sharded(
         &m.layout,
         &m.params,
         &m.config,
         output,
         Architecture::BertForQuestionAnswering,
+        opts.max_shard_size,
     )?;
     tok.save(output)?;
     Ok(summary)
@@ -881,12 +886,13 @@ pub fn finetune_lm(
         output,
         on_event,
     )?;
-    save_params(
+    save_params_sharded(
         &model.layout,
         &model.params,
         &model.config,
         output,
         Architecture::Gpt2LMHeadModel,
+        opts.max_shard_size,
     )?;
     tok.save(output)?;
     Ok(summary)

@@ -18,7 +18,7 @@ use super::pretrain_options::{
     pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use super::{check_vocab, invalid, RecipeError, Result};
-use crate::checkpoint::{load_pretrained, save_params, LoadOptions};
+use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
 use crate::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData, TokenShard};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
 use crate::models::{LossParts, Trainable};
@@ -388,6 +388,7 @@ pub(crate) fn run(
         sampler,
         tokenizer: &tokenizer,
         run: &run_cfg,
+        max_shard_size: o.max_shard_size,
     };
     if let Some(val) = &data.val {
         if batch::eval_batch_count(val, batch_size, seq_len, run_cfg.eval_batches) == 0 {
@@ -434,6 +435,7 @@ struct Gpt2Task<'a> {
     sampler: BatchSampler,
     tokenizer: &'a BpeTokenizer,
     run: &'a Gpt2RunConfig,
+    max_shard_size: Option<u64>,
 }
 
 impl RunTask<Gpt2> for Gpt2Task<'_> {
@@ -492,12 +494,13 @@ impl RunTask<Gpt2> for Gpt2Task<'_> {
     }
 
     fn write_model(&self, model: &Gpt2, dir: &Path) -> std::result::Result<(), ModelWriteError> {
-        save_params(
+        save_params_sharded(
             &model.layout,
             &model.params,
             &model.config,
             dir,
             Architecture::Gpt2LMHeadModel,
+            self.max_shard_size,
         )?;
         self.tokenizer.save(dir)?;
         Ok(())

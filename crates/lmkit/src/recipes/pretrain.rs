@@ -191,6 +191,7 @@ fn run_bert(
         optim,
         decay_embeddings: o.decay_embeddings,
         stop_after: o.stop_after,
+        max_shard_size: o.max_shard_size,
     };
     run_bert_pretraining(&opts, on_event, should_stop)
 }
