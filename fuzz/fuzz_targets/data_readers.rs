@@ -1,5 +1,6 @@
 //! Every reader of a user's data file never panics on any bytes: classify
-//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, plain
+//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, overlap's
+//! evaluation documents, plain
 //! text / JSONL into token shards, and the gzip / Zstandard decoders that
 //! open compressed files.
 #![no_main]
@@ -29,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
         let _ = read_documents(&[p]);
     }
     let _ = read_classify_jsonl(&jsonl);
+    for p in [&txt, &jsonl, &json] {
+        let _ = lmkit::data::overlap::read_eval_documents(std::slice::from_ref(p));
+    }
     let _ = read_squad(&json);
     let _ = read_squad(&jsonl);
     let _ = read_lambada(&jsonl);

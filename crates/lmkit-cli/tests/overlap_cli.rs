@@ -137,6 +137,29 @@ fn shares_equal_the_exact_ngram_sets() {
     let r2 = ok(&["overlap", "--filter", s(&bloom), "--eval", s(&ej), "--json"]);
     assert_eq!(r2["eval"]["per_document"], r["eval"]["per_document"]);
 
+    // SQuAD JSON: each question a document of its context and question;
+    // the report names the overlapping questions by id.
+    let squad = serde_json::json!({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": train[3], "qas": [{"id": "seen", "question": "what is it?",
+            "answers": [{"text": train[3].split(' ').next().unwrap(), "answer_start": 0}]}]},
+        {"context": "A short new context about nothing in the books at all today.",
+         "qas": [{"id": "new", "question": "what?", "answers": [{"text": "A", "answer_start": 0}]}]},
+    ]}]});
+    let sq = dir.join("dev.json");
+    std::fs::write(&sq, squad.to_string()).unwrap();
+    let r3 = ok(&["overlap", "--filter", s(&bloom), "--eval", s(&sq), "--json"]);
+    assert_eq!(r3["overlapping_ids"], serde_json::json!(["seen"]), "{r3}");
+    let err = refused(&[
+        "overlap",
+        "--filter",
+        s(&bloom),
+        "--eval",
+        s(&sq),
+        "--write-clean",
+        s(&dir.join("sq.clean")),
+    ]);
+    assert!(err.contains("SQuAD"), "{err}");
+
     // Refusals: an existing output file is never overwritten; a filter
     // over --max-memory is refused before it is allocated; a damaged
     // filter file is an error naming it.

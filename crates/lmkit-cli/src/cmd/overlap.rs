@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::data::overlap::{
     build_filter, overlap_report, read_eval_documents, write_clean, BloomFilter, BuildOptions,
+    DocKind,
 };
 use lmkit::util::size::parse_byte_size;
 use serde_json::json;
@@ -154,10 +155,18 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) => Some(write_clean(p, &docs, &report.overlapping)?),
         None => None,
     };
+    // SQuAD questions are named by their ids.
+    let overlapping_ids: Vec<&str> = report
+        .overlapping
+        .iter()
+        .filter(|&&i| docs[i].kind == DocKind::Squad)
+        .map(|&i| docs[i].raw.as_str())
+        .collect();
     if a.json {
         println!(
             "{}",
-            json!({ "filter": filter_info, "eval": report, "clean_documents_written": kept })
+            json!({ "filter": filter_info, "eval": report, "clean_documents_written": kept,
+                    "overlapping_ids": overlapping_ids })
         );
         return Ok(());
     }
@@ -180,6 +189,9 @@ pub fn run(a: Args) -> Result<()> {
         report.overlapping.len(),
         100.0 * report.threshold
     );
+    if !overlapping_ids.is_empty() {
+        println!("overlapping questions: {}", overlapping_ids.join(", "));
+    }
     if let (Some(p), Some(k)) = (&a.write_clean, kept) {
         println!("{k} documents without overlap written to {}", p.display());
     }

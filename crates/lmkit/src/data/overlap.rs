@@ -600,21 +600,34 @@ pub fn build_filter(
     Ok(filter)
 }
 
+/// What file an evaluation document came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocKind {
+    /// A block of a text file.
+    Text,
+    /// A row of a JSONL file.
+    Jsonl,
+    /// A question of a SQuAD JSON file (its `raw` is the question's id).
+    Squad,
+}
+
 /// A document of an evaluation set: its text segments (n-grams stay
 /// within one) and what `write_clean` writes back for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EvalDocument {
     pub segments: Vec<String>,
-    /// The document as it was in its file: a JSONL line, or a text block.
+    /// The document as it was in its file: a JSONL line, a text block, or
+    /// a SQuAD question's id.
     pub raw: String,
-    /// Read from a JSONL file (else a text file).
-    pub jsonl: bool,
+    pub kind: DocKind,
 }
 
-/// Reads evaluation documents: text files (a blank line between documents)
-/// and JSONL (each row a document; its string fields, nested ones
-/// included, are its segments — LAMBADA's `text`, TL;DR's `article` and
-/// `summary`, a classification set's `text` and `text_pair`).
+/// Reads evaluation documents: text files (a blank line between documents),
+/// JSONL (each row a document; its string fields, nested ones included, are
+/// its segments — LAMBADA's `text`, TL;DR's `article` and `summary`, a
+/// classification set's `text` and `text_pair`), and SQuAD JSON (`.json`:
+/// each question a document of its context and question, as `eval --task
+/// squad` scores them).
 pub fn read_eval_documents(paths: &[PathBuf]) -> Result<Vec<EvalDocument>> {
     fn strings(v: &Value, out: &mut Vec<String>) {
         match v {
@@ -626,6 +639,16 @@ pub fn read_eval_documents(paths: &[PathBuf]) -> Result<Vec<EvalDocument>> {
     }
     let mut docs = Vec::new();
     for f in super::shards::list_sources(paths)? {
+        if super::source::text_extension(&f).as_deref() == Some("json") {
+            for e in super::squad::read_squad(&f)? {
+                docs.push(EvalDocument {
+                    segments: vec![e.context.to_string(), e.question],
+                    raw: e.id,
+                    kind: DocKind::Squad,
+                });
+            }
+            continue;
+        }
         let text = super::source::read_source_text(&f)?;
         if super::source::is_jsonl(&f) {
             for (i, line) in text.lines().enumerate() {
@@ -642,7 +665,7 @@ pub fn read_eval_documents(paths: &[PathBuf]) -> Result<Vec<EvalDocument>> {
                 docs.push(EvalDocument {
                     segments,
                     raw: line.to_string(),
-                    jsonl: true,
+                    kind: DocKind::Jsonl,
                 });
             }
         } else {
@@ -654,7 +677,7 @@ pub fn read_eval_documents(paths: &[PathBuf]) -> Result<Vec<EvalDocument>> {
                         docs.push(EvalDocument {
                             segments: vec![raw.clone()],
                             raw,
-                            jsonl: false,
+                            kind: DocKind::Text,
                         });
                         block.clear();
                     }
@@ -739,7 +762,14 @@ pub fn overlap_report(
 /// Writes the documents not in `overlapping` to `path` in their own format
 /// (JSONL lines, or text blocks with a blank line between), atomically.
 pub fn write_clean(path: &Path, docs: &[EvalDocument], overlapping: &[usize]) -> Result<usize> {
-    if docs.iter().any(|d| d.jsonl) && docs.iter().any(|d| !d.jsonl) {
+    if docs.iter().any(|d| d.kind == DocKind::Squad) {
+        return Err(DataError::Invalid(
+            "a clean SQuAD file is not written: the report lists each question's overlap \
+             (its id is the document's `raw`), or use `eval --task squad --overlap`"
+                .into(),
+        ));
+    }
+    if docs.windows(2).any(|w| w[0].kind != w[1].kind) {
         return Err(DataError::Invalid(
             "the evaluation files mix JSONL and text: write the clean set of each kind separately"
                 .into(),
@@ -752,7 +782,7 @@ pub fn write_clean(path: &Path, docs: &[EvalDocument], overlapping: &[usize]) ->
         .filter(|(i, _)| !skip.contains(i))
         .map(|(_, d)| d)
         .collect();
-    let sep = if docs.first().is_some_and(|d| d.jsonl) {
+    let sep = if docs.first().is_some_and(|d| d.kind == DocKind::Jsonl) {
         "\n"
     } else {
         "\n\n"
