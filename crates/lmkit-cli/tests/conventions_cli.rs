@@ -402,3 +402,77 @@ fn compressed_inputs_read_as_their_text() {
     assert_eq!(report(&tgz, &ev_zst), want);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `embed` takes JSONL (a text may span lines) and writes `.npy` on request
+/// (float32, NumPy's format 1.0; checked by hand with `numpy.load`).
+#[test]
+fn embed_reads_jsonl_and_writes_npy() {
+    let dir = tmpdir("conv-npy");
+    let minilm = root().join("assets/minilm");
+    let m = minilm.to_str().unwrap();
+    let texts = ["A man\nis eating food.", "Someone is having a meal."];
+    let jsonl = dir.join("in.jsonl");
+    let rows: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t, "id": 1 }).to_string())
+        .collect();
+    std::fs::write(&jsonl, rows.join("\n")).unwrap();
+    let (code, out, err) = common::lmkit_stdin(
+        &["embed", "--model", m, "--input", jsonl.to_str().unwrap()],
+        b"",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got: Vec<Vec<f32>> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let p = lmkit::models::bert::BertPipeline::from_dir(&minilm).unwrap();
+    let want = p.embed(&texts, &Default::default()).unwrap();
+    assert_eq!(got.len(), 2);
+    for (g, w) in got.iter().zip(&want) {
+        let d = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d < 1e-6, "the multi-line text is one text: {d}");
+    }
+    // stdin with --jsonl and another field.
+    let (code, out2, err) = common::lmkit_stdin(
+        &["embed", "--model", m, "--jsonl", "--text-field", "t"],
+        format!("{}\n", serde_json::json!({ "t": texts[0] })).as_bytes(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out2.lines().next(), out.lines().next());
+    // .npy: header, shape, the same numbers; never over an existing file.
+    let npy = dir.join("e.npy");
+    let args = [
+        "embed",
+        "--model",
+        m,
+        "--input",
+        jsonl.to_str().unwrap(),
+        "--npy",
+        npy.to_str().unwrap(),
+    ];
+    let (code, _, err) = common::lmkit_stdin(&args, b"");
+    assert_eq!(code, Some(0), "{err}");
+    let bytes = std::fs::read(&npy).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "the header is padded to 64 bytes");
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(
+        header.contains("'descr': '<f4'") && header.contains("'shape': (2, 384)"),
+        "{header}"
+    );
+    let data: Vec<f32> = bytes[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(data, got.concat());
+    let (code, _, err) = common::lmkit_stdin(&args, b"");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("exists"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -17,9 +17,20 @@ pub struct Args {
     /// Model: a folder in HF layout (sentence-transformers files optional) or a hub name.
     #[arg(long)]
     pub model: String,
-    /// One text per line (default or `-`: stdin).
+    /// One text per line, or JSONL rows (a `.jsonl` file, or --jsonl) so
+    /// that a text may span lines (default or `-`: stdin).
     #[arg(long)]
     pub input: Option<PathBuf>,
+    /// Read the input as JSONL whatever its name (e.g. from stdin).
+    #[arg(long)]
+    pub jsonl: bool,
+    /// The JSONL field holding the text.
+    #[arg(long, default_value = "text")]
+    pub text_field: String,
+    /// Write the embeddings to this .npy file (float32, [texts, dims]; a new
+    /// file) instead of JSON lines on stdout.
+    #[arg(long)]
+    pub npy: Option<PathBuf>,
     /// Pooling: mean, cls or max (default: the model's sentence-transformers config, else mean).
     #[arg(long)]
     pub pooling: Option<String>,
@@ -75,8 +86,22 @@ pub fn run(args: Args) -> Result<()> {
         (_, true) => Some(false),
         _ => None,
     };
+    if let Some(n) = &args.npy {
+        if n.exists() {
+            bail!("{} exists: choose a new file name", n.display());
+        }
+    }
     let p = load("embed", &args.model, &args.dtype)?;
-    let lines = read_lines(args.input.as_deref())?;
+    let jsonl = args.jsonl
+        || args
+            .input
+            .as_deref()
+            .is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f));
+    let lines = if jsonl {
+        read_jsonl_texts(args.input.as_deref(), &args.text_field)?
+    } else {
+        read_lines(args.input.as_deref())?
+    };
     let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
     let opts = EmbedOptions {
         pooling,
@@ -84,6 +109,20 @@ pub fn run(args: Args) -> Result<()> {
         batch_size: args.batch_size,
         window: args.window,
     };
+    if let Some(path) = &args.npy {
+        let mut all: Vec<Vec<f32>> = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(args.batch_size.saturating_mul(64)) {
+            all.extend(p.embed(chunk, &opts)?);
+        }
+        let dims = all.first().map_or(0, Vec::len);
+        write_npy(path, &all, dims)?;
+        eprintln!(
+            "{} embeddings of {dims} dimensions written to {}",
+            all.len(),
+            path.display()
+        );
+        return Ok(());
+    }
     let out = std::io::stdout();
     let mut w = BufWriter::new(out.lock());
     // Chunks bound memory for big inputs while keeping batches full.
@@ -94,5 +133,49 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     w.flush()?;
+    Ok(())
+}
+
+/// The `field` of each JSONL row of `input` (a file or stdin); blank lines skipped.
+fn read_jsonl_texts(input: Option<&Path>, field: &str) -> Result<Vec<String>> {
+    let text = super::read_input_text(input)?;
+    let name = input.map_or("stdin".to_string(), |p| p.display().to_string());
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{name}:{}: invalid JSON: {e}", i + 1))?;
+        match v.get(field) {
+            Some(serde_json::Value::String(s)) => out.push(s.clone()),
+            _ => bail!("{name}:{}: no string field `{field}`", i + 1),
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `rows` (`[N, dims]`) as a NumPy `.npy` file, float32 little-endian,
+/// C order (format 1.0: magic, header dict padded to 64 bytes), atomically.
+fn write_npy(path: &Path, rows: &[Vec<f32>], dims: usize) -> Result<()> {
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dims}), }}",
+        rows.len()
+    );
+    // magic (6) + version (2) + header length (2) + header, a multiple of 64.
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    header.push_str(&" ".repeat(pad % 64));
+    header.push('\n');
+    lmkit::util::fs::atomic_write_with(path, |w| {
+        w.write_all(b"\x93NUMPY\x01\x00")?;
+        w.write_all(&(header.len() as u16).to_le_bytes())?;
+        w.write_all(header.as_bytes())?;
+        for r in rows {
+            for x in r {
+                w.write_all(&x.to_le_bytes())?;
+            }
+        }
+        Ok(())
+    })?;
     Ok(())
 }
