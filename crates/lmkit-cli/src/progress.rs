@@ -1,7 +1,7 @@
 //! Progress that works both on a terminal and in a log: an indicatif bar
 //! (rate, ETA) when stderr is a terminal; otherwise plain lines with the
-//! elapsed time, at most one every [`LOG_EVERY`] for updates, always for
-//! events (`line`). indicatif alone prints nothing when stderr is not a
+//! elapsed time, at most one every [`LOG_EVERY`] for updates (none for a
+//! job shorter than that), always for events (`line`). indicatif alone prints nothing when stderr is not a
 //! terminal, not even the lines given to `println`.
 
 use std::cell::Cell;
@@ -58,8 +58,9 @@ impl Progress {
             self.pb.set_message(msg());
             return;
         }
+        // The first line after LOG_EVERY: a short job prints none.
         let now = Instant::now();
-        if self.last.get().is_some_and(|t| now - t < LOG_EVERY) {
+        if now - self.last.get().unwrap_or(self.start) < LOG_EVERY {
             return;
         }
         self.last.set(Some(now));

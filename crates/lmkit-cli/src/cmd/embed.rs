@@ -109,11 +109,16 @@ pub fn run(args: Args) -> Result<()> {
         batch_size: args.batch_size,
         window: args.window,
     };
+    let pb = crate::progress::Progress::new("{bar:40} {pos}/{len} texts ({per_sec}, {eta} left)");
+    pb.set_length(texts.len() as u64);
+    let step = args.batch_size.saturating_mul(64);
     if let Some(path) = &args.npy {
         let mut all: Vec<Vec<f32>> = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(args.batch_size.saturating_mul(64)) {
+        for chunk in texts.chunks(step) {
             all.extend(p.embed(chunk, &opts)?);
+            pb.update(all.len() as u64, || "texts embedded".into());
         }
+        pb.finish();
         let dims = all.first().map_or(0, Vec::len);
         write_npy(path, &all, dims)?;
         eprintln!(
@@ -126,12 +131,16 @@ pub fn run(args: Args) -> Result<()> {
     let out = std::io::stdout();
     let mut w = BufWriter::new(out.lock());
     // Chunks bound memory for big inputs while keeping batches full.
-    for chunk in texts.chunks(args.batch_size.saturating_mul(64)) {
+    let mut done = 0;
+    for chunk in texts.chunks(step) {
         for v in p.embed(chunk, &opts)? {
             serde_json::to_writer(&mut w, &v)?;
             w.write_all(b"\n")?;
         }
+        done += chunk.len();
+        pb.update(done as u64, || "texts embedded".into());
     }
+    pb.finish();
     w.flush()?;
     Ok(())
 }

@@ -14,8 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
@@ -122,12 +122,9 @@ fn limit<T>(mut v: Vec<T>, n: Option<usize>) -> Vec<T> {
     v
 }
 
-fn bar(len: usize, what: &str) -> ProgressBar {
-    let pb = ProgressBar::new(len as u64);
-    pb.set_style(
-        ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {what} ({{eta}} left)"))
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+fn bar(len: usize, what: &str) -> Progress {
+    let pb = Progress::new(&format!("{{bar:40}} {{pos}}/{{len}} {what} ({{eta}} left)"));
+    pb.set_length(len as u64);
     pb
 }
 
@@ -269,8 +266,10 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             let context = a.context.unwrap_or(engine.config().n_positions);
             let stride = a.stride.unwrap_or((context / 2).max(1));
             let pb = bar(ids.len().saturating_sub(1), "tokens");
-            let r = engine.perplexity(&ids, context, stride, |d, _| pb.set_position(d as u64))?;
-            pb.finish_and_clear();
+            let r = engine.perplexity(&ids, context, stride, |d, _| {
+                pb.update(d as u64, String::new)
+            })?;
+            pb.finish();
             (
                 json!({"task": "perplexity", "tokens": r.tokens, "nll": r.mean_nll, "perplexity": r.perplexity}),
                 vec![],
@@ -284,9 +283,10 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             });
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let pb = bar(items.len(), "passages");
-            let (s, outs) =
-                eval_lambada(&mut engine, &tok, &items, |d, _| pb.set_position(d as u64))?;
-            pb.finish_and_clear();
+            let (s, outs) = eval_lambada(&mut engine, &tok, &items, |d, _| {
+                pb.update(d as u64, String::new)
+            })?;
+            pb.finish();
             let preds = items
                 .iter()
                 .zip(&outs)
@@ -312,9 +312,9 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             };
             let pb = bar(items.len(), "articles");
             let (m, outs) = eval_summarize(&mut engine, &tok, &items, &opts, |d, _| {
-                pb.set_position(d as u64)
+                pb.update(d as u64, String::new)
             })?;
-            pb.finish_and_clear();
+            pb.finish();
             let preds = items
                 .iter()
                 .zip(&outs)
