@@ -476,3 +476,69 @@ fn embed_reads_jsonl_and_writes_npy() {
     assert!(err.contains("exists"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `classify` reads JSONL rows `{"text", "text_pair"?}`: a row with a pair
+/// is classified as the pair (`tokenizer(a, b)`), in input order.
+#[test]
+fn classify_reads_jsonl_pairs() {
+    let dir = tmpdir("conv-pairs");
+    let cls = root().join("tests/fixtures/bert-tiny-classify");
+    let c = cls.to_str().unwrap();
+    let rows = [
+        serde_json::json!({"text": "the dog was very old"}),
+        serde_json::json!({"text": "the king was good", "text_pair": "a bad day"}),
+        serde_json::json!({"text": "paris is in france", "text_pair": null}),
+    ];
+    let jsonl = dir.join("in.jsonl");
+    let body: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+    std::fs::write(&jsonl, body.join("\n")).unwrap();
+    let (code, out, err) = common::lmkit_stdin(
+        &[
+            "classify",
+            "--model",
+            c,
+            "--input",
+            jsonl.to_str().unwrap(),
+            "--json",
+        ],
+        b"",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), 3);
+    let p = lmkit::models::bert::BertPipeline::from_dir(&cls).unwrap();
+    let singles = p
+        .classify(&["the dog was very old", "paris is in france"], 8, false)
+        .unwrap();
+    let pair = p
+        .classify_pairs(&[("the king was good", "a bad day")], 8, false)
+        .unwrap();
+    for (g, w) in [
+        (&got[0], &singles[0]),
+        (&got[1], &pair[0]),
+        (&got[2], &singles[1]),
+    ] {
+        assert_eq!(g["label"], serde_json::json!(w[0].label), "{g}");
+        assert!(
+            (g["score"].as_f64().unwrap() - w[0].score as f64).abs() < 1e-6,
+            "{g}"
+        );
+    }
+    // The pair's scores are the softmax of its logits (score_pairs).
+    let logits = &p
+        .score_pairs(&[("the king was good", "a bad day")], 8, false)
+        .unwrap()[0];
+    let max = logits.iter().cloned().fold(f32::MIN, f32::max);
+    let z: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    assert!((pair[0][0].score - 1.0 / z).abs() < 1e-5);
+    // The same rows from stdin with --jsonl.
+    let (code, out2, err) = common::lmkit_stdin(
+        &["classify", "--model", c, "--jsonl", "--json"],
+        body.join("\n").as_bytes(),
+    );
+    assert_eq!((code, &out2), (Some(0), &out), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

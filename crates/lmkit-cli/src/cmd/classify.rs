@@ -4,7 +4,9 @@
 //! best first). Scores are HF's: softmax, or sigmoid for multi-label / a
 //! single label, raw logits for regression. Empty lines and lines longer
 //! than the model's positions are errors naming the line (`--truncate`
-//! cuts long lines instead).
+//! cuts long lines instead). JSONL input (a `.jsonl` file, or `--jsonl`)
+//! gives `{"text", "text_pair"?}` rows: a row with `text_pair` is classified
+//! as the pair, as HF's pipeline does for `{"text", "text_pair"}`.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -17,9 +19,13 @@ pub struct Args {
     /// Model with a sequence-classification head (`classifier.*`): a folder or a hub name.
     #[arg(long)]
     pub model: String,
-    /// One text per line (default: stdin).
+    /// One text per line, or JSONL rows `{"text", "text_pair"?}` (a `.jsonl`
+    /// file, or --jsonl) (default or `-`: stdin).
     #[arg(long)]
     pub input: Option<PathBuf>,
+    /// Read the input as JSONL whatever its name (e.g. from stdin).
+    #[arg(long)]
+    pub jsonl: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -34,25 +40,84 @@ pub struct Args {
     pub dtype: String,
 }
 
+/// `{"text", "text_pair"?}` rows of a JSONL input; blank lines skipped.
+fn read_rows(input: Option<&std::path::Path>) -> Result<Vec<(String, Option<String>)>> {
+    let text = super::read_input_text(input)?;
+    let name = input.map_or("stdin".to_string(), |p| p.display().to_string());
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{name}:{}: invalid JSON: {e}", i + 1))?;
+        let field = |k: &str| match v.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(anyhow::anyhow!("{name}:{}: `{k}` is not a string", i + 1)),
+        };
+        let text =
+            field("text")?.ok_or_else(|| anyhow::anyhow!("{name}:{}: no `text` field", i + 1))?;
+        rows.push((text, field("text_pair")?));
+    }
+    Ok(rows)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let p = super::embed::load("classify", &args.model, &args.dtype)?;
-    let lines = super::embed::read_lines(args.input.as_deref())?;
-    if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
-        bail!("line {} is empty: nothing to classify", i + 1);
+    let jsonl = args.jsonl
+        || args
+            .input
+            .as_deref()
+            .is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f));
+    let rows: Vec<(String, Option<String>)> = if jsonl {
+        read_rows(args.input.as_deref())?
+    } else {
+        super::embed::read_lines(args.input.as_deref())?
+            .into_iter()
+            .map(|l| (l, None))
+            .collect()
+    };
+    let what = if jsonl { "row" } else { "line" };
+    if let Some(i) = rows.iter().position(|r| r.0.trim().is_empty()) {
+        bail!("{what} {} is empty: nothing to classify", i + 1);
     }
-    let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
     let mut w = BufWriter::new(std::io::stdout().lock());
     let chunk = args.batch_size.max(1).saturating_mul(64);
-    for (ci, texts) in texts.chunks(chunk).enumerate() {
-        let results = p
-            .classify(texts, args.batch_size.max(1), args.truncate)
-            .with_context(|| {
-                format!(
-                    "classifying lines {}..{}",
-                    ci * chunk + 1,
-                    ci * chunk + texts.len()
-                )
-            })?;
+    let bs = args.batch_size.max(1);
+    for (ci, rows) in rows.chunks(chunk).enumerate() {
+        // Single texts and pairs run separately, then go back in input order.
+        let (pairs, singles): (Vec<usize>, Vec<usize>) =
+            (0..rows.len()).partition(|&i| rows[i].1.is_some());
+        let context = || {
+            format!(
+                "classifying {what}s {}..{}",
+                ci * chunk + 1,
+                ci * chunk + rows.len()
+            )
+        };
+        let texts: Vec<&str> = singles.iter().map(|&i| rows[i].0.as_str()).collect();
+        let ab: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|&i| (rows[i].0.as_str(), rows[i].1.as_deref().unwrap_or("")))
+            .collect();
+        let mut results = vec![Vec::new(); rows.len()];
+        if !texts.is_empty() {
+            let r = p
+                .classify(&texts, bs, args.truncate)
+                .with_context(context)?;
+            for (&i, r) in singles.iter().zip(r) {
+                results[i] = r;
+            }
+        }
+        if !ab.is_empty() {
+            let r = p
+                .classify_pairs(&ab, bs, args.truncate)
+                .with_context(context)?;
+            for (&i, r) in pairs.iter().zip(r) {
+                results[i] = r;
+            }
+        }
         for r in results {
             let best = &r[0];
             if args.json {

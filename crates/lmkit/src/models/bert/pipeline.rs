@@ -266,20 +266,21 @@ impl BertPipeline {
         truncate: bool,
     ) -> Result<Vec<Vec<LabelScore>>> {
         self.model.require(HeadKind::Classifier)?;
-        let cfg = &self.model.config;
         let encs = self.encode_checked(truncate, |tok| tok.encode_batch(texts, true))?;
-        let f = ScoreFn::for_problem(cfg.problem_type.as_deref(), cfg.num_labels());
-        let mut out = vec![Vec::new(); texts.len()];
-        self.run_bucketed(&encs, batch_size, |idx, _, acts| {
-            let pooled = self.model.pooled(acts)?;
-            let logits = self.model.classifier_logits(&pooled)?;
-            let l = cfg.num_labels();
-            for (row, &i) in idx.iter().enumerate() {
-                out[i] = classify::ranked(&logits[row * l..(row + 1) * l], &cfg.id2label, f);
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        self.ranked(self.classifier_logits(&encs, batch_size)?)
+    }
+
+    /// [`Self::classify`] for text pairs (`tokenizer(a, b)`: entailment,
+    /// paraphrase, a model fine-tuned on `text_pair`).
+    pub fn classify_pairs(
+        &self,
+        pairs: &[(&str, &str)],
+        batch_size: usize,
+        truncate: bool,
+    ) -> Result<Vec<Vec<LabelScore>>> {
+        self.model.require(HeadKind::Classifier)?;
+        let encs = self.encode_checked(truncate, |tok| tok.encode_pair_batch(pairs, true))?;
+        self.ranked(self.classifier_logits(&encs, batch_size)?)
     }
 
     /// Raw classifier logits `[num_labels]` of each text pair, as HF's
@@ -296,9 +297,14 @@ impl BertPipeline {
     ) -> Result<Vec<Vec<f32>>> {
         self.model.require(HeadKind::Classifier)?;
         let encs = self.encode_checked(truncate, |tok| tok.encode_pair_batch(pairs, true))?;
+        self.classifier_logits(&encs, batch_size)
+    }
+
+    /// The classifier's logits `[num_labels]` of each encoding.
+    fn classifier_logits(&self, encs: &[Encoding], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let l = self.model.config.num_labels();
-        let mut out = vec![Vec::new(); pairs.len()];
-        self.run_bucketed(&encs, batch_size, |idx, _, acts| {
+        let mut out = vec![Vec::new(); encs.len()];
+        self.run_bucketed(encs, batch_size, |idx, _, acts| {
             let logits = self.model.classifier_logits(&self.model.pooled(acts)?)?;
             for (row, &i) in idx.iter().enumerate() {
                 out[i] = logits[row * l..(row + 1) * l].to_vec();
@@ -306,6 +312,17 @@ impl BertPipeline {
             Ok(())
         })?;
         Ok(out)
+    }
+
+    /// Labels with scores, best first, as HF's text-classification pipeline
+    /// turns logits into them (softmax, or sigmoid for one label / multi-label).
+    fn ranked(&self, logits: Vec<Vec<f32>>) -> Result<Vec<Vec<LabelScore>>> {
+        let cfg = &self.model.config;
+        let f = ScoreFn::for_problem(cfg.problem_type.as_deref(), cfg.num_labels());
+        Ok(logits
+            .iter()
+            .map(|l| classify::ranked(l, &cfg.id2label, f))
+            .collect())
     }
 
     /// Encodes with `encode`, truncated to the model's positions if
