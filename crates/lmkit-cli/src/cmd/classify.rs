@@ -40,36 +40,26 @@ pub struct Args {
     pub dtype: String,
 }
 
-/// `{"text", "text_pair"?}` rows of a JSONL input; blank lines skipped.
+/// `{"text", "text_pair"?}` rows of a JSONL input.
 fn read_rows(input: Option<&std::path::Path>) -> Result<Vec<(String, Option<String>)>> {
-    let text = super::read_input_text(input)?;
-    let name = input.map_or("stdin".to_string(), |p| p.display().to_string());
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| anyhow::anyhow!("{name}:{}: invalid JSON: {e}", i + 1))?;
+    let (name, rows) = super::read_jsonl_input(input)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (line, v) in rows {
         let field = |k: &str| match v.get(k) {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(anyhow::anyhow!("{name}:{}: `{k}` is not a string", i + 1)),
+            Some(_) => Err(anyhow::anyhow!("{name}:{line}: `{k}` is not a string")),
         };
         let text =
-            field("text")?.ok_or_else(|| anyhow::anyhow!("{name}:{}: no `text` field", i + 1))?;
-        rows.push((text, field("text_pair")?));
+            field("text")?.ok_or_else(|| anyhow::anyhow!("{name}:{line}: no `text` field"))?;
+        out.push((text, field("text_pair")?));
     }
-    Ok(rows)
+    Ok(out)
 }
 
 pub fn run(args: Args) -> Result<()> {
     let p = super::embed::load("classify", &args.model, &args.dtype)?;
-    let jsonl = args.jsonl
-        || args
-            .input
-            .as_deref()
-            .is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f));
+    let jsonl = super::jsonl_input(args.jsonl, args.input.as_deref());
     let rows: Vec<(String, Option<String>)> = if jsonl {
         read_rows(args.input.as_deref())?
     } else {

@@ -92,12 +92,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let p = load("embed", &args.model, &args.dtype)?;
-    let jsonl = args.jsonl
-        || args
-            .input
-            .as_deref()
-            .is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f));
-    let lines = if jsonl {
+    let lines = if super::jsonl_input(args.jsonl, args.input.as_deref()) {
         read_jsonl_texts(args.input.as_deref(), &args.text_field)?
     } else {
         read_lines(args.input.as_deref())?
@@ -145,23 +140,15 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The `field` of each JSONL row of `input` (a file or stdin); blank lines skipped.
+/// The `field` of each JSONL row of `input` (a file or stdin).
 fn read_jsonl_texts(input: Option<&Path>, field: &str) -> Result<Vec<String>> {
-    let text = super::read_input_text(input)?;
-    let name = input.map_or("stdin".to_string(), |p| p.display().to_string());
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| anyhow::anyhow!("{name}:{}: invalid JSON: {e}", i + 1))?;
-        match v.get(field) {
-            Some(serde_json::Value::String(s)) => out.push(s.clone()),
-            _ => bail!("{name}:{}: no string field `{field}`", i + 1),
-        }
-    }
-    Ok(out)
+    let (name, rows) = super::read_jsonl_input(input)?;
+    rows.into_iter()
+        .map(|(line, v)| match v.get(field) {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            _ => bail!("{name}:{line}: no string field `{field}`"),
+        })
+        .collect()
 }
 
 /// Writes `rows` (`[N, dims]`) as a NumPy `.npy` file, float32 little-endian,

@@ -56,6 +56,33 @@ pub(crate) fn read_input_text(path: Option<&Path>) -> Result<String> {
     })
 }
 
+/// Whether an input is JSONL: `--jsonl`, or a `.jsonl` file (compressed or not).
+pub(crate) fn jsonl_input(flag: bool, input: Option<&Path>) -> bool {
+    flag || input.is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f))
+}
+
+/// The rows of a JSONL input (a file or stdin), blank lines skipped: the
+/// input's name for messages, and `(1-based line, row)`.
+pub(crate) fn read_jsonl_input(
+    input: Option<&Path>,
+) -> Result<(String, Vec<(usize, serde_json::Value)>)> {
+    let text = read_input_text(input)?;
+    let name = match input {
+        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+        _ => "stdin".to_string(),
+    };
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{name}:{}: invalid JSON: {e}", i + 1))?;
+        rows.push((i + 1, v));
+    }
+    Ok((name, rows))
+}
+
 /// A GPT-2 model for `generate` / `perplexity`: `model` is a folder or a hub
 /// name, the tokenizer comes from `tokenizer` or the model's folder, and the
 /// weights are loaded as `dtype` (f32, bf16, int8).
