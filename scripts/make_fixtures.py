@@ -807,6 +807,179 @@ def make_bert_pretraining(root):
     return [(case_dir, model, header), (bare_dir, bare, bare_header)]
 
 
+# --------------------------------------------------------------------------------------------
+# GPT-2 zero-shot tasks (CBT, translation, QA) on a tiny random GPT-2 with a small BPE
+# vocabulary trained on the committed data, so the whole case stays small.
+
+ZS_DATA = ROOT / "tests" / "data"
+ZS_MAX_NEW = 16  # tokens generated per translation / answer
+ZS_SHOTS = 2  # example pairs held out from the front of the file (translate, NQ-style QA)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+
+
+def zs_texts():
+    texts = [l.split(" ", 1)[1] for l in open(ZS_DATA / "cbt/tiny_NE.txt", encoding="utf-8")
+             if l.strip()]
+    for r in read_jsonl(ZS_DATA / "translate/en_fr.jsonl"):
+        texts += [f"{r['source']} = {r['target']}"]
+    for r in read_jsonl(ZS_DATA / "qa/coqa_tiny.jsonl"):
+        texts += [r["story"]] + [f"Q: {q}\nA: {a}" for q, a in zip(r["questions"], r["answers"])]
+    for r in read_jsonl(ZS_DATA / "qa/nq_tiny.jsonl"):
+        texts += [f"Q: {r['question']}\nA: {r['answers'][0]}"]
+    return texts
+
+
+def read_cbt_file(path):
+    """The original CBT format: numbered context lines, then `N query\tanswer\t\tc1|...`."""
+    items, ctx = [], []
+    for line in open(path, encoding="utf-8"):
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        rest = line.split(" ", 1)[1]
+        if "\t" in rest:
+            query, answer, _, cands = rest.split("\t")
+            items.append({"context": " ".join(c.strip() for c in ctx), "query": query.strip(),
+                          "answer": answer.strip(), "candidates": cands.split("|")})
+            ctx = []
+        else:
+            ctx.append(rest.strip())
+    return items
+
+
+def translate_prompt(examples, source):
+    return "".join(f"{s} = {t}\n" for s, t in examples) + f"{source} ="
+
+
+def coqa_prompts(row):
+    out = []
+    for i, q in enumerate(row["questions"]):
+        hist = "".join(f"Q: {hq}\nA: {ha}\n" for hq, ha in zip(row["questions"][:i], row["answers"][:i]))
+        out.append((f"{row['story']}\n\n{hist}Q: {q}\nA:", [row["answers"][i]]))
+    return out
+
+
+def nq_prompt(examples, question):
+    return "".join(f"Q: {q}\nA: {a[0]}\n" for q, a in examples) + f"Q: {question}\nA:"
+
+
+def greedy_line(model, tok, prompt):
+    """Greedy continuation of `prompt` (its last n_positions + 1 - ZS_MAX_NEW tokens), cut
+    before the first newline; end-of-text ends it."""
+    ids = tok(prompt)["input_ids"]
+    keep = model.config.n_positions + 1 - ZS_MAX_NEW
+    ids = ids[-keep:]
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=ZS_MAX_NEW, do_sample=False, pad_token_id=eos,
+                             eos_token_id=eos)
+    new = out[0, len(ids):].tolist()
+    if eos in new:
+        new = new[:new.index(eos)]
+    text = tok.decode(new)
+    return {"prompt_ids": ids, "new_ids": new, "text": text.split("\n", 1)[0]}
+
+
+def compute_gpt2_zeroshot(model, case_dir):
+    import sacrebleu
+    model.eval()
+    tok = GPT2TokenizerFast.from_pretrained(str(case_dir))
+    ref = Ref()
+    n_pos = model.config.n_positions
+    # CBT: log p(" " + filled query | context), context cut from the left to n_pos - longest.
+    cbt = []
+    for it in read_cbt_file(ZS_DATA / "cbt/tiny_NE.txt"):
+        ctx = tok(it["context"])["input_ids"]
+        qs = [tok(" " + it["query"].replace("XXXXX", c))["input_ids"] for c in it["candidates"]]
+        keep = min(len(ctx), n_pos - max(len(q) for q in qs))
+        kept = ctx[len(ctx) - keep:]
+        scores = []
+        for q in qs:
+            ids = torch.tensor([kept + q])
+            with torch.no_grad():
+                lp = torch.log_softmax(model(ids).logits[0], dim=-1)
+            scores.append(sum(lp[keep - 1 + j, t].double().item() for j, t in enumerate(q)))
+        choice = max(range(len(scores)), key=lambda k: (scores[k], -k))
+        cbt.append({"context_ids": ctx, "query_ids": qs, "truncated_tokens": len(ctx) - keep,
+                    "scores": scores, "choice": choice,
+                    "correct": it["candidates"][choice] == it["answer"]})
+    ref.add("cbt.scores", torch.tensor([c["scores"] for c in cbt], dtype=torch.float32),
+            "[questions, 10] log p(filled query | context) per candidate (float64 sums of "
+            "float32 log_softmax, stored float32; exact doubles in cbt[].scores)")
+    ref.add("cbt.choices", torch.tensor([c["choice"] for c in cbt]), "[questions] argmax (first best)")
+    ref.scalar("cbt.accuracy", sum(c["correct"] for c in cbt) / len(cbt), "share of questions right")
+    # Translation, both directions: the first ZS_SHOTS pairs are the examples, the rest scored.
+    pairs = [(r["source"], r["target"]) for r in read_jsonl(ZS_DATA / "translate/en_fr.jsonl")]
+    translate = {}
+    for direction, ps in [("en-fr", pairs), ("fr-en", [(t, s) for s, t in pairs])]:
+        ex, rest = ps[:ZS_SHOTS], ps[ZS_SHOTS:]
+        outs = [greedy_line(model, tok, translate_prompt(ex, s)) for s, _ in rest]
+        hyps = [o["text"].strip() for o in outs]
+        b = sacrebleu.BLEU().corpus_score(hyps, [[t for _, t in rest]])
+        translate[direction] = {"items": outs, "hypotheses": hyps, "bleu": b.score,
+                                "counts": list(b.counts), "totals": list(b.totals),
+                                "sys_len": b.sys_len, "ref_len": b.ref_len}
+        ref.scalar(f"translate.{direction}.bleu", b.score, "sacrebleu corpus BLEU (defaults)")
+    # QA: CoQA-style (story + history) and NQ-style (ZS_SHOTS example pairs held out).
+    qa = {}
+    coqa = [p for r in read_jsonl(ZS_DATA / "qa/coqa_tiny.jsonl") for p in coqa_prompts(r)]
+    nq_rows = read_jsonl(ZS_DATA / "qa/nq_tiny.jsonl")
+    nq_ex = [(r["question"], r["answers"]) for r in nq_rows[:ZS_SHOTS]]
+    nq = [(nq_prompt(nq_ex, r["question"]), r["answers"]) for r in nq_rows[ZS_SHOTS:]]
+    for name, prompts in [("coqa", coqa), ("nq", nq)]:
+        outs = [greedy_line(model, tok, p) for p, _ in prompts]
+        for o, (_, golds) in zip(outs, prompts):
+            o["answer"] = o["text"].strip()
+            o["golds"] = golds
+        qa[name] = {"items": outs}
+    ref.info = {"zeroshot": {"max_new_tokens": ZS_MAX_NEW, "shots": ZS_SHOTS, "cbt": cbt,
+                             "translate": translate, "qa": qa}}
+    return ref
+
+
+def make_gpt2_zeroshot(root):
+    from tokenizers import ByteLevelBPETokenizer
+
+    case_dir = fresh_dir(root / "gpt2-zeroshot")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(zs_texts(), vocab_size=400, min_frequency=2,
+                            special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(case_dir))
+    vocab = json.loads((case_dir / "vocab.json").read_text())
+    eos = vocab["<|endoftext|>"]
+    cfg = gpt2_tiny_config()
+    cfg.vocab_size = len(vocab)
+    cfg.n_positions = 96
+    cfg.bos_token_id = cfg.eos_token_id = eos
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    custom_init(model, seed=1501)
+    # Nudge the newline logit up by 4 (ln_f's bias along wte["\n"]), so that some greedy
+    # continuations stop at a newline within ZS_MAX_NEW tokens, as real ones do.
+    nl = vocab["\u010a"]
+    w = model.transformer.wte.weight.data[nl]
+    with torch.no_grad():
+        model.transformer.ln_f.bias += 4.0 * w / w.dot(w)
+    model.generation_config.pad_token_id = eos
+    model.save_pretrained(case_dir)
+    header = {
+        "case": "gpt2-zeroshot", "model_class": "GPT2LMHeadModel", "attn_implementation": "eager",
+        "init": {**INIT, "seed": 1501, "then": "ln_f.bias += 4 wte[nl] / |wte[nl]|^2 (nl = the "
+                 "newline token): the newline logit is 4 higher"},
+        "tokenizer": "tokenizers.ByteLevelBPETokenizer trained (vocab 400, min_frequency 2) on "
+        "tests/data/{cbt,translate,qa}; read with GPT2TokenizerFast.from_pretrained(dir)",
+        "note": "zeroshot.cbt: per question the tokenized context and filled queries, the "
+        "truncation, per-candidate scores and the choice; zeroshot.translate / zeroshot.qa: "
+        "per prompt the fed prompt ids, the greedy new ids (end-of-text dropped) and the text "
+        "up to the first newline (HF generate, do_sample=False)",
+    }
+    return [(case_dir, model, header)]
+
+
 CASES = {}
 
 
@@ -823,6 +996,7 @@ case("bert-tiny-qa", BertForQuestionAnswering, compute_bert_qa)
 case("bert-tiny-rerank", BertForSequenceClassification, compute_bert_rerank)
 case("bert-tiny-mlm", BertForMaskedLM, compute_bert_mlm)
 case("bert-tiny-nsp", BertForNextSentencePrediction, compute_bert_nsp)
+case("gpt2-zeroshot", GPT2LMHeadModel, compute_gpt2_zeroshot)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1072,6 +1246,7 @@ case("bert-base-random", BertModel, compute_bert_big)
 
 # (case names written, function root -> [(case_dir, in-memory model, reference.json header)])
 MAKERS = [
+    (["gpt2-zeroshot"], make_gpt2_zeroshot),
     (["gpt2-tiny", "gpt2-tiny-bare"], make_gpt2_tiny),
     (["bert-tiny-pretraining", "bert-tiny-bare"], make_bert_pretraining),
     (["bert-tiny-classify"], lambda root: [make_bert(
@@ -1104,6 +1279,71 @@ def make_sharded(root):
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 1 and not (case_dir / "model.safetensors").exists(), shards
     log(f"   gpt2-tiny-sharded: {len(shards)} shards of gpt2-tiny's weights")
+
+
+# --------------------------------------------------------------------------------------------
+# sacreBLEU corpus BLEU (no model): tests/fixtures/sacrebleu/bleu.json
+
+BLEU_CORPORA = {
+    "translation": (
+        ["The cat sat on the mat.", "It was 3.14 metres long, or 1,000 cm in 2019-2020!",
+         "He said: \"Don't go there\" & left (quickly).", "Le chat est sur le tapis.",
+         "We paid $5.00 for 2 coffees; they cost 2.50 each."],
+        [["The cat is on the mat.", "A cat sat on the mat."],
+         ["It was 3.14 metres long, or about 1,000 cm, in 2019-2020.", "It measured 3.14 m."],
+         ["He said \"do not go there\" and left quickly.", "He said: &quot;Don't go&quot; &amp; left."],
+         ["The cat is on the carpet.", "The cat sits on the rug."],
+         ["We paid $5.00 for two coffees; they cost 2.50 each.", "Two coffees cost $5.00."]],
+    ),
+    # A short system: brevity penalty < 1.
+    "short": (["the cat", "a dog ran", "hello"],
+              [["the cat sat on the mat"], ["a dog ran across the road quickly"], ["hello there"]]),
+    # Unigram matches only: the exp smoothing halves each missing order.
+    "smoothing": (["cat the mat on", "dog a road"], [["the cat on the mat"], ["a dog on the road"]]),
+    # No match at all, an empty hypothesis, odd whitespace, entities and <skipped>.
+    "nothing": (["zzz qqq", ""], [["the cat"], ["a dog"]]),
+    "edge": (["  Tabs\tand\nnewlines   here \u00a0 ", "x<skipped>y -\nz &lt;tag&gt; &#39;",
+              "Ünïcode café déjà-vu…", "end ."],
+             [["Tabs and newlines here"], ["xy z <tag> &#39;"], ["Ünïcode café déjà-vu…"], ["end."]]),
+    # Longer than every order: exact 4-gram counts, repeated n-grams clipped.
+    "clipping": (["the the the the the the the", "one two three four five six seven eight"],
+                 [["the cat is on the mat"], ["one two three four five six seven nine"]]),
+}
+
+
+def make_sacrebleu(root):
+    import sacrebleu
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    out_dir = root / "sacrebleu"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer13a()
+    corpora = {}
+    for name, (hyps, refs) in BLEU_CORPORA.items():
+        # sacrebleu takes reference *streams*: refs[k][i] is the k-th reference of segment i.
+        n_refs = max(len(r) for r in refs)
+        streams = [[r[k] if k < len(r) else None for r in refs] for k in range(n_refs)]
+        metric = sacrebleu.BLEU()
+        b = metric.corpus_score(hyps, streams)
+        corpora[name] = {
+            "signature": str(metric.get_signature()),
+            "hypotheses": hyps, "references": refs,
+            "score": b.score, "counts": list(b.counts), "totals": list(b.totals),
+            "precisions": list(b.precisions), "bp": b.bp, "sys_len": b.sys_len,
+            "ref_len": b.ref_len,
+            "tokenized": {s: tok(s.rstrip()) for s in hyps + [x for r in refs for x in r]},
+        }
+    doc = {
+        "case": "sacrebleu-bleu",
+        "description": "sacrebleu.BLEU() defaults (13a, exp smoothing, 4-gram) corpus_score per "
+        "corpus; references[i] are segment i's references; tokenized = Tokenizer13a()(s.rstrip())",
+        "versions": {"python": platform.python_version(), "sacrebleu": sacrebleu.__version__},
+        "corpora": corpora,
+    }
+    with open(out_dir / "bleu.json", "w") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    log(f"   sacrebleu-bleu: {len(corpora)} corpora")
 
 
 def generate(items):
@@ -1176,7 +1416,7 @@ def main():
         return
     FIXTURES.mkdir(parents=True, exist_ok=True)
     only = set(args.only or [])
-    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded"}
+    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu"}
     if unknown:
         raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
     for names, make in MAKERS:
@@ -1188,6 +1428,9 @@ def main():
     if not only or "minilm-embeddings" in only:
         log("== minilm-embeddings")
         make_minilm(FIXTURES)
+    if not only or "sacrebleu-bleu" in only:
+        log("== sacrebleu-bleu")
+        make_sacrebleu(FIXTURES)
 
 
 if __name__ == "__main__":

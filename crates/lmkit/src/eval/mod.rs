@@ -1,6 +1,8 @@
-//! Evaluation: SQuAD EM/F1, ROUGE, LAMBADA, classification accuracy/F1,
+//! Evaluation: SQuAD EM/F1, ROUGE, BLEU, LAMBADA, CBT, classification accuracy/F1,
 //! and the readers of their data files.
 
+pub mod bleu;
+pub mod cbt;
 pub mod classify;
 pub mod lambada;
 pub mod rouge;
@@ -8,6 +10,8 @@ pub mod run;
 pub mod squad;
 pub mod summarize;
 
+pub use bleu::{corpus_bleu, tokenize_13a, Bleu, BleuStats};
+pub use cbt::{cbt_scores, read_cbt, CbtItem, CbtOutcome, CbtScores};
 pub use classify::{accuracy, classify_scores, macro_f1, ClassifyScores};
 pub use lambada::{
     lambada_scores, read_lambada, split_last_word, LambadaItem, LambadaOutcome, LambadaScores,

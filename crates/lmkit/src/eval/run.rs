@@ -1,5 +1,5 @@
 //! Running models on evaluation sets: BERT classification and SQuAD, GPT-2
-//! LAMBADA and TL;DR summarisation. The scoring itself is in the sibling
+//! LAMBADA, CBT and TL;DR summarisation. The scoring itself is in the sibling
 //! modules; these functions produce the predictions.
 //!
 //! Shape legend: B batch, T sequence, V vocabulary, L labels.
@@ -15,8 +15,9 @@ use crate::error::{Error, Result};
 use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
 use crate::models::bert::Answer;
 use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
-use crate::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams};
+use crate::models::gpt2::{GenerationConfig, Gpt2Engine, KvCache, SamplingParams};
 
+use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
 use super::classify::{classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};
 use super::rouge::{rouge, rouge_means, Rouge, RougeMeans};
@@ -217,6 +218,91 @@ pub fn eval_lambada(
         progress(k + 1, items.len());
     }
     Ok((lambada_scores(&outcomes), outcomes))
+}
+
+/// `log softmax(row)[t]`, the normaliser summed in f64.
+fn token_logprob(row: &[f32], t: u32) -> f64 {
+    let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max as f64
+        + row
+            .iter()
+            .map(|&x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln();
+    row[t as usize] as f64 - lse
+}
+
+/// The Children's Book Test with a GPT-2 engine (rule in [`super::cbt`]),
+/// batched over a question's candidates: the context goes through the
+/// model once into a KV cache; each candidate's filled-in query continues
+/// a copy of it, all candidates in one [`Gpt2Engine::forward_many`]. A
+/// context too long for the model keeps its last `n_positions − longest
+/// query` tokens (the same for every candidate).
+pub fn eval_cbt(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    items: &[CbtItem],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(CbtScores, Vec<CbtOutcome>)> {
+    let n_pos = engine.config().n_positions;
+    let v = engine.config().vocab_size;
+    let mut outcomes = Vec::with_capacity(items.len());
+    for (k, it) in items.iter().enumerate() {
+        let ctx = tok.encode_ordinary(it.context_text().as_bytes());
+        let queries: Vec<Vec<u32>> = it
+            .candidates
+            .iter()
+            .map(|c| tok.encode_ordinary(it.filled_query(c).as_bytes()))
+            .collect();
+        let longest = queries.iter().map(Vec::len).max().unwrap_or(0);
+        if ctx.is_empty() || queries.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidInput(format!(
+                "line {}: the context or a filled-in query encodes to no tokens",
+                it.line
+            )));
+        }
+        if longest >= n_pos {
+            return Err(Error::InvalidInput(format!(
+                "line {}: a filled-in query of {longest} tokens leaves no room for context \
+                 in the model's {n_pos} positions",
+                it.line
+            )));
+        }
+        let keep = ctx.len().min(n_pos - longest);
+        let dropped = ctx.len() - keep;
+        let mut cache = engine.new_cache(1, keep + longest)?;
+        engine.forward(&mut cache, &ctx[dropped..], None)?;
+        // The context's last row predicts every query's first token.
+        let mut first = vec![0f32; v];
+        engine.logits(&[keep - 1], &mut first)?;
+        let mut caches: Vec<KvCache> = vec![cache; queries.len()];
+        let mut cache_refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let query_refs: Vec<&[u32]> = queries.iter().map(Vec::as_slice).collect();
+        engine.forward_many(&mut cache_refs, &query_refs)?;
+        // Query i's rows but its last predict its tokens 1.. .
+        let mut rows = Vec::new();
+        let mut at = 0;
+        for q in &queries {
+            rows.extend(at..at + q.len() - 1);
+            at += q.len();
+        }
+        let mut logits = vec![0f32; rows.len() * v];
+        engine.logits(&rows, &mut logits)?;
+        let mut row = logits.chunks_exact(v);
+        let scores: Vec<f64> = queries
+            .iter()
+            .map(|q| {
+                let mut lp = token_logprob(&first, q[0]);
+                for &t in &q[1..] {
+                    lp += row.next().map_or(0.0, |r| token_logprob(r, t));
+                }
+                lp
+            })
+            .collect();
+        outcomes.push(CbtOutcome::new(scores, it.answer_index(), dropped));
+        progress(k + 1, items.len());
+    }
+    Ok((cbt_scores(&outcomes), outcomes))
 }
 
 fn log_softmax(row: &[f32]) -> Vec<f32> {
