@@ -7,8 +7,14 @@
 
 use std::path::{Path, PathBuf};
 
+use lmkit::eval::bleu::corpus_bleu;
 use lmkit::eval::cbt::read_cbt;
-use lmkit::eval::run::eval_cbt;
+use lmkit::eval::qa::{qa_items, read_qa};
+use lmkit::eval::run::{eval_cbt, eval_qa, eval_translate, greedy_line};
+use lmkit::eval::squad::squad_scores;
+use lmkit::eval::translate::{
+    read_translation_jsonl, read_translation_texts, reverse, translate_prompt,
+};
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
 use lmkit_tokenizers::BpeTokenizer;
 use serde_json::Value;
@@ -86,4 +92,123 @@ fn cbt_scores_and_choices_equal_hf() {
     assert!(outs.iter().any(|o| o.truncated_tokens > 0));
     assert_eq!(scores.correct, correct);
     assert_eq!(scores.count, items.len());
+}
+
+/// The fixture's settings: tokens generated per answer, example pairs.
+fn settings(r: &Value) -> (usize, usize) {
+    (
+        r["max_new_tokens"].as_u64().unwrap() as usize,
+        r["shots"].as_u64().unwrap() as usize,
+    )
+}
+
+#[test]
+fn translations_and_bleu_equal_hf_generate() {
+    let r = reference();
+    let (max_new, shots) = settings(&r);
+    let tok = BpeTokenizer::from_dir(case()).unwrap();
+    let mut engine = Gpt2Engine::load(case(), WeightDtype::F32).unwrap();
+    let jsonl = read_translation_jsonl(&root().join("tests/data/translate/en_fr.jsonl")).unwrap();
+    let texts = read_translation_texts(
+        &root().join("tests/data/translate/en.txt"),
+        &root().join("tests/data/translate/fr.txt"),
+    )
+    .unwrap();
+    // The two input forms hold the same pairs.
+    let strip = |v: &[lmkit::eval::TranslationPair]| {
+        v.iter()
+            .map(|p| (p.source.clone(), p.target.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&jsonl), strip(&texts));
+    for (direction, pairs) in [("en-fr", jsonl.clone()), ("fr-en", reverse(jsonl.clone()))] {
+        let want = &r["translate"][direction];
+        let items = want["items"].as_array().unwrap();
+        for (p, w) in pairs[shots..].iter().zip(items) {
+            // The same prompt tokens; HF was fed the last n_positions + 1 - max_new.
+            let prompt = translate_prompt(&pairs[..shots], &p.source);
+            let (all, fed) = (
+                tok.encode_ordinary(prompt.as_bytes()),
+                ids(&w["prompt_ids"]),
+            );
+            assert_eq!(
+                all[all.len() - fed.len()..],
+                fed[..],
+                "{direction}: {prompt:?}"
+            );
+            let line = greedy_line(&mut engine, &tok, &prompt, max_new).unwrap();
+            assert_eq!(
+                line,
+                w["text"].as_str().unwrap().trim(),
+                "{direction}: {prompt:?}"
+            );
+        }
+        let (bleu, hyps) =
+            eval_translate(&mut engine, &tok, &pairs, shots, max_new, |_, _| {}).unwrap();
+        let want_hyps: Vec<&str> = want["hypotheses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap())
+            .collect();
+        assert_eq!(hyps, want_hyps, "{direction}");
+        assert!((bleu.score - want["bleu"].as_f64().unwrap()).abs() < 0.01);
+        assert_eq!(
+            bleu.stats.counts.to_vec(),
+            want["counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(bleu.stats.sys_len as u64, want["sys_len"].as_u64().unwrap());
+        assert_eq!(bleu.stats.ref_len as u64, want["ref_len"].as_u64().unwrap());
+        // The corpus BLEU of the hypotheses is the one reported.
+        let refs: Vec<Vec<&str>> = pairs[shots..]
+            .iter()
+            .map(|p| vec![p.target.as_str()])
+            .collect();
+        assert_eq!(corpus_bleu(&hyps, &refs), bleu);
+    }
+    // Every example pair held out: nothing left to translate.
+    assert!(eval_translate(&mut engine, &tok, &jsonl, jsonl.len(), 4, |_, _| {}).is_err());
+}
+
+#[test]
+fn qa_answers_and_scores_equal_hf_generate() {
+    let r = reference();
+    let (max_new, shots) = settings(&r);
+    let tok = BpeTokenizer::from_dir(case()).unwrap();
+    let mut engine = Gpt2Engine::load(case(), WeightDtype::F32).unwrap();
+    for (name, file) in [("coqa", "coqa_tiny.jsonl"), ("nq", "nq_tiny.jsonl")] {
+        let rows = read_qa(&root().join("tests/data/qa").join(file)).unwrap();
+        let items = qa_items(&rows, shots);
+        let want = r["qa"][name]["items"].as_array().unwrap();
+        assert_eq!(items.len(), want.len(), "{name}");
+        let (scores, answers) = eval_qa(&mut engine, &tok, &items, max_new, |_, _| {}).unwrap();
+        for ((it, a), w) in items.iter().zip(&answers).zip(want) {
+            let fed = ids(&w["prompt_ids"]);
+            let all = tok.encode_ordinary(it.prompt.as_bytes());
+            // HF was fed the prompt's last tokens (n_positions + 1 - max_new).
+            assert_eq!(
+                all[all.len() - fed.len()..],
+                fed[..],
+                "{name} line {}",
+                it.line
+            );
+            assert_eq!(
+                a.answer,
+                w["answer"].as_str().unwrap(),
+                "{name} line {}",
+                it.line
+            );
+        }
+        let want_answers: Vec<(&str, &[String])> = answers
+            .iter()
+            .zip(&items)
+            .map(|(a, it)| (a.answer.as_str(), it.golds.as_slice()))
+            .collect();
+        assert_eq!(scores, squad_scores(want_answers));
+    }
 }

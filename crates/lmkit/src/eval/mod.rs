@@ -1,14 +1,17 @@
-//! Evaluation: SQuAD EM/F1, ROUGE, BLEU, LAMBADA, CBT, classification accuracy/F1,
-//! and the readers of their data files.
+//! Evaluation: SQuAD EM/F1, ROUGE, BLEU, LAMBADA, CBT, zero-shot
+//! translation and QA, classification accuracy/F1, and the readers of their
+//! data files.
 
 pub mod bleu;
 pub mod cbt;
 pub mod classify;
 pub mod lambada;
+pub mod qa;
 pub mod rouge;
 pub mod run;
 pub mod squad;
 pub mod summarize;
+pub mod translate;
 
 pub use bleu::{corpus_bleu, tokenize_13a, Bleu, BleuStats};
 pub use cbt::{cbt_scores, read_cbt, CbtItem, CbtOutcome, CbtScores};
@@ -16,6 +19,10 @@ pub use classify::{accuracy, classify_scores, macro_f1, ClassifyScores};
 pub use lambada::{
     lambada_scores, read_lambada, split_last_word, LambadaItem, LambadaOutcome, LambadaScores,
 };
+pub use qa::{qa_items, read_qa, QaItem, QaRow};
 pub use rouge::{rouge, rouge_means, Rouge, RougeMeans, RougeScore};
 pub use squad::{exact_match, f1_score, normalize_answer, squad_scores, SquadScores};
 pub use summarize::{first_sentences, read_summarize, tldr_prompt, SummarizeItem};
+pub use translate::{
+    read_translation_jsonl, read_translation_texts, reverse, translate_prompt, TranslationPair,
+};

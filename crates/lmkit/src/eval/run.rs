@@ -1,5 +1,5 @@
 //! Running models on evaluation sets: BERT classification and SQuAD, GPT-2
-//! LAMBADA, CBT and TL;DR summarisation. The scoring itself is in the sibling
+//! LAMBADA, CBT, TL;DR summarisation, translation and question answering. The scoring itself is in the sibling
 //! modules; these functions produce the predictions.
 //!
 //! Shape legend: B batch, T sequence, V vocabulary, L labels.
@@ -17,12 +17,15 @@ use crate::models::bert::Answer;
 use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
 use crate::models::gpt2::{GenerationConfig, Gpt2Engine, KvCache, SamplingParams};
 
+use super::bleu::{corpus_bleu, Bleu};
 use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
 use super::classify::{classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};
+use super::qa::QaItem;
 use super::rouge::{rouge, rouge_means, Rouge, RougeMeans};
-use super::squad::{squad_scores, SquadScores};
+use super::squad::{exact_match, f1_score, max_over_gold, squad_scores, SquadScores};
 use super::summarize::{first_sentences, tldr_prompt, SummarizeItem};
+use super::translate::{translate_prompt, TranslationPair};
 
 /// Encodes classification examples as the fine-tuning loop does:
 /// `[CLS] text [SEP] (pair [SEP])`, truncated longest-first to `max_len`.
@@ -382,4 +385,90 @@ pub fn eval_summarize(
     }
     let scores: Vec<Rouge> = out.iter().map(|(_, r)| *r).collect();
     Ok((rouge_means(&scores), out))
+}
+
+/// Greedy decoding of `prompt` up to the first newline (or end of text, or
+/// `max_new_tokens`), trimmed: the answer format of the zero-shot
+/// translation and QA prompts. A prompt too long for the context loses its
+/// beginning (room is kept for the new tokens).
+pub fn greedy_line(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    prompt: &str,
+    max_new_tokens: usize,
+) -> Result<String> {
+    let ids = tok.encode_ordinary(prompt.as_bytes());
+    let cfg = GenerationConfig {
+        max_new_tokens,
+        sampling: SamplingParams::greedy(),
+        eos_token_id: tok.endoftext_id(),
+        truncate: true,
+        ..GenerationConfig::default()
+    };
+    let done = engine.complete(tok, &ids, &cfg, &["\n".to_string()], |_| {
+        ControlFlow::Continue(())
+    })?;
+    Ok(done.text.trim().to_string())
+}
+
+/// Zero-shot translations of `pairs[shots..]` with `pairs[..shots]` as the
+/// example pairs of every prompt ([`super::translate`]), and their corpus
+/// BLEU against the targets. Returns the BLEU and the hypotheses.
+pub fn eval_translate(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    pairs: &[TranslationPair],
+    shots: usize,
+    max_new_tokens: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(Bleu, Vec<String>)> {
+    if shots >= pairs.len() {
+        return Err(Error::InvalidInput(format!(
+            "`shots` = {shots} example pairs leave none of the {} pairs to translate",
+            pairs.len()
+        )));
+    }
+    let (examples, rest) = pairs.split_at(shots);
+    let mut hyps = Vec::with_capacity(rest.len());
+    for (k, p) in rest.iter().enumerate() {
+        let prompt = translate_prompt(examples, &p.source);
+        hyps.push(greedy_line(engine, tok, &prompt, max_new_tokens)?);
+        progress(k + 1, rest.len());
+    }
+    let refs: Vec<Vec<&str>> = rest.iter().map(|p| vec![p.target.as_str()]).collect();
+    Ok((corpus_bleu(&hyps, &refs), hyps))
+}
+
+/// One answered question: the answer and its best EM / F1 (0 or 1, 0..=1).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QaAnswer {
+    pub answer: String,
+    pub exact_match: f64,
+    pub f1: f64,
+}
+
+/// Zero-shot answers to every item ([`super::qa`]) and their SQuAD EM / F1.
+pub fn eval_qa(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    items: &[QaItem],
+    max_new_tokens: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<(SquadScores, Vec<QaAnswer>)> {
+    let mut out = Vec::with_capacity(items.len());
+    for (k, it) in items.iter().enumerate() {
+        let answer = greedy_line(engine, tok, &it.prompt, max_new_tokens)?;
+        out.push(QaAnswer {
+            exact_match: max_over_gold(exact_match, &answer, &it.golds),
+            f1: max_over_gold(f1_score, &answer, &it.golds),
+            answer,
+        });
+        progress(k + 1, items.len());
+    }
+    let scores = squad_scores(
+        out.iter()
+            .zip(items)
+            .map(|(a, it)| (a.answer.as_str(), it.golds.as_slice())),
+    );
+    Ok((scores, out))
 }
