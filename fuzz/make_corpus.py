@@ -73,6 +73,10 @@ def main():
         {"wte.weight": ([2, 3], [0.5, -1, 2, 0, 1e-3, 3]), "ln_f.bias": ([3], [0, 1, 2])},
         {"format": "pt"}))
 
+    # PyTorch checkpoints (torch.save zips, written by make_fixtures.py --only torch-bin).
+    for name in ["views.bin", "handmade.bin", "os_system.bin", "legacy.bin"]:
+        write("torch_bin", name.removesuffix(".bin"), (DATA / "torch-bin" / name).read_bytes())
+
     # Training state: trainer_state.json NUL optimizer.safetensors.
     state = {
         "format": 1, "step": 3, "data": {"epoch": 0, "cursor": 12},

@@ -1344,6 +1344,154 @@ def make_sacrebleu(root):
         json.dump(doc, f, indent=1, ensure_ascii=False)
         f.write("\n")
     log(f"   sacrebleu-bleu: {len(corpora)} corpora")
+def make_torch_bin(root):
+    """PyTorch-format checkpoints as users have them. transformers 5 no longer writes
+    pytorch_model.bin (save_pretrained has no safe_serialization switch), so these are
+    torch.save(model.state_dict(), "pytorch_model.bin") (torch's zip format, as every torch >= 1.6
+    writes it) next to config.json: gpt2-tiny-bin from gpt2-tiny (lm_head.weight and
+    transformer.wte.weight share one storage in the pickle) and bert-tiny-bin from bert-tiny-bare.
+    The same weights, so the same outputs as those cases' references; the script checks that
+    from_pretrained(dir) reads each back to the same tensors. Plus tests/data/torch-bin/: small
+    hand-made files for the reader's error paths (see its README)."""
+    for src, name, cls in [("gpt2-tiny", "gpt2-tiny-bin", GPT2LMHeadModel),
+                           ("bert-tiny-bare", "bert-tiny-bin", BertModel)]:
+        model = cls.from_pretrained(str(root / src), attn_implementation="eager")
+        case_dir = fresh_dir(root / name)
+        shutil.copy(root / src / "config.json", case_dir / "config.json")
+        torch.save(model.state_dict(), case_dir / "pytorch_model.bin")
+        again = cls.from_pretrained(str(case_dir), attn_implementation="eager")
+        a, b = model.state_dict(), again.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        log(f"   {name}: pytorch_model.bin of {src}'s {len(a)} tensors, reloaded equal")
+        if name == "gpt2-tiny-bin":
+            # The same state dict in two torch.save shards + pytorch_model.bin.index.json (the
+            # layout older transformers wrote for large models).
+            shard_dir = fresh_dir(root / "gpt2-tiny-bin-sharded")
+            shutil.copy(root / src / "config.json", shard_dir / "config.json")
+            keys = list(a)
+            halves = [keys[: len(keys) // 2], keys[len(keys) // 2:]]
+            weight_map = {}
+            for i, part in enumerate(halves):
+                fname = f"pytorch_model-{i + 1:05}-of-00002.bin"
+                torch.save({k: a[k] for k in part}, shard_dir / fname)
+                weight_map.update({k: fname for k in part})
+            total = sum(t.numel() * t.element_size() for t in a.values())
+            (shard_dir / "pytorch_model.bin.index.json").write_text(json.dumps(
+                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+            again = cls.from_pretrained(str(shard_dir), attn_implementation="eager").state_dict()
+            assert all(torch.equal(a[k], again[k]) for k in a), "gpt2-tiny-bin-sharded"
+            log("   gpt2-tiny-bin-sharded: two shards and an index, reloaded equal")
+    make_torch_bin_cases(ROOT / "tests" / "data" / "torch-bin")
+
+
+def _pickle_tensor_dict(items):
+    """Protocol-2 pickle bytes of {name: tensor} the way torch.save writes a state dict, from
+    hand-written opcodes so that a test can put any value in any field. items: (name, storage
+    class, storage key, storage numel, offset, size, stride) with ints or raw opcode bytes."""
+    import struct
+
+    def uni(s):
+        b = s.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+
+    def num(v):
+        if isinstance(v, bytes):
+            return v
+        if -(2**31) <= v < 2**31:
+            return b"J" + struct.pack("<i", v)
+        raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+        return b"\x8a" + bytes([len(raw)]) + raw
+
+    def tup(vals):
+        return b"(" + b"".join(num(v) for v in vals) + b"t"
+
+    out = b"\x80\x02" + b"ccollections\nOrderedDict\n)R("
+    for name, storage, key, numel, offset, size, stride in items:
+        out += uni(name) + b"ctorch._utils\n_rebuild_tensor_v2\n("
+        out += b"(" + uni("storage") + b"ctorch\n" + storage.encode() + b"\n" + uni(key)
+        out += uni("cpu") + num(numel) + b"tQ"
+        out += num(offset) + tup(size) + tup(stride) + b"\x89" + b"ccollections\nOrderedDict\n)R"
+        out += b"tR"
+    return out + b"u."
+
+
+def _torch_zip(path, pkl, storages, prefix="archive", byteorder=b"little"):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{prefix}/data.pkl", pkl)
+        z.writestr(f"{prefix}/byteorder", byteorder)
+        for key, data in storages.items():
+            z.writestr(f"{prefix}/data/{key}", data)
+        z.writestr(f"{prefix}/version", b"3\n")
+
+
+def make_torch_bin_cases(out):
+    """Small torch-format files for the reader's tests; README.md there says what each holds."""
+    import io
+
+    fresh_dir(out)
+    twelve = torch.arange(12, dtype=torch.float32)
+    # Views as torch.save writes them: an offset slice, a transposed (strided) view, bf16, a
+    # Parameter, all sharing or not sharing storages; the reader must give expected.safetensors.
+    views = {"offset": twelve[2:5], "transposed": twelve.view(3, 4).t(),
+             "bf16": torch.tensor([1.5, -2.0, 0.25], dtype=torch.bfloat16),
+             "param": torch.nn.Parameter(torch.tensor([[0.5, -1.0]], dtype=torch.float16)),
+             "int64": torch.tensor([3, -4], dtype=torch.int64),
+             "scalar": torch.tensor(7.0)}
+    torch.save(views, out / "views.bin")
+    save_file({k: v.detach().contiguous() for k, v in views.items()}, out / "views.safetensors")
+    # The pre-1.6 (non-zip) format: refused with a clear error.
+    torch.save({"w": torch.ones(2)}, out / "legacy.bin", _use_new_zipfile_serialization=False)
+    data = twelve.numpy().tobytes()
+    ok = ("w", "FloatStorage", "0", 12, 0, (3, 4), (4, 1))
+    # A hand-made file torch.load reads (so the hostile ones differ from it in one thing only).
+    _torch_zip(out / "handmade.bin", _pickle_tensor_dict([ok]), {"0": data})
+    got = torch.load(out / "handmade.bin", weights_only=True)
+    assert torch.equal(got["w"], twelve.view(3, 4)), got
+    hostile = {
+        # A global that is not tensor storage: never called, named in the error.
+        "os_system.bin": b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00idtR.",
+        "builtins_eval.bin": b"\x80\x02cbuiltins\neval\nX\x01\x00\x00\x001\x85R.",
+        # REDUCE on an allowed global that is not a function (a storage class).
+        "reduce_storage.bin": b"\x80\x02ctorch\nFloatStorage\n)R.",
+        # A size far beyond the storage; a huge size whose product overflows; an offset past
+        # the end; a negative stride; a storage whose entry is shorter than its declared numel.
+        "huge_size.bin": _pickle_tensor_dict([("w", "FloatStorage", "0", 12, 0, (1 << 40,), (1,))]),
+        "overflow_size.bin": _pickle_tensor_dict(
+            [("w", "FloatStorage", "0", 12, 0, (1 << 62, 1 << 62), (1, 1))]),
+        "offset_out_of_range.bin": _pickle_tensor_dict(
+            [("w", "FloatStorage", "0", 12, 11, (2,), (1,))]),
+        "negative_stride.bin": _pickle_tensor_dict(
+            [("w", "FloatStorage", "0", 12, 11, (2,), (-1,))]),
+        "short_storage.bin": _pickle_tensor_dict([("w", "FloatStorage", "0", 1 << 30, 0, (4,), (1,))]),
+        "missing_storage.bin": _pickle_tensor_dict([("w", "FloatStorage", "7", 12, 0, (4,), (1,))]),
+    }
+    for name, pkl in hostile.items():
+        _torch_zip(out / name, pkl, {"0": data})
+        try:
+            torch.load(out / name, weights_only=True)
+            loaded = True
+        except Exception:
+            loaded = False
+        # os.system etc. are refused by torch's weights_only unpickler too; the size cases
+        # fail in torch as well (they are not files torch would write).
+        assert not loaded or name in ("negative_stride.bin",), name
+    _torch_zip(out / "big_endian.bin", _pickle_tensor_dict([ok]), {"0": data}, byteorder=b"big")
+    (out / "README.md").write_text(
+        "# torch-format (pytorch_model.bin) files for the reader's tests\n\n"
+        "Written by `scripts/make_fixtures.py --only torch-bin` (`make_torch_bin_cases`).\n\n"
+        "- `views.bin`: `torch.save` of views (an offset slice, a transposed view, bf16, an f16\n"
+        "  Parameter, int64, a 0-d tensor); `views.safetensors` holds the same tensors contiguous.\n"
+        "- `legacy.bin`: the pre-1.6 non-zip format (`_use_new_zipfile_serialization=False`).\n"
+        "- `handmade.bin`: a hand-written pickle torch.load reads: `w` = arange(12) as [3, 4].\n"
+        "- hostile, each differing from handmade.bin in one thing: `os_system.bin`,\n"
+        "  `builtins_eval.bin` (forbidden globals), `reduce_storage.bin` (REDUCE on a storage\n"
+        "  class), `huge_size.bin` (size 2^40), `overflow_size.bin` (a size product overflowing\n"
+        "  64 bits), `offset_out_of_range.bin`, `negative_stride.bin`, `short_storage.bin`\n"
+        "  (declared numel 2^30, 48 bytes stored), `missing_storage.bin` (no data/7 entry),\n"
+        "  `big_endian.bin` (byteorder `big`).\n")
+    log(f"   torch-bin: {len(list(out.iterdir()))} files in {out}")
 
 
 def generate(items):
@@ -1416,7 +1564,7 @@ def main():
         return
     FIXTURES.mkdir(parents=True, exist_ok=True)
     only = set(args.only or [])
-    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu"}
+    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu", "torch-bin"}
     if unknown:
         raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
     for names, make in MAKERS:
@@ -1425,6 +1573,9 @@ def main():
     if not only or "gpt2-tiny-sharded" in only:
         log("== gpt2-tiny-sharded")
         make_sharded(FIXTURES)
+    if not only or "torch-bin" in only:
+        log("== torch-bin (gpt2-tiny-bin, bert-tiny-bin, tests/data/torch-bin)")
+        make_torch_bin(FIXTURES)
     if not only or "minilm-embeddings" in only:
         log("== minilm-embeddings")
         make_minilm(FIXTURES)

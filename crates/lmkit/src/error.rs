@@ -60,6 +60,10 @@ pub enum Error {
     /// A malformed safetensors file (bad header, truncated data, bad offsets).
     #[error("{}: invalid safetensors file: {msg}", path.display())]
     Safetensors { path: PathBuf, msg: String },
+    /// A PyTorch checkpoint (`pytorch_model.bin`) that is malformed, hostile
+    /// (a pickle naming a global other than tensor storage) or unsupported.
+    #[error("{}: cannot read PyTorch checkpoint: {msg}", path.display())]
+    TorchBin { path: PathBuf, msg: String },
     /// A model name that is neither a directory nor in the local HF hub cache.
     #[error("model `{name}` not found; looked in: {}{}", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "), HUB_HINT)]
     ModelNotFound {

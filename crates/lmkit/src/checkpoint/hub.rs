@@ -80,10 +80,18 @@ mod download {
     use hf_hub::api::sync::ApiBuilder;
     use hf_hub::Cache;
 
-    /// Files fetched when the repository has them; the first two are required.
+    /// The weights, in order of preference (the first the repository has is
+    /// fetched; an index brings the shards it names).
+    const WEIGHTS: &[&str] = &[
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ];
+
+    /// Files fetched when the repository has them; config.json is required.
     const FILES: &[&str] = &[
         "config.json",
-        "model.safetensors",
         "generation_config.json",
         "tokenizer.json",
         "tokenizer_config.json",
@@ -116,14 +124,14 @@ mod download {
         let repo = api.model(name.to_string());
         let info = repo.info().map_err(|e| e.to_string())?;
         let present = |f: &str| info.siblings.iter().any(|s| s.rfilename == f);
-        let sharded = !present("model.safetensors") && present("model.safetensors.index.json");
-        for required in ["config.json", "model.safetensors"] {
-            if !present(required) && !(sharded && required == "model.safetensors") {
-                return Err(format!("the repository has no {required}"));
-            }
+        if !present("config.json") {
+            return Err("the repository has no config.json".into());
         }
+        let weights = WEIGHTS.iter().copied().find(|f| present(f)).ok_or(
+            "the repository has no model.safetensors, pytorch_model.bin or shard index of either",
+        )?;
         let mut snapshot = None;
-        for file in FILES.iter().filter(|f| present(f)) {
+        for file in FILES.iter().chain([&weights]).filter(|f| present(f)) {
             let path = repo.get(file).map_err(|e| format!("{file}: {e}"))?;
             if *file == "config.json" {
                 // The snapshot folder (nested files such as 1_Pooling/config.json
@@ -131,11 +139,9 @@ mod download {
                 snapshot = path.parent().map(Path::to_path_buf);
             }
         }
-        if sharded {
+        if weights.ends_with(".index.json") {
             // The index, then every shard it names.
-            let index = repo
-                .get("model.safetensors.index.json")
-                .map_err(|e| format!("model.safetensors.index.json: {e}"))?;
+            let index = repo.get(weights).map_err(|e| format!("{weights}: {e}"))?;
             let text = std::fs::read_to_string(&index).map_err(|e| e.to_string())?;
             let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
             let mut shards: Vec<&str> = json["weight_map"]

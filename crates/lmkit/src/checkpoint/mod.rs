@@ -4,10 +4,13 @@
 //!
 //! Key names go through the single table in [`crate::spec::names`].
 //! Training checkpoints (optimizer moments, trainer state) are in [`state`].
+//! PyTorch's `pytorch_model.bin` is read too (never written), through a
+//! restricted unpickler ([`torch_bin`]).
 
 mod hub;
 mod safetensors;
 pub mod state;
+pub mod torch_bin;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,6 +29,10 @@ pub const WEIGHTS_FILE: &str = "model.safetensors";
 /// The index of a sharded checkpoint (HF's name), read when
 /// [`WEIGHTS_FILE`] is absent.
 pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
+/// PyTorch weights (`torch.save` of the state dict), read when a folder has
+/// no safetensors; and their shard index.
+pub const TORCH_WEIGHTS_FILE: &str = "pytorch_model.bin";
+pub const TORCH_WEIGHTS_INDEX_FILE: &str = "pytorch_model.bin.index.json";
 
 /// How strict [`load_params`] is about head tensors (pooler, MLM, NSP,
 /// classifier, QA — see `names::is_head`). Everything else is always strict.
@@ -311,9 +318,10 @@ pub fn read_config(dir: impl AsRef<Path>, needs: Option<(Family, &str)>) -> Resu
     Ok(config)
 }
 
-/// Opens `dir/config.json` and `dir/model.safetensors` (or the shards of
-/// `dir/model.safetensors.index.json`), with a clear error for directories
-/// holding only PyTorch weights.
+/// Opens `dir/config.json` and the weights, the first present of
+/// `model.safetensors`, `model.safetensors.index.json` (shards),
+/// `pytorch_model.bin`, `pytorch_model.bin.index.json` (PyTorch shards;
+/// PyTorch weights are copied into memory, safetensors are memory-mapped).
 pub fn open_model_dir(dir: impl AsRef<Path>) -> Result<(AnyConfig, SafeTensors)> {
     open_model_dir_for(dir, None)
 }
@@ -327,22 +335,24 @@ pub fn open_model_dir_for(
     let dir = dir.as_ref();
     let config = read_config(dir, needs)?;
     let weights = dir.join(WEIGHTS_FILE);
-    let index = dir.join(WEIGHTS_INDEX_FILE);
-    if !weights.exists() && index.exists() {
-        return Ok((config, SafeTensors::open_sharded(index)?));
-    }
-    if !weights.exists() {
-        let why = if dir.join("pytorch_model.bin").exists() {
-            "only pytorch_model.bin is present; convert it to safetensors"
-        } else {
-            "no model.safetensors"
-        };
+    let file = if weights.exists() {
+        SafeTensors::open(weights)?
+    } else if dir.join(WEIGHTS_INDEX_FILE).exists() {
+        SafeTensors::open_sharded(dir.join(WEIGHTS_INDEX_FILE))?
+    } else if dir.join(TORCH_WEIGHTS_FILE).exists() {
+        torch_bin::open(&dir.join(TORCH_WEIGHTS_FILE))?
+    } else if dir.join(TORCH_WEIGHTS_INDEX_FILE).exists() {
+        torch_bin::open_sharded(&dir.join(TORCH_WEIGHTS_INDEX_FILE))?
+    } else {
         return Err(Error::io(
             &weights,
-            std::io::Error::new(std::io::ErrorKind::NotFound, why),
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no model.safetensors, model.safetensors.index.json or pytorch_model.bin",
+            ),
         ));
-    }
-    Ok((config, SafeTensors::open(weights)?))
+    };
+    Ok((config, file))
 }
 
 /// Resolves `name_or_path` ([`resolve_model_dir`]), reads its config, builds

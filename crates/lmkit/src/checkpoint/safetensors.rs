@@ -115,49 +115,8 @@ impl SafeTensors {
             path: index_path.to_path_buf(),
             msg,
         };
-        let file = File::open(index_path).map_err(|e| Error::io(index_path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(index_path, e))?.len();
-        if len > MAX_INDEX {
-            return Err(bad(format!(
-                "shard index of {len} bytes is larger than the limit of {MAX_INDEX}"
-            )));
-        }
-        let mut text = String::new();
-        (&file)
-            .take(MAX_INDEX)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::io(index_path, e))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-        let map = json
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
-        if map.is_empty() {
-            return Err(bad("the weight_map is empty".into()));
-        }
+        let (files, index) = read_weight_map(index_path)?;
         let dir = index_path.parent().unwrap_or(Path::new("."));
-        let mut files: Vec<String> = Vec::new();
-        let mut index = HashMap::with_capacity(map.len());
-        for (key, f) in map {
-            let f = f
-                .as_str()
-                .ok_or_else(|| bad(format!("tensor `{key}`: the shard is not a file name")))?;
-            let plain = Path::new(f).file_name().and_then(|n| n.to_str()) == Some(f);
-            if !plain || f.starts_with('.') {
-                return Err(bad(format!(
-                    "tensor `{key}`: shard {f:?} is not a file name in the index's folder"
-                )));
-            }
-            let at = match files.iter().position(|x| x == f) {
-                Some(i) => i,
-                None => {
-                    files.push(f.to_string());
-                    files.len() - 1
-                }
-            };
-            index.insert(key.clone(), at);
-        }
         let shards = files
             .iter()
             .map(|f| Shard::open(&dir.join(f)))
@@ -185,6 +144,14 @@ impl SafeTensors {
             index,
             names,
         })
+    }
+
+    /// Whether the tensors are read from file maps (so their pages may be
+    /// dropped and re-read), not from memory the process owns.
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|s| matches!(s.bytes, Bytes::Mapped(..)))
     }
 
     /// The file opened: the weights file, or the shard index.
@@ -411,6 +378,60 @@ impl Shard {
         // read_metadata checked that offsets tile the data section exactly.
         Ok(&all[self.data_start + s..self.data_start + e])
     }
+}
+
+/// Reads a shard index (`{"metadata": …, "weight_map": {tensor: file}}`,
+/// HF's `model.safetensors.index.json` or `pytorch_model.bin.index.json`):
+/// the shard file names (plain names in the index's folder, first-use
+/// order) and each tensor's shard.
+pub(crate) fn read_weight_map(index_path: &Path) -> Result<(Vec<String>, HashMap<String, usize>)> {
+    let bad = |msg: String| Error::Safetensors {
+        path: index_path.to_path_buf(),
+        msg,
+    };
+    let file = File::open(index_path).map_err(|e| Error::io(index_path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(index_path, e))?.len();
+    if len > MAX_INDEX {
+        return Err(bad(format!(
+            "shard index of {len} bytes is larger than the limit of {MAX_INDEX}"
+        )));
+    }
+    let mut text = String::new();
+    (&file)
+        .take(MAX_INDEX)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::io(index_path, e))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
+    if map.is_empty() {
+        return Err(bad("the weight_map is empty".into()));
+    }
+    let mut files: Vec<String> = Vec::new();
+    let mut index = HashMap::with_capacity(map.len());
+    for (key, f) in map {
+        let f = f
+            .as_str()
+            .ok_or_else(|| bad(format!("tensor `{key}`: the shard is not a file name")))?;
+        let plain = Path::new(f).file_name().and_then(|n| n.to_str()) == Some(f);
+        if !plain || f.starts_with('.') {
+            return Err(bad(format!(
+                "tensor `{key}`: shard {f:?} is not a file name in the index's folder"
+            )));
+        }
+        let at = match files.iter().position(|x| x == f) {
+            Some(i) => i,
+            None => {
+                files.push(f.to_string());
+                files.len() - 1
+            }
+        };
+        index.insert(key.clone(), at);
+    }
+    Ok((files, index))
 }
 
 /// Checks a file's header size `n` (its first 8 bytes) against

@@ -140,13 +140,19 @@ impl Source for FileSource {
             // Borrowed = straight from the read-only file map: pages may be
             // dropped. Checked finite band by band, each band released after
             // its check so the scan does not make the whole tensor resident.
-            Cow::Borrowed(s) => {
+            Cow::Borrowed(s) if self.file.is_mapped() => {
                 for band in s.chunks(1 << 20) {
                     self.file.check_finite(key, band)?;
                     release_mapped(band);
                 }
                 f(s, &release_mapped);
                 self.converted.borrow_mut().push(name.to_string());
+            }
+            // Borrowed from memory the process owns (a converted
+            // pytorch_model.bin): dropping its pages would zero them.
+            Cow::Borrowed(s) => {
+                self.file.check_finite(key, s)?;
+                f(s, &|_| {});
             }
             Cow::Owned(v) => f(&v, &|_| {}),
         }
