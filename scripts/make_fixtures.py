@@ -52,6 +52,8 @@ from transformers import (  # noqa: E402
     BertTokenizerFast,
     GenerationConfig,
     GPT2Config,
+    GPT2DoubleHeadsModel,
+    GPT2ForSequenceClassification,
     GPT2LMHeadModel,
     GPT2Model,
     GPT2TokenizerFast,
@@ -978,6 +980,162 @@ def make_gpt2_zeroshot(root):
         "up to the first newline (HF generate, do_sample=False)",
     }
     return [(case_dir, model, header)]
+# GPT-2 task heads: untied LM head, sequence classification (+ auxiliary LM loss), multiple
+# choice (GPT2DoubleHeadsModel). GPT-1 section 3.2: L3 = L2 + lm_coef * L1.
+
+GPT2_LM_COEF = 0.5
+# Right-padded with 127 (eos as pad, as HF users do); row 1 has 127 inside (a delimiter between
+# a text pair), so "the rightmost token != pad" is not "the first pad - 1".
+GPT2_CLS_ROWS = [
+    [5, 17, 99, 3, 64, 64, 120, 8, 0, 45, 77, 126],
+    [31, 2, 90, 127, 58, 11, 73],
+    [100, 6, 39, 88],
+]
+GPT2_CLS_LABELS = [2, 0, 1]
+
+
+def right_pad(rows, pad):
+    T = max(len(r) for r in rows)
+    ids = torch.full((len(rows), T), pad)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def lm_loss_of(logits, ids, mask):
+    """HF's shifted LM loss: logits[.., t] vs ids[.., t+1], padding (mask 0) ignored."""
+    labels = ids.masked_fill(mask == 0, -100)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits[..., :-1, :].reshape(-1, v), labels[..., 1:].reshape(-1),
+                           ignore_index=-100), labels
+
+
+def grads_only(ref):
+    """Drops the adamw.* tensors train_step recorded (the head cases check gradients; the AdamW
+    step itself is checked by gpt2-tiny), halving the fixture."""
+    for k in [k for k in ref.tensors if k.startswith("adamw.")]:
+        del ref.tensors[k]
+        del ref.tensor_meta[k]
+    ref.info.pop("adamw", None)
+    return ref
+
+
+def compute_gpt2_untied(model, case_dir):
+    model.eval()
+    ref = Ref()
+    assert model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr()
+    ids = torch.tensor(GPT2_INPUT_IDS)
+    labels = ids.clone()
+    for r, c in GPT2_IGNORED:
+        labels[r, c] = -100
+    ref.add("input_ids", ids, "[B=2, T=12] token ids (gpt2-tiny's)")
+    ref.add("labels", labels, "[2, 12] as gpt2-tiny's labels; unshifted")
+    out = model(ids, labels=labels)
+    ref.add("logits", out.logits, "[2, 12, 128] lm_head logits (h . lm_head.weight^T, untied)")
+    ref.scalar("loss", out.loss, "mean shifted cross-entropy over targets != -100")
+    train_step(model, out.loss, ref, gpt2_decays, DECAY_RULES["gpt2"])
+    return grads_only(ref)
+
+
+def compute_gpt2_classify(model, case_dir):
+    model.eval()
+    ref = Ref()
+    cfg = model.config
+    ids, mask = right_pad(GPT2_CLS_ROWS, cfg.pad_token_id)
+    labels = torch.tensor(GPT2_CLS_LABELS)
+    ref.add("input_ids", ids, f"[3, 12] {len(GPT2_CLS_ROWS)} rows (lengths 12, 7, 4) right-padded "
+            "with pad_token_id 127; row 1 has 127 at position 3 (a pair delimiter)")
+    ref.add("attention_mask", mask, "[3, 12] 1 = real token, 0 = right padding")
+    ref.add("labels", labels, "[3] class ids")
+    out = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+    last = (torch.arange(ids.shape[1]) * (ids != cfg.pad_token_id).int()).argmax(-1)
+    ref.add("last_non_pad", last, "[3] HF's pooled position: argmax(arange(T) * (ids != pad)) = "
+            "the rightmost token != pad_token_id (0 if none)")
+    ref.add("logits", out.logits, "[3, 3] score(h[last_non_pad]) (score has no bias)")
+    assert torch.allclose(F.cross_entropy(out.logits, labels), out.loss, atol=1e-6)
+    ref.scalar("cls_loss", out.loss, "mean CE of logits vs labels (HF's loss)")
+    h = out.hidden_states[-1]
+    lm_logits = h @ model.transformer.wte.weight.T
+    lm_loss, lm_labels = lm_loss_of(lm_logits, ids, mask)
+    ref.add("lm_labels", lm_labels, "[3, 12] input_ids with -100 at padding; unshifted")
+    ref.scalar("lm_loss", lm_loss, "the auxiliary LM loss on the same inputs: tied head "
+               "(h . wte^T), shifted CE over real next tokens (lm_labels != -100)")
+    loss = out.loss + GPT2_LM_COEF * lm_loss
+    ref.scalar("lm_coef", GPT2_LM_COEF, "lambda of GPT-1's L3 = L2 + lambda * L1")
+    ref.scalar("loss", loss, "cls_loss + lm_coef * lm_loss; the grad.* tensors are its gradient")
+    train_step(model, loss, ref, gpt2_decays, DECAY_RULES["gpt2"])
+    return grads_only(ref)
+
+
+# Two examples of three choices each, every choice one sequence (context, delimiter 127,
+# ending), right-padded with 127; mc_token_ids = the last real token of each choice.
+GPT2_MC_ROWS = [
+    [[5, 17, 99, 127, 3, 64], [5, 17, 99, 127, 120, 8, 0, 45], [5, 17, 99, 127, 77]],
+    [[31, 2, 90, 58, 127, 11], [31, 2, 90, 58, 127, 73, 100, 6, 39], [31, 2, 90, 58, 127, 88, 1]],
+]
+GPT2_MC_LABELS = [1, 2]
+
+
+def compute_gpt2_mc(model, case_dir):
+    model.eval()
+    ref = Ref()
+    pad = model.config.pad_token_id
+    flat = [r for ex in GPT2_MC_ROWS for r in ex]
+    ids, mask = right_pad(flat, pad)
+    B, K, T = len(GPT2_MC_ROWS), len(GPT2_MC_ROWS[0]), ids.shape[1]
+    ids, mask = ids.view(B, K, T), mask.view(B, K, T)
+    mc_ids = torch.tensor([[len(r) - 1 for r in ex] for ex in GPT2_MC_ROWS])
+    mc_labels = torch.tensor(GPT2_MC_LABELS)
+    lm_labels = ids.masked_fill(mask == 0, -100)
+    ref.add("input_ids", ids, "[B=2, K=3, T=9] choices right-padded with 127; 127 inside a "
+            "choice is the delimiter between context and ending")
+    ref.add("attention_mask", mask, "[2, 3, 9] 1 = real token")
+    ref.add("mc_token_ids", mc_ids, "[2, 3] position of each choice's last real token")
+    ref.add("mc_labels", mc_labels, "[2] the right choice")
+    ref.add("lm_labels", lm_labels, "[2, 3, 9] input_ids with -100 at padding; unshifted")
+    out = model(ids, attention_mask=mask, mc_token_ids=mc_ids, labels=lm_labels,
+                mc_labels=mc_labels)
+    ref.add("logits", out.logits, "[2, 3, 9, 128] LM logits (tied head)")
+    ref.add("mc_logits", out.mc_logits, "[2, 3] multiple_choice_head.summary(h[mc_token_ids])")
+    ref.scalar("mc_loss", out.mc_loss, "mean CE of mc_logits vs mc_labels")
+    ref.scalar("lm_loss", out.loss, "HF's shifted LM loss over lm_labels != -100 (all choices)")
+    loss = out.mc_loss + GPT2_LM_COEF * out.loss
+    ref.scalar("lm_coef", GPT2_LM_COEF, "lambda of GPT-1's L3 = L2 + lambda * L1")
+    ref.scalar("loss", loss, "mc_loss + lm_coef * lm_loss; the grad.* tensors are its gradient")
+    train_step(model, loss, ref, gpt2_decays, DECAY_RULES["gpt2"])
+    return grads_only(ref)
+
+
+def make_gpt2_heads(root):
+    out = []
+    for name, cls, seed, extra in [
+        ("gpt2-tiny-untied", GPT2LMHeadModel, 1101, {"tie_word_embeddings": False}),
+        ("gpt2-tiny-classify", GPT2ForSequenceClassification, 1201,
+         {"num_labels": 3, "id2label": {0: "neg", 1: "neu", 2: "pos"},
+          "label2id": {"neg": 0, "neu": 1, "pos": 2}, "pad_token_id": GPT2_EOS}),
+        ("gpt2-tiny-mc", GPT2DoubleHeadsModel, 1301,
+         {"pad_token_id": GPT2_EOS, "summary_first_dropout": 0.0}),
+    ]:
+        case_dir = fresh_dir(root / name)
+        cfg = gpt2_tiny_config()
+        for k, v in extra.items():
+            setattr(cfg, k, v)
+        torch.manual_seed(0)
+        model = cls(cfg)
+        custom_init(model, seed=seed)
+        model.save_pretrained(case_dir)
+        # References from the saved checkpoint, reloaded: the in-memory multiple-choice head's
+        # [N, 32] x [32, 1] product differs from the reloaded one's by 1 ulp (same weights,
+        # another buffer alignment), and the checkpoint is what the Rust tests read.
+        model = cls.from_pretrained(str(case_dir), attn_implementation="eager")
+        out.append((case_dir, model, {
+            "case": name, "model_class": cls.__name__, "attn_implementation": "eager",
+            "init": {**INIT, "seed": seed}, "config_changes": {k: str(v) for k, v in extra.items()},
+            "conv1d": "c_attn/c_proj/c_fc weights are stored [in, out] (y = x W + b)",
+        }))
+    return out
 
 
 CASES = {}
@@ -989,6 +1147,9 @@ def case(name, cls, compute):
 
 case("gpt2-tiny", GPT2LMHeadModel, compute_gpt2_tiny)
 case("gpt2-tiny-bare", GPT2Model, compute_gpt2_bare)
+case("gpt2-tiny-untied", GPT2LMHeadModel, compute_gpt2_untied)
+case("gpt2-tiny-classify", GPT2ForSequenceClassification, compute_gpt2_classify)
+case("gpt2-tiny-mc", GPT2DoubleHeadsModel, compute_gpt2_mc)
 case("bert-tiny-pretraining", BertForPreTraining, compute_bert_pretraining)
 case("bert-tiny-bare", BertModel, compute_bert_bare)
 case("bert-tiny-classify", BertForSequenceClassification, compute_bert_classify)
@@ -1248,6 +1409,7 @@ case("bert-base-random", BertModel, compute_bert_big)
 MAKERS = [
     (["gpt2-zeroshot"], make_gpt2_zeroshot),
     (["gpt2-tiny", "gpt2-tiny-bare"], make_gpt2_tiny),
+    (["gpt2-tiny-untied", "gpt2-tiny-classify", "gpt2-tiny-mc"], make_gpt2_heads),
     (["bert-tiny-pretraining", "bert-tiny-bare"], make_bert_pretraining),
     (["bert-tiny-classify"], lambda root: [make_bert(
         root, "bert-tiny-classify", BertForSequenceClassification, 3000,

@@ -177,7 +177,8 @@ fn wrong_architecture_and_labels_are_clear_errors() {
         epochs: 1,
         ..FinetuneOptions::default()
     };
-    let err = finetune_classify(
+    // classify takes both families (GPT-2 in gpt2_heads.rs); qa is BERT's.
+    let err = finetune_qa(
         &fixture("gpt2-tiny"),
         &train,
         None,
@@ -188,7 +189,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("`task` classify needs a BERT checkpoint") && err.contains("GPT-2"),
+        err.contains("`task` qa needs a BERT checkpoint") && err.contains("GPT-2"),
         "{err}"
     );
     let err = finetune_lm(

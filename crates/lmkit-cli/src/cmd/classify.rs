@@ -7,16 +7,21 @@
 //! cuts long lines instead). JSONL input (a `.jsonl` file, or `--jsonl`)
 //! gives `{"text", "text_pair"?}` rows: a row with `text_pair` is classified
 //! as the pair, as HF's pipeline does for `{"text", "text_pair"}`.
+//! The model is a `BertForSequenceClassification` or a
+//! `GPT2ForSequenceClassification` (the family is read from config.json;
+//! GPT-2 joins a pair as `text <|endoftext|> pair`, as `finetune` trains it).
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use lmkit::spec::ModelConfig;
 use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model with a sequence-classification head (`classifier.*`): a folder or a hub name.
+    /// Model with a sequence-classification head (BERT `classifier.*`, GPT-2
+    /// `score.*`): a folder or a hub name.
     #[arg(long)]
     pub model: String,
     /// One text per line, or JSONL rows `{"text", "text_pair"?}` (a `.jsonl`
@@ -35,7 +40,7 @@ pub struct Args {
     /// Sequences per forward pass.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Weight format: f32, or bf16 matmuls (faster, ~1e-2 less exact); int8 is GPT-2 only.
+    /// Weight format: f32, or bf16 matmuls for BERT (faster, ~1e-2 less exact).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
 }
@@ -57,8 +62,50 @@ fn read_rows(input: Option<&std::path::Path>) -> Result<Vec<(String, Option<Stri
     Ok(out)
 }
 
+/// A BERT or GPT-2 sequence classifier.
+enum Classifier {
+    Bert(Box<lmkit::models::bert::BertPipeline>),
+    Gpt2(Box<lmkit::models::gpt2::Gpt2Classifier>),
+}
+
+type Ranked = Vec<Vec<lmkit::models::bert::LabelScore>>;
+
+impl Classifier {
+    fn load(model: &str, dtype: &str) -> Result<Self> {
+        let dir = lmkit::checkpoint::resolve_model_dir(model)?;
+        match lmkit::checkpoint::read_config(&dir, None)?.family() {
+            lmkit::spec::Family::Bert => {
+                let p = super::embed::load("classify", model, dtype)?;
+                Ok(Classifier::Bert(Box::new(p)))
+            }
+            lmkit::spec::Family::Gpt2 => {
+                if dtype != "f32" {
+                    bail!("--dtype {dtype}: GPT-2 classifiers run f32");
+                }
+                let c = lmkit::models::gpt2::Gpt2Classifier::from_dir(&dir)
+                    .with_context(|| format!("loading model {}", dir.display()))?;
+                Ok(Classifier::Gpt2(Box::new(c)))
+            }
+        }
+    }
+
+    fn classify(&mut self, texts: &[&str], bs: usize, truncate: bool) -> Result<Ranked> {
+        Ok(match self {
+            Classifier::Bert(p) => p.classify(texts, bs, truncate)?,
+            Classifier::Gpt2(c) => c.classify(texts, bs, truncate)?,
+        })
+    }
+
+    fn classify_pairs(&mut self, ab: &[(&str, &str)], bs: usize, truncate: bool) -> Result<Ranked> {
+        Ok(match self {
+            Classifier::Bert(p) => p.classify_pairs(ab, bs, truncate)?,
+            Classifier::Gpt2(c) => c.classify_pairs(ab, bs, truncate)?,
+        })
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
-    let p = super::embed::load("classify", &args.model, &args.dtype)?;
+    let mut p = Classifier::load(&args.model, &args.dtype)?;
     let jsonl = super::jsonl_input(args.jsonl, args.input.as_deref());
     let rows: Vec<(String, Option<String>)> = if jsonl {
         read_rows(args.input.as_deref())?

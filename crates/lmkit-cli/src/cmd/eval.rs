@@ -7,7 +7,7 @@
 //! - `summarize` (GPT-2, JSONL `{"article", "summary"}`): zero-shot
 //!   "TL;DR:" summaries (top-k 2 sampling as in the GPT-2 paper, or
 //!   `--greedy`), first 3 sentences, ROUGE-1/2/L F1 (×100).
-//! - `classify` (BertForSequenceClassification, JSONL `{"text", "text_pair"?,
+//! - `classify` (BertForSequenceClassification or GPT2ForSequenceClassification, JSONL `{"text", "text_pair"?,
 //!   "label"}`): accuracy and macro-F1; labels must be the model's.
 //! - `squad` (BertForQuestionAnswering, SQuAD v1.1 JSON): exact match and F1
 //!   with the official answer normalisation.
@@ -140,7 +140,8 @@ fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
         _ => (false, "a GPT-2 model"),
     };
     let is_bert = matches!(cfg, AnyConfig::Bert(_));
-    if is_bert != want_bert {
+    // classify also runs GPT2ForSequenceClassification.
+    if is_bert != want_bert && task != EvalTask::Classify {
         bail!(
             "--task {task:?} needs {what}, but {} is {} ({})",
             dir.display(),
@@ -323,6 +324,39 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             (
                 json!({"task": "summarize", "rouge1": m.rouge1, "rouge2": m.rouge2, "rougeL": m.rouge_l,
                        "count": m.count, "decoding": if a.greedy { "greedy".to_string() } else { format!("top-k {}", opts.top_k) }}),
+                preds,
+            )
+        }
+        EvalTask::Classify
+            if matches!(
+                AnyConfig::from_file(dir.join("config.json"))?,
+                AnyConfig::Gpt2(_)
+            ) =>
+        {
+            let mut c = lmkit::models::gpt2::Gpt2Classifier::from_dir(&dir)?;
+            let mut data = read_classify_jsonl(&a.data)?;
+            data.examples = keep_items(limit(data.examples, a.limit), keep, |e| {
+                std::iter::once(e.text.as_str())
+                    .chain(e.text_pair.as_deref())
+                    .collect()
+            });
+            let labels = LabelMap::from_names(c.model.config.id2label.clone())?;
+            let gold = labels.ids(&data)?;
+            let max_len = a.max_seq_len.unwrap_or(128).min(c.model.config.n_positions);
+            let eos = c
+                .tokenizer
+                .endoftext_id()
+                .context("the tokenizer has no <|endoftext|> token")?;
+            let rows = lmkit::eval::run::encode_gpt2_classify(&c.tokenizer, &data, max_len, eos);
+            let r = lmkit::eval::run::eval_gpt2_classify(&mut c.model, &rows, &gold, a.batch_size)?;
+            let preds = data
+                .examples
+                .iter()
+                .zip(&r.predictions)
+                .map(|(e, &p)| json!({"line": e.line, "label": labels.name(p)}))
+                .collect();
+            (
+                json!({"task": "classify", "accuracy": r.scores.accuracy, "f1": r.scores.f1, "loss": r.loss, "count": r.scores.count}),
                 preds,
             )
         }

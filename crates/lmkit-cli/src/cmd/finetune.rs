@@ -1,6 +1,7 @@
-//! `lmkit finetune`: fine-tune a BERT checkpoint for sequence
+//! `lmkit finetune`: fine-tune a BERT or GPT-2 checkpoint for sequence
 //! classification (`--task classify`, JSONL `{"text", "text_pair"?,
-//! "label"}`) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
+//! "label"}`; GPT-2 joins a pair with `<|endoftext|>` and adds `--lm-coef`
+//! times the LM loss), a BERT checkpoint for SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
 //! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
 //! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
 //! and transformers) and `metrics.jsonl` (train rows every step, eval rows
@@ -22,7 +23,7 @@ pub struct Args {
     #[arg(long)]
     pub task: FinetuneTask,
     /// Starting checkpoint (HF layout): any BERT for classify/qa (a bare
-    /// BertModel gets new heads), a GPT-2 for lm.
+    /// BertModel gets new heads), a GPT-2 for classify/lm.
     #[arg(long)]
     pub model: String,
     /// Training data: JSONL (classify), SQuAD v1.1 JSON (qa), text or JSONL `text` (lm).
@@ -79,6 +80,10 @@ pub struct Args {
     /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
     #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
     pub max_shard_size: Option<u64>,
+    /// classify on GPT-2: weight λ of the LM loss on the same inputs (GPT-1's
+    /// L2 + λ·L1); 0 = off.
+    #[arg(long, default_value_t = 0.5)]
+    pub lm_coef: f32,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -102,6 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         max_steps: a.max_steps,
         overwrite: a.overwrite,
         max_shard_size: a.max_shard_size,
+        lm_coef: a.lm_coef,
         ..FinetuneOptions::default()
     };
     let pb = crate::progress::Progress::new(

@@ -107,7 +107,12 @@ pub fn load_params(
                 })
             }
         };
-        match resolve_key(family, key) {
+        let role = match resolve_key(family, key) {
+            // Untied: the key is a parameter of its own (GPT-2 `lm_head.weight`).
+            KeyRole::Tied { name, .. } if layout.contains(&name) => KeyRole::Param(name),
+            role => role,
+        };
+        match role {
             KeyRole::Buffer => report.ignored.push(key.clone()),
             KeyRole::Tied { name, target } => match layout.get(&target) {
                 Some(spec) => {

@@ -1,5 +1,6 @@
-//! Running models on evaluation sets: BERT classification and SQuAD, GPT-2
-//! LAMBADA, CBT, TL;DR summarisation, translation and question answering. The scoring itself is in the sibling
+//! Running models on evaluation sets: BERT and GPT-2 classification, SQuAD,
+//! GPT-2 LAMBADA, CBT, TL;DR summarisation, translation and question
+//! answering. The scoring itself is in the sibling
 //! modules; these functions produce the predictions.
 //!
 //! Shape legend: B batch, T sequence, V vocabulary, L labels.
@@ -15,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
 use crate::models::bert::Answer;
 use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
-use crate::models::gpt2::{GenerationConfig, Gpt2Engine, KvCache, SamplingParams};
+use crate::models::gpt2::classify::{encode_for_classify, task_batch};
+use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, KvCache, SamplingParams};
 
 use super::bleu::{corpus_bleu, Bleu};
 use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
@@ -74,17 +76,8 @@ pub fn eval_classify(
         model.forward(&batch, &mut acts)?;
         let logits = model.classifier_logits(&model.pooled(&acts)?)?;
         for (r, row) in logits.chunks_exact(l).enumerate() {
-            let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let lse = max as f64
-                + row
-                    .iter()
-                    .map(|&x| ((x - max) as f64).exp())
-                    .sum::<f64>()
-                    .ln();
             let g = gold[ci * batch_size.max(1) + r];
-            nll += lse - row[g] as f64;
-            let best = (0..l).fold(0, |b, k| if row[k] > row[b] { k } else { b });
-            preds.push(best);
+            nll += score_row(row, g, &mut preds);
         }
     }
     Ok(ClassifyEval {
@@ -92,6 +85,79 @@ pub fn eval_classify(
         predictions: preds,
         loss: nll / encs.len().max(1) as f64,
     })
+}
+
+/// Pushes the argmax of one row of logits; returns its NLL of class `gold`.
+fn score_row(row: &[f32], gold: usize, preds: &mut Vec<usize>) -> f64 {
+    let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max as f64
+        + row
+            .iter()
+            .map(|&x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln();
+    preds.push((0..row.len()).fold(0, |b, k| if row[k] > row[b] { k } else { b }));
+    lse - row[gold] as f64
+}
+
+/// Encodes classification examples for GPT-2 as its fine-tuning does
+/// ([`encode_for_classify`]: `text`, or `text <|endoftext|> pair`), cut to
+/// the first `max_len` tokens.
+pub fn encode_gpt2_classify(
+    tok: &BpeTokenizer,
+    data: &ClassifyData,
+    max_len: usize,
+    delimiter: u32,
+) -> Vec<Vec<u32>> {
+    data.examples
+        .iter()
+        .map(|e| {
+            let mut ids = encode_for_classify(tok, delimiter, &e.text, e.text_pair.as_deref());
+            ids.truncate(max_len);
+            ids
+        })
+        .collect()
+}
+
+/// [`eval_classify`] for a GPT-2 sequence classifier: `rows` are encoded
+/// inputs ([`encode_gpt2_classify`]), padded per batch with the config's
+/// `pad_token_id`; the loss is the classification loss alone.
+pub fn eval_gpt2_classify(
+    model: &mut Gpt2,
+    rows: &[Vec<u32>],
+    gold: &[usize],
+    batch_size: usize,
+) -> Result<ClassifyEval> {
+    let logits = gpt2_classify_logits(model, rows, batch_size)?;
+    let l = model.config.num_labels();
+    let mut preds = Vec::with_capacity(rows.len());
+    let mut nll = 0.0f64;
+    for (row, &g) in logits.chunks_exact(l).zip(gold) {
+        nll += score_row(row, g, &mut preds);
+    }
+    Ok(ClassifyEval {
+        scores: classify_scores(gold, &preds, l),
+        predictions: preds,
+        loss: nll / rows.len().max(1) as f64,
+    })
+}
+
+/// Class logits [rows, L] of a GPT-2 sequence classifier, `batch_size` rows at a time.
+pub fn gpt2_classify_logits(
+    model: &mut Gpt2,
+    rows: &[Vec<u32>],
+    batch_size: usize,
+) -> Result<Vec<f32>> {
+    let pad = model.config.pad_token_id.ok_or_else(|| {
+        Error::InvalidInput("the GPT-2 classifier's config has no pad_token_id".into())
+    })?;
+    let mut out = Vec::with_capacity(rows.len() * model.config.num_labels());
+    for chunk in rows.chunks(batch_size.max(1)) {
+        let refs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+        let batch = task_batch(&refs, pad, vec![0; chunk.len()], 1);
+        out.extend(model.forward_task(&batch, 0.0)?.logits);
+    }
+    Ok(out)
 }
 
 /// SQuAD predictions (best first, at most `opts.top_k` per question) and scores.

@@ -1,6 +1,8 @@
 //! Fine-tuning: sequence classification and SQuAD span QA from any BERT
 //! checkpoint (a bare `BertModel` such as all-MiniLM-L6-v2 included, new
-//! heads initialised as HF does), and causal-LM fine-tuning of GPT-2.
+//! heads initialised as HF does), sequence classification of GPT-2
+//! (`GPT2ForSequenceClassification` with GPT-1's auxiliary LM loss), and
+//! causal-LM fine-tuning of GPT-2.
 //!
 //! The loop is the `train` engine's [`train_step`] (AdamW with decoupled
 //! weight decay on the layout's decay flags, global-norm clipping, linear
@@ -27,13 +29,16 @@ use crate::checkpoint::{
 use crate::data::classify_data::{read_classify_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
 use crate::data::TokenBatch;
-use crate::eval::run::{encode_classify, eval_classify, eval_squad};
+use crate::eval::run::{
+    encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_squad,
+};
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
 use crate::models::bert::{Bert, BertBatch};
-use crate::models::gpt2::Gpt2;
+use crate::models::gpt2::classify::task_batch;
+use crate::models::gpt2::{Gpt2, Gpt2TaskBatch, Gpt2TaskTrainer};
 use crate::spec::config::{AnyConfig, BertConfig};
-use crate::spec::layout::bert_layout;
+use crate::spec::layout::{bert_layout, gpt2_layout_for};
 use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
@@ -102,6 +107,9 @@ pub struct FinetuneOptions {
     pub overwrite: bool,
     /// Write the model in shards of at most this many bytes; `None`: one file.
     pub max_shard_size: Option<u64>,
+    /// GPT-2 classification: λ of GPT-1's L3 = L2 + λ·L1, the weight of the
+    /// LM loss on the same inputs (GPT-1 used 0.5); 0 = off.
+    pub lm_coef: f32,
 }
 
 impl Default for FinetuneOptions {
@@ -126,6 +134,7 @@ impl Default for FinetuneOptions {
             log_every: 1,
             overwrite: false,
             max_shard_size: None,
+            lm_coef: 0.5,
         }
     }
 }
@@ -496,9 +505,11 @@ fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
     Ok(BertBatch::from_encodings(encs, pad)?)
 }
 
-/// Fine-tunes `BertForSequenceClassification` from the BERT checkpoint in
-/// `model_dir`. Labels come from the checkpoint when it already has a
-/// classifier (its `id2label`), else from the training file.
+/// Fine-tunes a sequence classifier from the checkpoint in `model_dir`:
+/// `BertForSequenceClassification` from a BERT, `GPT2ForSequenceClassification`
+/// from a GPT-2 (the family is read from its config.json). Labels come from
+/// the checkpoint when it already has a classifier (its `id2label`), else
+/// from the training file.
 pub fn finetune_classify(
     model_dir: &Path,
     train: &Path,
@@ -509,8 +520,11 @@ pub fn finetune_classify(
 ) -> Result<FinetuneSummary> {
     check_opts(opts)?;
     check_output(model_dir, output, opts.overwrite)?;
-    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "classify")? else {
-        unreachable!("task_config checked the family")
+    let mut config = match read_config(model_dir, None)? {
+        AnyConfig::Bert(c) => c,
+        AnyConfig::Gpt2(c) => {
+            return finetune_gpt2_classify(model_dir, c, train, eval, output, opts, on_event)
+        }
     };
     let tok = WordPieceTokenizer::from_dir(model_dir)?;
     let train_data = read_classify_jsonl(train)?;
@@ -601,6 +615,155 @@ pub fn finetune_classify(
         &m.config,
         output,
         Architecture::BertForSequenceClassification,
+        opts.max_shard_size,
+    )?;
+    tok.save(output)?;
+    Ok(summary)
+}
+
+/// `finetune_classify` for GPT-2 (GPT-1 §3.2 with GPT-2's vocabulary):
+/// each input is the text's tokens, for a pair `text <|endoftext|> pair`
+/// (the delimiter), cut to `max_seq_len`; batches are right-padded with the
+/// pad token, `<|endoftext|>` unless the config names one (written to the
+/// saved config's `pad_token_id`, as HF users do); `score` reads the last
+/// non-pad token; the loss adds `lm_coef` times the LM loss on the same
+/// tokens (the tied head; a config with `tie_word_embeddings: false` needs
+/// `lm_coef` 0, as `GPT2ForSequenceClassification` saves no LM head).
+fn finetune_gpt2_classify(
+    model_dir: &Path,
+    mut config: crate::spec::config::Gpt2Config,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    let arch = Architecture::Gpt2ForSequenceClassification;
+    if !(opts.lm_coef >= 0.0 && opts.lm_coef.is_finite()) {
+        return Err(invalid(format!(
+            "`lm_coef` {} must be a finite number >= 0",
+            opts.lm_coef
+        )));
+    }
+    if opts.lm_coef > 0.0 && !config.tie_word_embeddings {
+        return Err(invalid(
+            "the model has tie_word_embeddings false, and GPT2ForSequenceClassification keeps \
+             no LM head for the auxiliary LM loss: use lm_coef 0",
+        ));
+    }
+    let tok = BpeTokenizer::from_dir(model_dir)?;
+    check_vocab(tok.vocab_size(), config.vocab_size)?;
+    let eos = tok.endoftext_id().ok_or_else(|| {
+        invalid("the tokenizer has no <|endoftext|> token (the pair delimiter and padding)")
+    })?;
+    let pad = *config.pad_token_id.get_or_insert(eos);
+    for (what, id) in [("pad_token_id", pad), ("<|endoftext|>", eos)] {
+        if id as usize >= config.vocab_size {
+            return Err(invalid(format!(
+                "{what} {id} is outside the model's vocabulary of {}",
+                config.vocab_size
+            )));
+        }
+    }
+    let train_data = read_classify_jsonl(train)?;
+    let (_, file) = open_model_dir_for(model_dir, Some((Family::Gpt2, arch.hf_name())))?;
+    let has_score = file.names().iter().any(|k| k.starts_with("score."));
+    let labels = if has_score {
+        LabelMap::from_names(config.id2label.clone())?
+    } else {
+        LabelMap::from_examples(&train_data)?
+    };
+    config.id2label = labels.names().to_vec();
+    let train_ids = labels.ids(&train_data)?;
+    let eval_data = eval.map(read_classify_jsonl).transpose()?;
+    let eval_ids = eval_data.as_ref().map(|d| labels.ids(d)).transpose()?;
+    let layout = gpt2_layout_for(&config, arch)?;
+    let mut params = layout.try_zeros()?;
+    let report = load_params(
+        &layout,
+        &mut params,
+        &file,
+        Family::Gpt2,
+        LoadOptions {
+            allow_missing_heads: true,
+            ignore_unused_heads: true,
+        },
+    )?;
+    // A new `score`: N(0, initializer_range), as HF initialises nn.Linear.
+    let mut rng = Rng::derive(opts.seed, 0x4845_4144); // "HEAD"
+    for name in &report.missing_heads {
+        if let Some(r) = layout.range(name) {
+            for x in &mut params[r] {
+                *x = (rng.normal() * config.initializer_range) as f32;
+            }
+        }
+    }
+    let model = Gpt2::from_params_for(config, arch, params)?;
+    let t = opts.max_seq_len.min(model.config.n_positions);
+    let train_rows = encode_gpt2_classify(&tok, &train_data, t, eos);
+    let eval_rows = eval_data
+        .as_ref()
+        .map(|d| encode_gpt2_classify(&tok, d, t, eos));
+    let mut trainer = Gpt2TaskTrainer {
+        model,
+        lm_coef: opts.lm_coef,
+    };
+    let mut metrics = create_output(output)?;
+    let mut batch = Gpt2TaskBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
+        let refs: Vec<&[u32]> = idx.iter().map(|&i| train_rows[i].as_slice()).collect();
+        *bt = task_batch(
+            &refs,
+            pad,
+            idx.iter().map(|&i| train_ids[i] as u32).collect(),
+            1,
+        );
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut Gpt2TaskTrainer| -> Result<Option<Map<String, Value>>> {
+        let (Some(rows), Some(gold)) = (&eval_rows, &eval_ids) else {
+            return Ok(None);
+        };
+        let r = eval_gpt2_classify(&mut m.model, rows, gold, eval_bs)?;
+        Ok(Some(
+            json!({
+                "eval_loss": r.loss,
+                "eval_accuracy": r.scores.accuracy,
+                "eval_f1": r.scores.f1,
+                "eval_examples": r.scores.count,
+            })
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ))
+    };
+    let description = format!(
+        "classify (GPT-2, lm_coef {}): {} labels ({}), {} train examples",
+        opts.lm_coef,
+        labels.num_labels(),
+        labels.names().join(", "),
+        train_rows.len()
+    );
+    let summary = run_loop(
+        &mut trainer,
+        train_rows.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_rows.as_ref().map_or(0, Vec::len),
+        output,
+        on_event,
+    )?;
+    let m = &trainer.model;
+    save_params_sharded(
+        &m.layout,
+        &m.params,
+        &m.config,
+        output,
+        arch,
         opts.max_shard_size,
     )?;
     tok.save(output)?;

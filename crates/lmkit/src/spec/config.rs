@@ -112,9 +112,9 @@ pub trait ModelConfig {
 ///
 /// Ignored with a reason: `reorder_and_upcast_attn` only changes fp16
 /// precision (we compute attention in f32); dropout and `summary_*` keys of
-/// other heads are kept in `extra`. Rejected: `scale_attn_by_inverse_layer_idx:
-/// true`, `add_cross_attention: true`, `scale_attn_weights: false`,
-/// `tie_word_embeddings: false`.
+/// other heads are kept in `extra` (`GPT2DoubleHeadsModel` checks its
+/// `summary_*` keys). Rejected: `scale_attn_by_inverse_layer_idx: true`,
+/// `add_cross_attention: true`, `scale_attn_weights: false`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gpt2Config {
     pub vocab_size: usize,
@@ -136,9 +136,14 @@ pub struct Gpt2Config {
     pub initializer_range: f64,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
+    /// Pooled token of `GPT2ForSequenceClassification`: the rightmost
+    /// token != `pad_token_id` (lmkit writes eos here when it fine-tunes).
     pub pad_token_id: Option<u32>,
-    /// Must be true (the LM head is `wte`).
+    /// True: the LM head is `wte`; false: its own `lm_head.weight` [V, C].
     pub tie_word_embeddings: bool,
+    /// Label names of `GPT2ForSequenceClassification` (`id2label`; HF's
+    /// default `LABEL_0`, `LABEL_1`); `num_labels()` is its length.
+    pub id2label: Vec<String>,
     /// Must be true (scores are divided by √HS).
     pub scale_attn_weights: bool,
     pub architectures: Vec<String>,
@@ -165,6 +170,7 @@ impl Default for Gpt2Config {
             eos_token_id: Some(50256),
             pad_token_id: None,
             tie_word_embeddings: true,
+            id2label: default_labels(2),
             scale_attn_weights: true,
             architectures: vec!["GPT2LMHeadModel".into()],
             extra: Map::new(),
@@ -189,6 +195,7 @@ impl Gpt2Config {
         let mut f = Fields(map);
         f.check_model_type("gpt2")?;
         let d = Gpt2Config::default();
+        let num_labels = f.opt_usize("num_labels")?;
         let c = Gpt2Config {
             vocab_size: f.usize_or("vocab_size", &[], d.vocab_size)?,
             n_positions: f.usize_or(
@@ -210,6 +217,7 @@ impl Gpt2Config {
             eos_token_id: f.opt_u32_or("eos_token_id", d.eos_token_id)?,
             pad_token_id: f.opt_u32_or("pad_token_id", d.pad_token_id)?,
             tie_word_embeddings: f.bool_or("tie_word_embeddings", true)?,
+            id2label: f.id2label(num_labels)?,
             scale_attn_weights: f.bool_or("scale_attn_weights", true)?,
             architectures: f.architectures()?,
             extra: f.into_extra(),
@@ -264,12 +272,7 @@ impl Gpt2Config {
         probability("attn_pdrop", self.attn_pdrop)?;
         positive_f64("layer_norm_epsilon", self.layer_norm_epsilon)?;
         non_negative_f64("initializer_range", self.initializer_range)?;
-        if !self.tie_word_embeddings {
-            return Err(unsupported(
-                "tie_word_embeddings",
-                "false (an untied LM head)",
-            ));
-        }
+        at_most("num_labels", self.num_labels(), limits::LABELS)?;
         if !self.scale_attn_weights {
             return Err(unsupported(
                 "scale_attn_weights",
@@ -279,6 +282,15 @@ impl Gpt2Config {
         reject_true(&self.extra, "scale_attn_by_inverse_layer_idx")?;
         reject_true(&self.extra, "add_cross_attention")?;
         Ok(())
+    }
+
+    pub fn num_labels(&self) -> usize {
+        self.id2label.len()
+    }
+
+    /// Sets `num_labels` generic labels `LABEL_i`, as HF does for `num_labels=n`.
+    pub fn set_num_labels(&mut self, n: usize) {
+        self.id2label = default_labels(n);
     }
 }
 
@@ -314,6 +326,9 @@ impl ModelConfig for Gpt2Config {
         put("pad_token_id", self.pad_token_id.into());
         put("tie_word_embeddings", self.tie_word_embeddings.into());
         put("scale_attn_weights", self.scale_attn_weights.into());
+        let (id2label, label2id) = label_maps(&self.id2label);
+        put("id2label", id2label);
+        put("label2id", label2id);
         Value::Object(m)
     }
 }
@@ -378,6 +393,21 @@ impl Default for BertConfig {
 
 fn default_labels(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("LABEL_{i}")).collect()
+}
+
+/// HF's `id2label` ({"0": name}) and `label2id` ({name: 0}) objects.
+fn label_maps(labels: &[String]) -> (Value, Value) {
+    let id2label: Map<String, Value> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i.to_string(), Value::from(l.clone())))
+        .collect();
+    let label2id: Map<String, Value> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.clone(), Value::from(i)))
+        .collect();
+    (Value::Object(id2label), Value::Object(label2id))
 }
 
 impl BertConfig {
@@ -558,20 +588,9 @@ impl ModelConfig for BertConfig {
         put("layer_norm_eps", self.layer_norm_eps.into());
         put("initializer_range", self.initializer_range.into());
         put("pad_token_id", self.pad_token_id.into());
-        let id2label: Map<String, Value> = self
-            .id2label
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (i.to_string(), Value::from(l.clone())))
-            .collect();
-        let label2id: Map<String, Value> = self
-            .id2label
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (l.clone(), Value::from(i)))
-            .collect();
-        put("id2label", Value::Object(id2label));
-        put("label2id", Value::Object(label2id));
+        let (id2label, label2id) = label_maps(&self.id2label);
+        put("id2label", id2label);
+        put("label2id", label2id);
         if let Some(t) = &self.problem_type {
             put("problem_type", t.clone().into());
         }

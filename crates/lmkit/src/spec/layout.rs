@@ -26,6 +26,7 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::spec::config::{limits, AnyConfig, BertConfig, Gpt2Config, ModelConfig};
 use crate::spec::names::{Architecture, BertHeads, Family};
+use serde_json::Value;
 
 /// One parameter: a named view into the flat buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,7 +230,7 @@ impl HasLayout for Gpt2Config {
                 "{arch} is not a GPT-2 architecture"
             )));
         }
-        gpt2_layout(self)
+        gpt2_layout_for(self, arch)
     }
 }
 
@@ -267,9 +268,26 @@ pub fn bert_layer_prefix(layer: usize) -> String {
 /// `attn.c_attn.weight [C,3C]`, `attn.c_attn.bias [3C]`, `attn.c_proj.weight [C,C]`,
 /// `attn.c_proj.bias [C]`, `ln_2.*`, `mlp.c_fc.weight [C,I]`, `mlp.c_fc.bias [I]`,
 /// `mlp.c_proj.weight [I,C]`, `mlp.c_proj.bias [C]`; then `ln_f.*`.
-/// The LM head is `wte` (tied), not a parameter of its own.
+/// This is `GPT2LMHeadModel`'s layout: with `tie_word_embeddings` the LM
+/// head is `wte`, else `lm_head.weight [V,C]` follows (see [`gpt2_layout_for`]).
 pub fn gpt2_layout(cfg: &Gpt2Config) -> Result<ParamLayout> {
+    gpt2_layout_for(cfg, Architecture::Gpt2LMHeadModel)
+}
+
+/// The layout of GPT-2 class `arch`: [`gpt2_layout`]'s base parameters, then
+/// the heads, all `nn.Linear` `[out, in]`: `lm_head.weight [V,C]` (an LM head
+/// with `tie_word_embeddings: false`), `score.weight [L,C]` (sequence
+/// classification, no bias), `multiple_choice_head.summary.{weight [1,C],
+/// bias [1]}` (`GPT2DoubleHeadsModel`; only HF's default summary is supported:
+/// `summary_type: cls_index`, projected to one label, no activation).
+pub fn gpt2_layout_for(cfg: &Gpt2Config, arch: Architecture) -> Result<ParamLayout> {
     cfg.validate()?;
+    if arch.family() != Family::Gpt2 {
+        return Err(Error::InvalidInput(format!(
+            "{arch} is not a GPT-2 architecture"
+        )));
+    }
+    let heads = arch.gpt2_heads();
     let (v, p, c, i) = (cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.inner());
     let mut l = ParamLayout::new();
     l.push("wte.weight", &[v, c], false)?;
@@ -291,7 +309,66 @@ pub fn gpt2_layout(cfg: &Gpt2Config) -> Result<ParamLayout> {
     }
     l.push("ln_f.weight", &[c], false)?;
     l.push("ln_f.bias", &[c], false)?;
+    if heads.lm && !cfg.tie_word_embeddings {
+        l.push("lm_head.weight", &[v, c], true)?;
+    }
+    if heads.score {
+        if cfg.num_labels() == 0 {
+            return Err(Error::config(
+                "id2label",
+                "a classifier needs at least one label",
+            ));
+        }
+        l.push("score.weight", &[cfg.num_labels(), c], true)?;
+    }
+    if heads.multiple_choice {
+        check_gpt2_summary(cfg)?;
+        l.push("multiple_choice_head.summary.weight", &[1, c], true)?;
+        l.push("multiple_choice_head.summary.bias", &[1], false)?;
+    }
     Ok(l)
+}
+
+/// `GPT2DoubleHeadsModel`'s `SequenceSummary` as HF configures it (keys
+/// absent = HF's defaults): the hidden state at `mc_token_ids`, a linear
+/// projection to one score, no activation. Other settings are rejected.
+fn check_gpt2_summary(cfg: &Gpt2Config) -> Result<()> {
+    let get = |k: &str| cfg.extra.get(k).filter(|v| !v.is_null());
+    if let Some(v) = get("summary_type") {
+        if v.as_str() != Some("cls_index") {
+            return Err(Error::config(
+                "summary_type",
+                format!("{v} is not supported (only \"cls_index\")"),
+            ));
+        }
+    }
+    for key in ["summary_use_proj", "summary_proj_to_labels"] {
+        if let Some(v) = get(key) {
+            if v != &Value::Bool(true) {
+                return Err(Error::config(
+                    key,
+                    format!("{v} is not supported (only true)"),
+                ));
+            }
+        }
+    }
+    if let Some(v) = get("summary_activation") {
+        return Err(Error::config(
+            "summary_activation",
+            format!("{v} is not supported (only null: no activation)"),
+        ));
+    }
+    // HF's GPT2DoubleHeadsModel sets num_labels = 1: one score per choice.
+    if cfg.num_labels() != 1 {
+        return Err(Error::config(
+            "id2label",
+            format!(
+                "GPT2DoubleHeadsModel scores each choice with one label, not {}",
+                cfg.num_labels()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// BERT, shapes `[out, in]`: `embeddings.{word_embeddings [V,C], position_embeddings [P,C],

@@ -12,7 +12,7 @@ pub mod names;
 pub mod optim;
 
 pub use config::{Activation, AnyConfig, BertConfig, Gpt2Config, HfActivation, ModelConfig};
-pub use layout::{bert_layout, gpt2_layout, HasLayout, ParamLayout, ParamSpec};
+pub use layout::{bert_layout, gpt2_layout, gpt2_layout_for, HasLayout, ParamLayout, ParamSpec};
 pub use names::{Architecture, BertHeads, Family};
 pub use optim::{LrSchedule, OptimConfig, ScheduleKind};
 

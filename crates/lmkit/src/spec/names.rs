@@ -29,6 +29,17 @@ pub struct BertHeads {
     pub qa: bool,
 }
 
+/// Which GPT-2 heads a model has (see `Architecture::gpt2_heads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gpt2Heads {
+    /// An LM head: `wte` when tied, else `lm_head.weight` [V, C].
+    pub lm: bool,
+    /// `score.weight` [L, C], no bias, on the last non-pad token.
+    pub score: bool,
+    /// `multiple_choice_head.summary.{weight [1, C], bias [1]}` on `mc_token_ids`.
+    pub multiple_choice: bool,
+}
+
 /// Which model family a config, layout or checkpoint belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -42,8 +53,13 @@ pub enum Family {
 pub enum Architecture {
     /// `GPT2Model`: keys without prefix (`h.0...`), no LM head.
     Gpt2Model,
-    /// `GPT2LMHeadModel`: keys under `transformer.`, `lm_head` tied to `wte`.
+    /// `GPT2LMHeadModel`: keys under `transformer.`, `lm_head` tied to `wte`
+    /// (or its own `lm_head.weight` with `tie_word_embeddings: false`).
     Gpt2LMHeadModel,
+    /// `GPT2ForSequenceClassification`: `score` [num_labels, C], no bias.
+    Gpt2ForSequenceClassification,
+    /// `GPT2DoubleHeadsModel`: the LM head and a multiple-choice head.
+    Gpt2DoubleHeadsModel,
     /// `BertModel`: keys without prefix, with pooler.
     BertModel,
     /// `BertForPreTraining`: pooler + MLM head + NSP head.
@@ -61,9 +77,11 @@ pub enum Architecture {
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 9] = [
+    pub const ALL: [Architecture; 11] = [
         Architecture::Gpt2Model,
         Architecture::Gpt2LMHeadModel,
+        Architecture::Gpt2ForSequenceClassification,
+        Architecture::Gpt2DoubleHeadsModel,
         Architecture::BertModel,
         Architecture::BertForPreTraining,
         Architecture::BertForMaskedLM,
@@ -78,6 +96,8 @@ impl Architecture {
         match self {
             Architecture::Gpt2Model => "GPT2Model",
             Architecture::Gpt2LMHeadModel => "GPT2LMHeadModel",
+            Architecture::Gpt2ForSequenceClassification => "GPT2ForSequenceClassification",
+            Architecture::Gpt2DoubleHeadsModel => "GPT2DoubleHeadsModel",
             Architecture::BertModel => "BertModel",
             Architecture::BertForPreTraining => "BertForPreTraining",
             Architecture::BertForMaskedLM => "BertForMaskedLM",
@@ -95,7 +115,10 @@ impl Architecture {
 
     pub fn family(self) -> Family {
         match self {
-            Architecture::Gpt2Model | Architecture::Gpt2LMHeadModel => Family::Gpt2,
+            Architecture::Gpt2Model
+            | Architecture::Gpt2LMHeadModel
+            | Architecture::Gpt2ForSequenceClassification
+            | Architecture::Gpt2DoubleHeadsModel => Family::Gpt2,
             _ => Family::Bert,
         }
     }
@@ -104,8 +127,28 @@ impl Architecture {
     pub fn prefix(self) -> &'static str {
         match self {
             Architecture::Gpt2Model | Architecture::BertModel => "",
-            Architecture::Gpt2LMHeadModel => GPT2.prefix,
+            Architecture::Gpt2LMHeadModel
+            | Architecture::Gpt2ForSequenceClassification
+            | Architecture::Gpt2DoubleHeadsModel => GPT2.prefix,
             _ => BERT.prefix,
+        }
+    }
+
+    /// The GPT-2 heads this class has (all false for BERT classes).
+    pub fn gpt2_heads(self) -> Gpt2Heads {
+        let none = Gpt2Heads::default();
+        match self {
+            Architecture::Gpt2LMHeadModel => Gpt2Heads { lm: true, ..none },
+            Architecture::Gpt2ForSequenceClassification => Gpt2Heads {
+                score: true,
+                ..none
+            },
+            Architecture::Gpt2DoubleHeadsModel => Gpt2Heads {
+                lm: true,
+                multiple_choice: true,
+                ..none
+            },
+            _ => none,
         }
     }
 
@@ -113,7 +156,10 @@ impl Architecture {
     pub fn bert_heads(self) -> BertHeads {
         let none = BertHeads::default();
         match self {
-            Architecture::Gpt2Model | Architecture::Gpt2LMHeadModel => none,
+            Architecture::Gpt2Model
+            | Architecture::Gpt2LMHeadModel
+            | Architecture::Gpt2ForSequenceClassification
+            | Architecture::Gpt2DoubleHeadsModel => none,
             Architecture::BertModel => BertHeads {
                 pooler: true,
                 ..none
@@ -175,7 +221,8 @@ struct NamingTable {
     heads: &'static [&'static str],
     /// Of `heads`, those that live inside the base model (get the prefix).
     prefixed_heads: &'static [&'static str],
-    /// Keys that duplicate a parameter (weight tying): (key, tied-to).
+    /// Keys that duplicate a parameter (weight tying): (key, tied-to). When
+    /// the layout has the key's own parameter (untied), it is that parameter.
     tied: &'static [(&'static str, &'static str)],
     /// Non-parameter buffers saved by some versions of transformers.
     buffers: &'static [&'static str],
@@ -185,7 +232,7 @@ struct NamingTable {
 
 const GPT2: NamingTable = NamingTable {
     prefix: "transformer.",
-    heads: &[],
+    heads: &["lm_head.", "score.", "multiple_choice_head."],
     prefixed_heads: &[],
     tied: &[("lm_head.weight", "wte.weight")],
     buffers: &["h.*.attn.bias", "h.*.attn.masked_bias"],
@@ -339,6 +386,22 @@ mod tests {
             "transformer.wte.weight"
         );
         assert_eq!(file_key(Gpt2Model, "wte.weight"), "wte.weight");
+        assert_eq!(
+            file_key(Gpt2ForSequenceClassification, "h.0.ln_1.bias"),
+            "transformer.h.0.ln_1.bias"
+        );
+        assert_eq!(
+            file_key(Gpt2ForSequenceClassification, "score.weight"),
+            "score.weight"
+        );
+        assert_eq!(
+            file_key(Gpt2LMHeadModel, "lm_head.weight"),
+            "lm_head.weight"
+        );
+        assert_eq!(
+            file_key(Gpt2DoubleHeadsModel, "multiple_choice_head.summary.bias"),
+            "multiple_choice_head.summary.bias"
+        );
         assert_eq!(
             file_key(BertForPreTraining, "pooler.dense.weight"),
             "bert.pooler.dense.weight"

@@ -6,7 +6,8 @@
 //!
 //! One block (pre-LayerNorm, as HF's `GPT2Block`):
 //! `x += c_proj(attn(ln_1(x)))`, `x += mlp.c_proj(gelu(c_fc(ln_2(x))))`;
-//! after the last block `h = ln_f(x)` and `logits = h · wteᵀ` (tied).
+//! after the last block `h = ln_f(x)` and `logits = h · wteᵀ` (tied), or
+//! `h · lm_headᵀ` with `tie_word_embeddings: false`.
 //! This is the inference path only: no saved activations, no backward.
 
 use std::borrow::Cow;
@@ -206,6 +207,8 @@ pub struct Gpt2Engine {
     gelu: Gelu,
     /// `[V, C]`: token embeddings and the tied LM head.
     wte: Matrix,
+    /// `[V, C]`: the untied LM head (`tie_word_embeddings: false`).
+    lm_head: Option<Matrix>,
     /// `[P, C]`
     wpe: F32Slice,
     blocks: Vec<Block>,
@@ -313,6 +316,11 @@ impl Gpt2Engine {
         };
         // wte first: the largest tensor, converted while little else is resident.
         let wte = matrix("wte.weight", SourceLayout::OutIn, c, v)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(matrix("lm_head.weight", SourceLayout::OutIn, c, v)?)
+        };
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             let p = gpt2_block_prefix(l);
@@ -349,6 +357,7 @@ impl Gpt2Engine {
             cfg,
             dtype,
             wte,
+            lm_head,
             blocks,
             s: Scratch::default(),
             rows: 0,
@@ -381,6 +390,7 @@ impl Gpt2Engine {
             .sum::<usize>()
         };
         self.wte.bytes()
+            + self.lm_head.as_ref().map_or(0, Matrix::bytes)
             + self.wpe.len() * 4
             + (self.ln_f_w.len() + self.ln_f_b.len()) * 4
             + self
@@ -655,8 +665,13 @@ impl Gpt2Engine {
         for &r in rows {
             s.gather.extend_from_slice(&s.xn[r * c..(r + 1) * c]);
         }
-        self.wte
-            .forward(out, &s.gather, None, rows.len(), &mut s.mat);
+        self.lm_head.as_ref().unwrap_or(&self.wte).forward(
+            out,
+            &s.gather,
+            None,
+            rows.len(),
+            &mut s.mat,
+        );
         Ok(())
     }
 
@@ -706,7 +721,12 @@ fn resolve_file_keys(layout: &ParamLayout, file: &SafeTensors) -> Result<HashMap
             }
             Ok(())
         };
-        match resolve_key(Family::Gpt2, key) {
+        let role = match resolve_key(Family::Gpt2, key) {
+            // Untied: `lm_head.weight` is a parameter of its own.
+            KeyRole::Tied { name, .. } if layout.contains(&name) => KeyRole::Param(name),
+            role => role,
+        };
+        match role {
             KeyRole::Buffer => {}
             KeyRole::Tied { target, .. } => check(&target)?,
             KeyRole::Param(name) => {

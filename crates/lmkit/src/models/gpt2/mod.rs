@@ -31,6 +31,7 @@
 //! ```
 
 mod batch;
+pub mod classify;
 mod engine;
 mod generate;
 mod model;
@@ -42,9 +43,10 @@ mod weights;
 
 pub use crate::kernels::kv_cache::KvCache;
 pub use batch::{BatchEvent, ContinuousBatch, SeqId, SequenceRequest};
+pub use classify::Gpt2Classifier;
 pub use engine::Gpt2Engine;
 pub use generate::{FinishReason, GenerationConfig, GenerationOutput};
-pub use model::{Gpt2, Gpt2Activations};
+pub use model::{Gpt2, Gpt2Activations, Gpt2TaskBatch, Gpt2TaskTrainer, TaskOutput};
 pub use perplexity::PerplexityReport;
 pub use sampling::{Sampler, SamplingParams, TokenLogprob};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};

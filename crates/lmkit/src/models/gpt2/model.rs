@@ -8,14 +8,23 @@
 //! `Gpt2` holds the config, the parameter layout and ONE parameter buffer,
 //! one gradient buffer with the same layout, and the activations
 //! ([`Gpt2Activations`]) preallocated for the current (B, T). The LM head is
-//! tied to `wte` (logits = lnf · wteᵀ). No dropout: training runs with every
-//! dropout probability at 0 (configs written by lmkit say so).
+//! tied to `wte` (logits = lnf · wteᵀ), or `lm_head.weight` when the config
+//! unties it. No dropout: training runs with every dropout probability at 0
+//! (configs written by lmkit say so).
+//!
+//! Task heads (the model's `arch`): `GPT2ForSequenceClassification` scores
+//! the last non-pad token of each row with `score` [L, C];
+//! `GPT2DoubleHeadsModel` scores each choice's last token with
+//! `multiple_choice_head.summary` [1, C] + [1]. Either may add GPT-1's
+//! auxiliary LM loss on the same inputs: loss = task + `lm_coef` · LM
+//! ([`Gpt2::forward_backward_task`]).
 
 use crate::data::TokenBatch;
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
 use crate::models::{LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
-use crate::spec::layout::{gpt2_layout, ParamLayout};
+use crate::spec::layout::{gpt2_layout_for, ParamLayout};
+use crate::spec::names::Architecture;
 use crate::util::rng::Rng;
 use crate::util::slice::two_mut;
 use std::ops::Range;
@@ -48,6 +57,13 @@ struct Index {
     blocks: Vec<BlockIndex>,
     ln_f_w: Range<usize>,
     ln_f_b: Range<usize>,
+    /// `[V, C]`: `lm_head.weight` when untied, else `wte`.
+    lm_head: Range<usize>,
+    /// `[L, C]` sequence-classification head.
+    score: Option<Range<usize>>,
+    /// `[1, C]`, `[1]` multiple-choice head.
+    mc_w: Option<Range<usize>>,
+    mc_b: Option<Range<usize>>,
 }
 
 impl Index {
@@ -75,12 +91,17 @@ impl Index {
                 mlp_c_proj_b: p("mlp.c_proj.bias")?,
             });
         }
+        let wte = r("wte.weight")?;
         Ok(Index {
-            wte: r("wte.weight")?,
+            lm_head: layout.range("lm_head.weight").unwrap_or(wte.clone()),
+            wte,
             wpe: r("wpe.weight")?,
             blocks,
             ln_f_w: r("ln_f.weight")?,
             ln_f_b: r("ln_f.bias")?,
+            score: layout.range("score.weight"),
+            mc_w: layout.range("multiple_choice_head.summary.weight"),
+            mc_b: layout.range("multiple_choice_head.summary.bias"),
         })
     }
 }
@@ -188,9 +209,12 @@ impl Gpt2Activations {
     }
 }
 
-/// A trainable GPT-2 (`GPT2LMHeadModel` with tied head).
+/// A trainable GPT-2: `GPT2LMHeadModel` (tied or untied head) or, by `arch`,
+/// a task model with its head.
 pub struct Gpt2 {
     pub config: Gpt2Config,
+    /// The HF class: decides the layout's heads.
+    pub arch: Architecture,
     pub layout: ParamLayout,
     /// All parameters, laid out by `layout`.
     pub params: Vec<f32>,
@@ -208,10 +232,20 @@ fn gelu_kind(cfg: &Gpt2Config) -> Gelu {
 }
 
 impl Gpt2 {
-    /// A model with the given parameters (e.g. loaded from a checkpoint).
+    /// A `GPT2LMHeadModel` with the given parameters (e.g. loaded from a checkpoint).
     pub fn from_params(config: Gpt2Config, params: Vec<f32>) -> crate::Result<Self> {
+        Self::from_params_for(config, Architecture::Gpt2LMHeadModel, params)
+    }
+
+    /// A model of GPT-2 class `arch` with parameters laid out by
+    /// `gpt2_layout_for(config, arch)`.
+    pub fn from_params_for(
+        config: Gpt2Config,
+        arch: Architecture,
+        params: Vec<f32>,
+    ) -> crate::Result<Self> {
         config.validate()?;
-        let layout = gpt2_layout(&config)?;
+        let layout = gpt2_layout_for(&config, arch)?;
         if params.len() != layout.total_len() {
             return Err(crate::Error::InvalidInput(format!(
                 "GPT-2 parameter buffer has {} values, the config needs {}",
@@ -223,6 +257,7 @@ impl Gpt2 {
         let grads = vec![0.0; params.len()];
         Ok(Gpt2 {
             config,
+            arch,
             layout,
             params,
             grads,
@@ -236,8 +271,17 @@ impl Gpt2 {
     /// `mlp.c_proj` weights) N(0, σ/√(2·n_layer)), biases 0, LayerNorm
     /// weights 1. Deterministic in `seed`.
     pub fn new_random(config: Gpt2Config, seed: u64) -> crate::Result<Self> {
+        Self::new_random_for(config, Architecture::Gpt2LMHeadModel, seed)
+    }
+
+    /// [`Gpt2::new_random`] for class `arch` (heads: N(0, σ) weights, zero biases).
+    pub fn new_random_for(
+        config: Gpt2Config,
+        arch: Architecture,
+        seed: u64,
+    ) -> crate::Result<Self> {
         config.validate()?;
-        let layout = gpt2_layout(&config)?;
+        let layout = gpt2_layout_for(&config, arch)?;
         let mut params = layout.try_zeros()?;
         let std = config.initializer_range;
         let proj_std = std / (2.0 * config.n_layer as f64).sqrt();
@@ -258,7 +302,7 @@ impl Gpt2 {
                 buf.fill(1.0);
             }
         }
-        Self::from_params(config, params)
+        Self::from_params_for(config, arch, params)
     }
 
     pub fn num_params(&self) -> usize {
@@ -324,7 +368,7 @@ impl Gpt2 {
         kernels::matmul_forward(
             &mut acts.logits,
             lnf,
-            &self.params[self.idx.wte.clone()],
+            &self.params[self.idx.lm_head.clone()],
             None,
             n,
             self.config.n_embd,
@@ -503,25 +547,46 @@ impl Gpt2 {
     ) -> crate::Result<LossParts> {
         self.check_targets(targets, b, t)?;
         self.forward_body(inputs, b, t)?;
-        let cfg = &self.config;
-        let (c, nh, inner, v) = (cfg.n_embd, cfg.n_head, cfg.inner(), cfg.vocab_size);
-        let gelu = gelu_kind(cfg);
-        let n = b * t;
+        self.acts
+            .as_mut()
+            .expect("allocated by forward_body")
+            .dc
+            .fill(0.0);
+        let loss = self.lm_loss(targets, Some(grad_scale));
+        self.backward_body();
+        Ok(loss)
+    }
+
+    /// The LM loss of `targets` [N] on the last forward_body: logits = lnf ·
+    /// lm_headᵀ into the activations; with `grad_scale`, ADDS to `acts.dc`
+    /// (dlnf) and to the LM head's gradient d(`grad_scale` · mean loss).
+    fn lm_loss(&mut self, targets: &[i32], grad_scale: Option<f32>) -> LossParts {
+        let (c, v) = (self.config.n_embd, self.config.vocab_size);
         let p = &self.params;
-        let g = &mut self.grads;
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
-
+        let n = acts.b * acts.t;
         kernels::matmul_forward(
             &mut acts.logits,
             &acts.lnf,
-            &p[idx.wte.clone()],
+            &p[idx.lm_head.clone()],
             None,
             n,
             c,
             v,
             WeightLayout::OutIn,
         );
+        let Some(grad_scale) = grad_scale else {
+            let (sum, count) = kernels::cross_entropy_forward(
+                &mut acts.losses,
+                &acts.logits,
+                targets,
+                n,
+                v,
+                IGNORE_INDEX,
+            );
+            return LossParts { sum, count };
+        };
         let count = targets.iter().filter(|&&x| x != IGNORE_INDEX).count();
         let scale = if count > 0 {
             grad_scale / count as f32
@@ -537,21 +602,34 @@ impl Gpt2 {
             IGNORE_INDEX,
             scale,
         );
-
-        // lm head (tied): dlnf = dlogits · wte, dwte += dlogitsᵀ · lnf.
-        acts.dc.fill(0.0);
+        // dlnf += dlogits · W, dW += dlogitsᵀ · lnf (W = wte when tied).
         kernels::matmul_backward(
             Some(&mut acts.dc),
-            Some(&mut g[idx.wte.clone()]),
+            Some(&mut self.grads[idx.lm_head.clone()]),
             None,
             &acts.logits,
             &acts.lnf,
-            &p[idx.wte.clone()],
+            &p[idx.lm_head.clone()],
             n,
             c,
             v,
             WeightLayout::OutIn,
         );
+        LossParts { sum, count }
+    }
+
+    /// Backward from `acts.dc` = dloss/dlnf [N, C] of the last forward_body
+    /// through ln_f, the blocks and the embeddings; ACCUMULATES into `grads`.
+    fn backward_body(&mut self) {
+        let cfg = &self.config;
+        let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
+        let gelu = gelu_kind(cfg);
+        let p = &self.params;
+        let g = &mut self.grads;
+        let idx = &self.idx;
+        let acts = self.acts.as_mut().expect("allocated by forward_body");
+        let (b, t) = (acts.b, acts.t);
+        let n = b * t;
         acts.dresidual.fill(0.0);
         {
             let last: &[f32] = match acts.blocks.last() {
@@ -693,7 +771,6 @@ impl Gpt2 {
         // dresidual = d encoded = d(wte[ids] + wpe[pos]).
         kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
         kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
-        Ok(LossParts { sum, count })
     }
 }
 
@@ -741,5 +818,308 @@ impl Trainable for Gpt2 {
 
     fn tokens_per_batch(&self) -> usize {
         self.acts.as_ref().map_or(0, |a| a.b * a.t)
+    }
+}
+
+/// A batch for a task head: `rows` sequences of `t` tokens, right-padded.
+///
+/// Sequence classification: one row per example, `labels` [rows].
+/// Multiple choice: `choices` consecutive rows per example (each the context,
+/// a delimiter and one ending), `labels` [rows / choices] the right choice.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gpt2TaskBatch {
+    /// [rows, t] token ids, each row's padding after its `lens` real tokens.
+    pub inputs: Vec<u32>,
+    /// [rows] real tokens per row (≥ 1).
+    pub lens: Vec<usize>,
+    pub rows: usize,
+    pub t: usize,
+    /// Class ids (classification) or right-choice indices (multiple choice).
+    pub labels: Vec<u32>,
+    /// Choices per example (multiple choice); 1 for classification.
+    pub choices: usize,
+}
+
+/// Losses and scores of one task batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskOutput {
+    /// [examples, L] class logits, or [examples, choices] choice scores.
+    pub logits: Vec<f32>,
+    /// Summed task cross-entropy over the examples.
+    pub task: LossParts,
+    /// Summed auxiliary LM loss over the real next tokens (zero count when `lm_coef` is 0).
+    pub lm: LossParts,
+}
+
+impl TaskOutput {
+    /// GPT-1's L3 = L2 + λ·L1 of means: task mean + `lm_coef` · LM mean.
+    pub fn loss(&self, lm_coef: f32) -> f64 {
+        self.task.mean() + lm_coef as f64 * self.lm.mean()
+    }
+}
+
+impl Gpt2 {
+    /// Where `GPT2ForSequenceClassification` pools each row of `inputs`
+    /// [B, T]: HF's `argmax(arange(T) · (ids != pad_token_id))`, the rightmost
+    /// token that is not the pad token (0 if every token is); without a pad
+    /// token, the last position (HF allows that for one row only).
+    pub fn last_non_pad(&self, inputs: &[u32], b: usize, t: usize) -> crate::Result<Vec<usize>> {
+        match self.config.pad_token_id {
+            Some(pad) => Ok(inputs
+                .chunks(t)
+                .take(b)
+                .map(|row| row.iter().rposition(|&x| x != pad).unwrap_or(0))
+                .collect()),
+            None if b == 1 => Ok(vec![t - 1]),
+            None => Err(crate::Error::InvalidInput(
+                "GPT-2 sequence classification of more than one row needs `pad_token_id` \
+                 in the config (HF's rule: the last token that is not padding)"
+                    .into(),
+            )),
+        }
+    }
+
+    fn check_task_batch(&self, batch: &Gpt2TaskBatch) -> crate::Result<usize> {
+        let (rows, t) = (batch.rows, batch.t);
+        let k = batch.choices.max(1);
+        let bad = |m: String| Err(crate::Error::InvalidInput(m));
+        if batch.lens.len() != rows || batch.lens.iter().any(|&l| l == 0 || l > t) {
+            return bad(format!(
+                "task batch: {} lengths for {rows} rows of {t} tokens (each in 1..={t})",
+                batch.lens.len()
+            ));
+        }
+        if !rows.is_multiple_of(k) || batch.labels.len() != rows / k {
+            return bad(format!(
+                "task batch: {} labels for {rows} rows of {k} choice(s) each",
+                batch.labels.len()
+            ));
+        }
+        let classes = match (self.idx.score.is_some(), self.idx.mc_w.is_some()) {
+            (true, _) if k == 1 => self.config.num_labels(),
+            (_, true) => k,
+            _ => {
+                return bad(format!(
+                    "{} has no head for this task (choices = {k})",
+                    self.arch
+                ))
+            }
+        };
+        if let Some(&l) = batch.labels.iter().find(|&&l| l as usize >= classes) {
+            return bad(format!("label {l} is not below {classes}"));
+        }
+        Ok(classes)
+    }
+
+    /// Forward (and with `grad_scale`, backward) of a task head plus
+    /// `lm_coef` times the LM loss on the same rows; gradients ACCUMULATE
+    /// d(`grad_scale` · (task mean + `lm_coef` · LM mean)).
+    fn task_pass(
+        &mut self,
+        batch: &Gpt2TaskBatch,
+        lm_coef: f32,
+        grad_scale: Option<f32>,
+    ) -> crate::Result<TaskOutput> {
+        let classes = self.check_task_batch(batch)?;
+        if !(lm_coef >= 0.0 && lm_coef.is_finite()) {
+            return Err(crate::Error::InvalidInput(format!(
+                "lm_coef {lm_coef} must be a finite number ≥ 0"
+            )));
+        }
+        if lm_coef > 0.0
+            && !self.config.tie_word_embeddings
+            && !self.layout.contains("lm_head.weight")
+        {
+            return Err(crate::Error::InvalidInput(format!(
+                "the auxiliary LM loss needs an LM head: {} has none with \
+                 tie_word_embeddings false (use lm_coef 0)",
+                self.arch
+            )));
+        }
+        let (rows, t) = (batch.rows, batch.t);
+        let mc = batch.choices > 1 || self.idx.score.is_none();
+        let pooled_at: Vec<usize> = if mc {
+            batch.lens.iter().map(|&l| l - 1).collect()
+        } else {
+            self.last_non_pad(&batch.inputs, rows, t)?
+        };
+        self.forward_body(&batch.inputs, rows, t)?;
+        self.acts.as_mut().expect("allocated").dc.fill(0.0);
+        let mut out = TaskOutput::default();
+        if lm_coef > 0.0 {
+            // HF shifts: position i predicts token i+1, real tokens only.
+            let mut targets = vec![IGNORE_INDEX; rows * t];
+            for (r, &len) in batch.lens.iter().enumerate() {
+                for i in 0..len - 1 {
+                    targets[r * t + i] = batch.inputs[r * t + i + 1] as i32;
+                }
+            }
+            out.lm = self.lm_loss(&targets, grad_scale.map(|g| g * lm_coef));
+        }
+        // Head: pooled [rows, C] → logits [rows, OC] (OC = L, or 1 per choice).
+        let c = self.config.n_embd;
+        let (w, bias) = if mc {
+            (self.idx.mc_w.clone(), self.idx.mc_b.clone())
+        } else {
+            (self.idx.score.clone(), None)
+        };
+        let w = w.expect("checked by check_task_batch");
+        let oc = if mc { 1 } else { classes };
+        let acts = self.acts.as_mut().expect("allocated");
+        let mut pooled = vec![0.0f32; rows * c];
+        for (r, &i) in pooled_at.iter().enumerate() {
+            let src = (r * t + i) * c;
+            pooled[r * c..(r + 1) * c].copy_from_slice(&acts.lnf[src..src + c]);
+        }
+        let mut logits = vec![0.0f32; rows * oc];
+        kernels::matmul_forward(
+            &mut logits,
+            &pooled,
+            &self.params[w.clone()],
+            bias.clone().map(|b| &self.params[b]),
+            rows,
+            c,
+            oc,
+            WeightLayout::OutIn,
+        );
+        out.logits = logits.clone();
+        // Cross-entropy over groups of `classes`: [examples, classes].
+        let examples = rows * oc / classes;
+        let targets: Vec<i32> = batch.labels.iter().map(|&l| l as i32).collect();
+        let mut losses = vec![0.0f32; examples];
+        let Some(grad_scale) = grad_scale else {
+            let (sum, count) = kernels::cross_entropy_forward(
+                &mut losses,
+                &logits,
+                &targets,
+                examples,
+                classes,
+                IGNORE_INDEX,
+            );
+            out.task = LossParts { sum, count };
+            return Ok(out);
+        };
+        let (sum, count) = kernels::cross_entropy_fused(
+            &mut logits,
+            &mut losses,
+            &targets,
+            examples,
+            classes,
+            IGNORE_INDEX,
+            grad_scale / examples as f32,
+        );
+        out.task = LossParts { sum, count };
+        let mut dpooled = vec![0.0f32; rows * c];
+        {
+            let (gw, gb) = match bias.clone() {
+                Some(b) => {
+                    let (gw, gb) = two_mut(&mut self.grads, w.clone(), b);
+                    (gw, Some(gb))
+                }
+                None => (&mut self.grads[w.clone()], None),
+            };
+            kernels::matmul_backward(
+                Some(&mut dpooled),
+                Some(gw),
+                gb,
+                &logits,
+                &pooled,
+                &self.params[w],
+                rows,
+                c,
+                oc,
+                WeightLayout::OutIn,
+            );
+        }
+        for (r, &i) in pooled_at.iter().enumerate() {
+            let dst = (r * t + i) * c;
+            for (d, s) in acts.dc[dst..dst + c].iter_mut().zip(&dpooled[r * c..]) {
+                *d += s;
+            }
+        }
+        self.backward_body();
+        Ok(out)
+    }
+
+    /// Task logits and losses of `batch` (no gradients): for classification
+    /// `logits` [B, L] (HF `GPT2ForSequenceClassification.logits`), for
+    /// multiple choice [B, K] (`GPT2DoubleHeadsModel.mc_logits`).
+    pub fn forward_task(
+        &mut self,
+        batch: &Gpt2TaskBatch,
+        lm_coef: f32,
+    ) -> crate::Result<TaskOutput> {
+        self.task_pass(batch, lm_coef, None)
+    }
+
+    /// [`Gpt2::forward_task`] and its backward: ACCUMULATES into `grads`
+    /// d(`grad_scale` · (task mean + `lm_coef` · LM mean)) / dθ.
+    pub fn forward_backward_task(
+        &mut self,
+        batch: &Gpt2TaskBatch,
+        lm_coef: f32,
+        grad_scale: f32,
+    ) -> crate::Result<TaskOutput> {
+        self.task_pass(batch, lm_coef, Some(grad_scale))
+    }
+}
+
+/// A GPT-2 task model for the training loop: its head's loss plus
+/// `lm_coef` times the auxiliary LM loss (GPT-1 §3.2; 0 = off).
+pub struct Gpt2TaskTrainer {
+    pub model: Gpt2,
+    pub lm_coef: f32,
+}
+
+impl Trainable for Gpt2TaskTrainer {
+    type Batch = Gpt2TaskBatch;
+
+    fn params(&self) -> &[f32] {
+        &self.model.params
+    }
+
+    fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.model.params, &mut self.model.grads)
+    }
+
+    fn grads(&self) -> &[f32] {
+        &self.model.grads
+    }
+
+    fn zero_grad(&mut self) {
+        self.model.grads.fill(0.0);
+    }
+
+    /// The reported loss is the combined mean, as one part per example.
+    fn forward_backward(
+        &mut self,
+        batch: &Gpt2TaskBatch,
+        grad_scale: f32,
+    ) -> crate::Result<LossParts> {
+        let out = self
+            .model
+            .forward_backward_task(batch, self.lm_coef, grad_scale)?;
+        Ok(combined(&out, self.lm_coef))
+    }
+
+    fn evaluate(&mut self, batch: &Gpt2TaskBatch) -> crate::Result<LossParts> {
+        let out = self.model.forward_task(batch, self.lm_coef)?;
+        Ok(combined(&out, self.lm_coef))
+    }
+
+    fn decay_spans(&self) -> Vec<(Range<usize>, bool)> {
+        self.model.layout.decay_spans()
+    }
+
+    fn tokens_per_batch(&self) -> usize {
+        self.model.tokens_per_batch()
+    }
+}
+
+fn combined(out: &TaskOutput, lm_coef: f32) -> LossParts {
+    let n = out.task.count;
+    LossParts {
+        sum: out.loss(lm_coef) * n as f64,
+        count: n,
     }
 }
