@@ -6,7 +6,7 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
-mod canvas;
+mod chart;
 mod cmd;
 mod interrupt;
 mod progress;
@@ -23,7 +23,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Draw the loss and learning-rate curves of a training run into a PNG.
+    /// Chart the curves of training runs (losses, eval scores, lr, throughput) as a PNG or SVG.
     Plot(cmd::plot::Args),
     /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
     Pretrain(Box<cmd::pretrain::Args>),

@@ -1,179 +1,494 @@
-//! `lmkit plot DIR`: draws the loss and learning-rate curves of a training
-//! run (`DIR/metrics.jsonl`) into a PNG.
-//! Drawn by the CLI's own rasterizer (`canvas.rs`).
+//! `lmkit plot RUN...`: the curves of training runs (`RUN/metrics.jsonl`) as
+//! a PNG or SVG: one panel per metric group (losses, MLM/NSP heads, eval
+//! scores, learning rate, gradient norm, throughput), several runs compared
+//! on one chart. Drawing is in `chart.rs`.
 
-use crate::canvas::{fmt_num, Canvas, Panel, BLACK, BLUE, GREEN, ORANGE};
+use crate::chart::{self, Figure, Line, Panel};
 use anyhow::{bail, Result};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Training output folder holding metrics.jsonl (or the metrics file itself).
-    pub dir: PathBuf,
-    /// Where to write the PNG (default: DIR/metrics.png).
+    /// Training output folders holding metrics.jsonl, or metrics files; several runs share one chart.
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+    /// Image to write (a new file), PNG or SVG by its extension (default: RUN/metrics.png for one run, redrawn each time).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Legend names of the runs, comma-separated (default: the runs' folder names).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Panels, comma-separated: loss, mlm, nsp (or heads: both), accuracy, qa, ppl, lr, grad_norm, tokens_per_s, examples_per_s (or throughput: both), or any metric key (default: every group present but ppl).
+    #[arg(long, value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// Smoothing weight in [0, 1) of the training curves, as TensorBoard's (a debiased EMA); the raw curve stays faint behind.
+    #[arg(long, default_value_t = 0.0)]
+    pub smooth: f64,
+    /// Logarithmic y axis on the loss and perplexity panels.
+    #[arg(long)]
+    pub log_y: bool,
+}
+
+/// A panel kind: which keys it draws, in legend order.
+struct Group {
+    name: &'static str,
+    title: &'static str,
+    keys: &'static [&'static str],
+    /// `--log-y` applies.
+    log: bool,
+}
+
+const GROUPS: &[Group] = &[
+    Group {
+        name: "loss",
+        title: "loss",
+        keys: &["loss", "val_loss", "eval_loss"],
+        log: true,
+    },
+    // BERT's heads apart: MLM loss starts near ln(vocab), NSP near ln 2.
+    Group {
+        name: "mlm",
+        title: "MLM loss",
+        keys: &["mlm_loss", "val_mlm_loss"],
+        log: true,
+    },
+    Group {
+        name: "nsp",
+        title: "NSP loss",
+        keys: &["nsp_loss", "val_nsp_loss"],
+        log: true,
+    },
+    Group {
+        name: "accuracy",
+        title: "accuracy / F1",
+        keys: &[
+            "eval_accuracy",
+            "eval_f1",
+            "nsp_accuracy",
+            "val_nsp_accuracy",
+        ],
+        log: false,
+    },
+    Group {
+        name: "qa",
+        title: "exact match / F1 (%)",
+        keys: &["exact_match", "f1"],
+        log: false,
+    },
+    Group {
+        name: "ppl",
+        title: "perplexity",
+        keys: &["val_ppl", "eval_ppl"],
+        log: true,
+    },
+    Group {
+        name: "lr",
+        title: "learning rate",
+        keys: &["lr"],
+        log: false,
+    },
+    Group {
+        name: "grad_norm",
+        title: "gradient norm",
+        keys: &["grad_norm"],
+        log: false,
+    },
+    Group {
+        name: "tokens_per_s",
+        title: "tokens / s",
+        keys: &["tokens_per_s"],
+        log: false,
+    },
+    Group {
+        name: "examples_per_s",
+        title: "examples / s",
+        keys: &["examples_per_s"],
+        log: false,
+    },
+];
+
+/// Left out unless asked for by `--metrics`: perplexity is exp(loss).
+const NOT_BY_DEFAULT: &[&str] = &["ppl"];
+
+/// Row fields that are positions or counts, not curves.
+const NOT_METRICS: &[&str] = &[
+    "step",
+    "epoch",
+    "tokens",
+    "elapsed_s",
+    "eval_examples",
+    "eval_tokens",
+];
+
+/// Evaluation metrics: sparse points (dots, dashed when runs share a panel),
+/// never smoothed.
+fn is_eval(key: &str) -> bool {
+    key.starts_with("val_") || key.starts_with("eval_") || key == "exact_match" || key == "f1"
+}
+
+/// One run's curves: metric key → (x, value), in file order.
+struct Run {
+    label: String,
+    rows: usize,
+    series: BTreeMap<String, Vec<(f64, f64)>>,
+    last_step: Option<f64>,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let metrics = if args.dir.is_dir() {
-        args.dir.join("metrics.jsonl")
-    } else {
-        args.dir.clone()
-    };
-    let out = args.output.unwrap_or_else(|| {
-        metrics
+    if !(0.0..1.0).contains(&args.smooth) {
+        bail!(
+            "--smooth must be in [0, 1) (0 = raw curves), got {}",
+            args.smooth
+        );
+    }
+    if !args.labels.is_empty() && args.labels.len() != args.runs.len() {
+        bail!(
+            "--labels has {} names for {} runs",
+            args.labels.len(),
+            args.runs.len()
+        );
+    }
+    let files: Vec<PathBuf> = args.runs.iter().map(|p| metrics_file(p)).collect();
+    let out = match &args.output {
+        Some(o) => o.clone(),
+        None if files.len() == 1 => files[0]
             .parent()
             .unwrap_or(Path::new("."))
-            .join("metrics.png")
-    });
-    let n = plot_metrics(&metrics, &out)?;
+            .join("metrics.png"),
+        None => bail!("several runs: give the image to write with --output (a .png or .svg)"),
+    };
+    let format = Format::of(&out)?;
+    // A file the user names is never overwritten (the docs/cli.md rule);
+    // RUN/metrics.png is lmkit's own and redrawn on every call.
+    if args.output.is_some() && out.exists() {
+        bail!("{} exists: choose a new file name", out.display());
+    }
+    let mut runs = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let label = args.labels.get(i).cloned().unwrap_or_else(|| run_name(f));
+        runs.push(load_run(f, label)?);
+    }
+    let fig = figure(&runs, &args.metrics, args.smooth, args.log_y)?;
+    let size = chart::figure_size(fig.panels.len());
+    let bytes = match format {
+        Format::Png => chart::render_png(&fig, size)?,
+        Format::Svg => chart::render_svg(&fig, size)?.into_bytes(),
+    };
+    lmkit::util::fs::atomic_write(&out, &bytes)?;
+    let rows: usize = runs.iter().map(|r| r.rows).sum();
+    let panels: Vec<&str> = fig.panels.iter().map(|p| p.title.as_str()).collect();
     println!(
-        "wrote {} ({n} rows from {})",
+        "wrote {} ({}; {rows} rows from {})",
         out.display(),
-        metrics.display()
+        panels.join(", "),
+        files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(())
 }
 
-/// Series extracted from metrics rows: (step, value) pairs.
-struct Curves {
-    loss: Vec<(f64, f64)>,
-    val: Vec<(f64, f64)>,
-    lr: Vec<(f64, f64)>,
+enum Format {
+    Png,
+    Svg,
 }
 
-fn curves(rows: &[serde_json::Map<String, serde_json::Value>]) -> Curves {
-    let get = |r: &serde_json::Map<String, serde_json::Value>, k: &str| {
-        r.get(k).and_then(|v| v.as_f64()).filter(|v| v.is_finite())
-    };
-    let mut c = Curves {
-        loss: vec![],
-        val: vec![],
-        lr: vec![],
-    };
-    for r in rows {
-        let Some(step) = get(r, "step") else { continue };
-        if let Some(v) = get(r, "loss") {
-            c.loss.push((step, v));
-        }
-        if let Some(v) = get(r, "val_loss") {
-            c.val.push((step, v));
-        }
-        if let Some(v) = get(r, "lr") {
-            c.lr.push((step, v));
+impl Format {
+    fn of(path: &Path) -> Result<Self> {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase());
+        match ext.as_deref() {
+            Some("png") => Ok(Format::Png),
+            Some("svg") => Ok(Format::Svg),
+            _ => bail!(
+                "--output {}: give a .png or .svg file name (the format follows the extension)",
+                path.display()
+            ),
         }
     }
-    c
 }
 
-/// Draws `metrics` into the PNG `out`; returns the number of rows read.
-pub fn plot_metrics(metrics: &Path, out: &Path) -> Result<usize> {
-    let rows = lmkit::train::read_metrics(metrics).map_err(anyhow::Error::msg)?;
-    let c = curves(&rows);
-    if c.loss.is_empty() && c.val.is_empty() {
+/// `RUN/metrics.jsonl` for a folder, else the path itself.
+fn metrics_file(run: &Path) -> PathBuf {
+    if run.is_dir() {
+        run.join("metrics.jsonl")
+    } else {
+        run.to_path_buf()
+    }
+}
+
+/// The run folder's name (or the file's stem when it is not `metrics.jsonl`).
+fn run_name(file: &Path) -> String {
+    let named_by_folder = file.file_name().is_some_and(|n| n == "metrics.jsonl");
+    let name = if named_by_folder {
+        file.parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .and_then(|p| p.file_name().map(|n| n.to_os_string()))
+    } else {
+        file.file_stem().map(|n| n.to_os_string())
+    };
+    name.map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned())
+}
+
+fn load_run(file: &Path, label: String) -> Result<Run> {
+    let rows = lmkit::train::read_metrics(file).map_err(anyhow::Error::msg)?;
+    let run = curves(&rows, label);
+    if run.series.is_empty() {
         bail!(
-            "{}: no `loss` or `val_loss` rows to plot",
-            metrics.display()
+            "{}: no metrics to plot ({} rows; expected rows like {{\"step\": 1, \"loss\": 2.5}})",
+            file.display(),
+            rows.len()
         );
     }
-    let (w, h) = (960, 720);
-    let mut cv = Canvas::new(w, h);
-    let title = format!(
-        "{}  (last step {}, loss {})",
-        metrics
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        c.loss.last().map_or(0.0, |p| p.0),
-        c.loss.last().map_or("-".into(), |p| fmt_num(p.1)),
-    );
-    cv.text(80, 14, &title, BLACK, 2);
-    let x_max = c
-        .loss
-        .iter()
-        .chain(&c.val)
-        .chain(&c.lr)
-        .map(|p| p.0)
-        .fold(1.0, f64::max);
-    let loss_panel = Panel {
-        x0: 80,
-        y0: 50,
-        x1: w - 30,
-        y1: 440,
-    };
-    let ys: Vec<f64> = c.loss.iter().chain(&c.val).map(|p| p.1).collect();
-    let (lo, hi) = ys
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-    loss_panel.axes(&mut cv, (0.0, x_max), (lo, hi), "loss");
-    loss_panel.series(&mut cv, &c.loss, (0.0, x_max), (lo, hi), BLUE);
-    loss_panel.series(&mut cv, &c.val, (0.0, x_max), (lo, hi), ORANGE);
-    for &(x, y) in &c.val {
-        let (px, py) = loss_panel.map((x, y), (0.0, x_max), (lo, hi));
-        cv.dot(px, py, 3, ORANGE);
-    }
-    let right = loss_panel.x1 as i64;
-    cv.line(right - 230, 66, right - 200, 66, BLUE, 2);
-    cv.text(right - 192, 62, "train loss", BLACK, 1);
-    cv.line(right - 100, 66, right - 70, 66, ORANGE, 2);
-    cv.text(right - 62, 62, "val loss", BLACK, 1);
+    Ok(run)
+}
 
-    let lr_panel = Panel {
-        x0: 80,
-        y0: 500,
-        x1: w - 30,
-        y1: h - 50,
+/// The curves of `rows`; x is `step`, or `epoch` when no row has a step.
+/// Missing, non-numeric and non-finite values are skipped.
+fn curves(rows: &[Map<String, Value>], label: String) -> Run {
+    let num = |r: &Map<String, Value>, k: &str| {
+        r.get(k).and_then(Value::as_f64).filter(|v| v.is_finite())
     };
-    let lr_hi = c.lr.iter().map(|p| p.1).fold(0.0, f64::max);
-    lr_panel.axes(&mut cv, (0.0, x_max), (0.0, lr_hi.max(1e-12)), "lr");
-    lr_panel.series(&mut cv, &c.lr, (0.0, x_max), (0.0, lr_hi.max(1e-12)), GREEN);
-    cv.text((w / 2) as i64 - 16, h as i64 - 22, "step", BLACK, 2);
-    cv.write_png(out)?;
-    Ok(rows.len())
+    let x_key = if rows.iter().any(|r| num(r, "step").is_some()) {
+        "step"
+    } else {
+        "epoch"
+    };
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut last_step = None;
+    for r in rows {
+        let Some(x) = num(r, x_key) else { continue };
+        last_step = Some(x);
+        for (k, v) in r {
+            if NOT_METRICS.contains(&k.as_str()) {
+                continue;
+            }
+            if let Some(v) = v.as_f64().filter(|v| v.is_finite()) {
+                series.entry(k.clone()).or_default().push((x, v));
+            }
+        }
+    }
+    for s in series.values_mut() {
+        // Stable: equal steps keep file order.
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    Run {
+        label,
+        rows: rows.len(),
+        series,
+        last_step: (x_key == "step").then_some(last_step).flatten(),
+    }
+}
+
+/// One panel's keys and whether `--log-y` applies.
+struct PanelSpec {
+    title: String,
+    keys: Vec<String>,
+    log: bool,
+}
+
+/// The panels to draw: the `--metrics` selection (group names or keys), or
+/// every group with data in some run, then each other key on its own.
+fn select(runs: &[Run], wanted: &[String]) -> Result<Vec<PanelSpec>> {
+    let present = |k: &str| runs.iter().any(|r| r.series.contains_key(k));
+    let of_group = |g: &Group| PanelSpec {
+        title: g.title.into(),
+        keys: g.keys.iter().map(|k| k.to_string()).collect(),
+        log: g.log,
+    };
+    let own = |k: &str| PanelSpec {
+        title: k.into(),
+        keys: vec![k.into()],
+        log: k.contains("loss") || k.contains("ppl"),
+    };
+    let mut specs = Vec::new();
+    if wanted.is_empty() {
+        for g in GROUPS {
+            if !NOT_BY_DEFAULT.contains(&g.name) && g.keys.iter().any(|k| present(k)) {
+                specs.push(of_group(g));
+            }
+        }
+        let grouped = |k: &str| GROUPS.iter().any(|g| g.keys.contains(&k));
+        let mut others: Vec<&str> = runs
+            .iter()
+            .flat_map(|r| r.series.keys())
+            .map(String::as_str)
+            .filter(|k| !grouped(k))
+            .collect();
+        others.sort_unstable();
+        others.dedup();
+        specs.extend(others.into_iter().map(own));
+        return Ok(specs);
+    }
+    for w in wanted {
+        let w = w.trim();
+        let groups: Vec<&Group> = match w {
+            "throughput" => GROUPS
+                .iter()
+                .filter(|g| g.name.ends_with("_per_s"))
+                .collect(),
+            "heads" => GROUPS
+                .iter()
+                .filter(|g| g.name == "mlm" || g.name == "nsp")
+                .collect(),
+            _ => GROUPS.iter().filter(|g| g.name == w).collect(),
+        };
+        let before = specs.len();
+        for g in groups {
+            if g.keys.iter().any(|k| present(k)) {
+                specs.push(of_group(g));
+            }
+        }
+        if specs.len() == before {
+            if present(w) {
+                specs.push(own(w));
+            } else {
+                let mut keys: Vec<&str> = runs
+                    .iter()
+                    .flat_map(|r| r.series.keys())
+                    .map(String::as_str)
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                bail!(
+                    "--metrics {w}: no such curve in the run(s); groups: {}, heads, throughput; keys present: {}",
+                    GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", "),
+                    keys.join(", ")
+                );
+            }
+        }
+    }
+    Ok(specs)
+}
+
+fn figure(runs: &[Run], wanted: &[String], smooth: f64, log_y: bool) -> Result<Figure> {
+    let specs = select(runs, wanted)?;
+    let several = runs.len() > 1;
+    let mut panels = Vec::new();
+    for spec in specs {
+        let mut lines = Vec::new();
+        for (ri, run) in runs.iter().enumerate() {
+            for key in &spec.keys {
+                let Some(points) = run.series.get(key) else {
+                    continue;
+                };
+                let ki = lines.len();
+                let eval = is_eval(key);
+                let smoothed = (smooth > 0.0 && !eval && key != "lr" && points.len() > 1)
+                    .then(|| chart::ema(points, smooth));
+                lines.push(Line {
+                    label: if several {
+                        format!("{}: {key}", run.label)
+                    } else {
+                        key.clone()
+                    },
+                    points: points.clone(),
+                    // One colour per run when runs are compared, else per curve.
+                    colour: chart::colour(if several { ri } else { ki }),
+                    dashed: several && eval,
+                    markers: eval,
+                    smoothed,
+                });
+            }
+        }
+        panels.push(Panel {
+            title: spec.title,
+            log_y: log_y && spec.log,
+            lines,
+        });
+    }
+    let x_label = if runs.iter().all(|r| r.last_step.is_some()) {
+        "step"
+    } else {
+        "epoch"
+    };
+    Ok(Figure {
+        title: title(runs),
+        x_label: x_label.into(),
+        panels,
+    })
+}
+
+/// One run: its name, last step and last losses; several: their names.
+fn title(runs: &[Run]) -> String {
+    if let [run] = runs {
+        let mut parts = vec![run.label.clone()];
+        if let Some(s) = run.last_step {
+            parts.push(format!("step {s}"));
+        }
+        for k in ["loss", "val_loss", "eval_loss", "eval_accuracy", "f1"] {
+            if let Some(&(_, v)) = run.series.get(k).and_then(|s| s.last()) {
+                parts.push(format!("{k} {v:.4}"));
+            }
+        }
+        return parts.join("  ·  ");
+    }
+    runs.iter()
+        .map(|r| r.label.as_str())
+        .collect::<Vec<_>>()
+        .join("  vs  ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn plots_a_run() {
-        let dir = std::env::temp_dir().join(format!("lmkit-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut text = String::new();
-        for s in 1..=50 {
-            text += &format!(
-                "{{\"step\":{s},\"loss\":{},\"lr\":{},\"grad_norm\":1.0,\"tokens_per_s\":100}}\n",
-                10.0 / s as f64,
-                1e-3 * s as f64 / 50.0
-            );
-            if s % 10 == 0 {
-                text += &format!("{{\"step\":{s},\"val_loss\":{}}}\n", 11.0 / s as f64);
-            }
-        }
-        std::fs::write(dir.join("metrics.jsonl"), text).unwrap();
-        let out = dir.join("m.png");
-        assert_eq!(plot_metrics(&dir.join("metrics.jsonl"), &out).unwrap(), 55);
-        let bytes = std::fs::read(&out).unwrap();
-        assert_eq!(&bytes[1..4], b"PNG");
-        // The train curve (blue) was drawn.
-        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        reader.next_frame(&mut buf).unwrap();
-        assert!(buf.chunks(3).any(|p| p == BLUE));
-        assert!(buf.chunks(3).any(|p| p == ORANGE));
-        std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1}\n").unwrap();
-        assert!(plot_metrics(&dir.join("metrics.jsonl"), &out).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+    fn rows(v: Value) -> Vec<Map<String, Value>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_object().cloned().unwrap())
+            .collect()
     }
 
     #[test]
-    fn number_format() {
-        assert_eq!(fmt_num(2.5), "2.5");
-        assert_eq!(fmt_num(0.0006), "6.00e-4");
-        assert_eq!(fmt_num(0.0), "0");
+    fn curves_skip_missing_and_non_finite() {
+        let r = rows(json!([
+            {"step": 1, "loss": 3.0, "lr": 1e-4, "tokens": 64},
+            {"step": 2, "loss": null, "lr": 2e-4},
+            {"step": 2, "val_loss": 2.5, "val_ppl": 12.2},
+            {"loss": 1.0},
+            {"step": 3, "loss": "x", "eval_loss": 2.0},
+        ]));
+        let run = curves(&r, "a".into());
+        assert_eq!(run.series["loss"], vec![(1.0, 3.0)]);
+        assert_eq!(run.series["lr"], vec![(1.0, 1e-4), (2.0, 2e-4)]);
+        assert_eq!(run.series["val_loss"], vec![(2.0, 2.5)]);
+        assert_eq!(run.series["eval_loss"], vec![(3.0, 2.0)]);
+        assert!(!run.series.contains_key("tokens"));
+        assert_eq!(run.last_step, Some(3.0));
+        // Default panels: loss (with eval_loss), lr; ppl only when asked.
+        let titles = |s: Vec<PanelSpec>| s.into_iter().map(|p| p.title).collect::<Vec<_>>();
+        assert_eq!(
+            titles(select(&[run], &[]).unwrap()),
+            ["loss", "learning rate"]
+        );
+    }
+
+    #[test]
+    fn epoch_axis_and_selection() {
+        let r = rows(json!([
+            {"epoch": 0, "eval_accuracy": 0.5},
+            {"epoch": 1, "eval_accuracy": 0.8, "custom": 4.0},
+        ]));
+        let run = curves(&r, "a".into());
+        assert_eq!(run.series["eval_accuracy"], vec![(0.0, 0.5), (1.0, 0.8)]);
+        assert_eq!(run.last_step, None);
+        let runs = [run];
+        let specs = select(&runs, &["custom".into(), "accuracy".into()]).unwrap();
+        assert_eq!(specs[0].keys, ["custom"]);
+        assert_eq!(specs[1].title, "accuracy / F1");
+        let err = select(&runs, &["lr".into()]).err().unwrap().to_string();
+        assert!(err.contains("keys present: custom, eval_accuracy"), "{err}");
+        let fig = figure(&runs, &[], 0.9, true).unwrap();
+        assert_eq!(fig.x_label, "epoch");
+        // Eval points are never smoothed.
+        assert!(fig.panels[0].lines[0].smoothed.is_none());
     }
 }
