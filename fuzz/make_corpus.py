@@ -109,6 +109,10 @@ def main():
     para["context"] = para["context"]
     small = {"version": squad.get("version", "1.1"), "data": [{"title": art.get("title", ""), "paragraphs": [para]}]}
     write("data_readers", "squad.json", json.dumps(small).encode()[:8000])
+    write("data_readers", "tagging.conll", b"-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n"
+          b"rejects VBZ B-VP O\n\nPeter B-PER\nBlackburn I-PER\n")
+    write("data_readers", "tagging.jsonl", b'{"tokens": ["Rust", "is", "fast"], '
+          b'"tags": ["B-LANG", "O", "O"]}\n{"tokens": [], "tags": []}\n')
     write("data_readers", "documents.txt", b"First sentence.\nSecond one.\n\nA new document.\nIts end.\n")
 
 

@@ -48,6 +48,7 @@ from transformers import (  # noqa: E402
     BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     BertTokenizerFast,
     GenerationConfig,
@@ -623,6 +624,144 @@ def compute_bert_classify(model, case_dir):
     return ref
 
 
+# Token classification (NER): words with word-level tags; labels on the first word piece of
+# each word (HF run_ner, label_all_tokens=False), -100 on later pieces, specials and padding.
+TOKEN_WORDS = [
+    ["the", "king", "walked", "to", "paris"],
+    ["she", "found", "london", "and", "france", "."],
+    ["the", "queen", "of", "england", "saw", "the", "walking", "dog"],
+]
+TOKEN_TAGS = [
+    ["O", "B-PER", "O", "O", "B-LOC"],
+    ["O", "O", "B-LOC", "O", "B-LOC", "O"],
+    ["O", "B-PER", "I-PER", "I-PER", "O", "O", "O", "O"],
+]
+TOKEN_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+NER_TEXTS = ["The King walked to Paris, and Émile saw the Queen of England.",
+             "she found london", "Walking dogs: a très long day in France!"]
+
+
+def align_first_piece(enc, tags, label2id):
+    labels = []
+    for i, row_tags in enumerate(tags):
+        prev, row = None, []
+        for w in enc.word_ids(i):
+            row.append(-100 if w is None or w == prev else label2id[row_tags[w]])
+            prev = w
+        labels.append(row)
+    return torch.tensor(labels)
+
+
+def compute_bert_token_classify(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok(TOKEN_WORDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    label2id = {n: i for i, n in enumerate(TOKEN_LABELS)}
+    labels = align_first_piece(enc, TOKEN_TAGS, label2id)
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    add_bert_inputs(ref, enc, f"the words {TOKEN_WORDS} (is_split_into_words=True), padded")
+    ref.add("labels", labels, "[3, T] tag id on the first word piece of each word (HF run_ner, "
+            "label_all_tokens=False); -100 on later pieces ('walking' = walk ##ing), [CLS], "
+            "[SEP] and padding")
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, f"[3, T, {len(TOKEN_LABELS)}] classifier(last_hidden_state) "
+            "on every token (no pooler)")
+    L = len(TOKEN_LABELS)
+    manual = F.cross_entropy(out.logits.reshape(-1, L), labels.reshape(-1), ignore_index=-100)
+    assert torch.allclose(manual, out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "mean CE over the tokens with labels != -100")
+    ref.info["words"] = TOKEN_WORDS
+    ref.info["tags"] = TOKEN_TAGS
+    # The token-classification pipeline on raw text, grouped as aggregation_strategy="simple"
+    # (start/end are character offsets; "Émile" is [UNK], so its word is the text itself).
+    ner = transformers.pipeline("token-classification", model=model, tokenizer=tok,
+                                aggregation_strategy="simple", device="cpu")
+    results = []
+    with torch.no_grad():
+        for text in NER_TEXTS:
+            got = ner(text)
+            results.append({"text": text, "entities": [
+                {k: (float(e[k]) if k == "score" else e[k]) for k in
+                 ("entity_group", "score", "word", "start", "end")} for e in got]})
+            alone = tok(text, return_tensors="pt")
+            probs = torch.softmax(model(**alone).logits[0], dim=-1)
+            gaps = [margins(row, 1)[0] for row in probs[1:-1]]
+            assert min(gaps) > 1e-4, f"near-tie in {text!r}; change the text"
+    # The random model tags nearly every token B-LOC, so the grouping rules also get HF's own
+    # group_entities on given per-token tags (then "O" groups dropped, as postprocess does).
+    pieces = ["the", "king", "walk", "##ed", "to", "paris", "and", "queen", "of", "england",
+              "saw", "a", "dog", "##s", "home"]
+    tags = ["B-PER", "I-PER", "O", "I-LOC", "I-LOC", "B-LOC", "B-LOC", "I-PER", "O", "MISC",
+            "MISC", "B-PER", "I-LOC", "I-LOC", "O"]
+    scores = [0.9, 0.8, 0.7, 0.6, 0.95, 0.5, 0.55, 0.65, 0.75, 0.85, 0.45, 0.35, 0.25, 0.15, 0.99]
+    spans, pos = [], 0
+    for p in pieces:
+        if p.startswith("##"):
+            spans.append((pos, pos + len(p) - 2))
+            pos += len(p) - 2
+        else:
+            pos += 1 if spans else 0
+            spans.append((pos, pos + len(p)))
+            pos += len(p)
+    ents = [{"entity": t, "score": np.float32(sc), "index": i + 1, "word": w, "start": a,
+             "end": b} for i, (w, t, sc, (a, b)) in enumerate(zip(pieces, tags, scores, spans))]
+    grouped = [g for g in ner.group_entities(ents) if g["entity_group"] != "O"]
+    ref.info["ner_pipeline"] = {
+        "pipeline": "transformers.pipeline('token-classification', "
+        "aggregation_strategy='simple') on each text alone (ignore_labels ['O'])",
+        "results": results,
+        "grouping": {"pieces": pieces, "tags": tags, "scores": scores, "spans": spans,
+                     "groups": [{k: (float(g[k]) if k == "score" else g[k]) for k in
+                                 ("entity_group", "score", "word", "start", "end")}
+                                for g in grouped],
+                     "note": "TokenClassificationPipeline.group_entities on these per-token "
+                     "tags/scores/offsets, then groups tagged O removed"},
+    }
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
+# Regression (STS-B style): one output, MSE on the squeezed logits.
+REGRESSION_PAIRS = [("the dog ran home", "a dog went home"), ("paris is in france", "the sun"),
+                    ("she found a book", "she found the old book")]
+REGRESSION_LABELS = [3.8, 0.4, 4.25]
+# Pearson / Spearman (scipy) on vectors with ties (Spearman ranks ties by their average).
+CORR_X = [1.0, 2.5, 2.5, 4.0, 0.5, 3.0, 3.0, 3.0, -1.0, 7.0]
+CORR_Y = [0.8, 2.0, 3.1, 3.9, 0.5, 2.5, 2.5, 4.4, 0.0, 5.0]
+
+
+def compute_bert_regression(model, case_dir):
+    from scipy.stats import pearsonr, spearmanr
+
+    model.eval()
+    # A [1, 32] Linear weight read from the file sits at an address whose alignment picks
+    # another BLAS path than a fresh allocation (logits 1 ulp apart): fresh copies for both.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data = p.data.clone()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    enc = tok([a for a, _ in REGRESSION_PAIRS], [b for _, b in REGRESSION_PAIRS], padding=True,
+              return_tensors="pt")
+    enc = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    labels = torch.tensor(REGRESSION_LABELS, dtype=torch.float32)
+    add_bert_inputs(ref, enc, f"pairs {REGRESSION_PAIRS} padded to the longest")
+    ref.add("labels", labels, "[3] float targets (problem_type regression)")
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, "[3, 1] classifier(pooler_output)")
+    assert torch.allclose(F.mse_loss(out.logits.squeeze(), labels), out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "MSELoss(logits.squeeze(), labels): mean over the batch")
+    ref.info["correlation"] = {
+        "x": CORR_X, "y": CORR_Y,
+        "pearson": float(pearsonr(CORR_X, CORR_Y)[0]),
+        "spearman": float(spearmanr(CORR_X, CORR_Y)[0]),
+        "note": "scipy.stats.pearsonr / spearmanr (ties: average ranks), float64",
+    }
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return ref
+
+
 RERANK_QUERY = "where is the old dog"
 RERANK_TEXTS = ["the old dog is by the river", "paris is in france", "a dog", "she found the red book"]
 
@@ -1158,6 +1297,8 @@ case("bert-tiny-rerank", BertForSequenceClassification, compute_bert_rerank)
 case("bert-tiny-mlm", BertForMaskedLM, compute_bert_mlm)
 case("bert-tiny-nsp", BertForNextSentencePrediction, compute_bert_nsp)
 case("gpt2-zeroshot", GPT2LMHeadModel, compute_gpt2_zeroshot)
+case("bert-tiny-token-classify", BertForTokenClassification, compute_bert_token_classify)
+case("bert-tiny-regression", BertForSequenceClassification, compute_bert_regression)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1426,6 +1567,14 @@ MAKERS = [
     (["bert-tiny-nsp"], lambda root: [make_bert(
         root, "bert-tiny-nsp", BertForNextSentencePrediction, 6000,
         "keys carry the bert. prefix; no MLM head")]),
+    (["bert-tiny-token-classify"], lambda root: [make_bert(
+        root, "bert-tiny-token-classify", BertForTokenClassification, 7000,
+        "keys carry the bert. prefix; no pooler; classifier on every token", num_labels=5,
+        id2label=dict(enumerate(TOKEN_LABELS)), label2id={n: i for i, n in enumerate(TOKEN_LABELS)})]),
+    (["bert-tiny-regression"], lambda root: [make_bert(
+        root, "bert-tiny-regression", BertForSequenceClassification, 7600,
+        "keys carry the bert. prefix; one output, problem_type regression", num_labels=1,
+        problem_type="regression")]),
 ]
 
 
@@ -1705,6 +1854,80 @@ def check(root):
         raise SystemExit(f"{bad} mismatches")
 
 
+# --------------------------------------------------------------------------------------------
+# seqeval: entity-level P/R/F1 in its default (conlleval-like) mode, on tricky tag sequences
+
+
+SEQEVAL_CASES = [
+    # I- without B-, type switches inside a chunk, B- after I- of the same type
+    ([["O", "I-PER", "I-PER", "O", "B-LOC", "I-LOC", "I-ORG", "O"]],
+     [["O", "B-PER", "I-PER", "O", "B-LOC", "I-LOC", "B-ORG", "O"]]),
+    # IOBES (E-, S-), a chunk running to the end of a sentence, sentence boundaries
+    ([["S-PER", "O", "B-LOC", "E-LOC", "B-ORG", "I-ORG"], ["I-MISC", "E-MISC", "S-MISC"]],
+     [["S-PER", "O", "B-LOC", "I-LOC", "B-ORG", "E-ORG"], ["B-MISC", "E-MISC", "O"]]),
+    # prefix-less and odd tags, an empty sentence, nothing predicted
+    ([["B", "I", "O", "B-X", "B-X"], [], ["O", "O"]],
+     [["B", "O", "O", "B-X", "I-X"], [], ["O", "O"]]),
+    ([["B-PER", "O"]], [["O", "O"]]),
+    ([["O", "O"]], [["O", "O"]]),
+]
+
+
+def random_tags(rng, n):
+    tags = ["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "E-LOC", "S-ORG"]
+    return [[rng.choice(tags) for _ in range(rng.randrange(0, 9))] for _ in range(n)]
+
+
+def make_seqeval(root):
+    from seqeval.metrics import (accuracy_score, classification_report, f1_score,
+                                 precision_score, recall_score)
+    from seqeval.metrics.sequence_labeling import get_entities
+    import seqeval
+    import warnings
+
+    case_dir = fresh_dir(root / "seqeval")
+    rng = random.Random(17)
+    cases = list(SEQEVAL_CASES)
+    for _ in range(6):
+        gold = random_tags(rng, 4)
+        pred = [[t if rng.random() < 0.6 else rng.choice(["O", "B-PER", "I-LOC", "I-ORG"])
+                 for t in row] for row in gold]
+        cases.append((gold, pred))
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for gold, pred in cases:
+            report = classification_report(gold, pred, output_dict=True, zero_division=0)
+            per_type = {k: {m: float(v[m]) for m in ("precision", "recall", "f1-score")}
+                        | {"support": int(v["support"])}
+                        for k, v in report.items() if "avg" not in k}
+            out.append({
+                "gold": gold, "pred": pred,
+                "gold_entities": [list(e) for e in get_entities(gold)],
+                "pred_entities": [list(e) for e in get_entities(pred)],
+                "precision": float(precision_score(gold, pred, zero_division=0)),
+                "recall": float(recall_score(gold, pred, zero_division=0)),
+                "f1": float(f1_score(gold, pred, zero_division=0)),
+                "accuracy": float(accuracy_score(gold, pred)) if any(gold) else None,
+                "per_type": per_type,
+            })
+    doc = {
+        "case": "seqeval",
+        "what": "seqeval.metrics precision_score / recall_score / f1_score (default mode, micro "
+        "average, zero_division=0), accuracy_score (token level; null for no tokens), "
+        "classification_report(output_dict=True) per type, and get_entities (type, start, end) "
+        "over the sentences flattened with an 'O' after each",
+        "versions": {**VERSIONS, "seqeval": seqeval.__version__
+                     if hasattr(seqeval, "__version__") else "1.2.2"},
+        "cases": out,
+    }
+    with open(case_dir / "reference.json", "w") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    log(f"   seqeval: {len(out)} cases")
+
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify instead of writing")
@@ -1726,7 +1949,8 @@ def main():
         return
     FIXTURES.mkdir(parents=True, exist_ok=True)
     only = set(args.only or [])
-    unknown = only - set(CASES) - {"minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu", "torch-bin"}
+    unknown = only - set(CASES) - {
+        "minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu", "torch-bin", "seqeval"}
     if unknown:
         raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
     for names, make in MAKERS:
@@ -1738,6 +1962,9 @@ def main():
     if not only or "torch-bin" in only:
         log("== torch-bin (gpt2-tiny-bin, bert-tiny-bin, tests/data/torch-bin)")
         make_torch_bin(FIXTURES)
+    if not only or "seqeval" in only:
+        log("== seqeval")
+        make_seqeval(FIXTURES)
     if not only or "minilm-embeddings" in only:
         log("== minilm-embeddings")
         make_minilm(FIXTURES)

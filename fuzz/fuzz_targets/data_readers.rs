@@ -1,7 +1,7 @@
 //! Every reader of a user's data file never panics on any bytes: classify
-//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, overlap's
-//! evaluation documents, plain
-//! text / JSONL into token shards, and the gzip / Zstandard decoders that
+//! and SQuAD JSON(L), token tagging (CoNLL / JSONL), LAMBADA, summarization,
+//! BERT's documents, overlap's evaluation documents, plain text / JSONL into
+//! token shards, and the gzip / Zstandard decoders that
 //! open compressed files.
 #![no_main]
 
@@ -30,6 +30,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = read_documents(&[p]);
     }
     let _ = read_classify_jsonl(&jsonl);
+    let _ = lmkit::data::tagging::read_tagging(&txt);
+    let _ = lmkit::data::tagging::read_tagging(&jsonl);
     for p in [&txt, &jsonl, &json] {
         let _ = lmkit::data::overlap::read_eval_documents(std::slice::from_ref(p));
     }

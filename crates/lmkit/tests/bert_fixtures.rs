@@ -184,6 +184,19 @@ fn sequence_classification() {
 }
 
 #[test]
+fn token_classification_logits() {
+    let (m, r, _, acts) = forward("bert-tiny-token-classify");
+    assert!(m.heads.token_classifier && !m.heads.classifier && !m.heads.pooler);
+    let logits = m.token_logits(&acts).unwrap();
+    assert_close("token logits", &logits, &r.f32("logits").1, 1e-4);
+    assert_eq!(m.config.id2label, ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]);
+    // A sequence classifier is not a token classifier, and the other way round.
+    assert!(m.pooled(&acts).is_err());
+    let (c, _, _, cacts) = forward("bert-tiny-classify");
+    assert!(c.token_logits(&cacts).is_err());
+}
+
+#[test]
 fn question_answering_logits() {
     let (m, r, _, acts) = forward("bert-tiny-qa");
     assert!(!m.heads.pooler);

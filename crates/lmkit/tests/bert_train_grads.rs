@@ -121,6 +121,7 @@ fn targets(case: &str, r: &Reference) -> BertTargets {
         "bert-tiny-mlm" => t.mlm_labels = Some(r.i32s("labels")),
         "bert-tiny-nsp" => t.nsp_labels = Some(r.i32s("labels")),
         "bert-tiny-classify" => t.class_labels = Some(r.i32s("labels")),
+        "bert-tiny-token-classify" => t.token_labels = Some(r.i32s("labels")),
         "bert-tiny-qa" => {
             t.start_positions = Some(r.i32s("start_positions"));
             t.end_positions = Some(r.i32s("end_positions"));
@@ -187,6 +188,45 @@ fn next_sentence_gradients() {
 #[test]
 fn sequence_classification_gradients() {
     check_case("bert-tiny-classify");
+}
+
+#[test]
+fn token_classification_gradients() {
+    let (tr, r) = check_case("bert-tiny-token-classify");
+    // The fixture ignores later word pieces, [CLS], [SEP] and padding.
+    let labels = r.i32s("labels");
+    assert!(labels.iter().filter(|&&x| x == -100).count() > labels.len() / 3);
+    // Central finite differences of the loss (f64 sums of f32 losses) on a
+    // few entries of the classifier and of an encoder weight.
+    let model = Bert::from_dir(fixture("bert-tiny-token-classify")).unwrap();
+    let mut fd = BertTrainer::new(model).unwrap();
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: targets("bert-tiny-token-classify", &r),
+    };
+    for name in [
+        "classifier.weight",
+        "classifier.bias",
+        "encoder.layer.1.output.dense.weight",
+    ] {
+        let range = fd.model.layout.range(name).unwrap();
+        for i in [range.start, range.start + 3, range.end - 1] {
+            let h = 1e-2f32;
+            let x = fd.model.params[i];
+            fd.model.params[i] = x + h;
+            let up = fd.evaluate_batch(&tb).unwrap().loss;
+            fd.model.params[i] = x - h;
+            let down = fd.evaluate_batch(&tb).unwrap().loss;
+            fd.model.params[i] = x;
+            let num = (up - down) / (2.0 * h as f64);
+            let got = tr.grads[i] as f64;
+            assert!(
+                (num - got).abs() <= 2e-3 * num.abs().max(0.1),
+                "{name}[{}]: finite difference {num} vs backward {got}",
+                i - range.start
+            );
+        }
+    }
 }
 
 #[test]

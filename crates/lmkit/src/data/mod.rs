@@ -12,6 +12,7 @@ pub mod overlap;
 pub mod shards;
 pub mod source;
 pub mod squad;
+pub mod tagging;
 
 pub use batch::{BatchSampler, DataPosition, TokenBatch};
 pub use shards::{

@@ -9,6 +9,7 @@ pub mod lambada;
 pub mod qa;
 pub mod rouge;
 pub mod run;
+pub mod seqeval;
 pub mod squad;
 pub mod summarize;
 pub mod translate;
@@ -21,6 +22,7 @@ pub use lambada::{
 };
 pub use qa::{qa_items, read_qa, QaItem, QaRow};
 pub use rouge::{rouge, rouge_means, Rouge, RougeMeans, RougeScore};
+pub use seqeval::{get_entities, seqeval_scores, SeqevalScores, TypeScores};
 pub use squad::{exact_match, f1_score, normalize_answer, squad_scores, SquadScores};
 pub use summarize::{first_sentences, read_summarize, tldr_prompt, SummarizeItem};
 pub use translate::{

@@ -428,7 +428,7 @@ pub fn bert_layout(cfg: &BertConfig, heads: BertHeads) -> Result<ParamLayout> {
     if heads.nsp {
         linear(&mut l, "cls.seq_relationship", 2, c)?;
     }
-    if heads.classifier {
+    if heads.classifier || heads.token_classifier {
         if cfg.num_labels() == 0 {
             return Err(Error::config(
                 "id2label",
@@ -532,6 +532,7 @@ mod tests {
             nsp: true,
             classifier: true,
             qa: true,
+            token_classifier: false,
         };
         let l = bert_layout(&cfg, all).unwrap();
         let w = bert_qkv_weight_range(&l, 1).unwrap();

@@ -27,6 +27,9 @@ pub struct BertHeads {
     pub classifier: bool,
     /// `qa_outputs` [2,C], [2] (start/end logits).
     pub qa: bool,
+    /// `classifier` [L,C], [L] on every token (`BertForTokenClassification`);
+    /// the same tensors as `classifier`, never both.
+    pub token_classifier: bool,
 }
 
 /// Which GPT-2 heads a model has (see `Architecture::gpt2_heads`).
@@ -182,7 +185,7 @@ impl Architecture {
                 ..none
             },
             Architecture::BertForTokenClassification => BertHeads {
-                classifier: true,
+                token_classifier: true,
                 ..none
             },
             Architecture::BertForQuestionAnswering => BertHeads { qa: true, ..none },

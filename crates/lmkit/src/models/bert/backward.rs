@@ -12,7 +12,8 @@
 //! Losses are HF's: MLM = mean cross-entropy over the labelled positions
 //! (label ≠ −100; the head runs only on those M rows, which gives the same
 //! loss and gradients as HF's head over all N rows); NSP and classification =
-//! mean cross-entropy over the batch; QA = (CE(start) + CE(end)) / 2 with
+//! mean cross-entropy over the batch; token classification = mean
+//! cross-entropy over the tokens whose label ≠ −100; QA = (CE(start) + CE(end)) / 2 with
 //! the softmax over all T positions, positions clamped to [0, T] and T
 //! ignored. The total is the sum of the active heads' losses (BERT
 //! pretraining: MLM + NSP). Training runs with dropout off.
@@ -52,6 +53,8 @@ pub struct BertTargets {
     pub nsp_labels: Option<Vec<i32>>,
     /// `[B]` class ids.
     pub class_labels: Option<Vec<i32>>,
+    /// `[B·T]` tag ids per token (token classification), −100 = not scored.
+    pub token_labels: Option<Vec<i32>>,
     /// `[B]` answer start / end token (inclusive); outside [0, T) = no answer in this window.
     pub start_positions: Option<Vec<i32>>,
     pub end_positions: Option<Vec<i32>>,
@@ -75,6 +78,9 @@ pub struct HeadStats {
     pub nsp_correct: usize,
     pub classify: LossParts,
     pub classify_correct: usize,
+    /// Token classification over the scored tokens (label ≠ −100).
+    pub token: LossParts,
+    pub token_correct: usize,
     /// Start and end cross-entropies together (count = both sides' targets).
     pub qa: LossParts,
 }
@@ -88,6 +94,8 @@ impl HeadStats {
         self.nsp_correct += o.nsp_correct;
         self.classify.add(o.classify);
         self.classify_correct += o.classify_correct;
+        self.token.add(o.token);
+        self.token_correct += o.token_correct;
         self.qa.add(o.qa);
     }
 
@@ -108,6 +116,8 @@ pub struct HeadOutputs {
     pub nsp_logits: Vec<f32>,
     /// `[B,L]` classifier logits.
     pub class_logits: Vec<f32>,
+    /// `[B,T,L]` token-classifier logits.
+    pub token_logits: Vec<f32>,
     /// `[B,T]` each.
     pub start_logits: Vec<f32>,
     pub end_logits: Vec<f32>,
@@ -241,6 +251,9 @@ impl BertTrainer {
         if tg.class_labels.is_some() {
             need(h.classifier, "classification")?;
         }
+        if tg.token_labels.is_some() {
+            need(h.token_classifier, "token-classification")?;
+        }
         if tg.start_positions.is_some() != tg.end_positions.is_some() {
             return Err(Error::InvalidInput(
                 "QA needs both start and end positions".into(),
@@ -252,6 +265,7 @@ impl BertTrainer {
         len(&tg.mlm_labels, bs * t, "MLM labels")?;
         len(&tg.nsp_labels, bs, "NSP labels")?;
         len(&tg.class_labels, bs, "class labels")?;
+        len(&tg.token_labels, bs * t, "token labels")?;
         len(&tg.start_positions, bs, "start positions")?;
         len(&tg.end_positions, bs, "end positions")?;
         let v = self.model.config.vocab_size as i32;
@@ -276,6 +290,11 @@ impl BertTrainer {
         if let Some(x) = bad(&tg.class_labels, l) {
             return Err(Error::InvalidInput(format!(
                 "class label {x} is outside the model's {l} labels"
+            )));
+        }
+        if let Some(x) = bad(&tg.token_labels, l) {
+            return Err(Error::InvalidInput(format!(
+                "token label {x} is outside the model's {l} labels"
             )));
         }
         if self.model.heads.classifier && tg.class_labels.is_some() {
@@ -442,6 +461,50 @@ impl BertTrainer {
             if backward {
                 pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);
             }
+        }
+
+        // --- Token classification on every position (HF: mean CE over
+        // the labels ≠ −100).
+        if let Some(labels) = &tg.token_labels {
+            let k = cfg.num_labels();
+            let mut logits = linear_head(layout, params, "classifier", h, c, k);
+            st.token_correct = (0..n)
+                .filter(|&r| {
+                    labels[r] != IGNORE_INDEX
+                        && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
+                })
+                .count();
+            self.outputs.token_logits = logits.clone();
+            let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
+            let mut losses = vec![0.0; n];
+            let (sum, count) = if backward && count > 0 {
+                let r = kernels::cross_entropy_fused(
+                    &mut logits,
+                    &mut losses,
+                    labels,
+                    n,
+                    k,
+                    IGNORE_INDEX,
+                    grad_scale / count as f32,
+                );
+                linear_bwd(
+                    layout,
+                    params,
+                    grads,
+                    "classifier",
+                    Some(&mut s.dy),
+                    &logits,
+                    h,
+                    n,
+                    c,
+                    k,
+                );
+                r
+            } else {
+                kernels::cross_entropy_forward(&mut losses, &logits, labels, n, k, IGNORE_INDEX)
+            };
+            st.token = LossParts { sum, count };
+            st.loss += st.token.mean();
         }
 
         // --- Span QA on every position.

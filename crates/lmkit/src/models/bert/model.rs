@@ -65,6 +65,7 @@ pub enum HeadKind {
     MaskedLm,
     NextSentence,
     Classifier,
+    TokenClassifier,
     QuestionAnswering,
 }
 
@@ -75,6 +76,9 @@ impl HeadKind {
             HeadKind::MaskedLm => "masked-LM head (`cls.predictions.*`)",
             HeadKind::NextSentence => "next-sentence head (`cls.seq_relationship.*`)",
             HeadKind::Classifier => "sequence-classification head (`classifier.*`)",
+            HeadKind::TokenClassifier => {
+                "token-classification head (`classifier.*` of BertForTokenClassification)"
+            }
             HeadKind::QuestionAnswering => "question-answering head (`qa_outputs.*`)",
         }
     }
@@ -117,17 +121,16 @@ impl Bert {
                 })
             }
         };
-        let heads = detect_heads(&file);
+        let mut heads = detect_heads(&file);
+        // `classifier.*` is per token when the checkpoint says so.
         if heads.classifier
             && config
                 .architectures
                 .iter()
-                .any(|a| a == "BertForTokenClassification")
+                .any(|a| a == Architecture::BertForTokenClassification.hf_name())
         {
-            return Err(Error::InvalidInput(format!(
-                "{}: BertForTokenClassification is not supported (only sequence classification)",
-                dir.display()
-            )));
+            heads.classifier = false;
+            heads.token_classifier = true;
         }
         let architecture = config
             .architectures
@@ -198,6 +201,7 @@ impl Bert {
             HeadKind::MaskedLm => self.heads.mlm,
             HeadKind::NextSentence => self.heads.nsp,
             HeadKind::Classifier => self.heads.classifier,
+            HeadKind::TokenClassifier => self.heads.token_classifier,
             HeadKind::QuestionAnswering => self.heads.qa,
         };
         if has {
@@ -471,6 +475,21 @@ impl Bert {
             &self.params,
             "classifier",
             pooled,
+            c,
+            l,
+        ))
+    }
+
+    /// `BertForTokenClassification`'s classifier on every position of the
+    /// last forward → `[B,T,L]`.
+    pub fn token_logits(&self, acts: &BertActivations) -> Result<Vec<f32>> {
+        self.require(HeadKind::TokenClassifier)?;
+        let (c, l) = (self.config.hidden_size, self.config.num_labels());
+        Ok(linear_head(
+            &self.layout,
+            &self.params,
+            "classifier",
+            acts.hidden(),
             c,
             l,
         ))
