@@ -105,6 +105,10 @@ def main():
     para["context"] = para["context"]
     small = {"version": squad.get("version", "1.1"), "data": [{"title": art.get("title", ""), "paragraphs": [para]}]}
     write("data_readers", "squad.json", json.dumps(small).encode()[:8000])
+    write("data_readers", "cbt.txt", (DATA / "cbt" / "tiny_NE.txt").read_bytes())
+    write("data_readers", "translate.jsonl", (DATA / "translate" / "en_fr.jsonl").read_bytes())
+    write("data_readers", "qa.jsonl", (DATA / "qa" / "coqa_tiny.jsonl").read_bytes()
+          + (DATA / "qa" / "nq_tiny.jsonl").read_bytes())
     write("data_readers", "documents.txt", b"First sentence.\nSecond one.\n\nA new document.\nIts end.\n")
 
 

@@ -1,5 +1,5 @@
 //! Every reader of a user's data file never panics on any bytes: classify
-//! and SQuAD JSON(L), LAMBADA, summarization, BERT's documents, overlap's
+//! and SQuAD JSON(L), LAMBADA, summarization, CBT, translation pairs, QA, BERT's documents, overlap's
 //! evaluation documents, plain
 //! text / JSONL into token shards, and the gzip / Zstandard decoders that
 //! open compressed files.
@@ -15,6 +15,7 @@ use lmkit::data::squad::read_squad;
 use lmkit::data::{prepare_shards, PrepareOptions};
 use lmkit::eval::lambada::read_lambada;
 use lmkit::eval::read_summarize;
+use lmkit::eval::{read_cbt, read_qa, read_translation_jsonl, read_translation_texts};
 
 fuzz_target!(|data: &[u8]| {
     let dir = common::scratch("readers");
@@ -38,6 +39,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_lambada(&jsonl);
     let _ = read_lambada(&txt);
     let _ = read_summarize(&jsonl);
+    let _ = read_cbt(&txt);
+    let _ = read_translation_jsonl(&jsonl);
+    let _ = read_translation_texts(&txt, &jsonl);
+    let _ = read_qa(&jsonl);
     let _ = read_documents(&[txt.clone()]);
     let _ = read_bert_documents(&[txt.clone()]);
     let _ = read_bert_documents(&[jsonl.clone()]);
