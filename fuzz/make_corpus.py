@@ -113,6 +113,10 @@ def main():
           b"rejects VBZ B-VP O\n\nPeter B-PER\nBlackburn I-PER\n")
     write("data_readers", "tagging.jsonl", b'{"tokens": ["Rust", "is", "fast"], '
           b'"tags": ["B-LANG", "O", "O"]}\n{"tokens": [], "tags": []}\n')
+    write("data_readers", "cbt.txt", (DATA / "cbt" / "tiny_NE.txt").read_bytes())
+    write("data_readers", "translate.jsonl", (DATA / "translate" / "en_fr.jsonl").read_bytes())
+    write("data_readers", "qa.jsonl", (DATA / "qa" / "coqa_tiny.jsonl").read_bytes()
+          + (DATA / "qa" / "nq_tiny.jsonl").read_bytes())
     write("data_readers", "documents.txt", b"First sentence.\nSecond one.\n\nA new document.\nIts end.\n")
 
 

@@ -1,7 +1,8 @@
 //! Every reader of a user's data file never panics on any bytes: classify
 //! and SQuAD JSON(L), token tagging (CoNLL / JSONL), LAMBADA, summarization,
-//! BERT's documents, overlap's evaluation documents, plain text / JSONL into
-//! token shards, and the gzip / Zstandard decoders that
+//! CBT, translation pairs, zero-shot QA, BERT's documents, overlap's
+//! evaluation documents, plain text / JSONL into token shards, and the gzip /
+//! Zstandard decoders that
 //! open compressed files.
 #![no_main]
 
@@ -15,6 +16,7 @@ use lmkit::data::squad::read_squad;
 use lmkit::data::{prepare_shards, PrepareOptions};
 use lmkit::eval::lambada::read_lambada;
 use lmkit::eval::read_summarize;
+use lmkit::eval::{read_cbt, read_qa, read_translation_jsonl, read_translation_texts};
 
 fuzz_target!(|data: &[u8]| {
     let dir = common::scratch("readers");
@@ -40,6 +42,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_lambada(&jsonl);
     let _ = read_lambada(&txt);
     let _ = read_summarize(&jsonl);
+    let _ = read_cbt(&txt);
+    let _ = read_translation_jsonl(&jsonl);
+    let _ = read_translation_texts(&txt, &jsonl);
+    let _ = read_qa(&jsonl);
     let _ = read_documents(&[txt.clone()]);
     let _ = read_bert_documents(&[txt.clone()]);
     let _ = read_bert_documents(&[jsonl.clone()]);

@@ -68,9 +68,12 @@ fn lambada_matches_a_direct_computation() {
     let tok = BpeTokenizer::from_dir(&dir).unwrap();
     let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32).unwrap();
     let mut items = read_lambada(&data("lambada/rust_book.jsonl")).unwrap();
-    items.truncate(6);
-    let (scores, outs) = eval_lambada(&mut engine, &tok, &items, |_, _| {}).unwrap();
-    assert_eq!(scores.count, 6);
+    // 11 passages: a full batch of 8 in one forward_many, then 3.
+    items.truncate(11);
+    let mut seen = Vec::new();
+    let (scores, outs) = eval_lambada(&mut engine, &tok, &items, |d, _| seen.push(d)).unwrap();
+    assert_eq!(seen, (1..=11).collect::<Vec<_>>());
+    assert_eq!(scores.count, 11);
     let v = engine.config().vocab_size;
     let mut lp_sum = 0.0;
     let mut correct = 0;
@@ -102,8 +105,8 @@ fn lambada_matches_a_direct_computation() {
         lp_sum += lp;
         correct += greedy as usize;
     }
-    assert!((scores.accuracy - correct as f64 / 6.0).abs() < 1e-12);
-    let ppl = (-lp_sum / 6.0).exp();
+    assert!((scores.accuracy - correct as f64 / 11.0).abs() < 1e-12);
+    let ppl = (-lp_sum / 11.0).exp();
     assert!(
         (scores.perplexity - ppl).abs() < 1e-3 * ppl,
         "{} vs {ppl}",

@@ -7,6 +7,19 @@
 //! - `summarize` (GPT-2, JSONL `{"article", "summary"}`): zero-shot
 //!   "TL;DR:" summaries (top-k 2 sampling as in the GPT-2 paper, or
 //!   `--greedy`), first 3 sentences, ROUGE-1/2/L F1 (×100).
+//! - `cbt` (GPT-2, the Children's Book Test's original text format:
+//!   numbered context lines, then `N query<TAB>answer<TAB><TAB>c1|…|c10`
+//!   with `XXXXX` in the query): each candidate scored by log p(query with
+//!   the candidate | context), batched over the candidates; accuracy.
+//! - `translate` (GPT-2, JSONL `{"source", "target"}`, or `--data` plain
+//!   text with `--targets` the aligned translations): the first `--shots`
+//!   pairs are the prompt's examples `source = target`, the rest are
+//!   translated greedily up to the first newline; corpus BLEU (sacreBLEU's
+//!   defaults). `--reverse` translates targets into sources.
+//! - `qa` (GPT-2, JSONL: CoQA-style `{"story", "questions", "answers"}` or
+//!   NQ-style `{"question", "answers": [...]}`, the first `--shots` of which
+//!   are the prompt's `Q: … A: …` examples): greedy answers after `A:` up to
+//!   the first newline; SQuAD exact match and F1.
 //! - `classify` (BertForSequenceClassification or GPT2ForSequenceClassification, JSONL `{"text", "text_pair"?,
 //!   "label"}`): accuracy and macro-F1; labels must be the model's.
 //! - `squad` (BertForQuestionAnswering, SQuAD v1.1 JSON): exact match and F1
@@ -21,9 +34,13 @@ use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
 use lmkit::eval::run::{
-    encode_classify, eval_classify, eval_lambada, eval_squad, eval_summarize, SummarizeOptions,
+    encode_classify, eval_cbt, eval_classify, eval_lambada, eval_qa, eval_squad, eval_summarize,
+    eval_translate, SummarizeOptions,
 };
-use lmkit::eval::{read_lambada, read_summarize};
+use lmkit::eval::{
+    qa_items, read_cbt, read_lambada, read_qa, read_summarize, read_translation_jsonl,
+    read_translation_texts, reverse,
+};
 use lmkit::models::bert::Bert;
 use lmkit::models::bert::QaOptions;
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
@@ -37,6 +54,9 @@ pub enum EvalTask {
     Perplexity,
     Lambada,
     Summarize,
+    Cbt,
+    Translate,
+    Qa,
     Classify,
     Squad,
 }
@@ -82,9 +102,21 @@ pub struct Args {
     /// summarize: k of top-k sampling.
     #[arg(long, default_value_t = 2)]
     pub top_k: usize,
-    /// summarize: tokens generated after "TL;DR:".
+    /// summarize: tokens generated after "TL;DR:"; translate, qa: most
+    /// tokens of a translation or an answer.
     #[arg(long, default_value_t = 100)]
     pub max_new_tokens: usize,
+    /// translate, qa (NQ-style rows): example pairs in every prompt, taken
+    /// from the front of the data and not scored.
+    #[arg(long, default_value_t = 3)]
+    pub shots: usize,
+    /// translate: translate the targets into the sources.
+    #[arg(long)]
+    pub reverse: bool,
+    /// translate: plain-text translations aligned line by line with the
+    /// plain-text --data (instead of JSONL).
+    #[arg(long)]
+    pub targets: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Write per-item predictions to this JSONL file.
@@ -357,6 +389,96 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .collect();
             (
                 json!({"task": "classify", "accuracy": r.scores.accuracy, "f1": r.scores.f1, "loss": r.loss, "count": r.scores.count}),
+                preds,
+            )
+        }
+        EvalTask::Cbt => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let items = limit(read_cbt(&a.data)?, a.limit);
+            let items = keep_items(items, keep, |it| {
+                it.context
+                    .iter()
+                    .map(String::as_str)
+                    .chain([it.query.as_str()])
+                    .collect()
+            });
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let pb = bar(items.len(), "questions");
+            let (s, outs) = eval_cbt(&mut engine, &tok, &items, |d, _| {
+                pb.update(d as u64, String::new)
+            })?;
+            pb.finish();
+            let preds = items
+                .iter()
+                .zip(&outs)
+                .map(|(it, o)| json!({"line": it.line, "answer": it.answer, "choice": it.candidates[o.choice],
+                                     "correct": o.correct, "scores": o.scores, "truncated_tokens": o.truncated_tokens}))
+                .collect();
+            (
+                json!({"task": "cbt", "accuracy": s.accuracy, "correct": s.correct, "count": s.count}),
+                preds,
+            )
+        }
+        EvalTask::Translate => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let pairs = match &a.targets {
+                Some(t) => read_translation_texts(&a.data, t)?,
+                None => read_translation_jsonl(&a.data)?,
+            };
+            let pairs = if a.reverse { reverse(pairs) } else { pairs };
+            // --limit counts translated pairs; the examples come first.
+            let pairs = limit(pairs, a.limit.map(|n| n.saturating_add(a.shots)));
+            let (examples, rest) = pairs.split_at(a.shots.min(pairs.len()));
+            let rest = keep_items(rest.to_vec(), keep, |p| {
+                vec![p.source.as_str(), p.target.as_str()]
+            });
+            let pairs: Vec<_> = examples.iter().cloned().chain(rest).collect();
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let pb = bar(pairs.len().saturating_sub(a.shots), "sentences");
+            let (b, hyps) = eval_translate(
+                &mut engine,
+                &tok,
+                &pairs,
+                a.shots,
+                a.max_new_tokens,
+                |d, _| pb.update(d as u64, String::new),
+            )?;
+            pb.finish();
+            let preds = pairs[a.shots..]
+                .iter()
+                .zip(&hyps)
+                .map(|(p, h)| json!({"line": p.line, "source": p.source, "reference": p.target, "translation": h}))
+                .collect();
+            (
+                json!({"task": "translate", "bleu": b.score, "precisions": b.precisions, "bp": b.bp,
+                       "sys_len": b.stats.sys_len, "ref_len": b.stats.ref_len, "count": hyps.len(),
+                       "shots": a.shots, "direction": if a.reverse { "target-source" } else { "source-target" }}),
+                preds,
+            )
+        }
+        EvalTask::Qa => {
+            let tok = BpeTokenizer::from_dir(&dir)?;
+            let items = limit(qa_items(&read_qa(&a.data)?, a.shots), a.limit);
+            let items = keep_items(items, keep, |it| {
+                [it.document.as_str(), it.question.as_str()]
+                    .into_iter()
+                    .chain(it.golds.iter().map(String::as_str))
+                    .collect()
+            });
+            let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
+            let pb = bar(items.len(), "questions");
+            let (s, answers) = eval_qa(&mut engine, &tok, &items, a.max_new_tokens, |d, _| {
+                pb.update(d as u64, String::new)
+            })?;
+            pb.finish();
+            let preds = items
+                .iter()
+                .zip(&answers)
+                .map(|(it, x)| json!({"line": it.line, "turn": it.turn, "question": it.question, "answer": x.answer,
+                                     "golds": it.golds, "exact_match": x.exact_match, "f1": x.f1}))
+                .collect();
+            (
+                json!({"task": "qa", "exact_match": s.exact_match, "f1": s.f1, "count": s.total, "shots": a.shots}),
                 preds,
             )
         }

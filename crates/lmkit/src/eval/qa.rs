@@ -39,6 +39,8 @@ pub enum QaRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QaItem {
     pub prompt: String,
+    /// The story of a CoQA-style row ("" for NQ-style rows).
+    pub document: String,
     pub question: String,
     pub golds: Vec<String>,
     pub line: usize,
@@ -166,6 +168,7 @@ pub fn qa_items(rows: &[QaRow], shots: usize) -> Vec<QaItem> {
                 for (turn, (q, a)) in questions.iter().zip(answers).enumerate() {
                     items.push(QaItem {
                         prompt: format!("{story}\n\n{history}Q: {q}\nA:"),
+                        document: story.clone(),
                         question: q.clone(),
                         golds: vec![a.clone()],
                         line: *line,
@@ -185,6 +188,7 @@ pub fn qa_items(rows: &[QaRow], shots: usize) -> Vec<QaItem> {
                 }
                 items.push(QaItem {
                     prompt: format!("{examples}Q: {question}\nA:"),
+                    document: String::new(),
                     question: question.clone(),
                     golds: answers.clone(),
                     line: *line,

@@ -244,10 +244,14 @@ pub fn eval_squad(
     })
 }
 
-/// LAMBADA with a GPT-2 engine: per passage, one forward over
-/// `context + " " + word` and the log-softmax at the word's positions
-/// (see [`super::lambada`] for the rule). Passages longer than the context
-/// keep their last `n_positions` tokens.
+/// Passages per forward pass of [`eval_lambada`].
+const LAMBADA_BATCH: usize = 8;
+
+/// LAMBADA with a GPT-2 engine: per passage, `context + " " + word`
+/// through the model and the log-softmax at the word's positions (see
+/// [`super::lambada`] for the rule), [`LAMBADA_BATCH`] passages per
+/// [`Gpt2Engine::forward_many`] and logits only at the target rows.
+/// Passages longer than the context keep their last `n_positions` tokens.
 pub fn eval_lambada(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
@@ -257,34 +261,58 @@ pub fn eval_lambada(
     let n_pos = engine.config().n_positions;
     let v = engine.config().vocab_size;
     let mut outcomes = Vec::with_capacity(items.len());
-    for (k, it) in items.iter().enumerate() {
-        let ctx = tok.encode_ordinary(it.context.as_bytes());
-        let target = tok.encode_ordinary(it.target().as_bytes());
-        if ctx.is_empty() || target.is_empty() {
-            return Err(Error::InvalidInput(format!(
-                "line {}: the context or the target word encodes to no tokens",
-                it.line
-            )));
+    for chunk in items.chunks(LAMBADA_BATCH) {
+        // (passage ids after truncation, target ids)
+        let mut seqs: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(chunk.len());
+        for it in chunk {
+            let ctx = tok.encode_ordinary(it.context.as_bytes());
+            let target = tok.encode_ordinary(it.target().as_bytes());
+            if ctx.is_empty() || target.is_empty() {
+                return Err(Error::InvalidInput(format!(
+                    "line {}: the context or the target word encodes to no tokens",
+                    it.line
+                )));
+            }
+            if target.len() >= n_pos {
+                return Err(Error::InvalidInput(format!(
+                    "line {}: the target word alone fills the model's context",
+                    it.line
+                )));
+            }
+            let mut ids = ctx;
+            ids.extend_from_slice(&target);
+            let drop = ids.len().saturating_sub(n_pos);
+            seqs.push((ids.split_off(drop), target));
         }
-        if target.len() >= n_pos {
-            return Err(Error::InvalidInput(format!(
-                "line {}: the target word alone fills the model's context",
-                it.line
-            )));
+        let mut caches: Vec<KvCache> = seqs
+            .iter()
+            .map(|(ids, _)| engine.new_cache(1, ids.len()))
+            .collect::<Result<_>>()?;
+        let mut cache_refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let id_refs: Vec<&[u32]> = seqs.iter().map(|(ids, _)| ids.as_slice()).collect();
+        engine.forward_many(&mut cache_refs, &id_refs)?;
+        // Row p of a passage predicts its token p+1: the target's tokens
+        // start at ids.len() - |target| >= 1.
+        let mut rows = Vec::new();
+        let mut at = 0;
+        for (ids, target) in &seqs {
+            let first = ids.len() - target.len();
+            rows.extend(at + first - 1..at + ids.len() - 1);
+            at += ids.len();
         }
-        let mut ids = ctx;
-        ids.extend_from_slice(&target);
-        let drop = ids.len().saturating_sub(n_pos);
-        let ids = &ids[drop..];
-        let logits = engine.forward_all_logits(ids, 1, None)?;
-        // Row p predicts token p+1: the target's tokens start at ids.len() - |target|.
-        let first = ids.len() - target.len();
-        let rows: Vec<Vec<f32>> = (first..ids.len())
-            .map(|p| log_softmax(&logits[(p - 1) * v..p * v]))
-            .collect();
-        let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
-        outcomes.push(score_target(&refs, &target));
-        progress(k + 1, items.len());
+        let mut logits = vec![0f32; rows.len() * v];
+        engine.logits(&rows, &mut logits)?;
+        let mut off = 0;
+        for (_, target) in &seqs {
+            let lp: Vec<Vec<f32>> = logits[off * v..(off + target.len()) * v]
+                .chunks_exact(v)
+                .map(log_softmax)
+                .collect();
+            off += target.len();
+            let refs: Vec<&[f32]> = lp.iter().map(Vec::as_slice).collect();
+            outcomes.push(score_target(&refs, target));
+            progress(outcomes.len(), items.len());
+        }
     }
     Ok((lambada_scores(&outcomes), outcomes))
 }
