@@ -886,6 +886,37 @@ mod tests {
     }
 
     #[test]
+    fn png_renders_at_figure_size() {
+        let fig = Figure {
+            title: "t".into(),
+            x_label: "step".into(),
+            panels: vec![Panel {
+                title: "loss".into(),
+                log_y: false,
+                lines: vec![Line {
+                    label: "loss".into(),
+                    points: (0..50).map(|i| (i as f64, (i * i) as f64)).collect(),
+                    colour: colour(0),
+                    dashed: false,
+                    markers: false,
+                    smoothed: None,
+                }],
+            }],
+        };
+        let size = figure_size(1);
+        let bytes = render_png(&fig, size).unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        assert_eq!(buf.len(), (size.0 * size.1 * 3) as usize);
+        // The curve is drawn in its colour (its core pixels fully covered).
+        let RGBColor(r, g, b) = colour(0);
+        assert!(buf.chunks(3).any(|p| p == [r, g, b]));
+    }
+
+    #[test]
     fn thinning_keeps_extremes() {
         let mut pts: Vec<(f64, f64)> = (0..100_000).map(|i| (i as f64, 1.0)).collect();
         pts[54_321].1 = 9.0;
