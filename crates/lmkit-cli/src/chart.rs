@@ -235,12 +235,11 @@ fn draw_panel<DB: DrawingBackend>(
         };
         let dashed = line.dashed;
         anno.label(line.label.clone()).legend(move |(lx, ly)| {
-            let path = if dashed {
-                vec![(lx, ly), (lx + 8, ly), (lx + 12, ly), (lx + 20, ly)]
-            } else {
-                vec![(lx, ly), (lx + 20, ly)]
-            };
-            PathElement::new(path, legend_style)
+            // Two dashes for a dashed curve, one stroke otherwise.
+            let gap = if dashed { (9, 13) } else { (20, 20) };
+            EmptyElement::at((lx, ly))
+                + PathElement::new(vec![(0, 0), (gap.0, 0)], legend_style)
+                + PathElement::new(vec![(gap.1, 0), (22, 0)], legend_style)
         });
         if line.markers && line.points.len() <= 200 {
             chart.draw_series(
@@ -461,9 +460,10 @@ fn fonts() -> Result<&'static Fonts> {
         .ok_or_else(|| anyhow!("the embedded font could not be loaded"))
 }
 
-/// The bitmap backend with its text drawn here: plotters' ab_glyph path
-/// places each glyph at the pen position without its side bearing, which
-/// leaves a gap after narrow glyphs ("1 0.5"). Everything else is delegated.
+/// The bitmap backend with its text and curves drawn here: plotters' ab_glyph
+/// path places each glyph at the pen position without its side bearing,
+/// which leaves a gap after narrow glyphs ("1 0.5"), and its paths are not
+/// anti-aliased. Everything else is delegated.
 struct GlyphText<B> {
     inner: B,
     fonts: &'static Fonts,
@@ -536,12 +536,69 @@ impl<B: DrawingBackend> DrawingBackend for GlyphText<B> {
     ) -> std::result::Result<(), DrawingErrorKind<B::ErrorType>> {
         self.inner.draw_rect(a, b, style, fill)
     }
+    /// Curves anti-aliased: each pixel covered by its distance to the
+    /// nearest segment (round joins and caps), blended once per path.
     fn draw_path<S: plotters_backend::BackendStyle, I: IntoIterator<Item = BackendCoord>>(
         &mut self,
         path: I,
         style: &S,
     ) -> std::result::Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.inner.draw_path(path, style)
+        let colour = style.color();
+        let pts: Vec<BackendCoord> = path.into_iter().collect();
+        if colour.alpha == 0.0 || pts.len() < 2 {
+            return Ok(());
+        }
+        let half = f64::from(style.stroke_width().max(1)) / 2.0;
+        let reach = half + 0.5;
+        let (w, h) = self.inner.get_size();
+        let clip = |v: f64, hi: u32| v.clamp(0.0, f64::from(hi.max(1) - 1)) as i64;
+        let xs = pts.iter().map(|p| f64::from(p.0));
+        let ys = pts.iter().map(|p| f64::from(p.1));
+        let (x0, x1) = (
+            clip(xs.clone().fold(f64::INFINITY, f64::min) - reach, w),
+            clip(xs.fold(f64::NEG_INFINITY, f64::max) + reach, w),
+        );
+        let (y0, y1) = (
+            clip(ys.clone().fold(f64::INFINITY, f64::min) - reach, h),
+            clip(ys.fold(f64::NEG_INFINITY, f64::max) + reach, h),
+        );
+        let bw = (x1 - x0 + 1) as usize;
+        let mut cover = vec![0f32; bw * (y1 - y0 + 1) as usize];
+        for seg in pts.windows(2) {
+            let (a, b) = (
+                (f64::from(seg[0].0), f64::from(seg[0].1)),
+                (f64::from(seg[1].0), f64::from(seg[1].1)),
+            );
+            let (sx0, sx1) = (clip(a.0.min(b.0) - reach, w), clip(a.0.max(b.0) + reach, w));
+            let (sy0, sy1) = (clip(a.1.min(b.1) - reach, h), clip(a.1.max(b.1) + reach, h));
+            let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+            let len2 = dx * dx + dy * dy;
+            for y in sy0..=sy1 {
+                for x in sx0..=sx1 {
+                    let (px, py) = (x as f64 - a.0, y as f64 - a.1);
+                    let t = if len2 > 0.0 {
+                        ((px * dx + py * dy) / len2).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    };
+                    let d = (px - t * dx).hypot(py - t * dy);
+                    let k = (reach - d).clamp(0.0, 1.0) as f32;
+                    let cell = &mut cover[(y - y0) as usize * bw + (x - x0) as usize];
+                    *cell = cell.max(k);
+                }
+            }
+        }
+        for (i, &k) in cover.iter().enumerate() {
+            if k > 0.0 {
+                let p = ((x0 + (i % bw) as i64) as i32, (y0 + (i / bw) as i64) as i32);
+                let c = BackendColor {
+                    alpha: colour.alpha * f64::from(k),
+                    rgb: colour.rgb,
+                };
+                self.inner.draw_pixel(p, c)?;
+            }
+        }
+        Ok(())
     }
     fn draw_circle<S: plotters_backend::BackendStyle>(
         &mut self,
@@ -826,6 +883,37 @@ mod tests {
         assert!(ema(&[(0.0, 4.0); 5], 0.9)
             .iter()
             .all(|p| (p.1 - 4.0).abs() < 1e-12));
+    }
+
+    #[test]
+    fn png_renders_at_figure_size() {
+        let fig = Figure {
+            title: "t".into(),
+            x_label: "step".into(),
+            panels: vec![Panel {
+                title: "loss".into(),
+                log_y: false,
+                lines: vec![Line {
+                    label: "loss".into(),
+                    points: (0..50).map(|i| (i as f64, (i * i) as f64)).collect(),
+                    colour: colour(0),
+                    dashed: false,
+                    markers: false,
+                    smoothed: None,
+                }],
+            }],
+        };
+        let size = figure_size(1);
+        let bytes = render_png(&fig, size).unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut buf).unwrap();
+        assert_eq!(buf.len(), (size.0 * size.1 * 3) as usize);
+        // The curve is drawn in its colour (its core pixels fully covered).
+        let RGBColor(r, g, b) = colour(0);
+        assert!(buf.chunks(3).any(|p| p == [r, g, b]));
     }
 
     #[test]
