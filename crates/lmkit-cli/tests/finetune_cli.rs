@@ -201,10 +201,11 @@ fn finetune_classify_then_eval_and_classify() {
         err.contains("needs a GPT-2 model") && err.contains("BERT"),
         "{err}"
     );
+    // classify takes both families (GPT2ForSequenceClassification); qa is BERT's.
     let err = fails(&[
         "finetune",
         "--task",
-        "classify",
+        "qa",
         "--model",
         &fixture("gpt2-tiny"),
         "--train",
