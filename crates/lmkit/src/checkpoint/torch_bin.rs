@@ -28,8 +28,11 @@ use safetensors::Dtype;
 use super::safetensors::SafeTensors;
 use crate::error::{Error, Result};
 
-/// Largest `data.pkl` read: 64 MiB (a 1.5B GPT-2's is ~40 KB).
-pub const MAX_PICKLE: usize = 64 << 20;
+/// Largest `data.pkl` read: 16 MiB (a 1.5B GPT-2's is ~40 KB, a
+/// 1024-layer model's ~2 MB); what the VM builds from it is ~10x its size at most.
+pub const MAX_PICKLE: usize = 16 << 20;
+/// Most tensors in one file (a 1024-layer GPT-2 has ~12,000).
+pub const MAX_TENSORS: usize = 1 << 18;
 /// Most memo entries and stack values.
 const MAX_MEMO: usize = 1 << 20;
 const MAX_STACK: usize = 1 << 20;
@@ -771,6 +774,15 @@ fn parse(b: &[u8], path: &Path) -> Result<Parsed> {
         ));
     };
     let items = d.items.borrow();
+    if items.len() > MAX_TENSORS {
+        return Err(bad(
+            path,
+            format!(
+                "the state dict has {} entries (more than the limit of {MAX_TENSORS})",
+                items.len()
+            ),
+        ));
+    }
     let mut seen = HashSet::new();
     let mut tensors = Vec::with_capacity(items.len());
     for (k, v) in items.iter() {
@@ -854,25 +866,29 @@ fn parse(b: &[u8], path: &Path) -> Result<Parsed> {
 /// contiguously as one safetensors file in memory.
 fn to_safetensors(parts: &[(&[u8], Parsed)], path: &Path) -> Result<SafeTensors> {
     let file_bytes: u64 = parts.iter().map(|(b, _)| b.len() as u64).sum();
-    let mut header = serde_json::Map::new();
-    let mut total = 0u64;
-    for (_, p) in parts {
-        for t in &p.tensors {
-            let n = t.numel * elem_size(t.dtype);
-            header.insert(
-                t.name.clone(),
-                serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [total, total + n]}),
-            );
-            total += n;
-        }
-    }
     // Tensors sharing a storage (tied weights) are copied once each; more
-    // than twice the files' size is no checkpoint torch writes.
-    if total > 2 * file_bytes + (1 << 20) {
+    // than twice the files' size is no checkpoint torch writes. Each size is
+    // at most its file's (checked in `parse`), so the sum cannot overflow.
+    let all = || parts.iter().flat_map(|(_, p)| p.tensors.iter());
+    let total: u64 = all().map(|t| t.numel * elem_size(t.dtype)).sum();
+    let count = all().count();
+    if total > 2 * file_bytes + (1 << 20) || count > MAX_TENSORS {
         return Err(bad(
             path,
-            format!("its tensors hold {total} bytes, more than twice the file's {file_bytes}"),
+            format!(
+                "its {count} tensors hold {total} bytes, more than twice the file's {file_bytes}"
+            ),
         ));
+    }
+    let mut header = serde_json::Map::new();
+    let mut at = 0u64;
+    for t in all() {
+        let n = t.numel * elem_size(t.dtype);
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [at, at + n]}),
+        );
+        at += n;
     }
     let mut head = serde_json::to_vec(&header).map_err(|e| bad(path, e.to_string()))?;
     while !(8 + head.len()).is_multiple_of(8) {
