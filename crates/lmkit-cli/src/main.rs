@@ -45,6 +45,8 @@ enum Command {
     FillMask(cmd::fill_mask::Args),
     /// Sequence classification, one result per input line.
     Classify(cmd::classify::Args),
+    /// Named entities (token classification), one JSON array per input line.
+    Ner(cmd::ner::Args),
     /// Extractive question answering over a context file.
     Qa(cmd::qa::Args),
     /// Fine-tune BERT (classify, qa) or GPT-2 (lm) from a checkpoint.
@@ -153,6 +155,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Embed(a) => cmd::embed::run(a),
         Command::FillMask(a) => cmd::fill_mask::run(a),
         Command::Classify(a) => cmd::classify::run(a),
+        Command::Ner(a) => cmd::ner::run(a),
         Command::Qa(a) => cmd::qa::run(a),
         Command::Finetune(a) => cmd::finetune::run(*a),
         Command::Eval(a) => cmd::eval::run(*a),

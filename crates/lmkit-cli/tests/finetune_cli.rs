@@ -602,3 +602,85 @@ fn pretrain_bert_cli() {
     assert!(err.contains("WordPiece"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `finetune --task token-classify` writes a BertForTokenClassification that
+/// `eval --task token-classify` scores as the last metrics row did and that
+/// `lmkit ner` tags with the HF pipeline's keys.
+#[test]
+fn token_classify_finetune_eval_and_ner() {
+    let dir = tmpdir("tagging");
+    let data = dir.join("d.conll");
+    std::fs::write(
+        &data,
+        "-DOCSTART- -X- O\n\nthe DT O\nking NN B-PER\nwalked VB O\nto TO O\nparis NNP B-LOC\n\n\
+         she O\nfound O\nlondon B-LOC\n\nthe O\nqueen B-PER\nof I-PER\nengland I-PER\n",
+    )
+    .unwrap();
+    let model = root().join("tests/fixtures/bert-tiny-token-classify");
+    let (model, data_s) = (model.to_str().unwrap(), data.to_str().unwrap());
+    let out = dir.join("out");
+    let out_s = out.to_str().unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&ok(&[
+        "finetune",
+        "--task",
+        "token-classify",
+        "--model",
+        model,
+        "--train",
+        data_s,
+        "--eval",
+        data_s,
+        "--output",
+        out_s,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--lr",
+        "1e-3",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(summary["steps"], 4);
+    let cfg = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(cfg.contains("BertForTokenClassification"), "{cfg}");
+    let last = &summary["eval"];
+    let ev: serde_json::Value = serde_json::from_str(&ok(&[
+        "eval",
+        "--task",
+        "token-classify",
+        "--model",
+        out_s,
+        "--data",
+        data_s,
+        "--json",
+    ]))
+    .unwrap();
+    for (k, e) in [
+        ("f1", "eval_f1"),
+        ("precision", "eval_precision"),
+        ("loss", "eval_loss"),
+    ] {
+        let (a, b) = (ev[k].as_f64().unwrap(), last[e].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "{k}: eval {a} vs finetune {b}");
+    }
+    let tagged = ok(&["ner", "--model", out_s, "--input", data_s, "--json"]);
+    let first: serde_json::Value = serde_json::from_str(tagged.lines().next().unwrap()).unwrap();
+    for e in first.as_array().unwrap() {
+        for k in ["entity_group", "score", "word", "start", "end"] {
+            assert!(e.get(k).is_some(), "{e}");
+        }
+    }
+    let err = fails(&[
+        "ner",
+        "--input",
+        data_s,
+        "--model",
+        root()
+            .join("tests/fixtures/bert-tiny-classify")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert!(err.contains("token-classification head"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use lmkit::data::squad::read_squad;
 use lmkit::models::bert::Bert;
 use lmkit::models::bert::BertPipeline;
-use lmkit::recipes::finetune::{finetune_classify, finetune_qa, FinetuneOptions};
+use lmkit::recipes::finetune::{
+    finetune_classify, finetune_qa, finetune_token_classify, FinetuneOptions,
+};
 use lmkit::spec::names::Architecture;
 
 fn root() -> PathBuf {
@@ -87,6 +89,51 @@ fn minilm_learns_prose_vs_code_from_a_slice() {
         (r[0][0].label.as_str(), r[1][0].label.as_str()),
         ("code", "prose")
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The first `n` sentences (blank-line separated) of a committed CoNLL file.
+fn head_sentences(rel: &str, n: usize, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("tests/data").join(rel)).unwrap();
+    let p = dir.join(rel.replace('/', "_"));
+    let kept: Vec<&str> = text.split("\n\n").take(n).collect();
+    std::fs::write(&p, kept.join("\n\n") + "\n").unwrap();
+    p
+}
+
+#[test]
+#[ignore = "75 MiniLM steps: minutes in a debug build (25 steps left every token O)"]
+fn minilm_learns_to_tag_code_and_numbers_in_prose() {
+    let dir = tmpdir("ner");
+    let train = head_sentences("tagging/rust_prose.train.conll", 200, &dir);
+    let eval = root().join("tests/data/tagging/rust_prose.eval.conll");
+    let out = dir.join("out");
+    let opts = FinetuneOptions {
+        epochs: 3,
+        batch_size: 8,
+        lr: 2e-4,
+        max_seq_len: 64,
+        ..FinetuneOptions::default()
+    };
+    let s =
+        finetune_token_classify(&minilm(), &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    assert_eq!(s.steps, 75);
+    let ev = s.last_eval.unwrap();
+    assert_eq!(ev["eval_examples"], 120);
+    let f1 = ev["eval_f1"].as_f64().unwrap();
+    // Held-out books, 120 sentences with 119 rule-labelled entities
+    // (scripts/make_tagging_data.py), after 3 epochs of 25 steps of 8
+    // sentences. Measured: F1 0.308 (P 0.50, R 0.22), token accuracy 0.925;
+    // one epoch (25 steps) gave F1 0 (every token O). Far from what the
+    // rules allow: the learning rate and steps are not tuned yet.
+    assert!(f1 >= 0.25, "held-out entity F1 {f1}: {ev:?}");
+    let m = Bert::from_dir(&out).unwrap();
+    assert_eq!(
+        m.architecture,
+        Some(Architecture::BertForTokenClassification)
+    );
+    assert!(m.heads.token_classifier && !m.heads.pooler);
+    assert_eq!(m.config.id2label, ["B-CODE", "B-NUM", "I-CODE", "O"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

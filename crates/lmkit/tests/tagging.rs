@@ -184,3 +184,70 @@ fn tagging_files_read_as_conll_or_jsonl() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn check_entities(what: &str, got: &[lmkit::models::bert::NerEntity], want: &Value) {
+    let want = want.as_array().unwrap();
+    assert_eq!(got.len(), want.len(), "{what}: {got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(
+            g.entity_group,
+            w["entity_group"].as_str().unwrap(),
+            "{what}"
+        );
+        assert_eq!(g.word, w["word"].as_str().unwrap(), "{what}");
+        assert_eq!(
+            g.start as u64,
+            w["start"].as_u64().unwrap(),
+            "{what} {}",
+            g.word
+        );
+        assert_eq!(
+            g.end as u64,
+            w["end"].as_u64().unwrap(),
+            "{what} {}",
+            g.word
+        );
+        let ws = w["score"].as_f64().unwrap();
+        assert!(
+            (g.score as f64 - ws).abs() < 1e-4,
+            "{what} {}: {} vs {ws}",
+            g.word,
+            g.score
+        );
+    }
+}
+
+#[test]
+fn ner_equals_hf_token_classification_pipeline() {
+    use lmkit::models::bert::{group_entities, BertPipeline, TokenTag};
+    let r = json("bert-tiny-token-classify");
+    let ner = &r["ner_pipeline"];
+    // HF's grouping rules on given per-token tags.
+    let g = &ner["grouping"];
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (pieces, tags) = (strs(&g["pieces"]), strs(&g["tags"]));
+    let tokens: Vec<TokenTag> = (0..pieces.len())
+        .map(|i| TokenTag {
+            tag: tags[i].clone(),
+            score: g["scores"][i].as_f64().unwrap() as f32,
+            word: pieces[i].clone(),
+            start: g["spans"][i][0].as_u64().unwrap() as usize,
+            end: g["spans"][i][1].as_u64().unwrap() as usize,
+        })
+        .collect();
+    check_entities("grouping", &group_entities(&tokens), &g["groups"]);
+    // The pipeline end to end on raw text (character offsets, [UNK] words).
+    let p = BertPipeline::from_dir(fixture("bert-tiny-token-classify")).unwrap();
+    for res in ner["results"].as_array().unwrap() {
+        let text = res["text"].as_str().unwrap();
+        check_entities(text, &p.ner(text, false).unwrap(), &res["entities"]);
+    }
+    let seq = BertPipeline::from_dir(fixture("bert-tiny-classify")).unwrap();
+    assert!(seq.ner("the king", false).is_err());
+}

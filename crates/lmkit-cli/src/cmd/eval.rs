@@ -24,6 +24,9 @@
 //!   "label"}`): accuracy and macro-F1; labels must be the model's.
 //! - `squad` (BertForQuestionAnswering, SQuAD v1.1 JSON): exact match and F1
 //!   with the official answer normalisation.
+//! - `token-classify` (BertForTokenClassification, CoNLL-style columns or
+//!   JSONL `{"tokens", "tags"}`): seqeval's entity precision / recall / F1
+//!   (micro, and per type) and token accuracy on the first piece of each word.
 
 use std::path::{Path, PathBuf};
 
@@ -33,9 +36,10 @@ use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
+use lmkit::data::tagging::{encode_words, read_tagging};
 use lmkit::eval::run::{
     encode_classify, eval_cbt, eval_classify, eval_lambada, eval_qa, eval_squad, eval_summarize,
-    eval_translate, SummarizeOptions,
+    eval_token_classify, eval_translate, SummarizeOptions,
 };
 use lmkit::eval::{
     qa_items, read_cbt, read_lambada, read_qa, read_summarize, read_translation_jsonl,
@@ -59,6 +63,7 @@ pub enum EvalTask {
     Qa,
     Classify,
     Squad,
+    TokenClassify,
 }
 
 #[derive(clap::Args, Debug)]
@@ -169,6 +174,7 @@ fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
             "a BERT sequence classifier (BertForSequenceClassification)",
         ),
         EvalTask::Squad => (true, "a BERT QA model (BertForQuestionAnswering)"),
+        EvalTask::TokenClassify => (true, "a BERT token classifier (BertForTokenClassification)"),
         _ => (false, "a GPT-2 model"),
     };
     let is_bert = matches!(cfg, AnyConfig::Bert(_));
@@ -508,6 +514,41 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .collect();
             (
                 json!({"task": "classify", "accuracy": r.scores.accuracy, "f1": r.scores.f1, "loss": r.loss, "count": r.scores.count}),
+                preds,
+            )
+        }
+        EvalTask::TokenClassify => {
+            let model = Bert::from_dir(&dir)?;
+            model.require(lmkit::models::bert::HeadKind::TokenClassifier)?;
+            let tok = WordPieceTokenizer::from_dir(&dir)?;
+            let mut data = read_tagging(&a.data)?;
+            data.sentences = keep_items(limit(data.sentences, a.limit), keep, |s| {
+                s.words.iter().map(String::as_str).collect()
+            });
+            let labels = LabelMap::from_names(model.config.id2label.clone())?;
+            let ids = data.tag_ids(&labels)?;
+            let max_len = a
+                .max_seq_len
+                .unwrap_or(128)
+                .min(model.config.max_position_embeddings);
+            let encs = data
+                .sentences
+                .iter()
+                .zip(&ids)
+                .map(|(s, t)| encode_words(&tok, &s.words, Some(t), max_len))
+                .collect::<Result<Vec<_>, _>>()?;
+            let r = eval_token_classify(&model, tok.pad_id(), &encs, a.batch_size)?;
+            let preds = data
+                .sentences
+                .iter()
+                .zip(&r.predictions)
+                .map(|(s, p)| json!({"line": s.line, "tags": p}))
+                .collect();
+            (
+                json!({"task": "token-classify", "precision": r.scores.precision,
+                       "recall": r.scores.recall, "f1": r.scores.f1,
+                       "accuracy": r.scores.accuracy, "loss": r.loss,
+                       "count": data.sentences.len(), "per_type": r.scores.per_type}),
                 preds,
             )
         }

@@ -1,7 +1,9 @@
 //! `lmkit finetune`: fine-tune a BERT or GPT-2 checkpoint for sequence
 //! classification (`--task classify`, JSONL `{"text", "text_pair"?,
 //! "label"}`; GPT-2 joins a pair with `<|endoftext|>` and adds `--lm-coef`
-//! times the LM loss), a BERT checkpoint for SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
+//! times the LM loss), a BERT checkpoint for token classification (`--task
+//! token-classify`, CoNLL-style columns or JSONL `{"tokens", "tags"}`, scored
+//! with seqeval's entity F1) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
 //! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
 //! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
 //! and transformers) and `metrics.jsonl` (train rows every step, eval rows
@@ -12,21 +14,23 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_qa, FinetuneEvent, FinetuneOptions, FinetuneTask,
+    finetune_classify, finetune_lm, finetune_qa, finetune_token_classify, FinetuneEvent,
+    FinetuneOptions, FinetuneTask,
 };
 use lmkit::recipes::RecipeError;
 use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// classify | qa | lm.
+    /// classify | qa | lm | token-classify.
     #[arg(long)]
     pub task: FinetuneTask,
     /// Starting checkpoint (HF layout): any BERT for classify/qa (a bare
     /// BertModel gets new heads), a GPT-2 for classify/lm.
     #[arg(long)]
     pub model: String,
-    /// Training data: JSONL (classify), SQuAD v1.1 JSON (qa), text or JSONL `text` (lm).
+    /// Training data: JSONL (classify), SQuAD v1.1 JSON (qa), text or JSONL `text` (lm),
+    /// CoNLL-style columns (token first, tag last) or JSONL `{"tokens", "tags"}` (token-classify).
     #[arg(long)]
     pub train: PathBuf,
     /// Evaluation data in the same format, scored after every epoch.
@@ -160,6 +164,9 @@ pub fn run(a: Args) -> Result<()> {
         }
         FinetuneTask::Qa => finetune_qa(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
         FinetuneTask::Lm => finetune_lm(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
+        FinetuneTask::TokenClassify => {
+            finetune_token_classify(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
+        }
     }
     .map_err(|e| match e {
         RecipeError::OutputNotEmpty { .. } => {

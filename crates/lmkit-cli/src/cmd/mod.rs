@@ -14,6 +14,7 @@ pub mod eval;
 pub mod fill_mask;
 pub mod finetune;
 pub mod generate;
+pub mod ner;
 pub mod overlap;
 pub mod perplexity;
 pub mod plot;

@@ -12,6 +12,7 @@ use lmkit_tokenizers::{BpeTokenizer, Encoding};
 
 use crate::data::classify_data::ClassifyData;
 use crate::data::squad::SquadExample;
+use crate::data::tagging::TaggedEncoding;
 use crate::error::{Error, Result};
 use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
 use crate::models::bert::Answer;
@@ -25,6 +26,7 @@ use super::classify::{classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};
 use super::qa::QaItem;
 use super::rouge::{rouge, rouge_means, Rouge, RougeMeans};
+use super::seqeval::{seqeval_scores, SeqevalScores};
 use super::squad::{exact_match, f1_score, max_over_gold, squad_scores, SquadScores};
 use super::summarize::{first_sentences, tldr_prompt, SummarizeItem};
 use super::translate::{translate_prompt, TranslationPair};
@@ -158,6 +160,73 @@ pub fn gpt2_classify_logits(
         out.extend(model.forward_task(&batch, 0.0)?.logits);
     }
     Ok(out)
+}
+
+/// Token-classification predictions and scores.
+pub struct TokenClassifyEval {
+    /// seqeval scores of the predicted tags on the scored tokens.
+    pub scores: SeqevalScores,
+    /// Per sentence, the predicted tag of each scored token (the first
+    /// piece of each word that fits `max_seq_len`).
+    pub predictions: Vec<Vec<String>>,
+    /// Mean cross-entropy over all scored tokens.
+    pub loss: f64,
+}
+
+/// Tags `encs` (each with its labels, −100 = not scored) in batches of
+/// `batch_size` and scores them as HF run_ner does: argmax per scored
+/// token, the model's `id2label` names, seqeval on the sentences.
+pub fn eval_token_classify(
+    model: &Bert,
+    pad_id: u32,
+    encs: &[TaggedEncoding],
+    batch_size: usize,
+) -> Result<TokenClassifyEval> {
+    model.require(HeadKind::TokenClassifier)?;
+    let names = &model.config.id2label;
+    let l = names.len();
+    let (mut gold, mut preds) = (Vec::new(), Vec::new());
+    let (mut nll, mut count) = (0.0f64, 0usize);
+    let mut acts = BertActivations::new(false);
+    for chunk in encs.chunks(batch_size.max(1)) {
+        let refs: Vec<&Encoding> = chunk.iter().map(|e| &e.encoding).collect();
+        let batch = BertBatch::from_encodings(&refs, pad_id)?;
+        model.forward(&batch, &mut acts)?;
+        let logits = model.token_logits(&acts)?;
+        for (r, e) in chunk.iter().enumerate() {
+            let (mut g, mut p) = (Vec::new(), Vec::new());
+            for (i, &lab) in e.labels.iter().enumerate() {
+                let Ok(lab) = usize::try_from(lab) else {
+                    continue;
+                };
+                let name = names.get(lab).ok_or_else(|| {
+                    Error::InvalidInput(format!("label {lab} is outside the model's {l} labels"))
+                })?;
+                let row = &logits[(r * batch.t + i) * l..(r * batch.t + i + 1) * l];
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let lse = max as f64
+                    + row
+                        .iter()
+                        .map(|&x| ((x - max) as f64).exp())
+                        .sum::<f64>()
+                        .ln();
+                nll += lse - row[lab] as f64;
+                count += 1;
+                let best = (0..l).fold(0, |b, k| if row[k] > row[b] { k } else { b });
+                g.push(name.clone());
+                p.push(names[best].clone());
+            }
+            gold.push(g);
+            preds.push(p);
+        }
+    }
+    let scores = seqeval_scores(&gold, &preds)
+        .ok_or_else(|| Error::InvalidInput("gold and predicted tags differ in length".into()))?;
+    Ok(TokenClassifyEval {
+        scores,
+        predictions: preds,
+        loss: nll / count.max(1) as f64,
+    })
 }
 
 /// SQuAD predictions (best first, at most `opts.top_k` per question) and scores.

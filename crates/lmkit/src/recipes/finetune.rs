@@ -28,9 +28,11 @@ use crate::checkpoint::{
 };
 use crate::data::classify_data::{read_classify_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
+use crate::data::tagging::{encode_words, read_tagging, tag_map, TaggedEncoding, TaggingData};
 use crate::data::TokenBatch;
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_squad,
+    eval_token_classify,
 };
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
@@ -60,6 +62,8 @@ pub enum FinetuneTask {
     Qa,
     /// `GPT2LMHeadModel` on text (files split at form-feed lines, or JSONL `text`).
     Lm,
+    /// `BertForTokenClassification` on CoNLL-style columns or JSONL `{"tokens", "tags"}`.
+    TokenClassify,
 }
 
 impl std::str::FromStr for FinetuneTask {
@@ -69,7 +73,10 @@ impl std::str::FromStr for FinetuneTask {
             "classify" => Ok(Self::Classify),
             "qa" => Ok(Self::Qa),
             "lm" => Ok(Self::Lm),
-            o => Err(format!("unknown task `{o}` (expected classify, qa or lm)")),
+            "token-classify" => Ok(Self::TokenClassify),
+            o => Err(format!(
+                "unknown task `{o}` (expected classify, qa, lm or token-classify)"
+            )),
         }
     }
 }
@@ -764,6 +771,137 @@ fn finetune_gpt2_classify(
         &m.config,
         output,
         arch,
+        opts.max_shard_size,
+    )?;
+    tok.save(output)?;
+    Ok(summary)
+}
+
+/// Encodes every sentence of `data` with its tag ids (first word pieces).
+fn encode_tagging(
+    tok: &WordPieceTokenizer,
+    data: &TaggingData,
+    labels: &LabelMap,
+    max_len: usize,
+) -> Result<Vec<TaggedEncoding>> {
+    let ids = data.tag_ids(labels)?;
+    data.sentences
+        .iter()
+        .zip(&ids)
+        .map(|(s, t)| Ok(encode_words(tok, &s.words, Some(t), max_len)?))
+        .collect()
+}
+
+/// Fine-tunes `BertForTokenClassification` (HF run_ner: tags on the first
+/// word piece of each word, seqeval entity scores after every epoch) from
+/// the BERT checkpoint in `model_dir`. Tags come from the checkpoint when it
+/// is already a token classifier (its `id2label`), else from the training
+/// file (sorted).
+pub fn finetune_token_classify(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    check_opts(opts)?;
+    check_output(model_dir, output, opts.overwrite)?;
+    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "token-classify")?
+    else {
+        unreachable!("task_config checked the family")
+    };
+    let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    check_fits(model_dir, &tok, &config, false)?;
+    let train_data = read_tagging(train)?;
+    let is_tagger = config
+        .architectures
+        .iter()
+        .any(|a| a == Architecture::BertForTokenClassification.hf_name());
+    let labels = if is_tagger {
+        LabelMap::from_names(config.id2label.clone())?
+    } else {
+        tag_map(&train_data)?
+    };
+    config.id2label = labels.names().to_vec();
+    let eval_data = eval.map(read_tagging).transpose()?;
+    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
+    let train_encs = encode_tagging(&tok, &train_data, &labels, max_len)?;
+    let eval_encs = eval_data
+        .as_ref()
+        .map(|d| encode_tagging(&tok, d, &labels, max_len))
+        .transpose()?;
+    let (model, _) = load_bert_as(
+        model_dir,
+        config,
+        Architecture::BertForTokenClassification,
+        opts.seed,
+    )?;
+    let pad = tok.pad_id();
+    let mut trainer = BertTrainer::new(model)?;
+    let mut metrics = create_output(output)?;
+    let mut batch = BertTrainBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
+        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i].encoding).collect();
+        bt.batch = pad_batch(&refs, pad).expect("valid batch");
+        let t = bt.batch.t;
+        let mut labels = Vec::with_capacity(idx.len() * t);
+        for &i in idx {
+            let l = &train_encs[i].labels;
+            labels.extend_from_slice(l);
+            labels.extend(std::iter::repeat_n(IGNORE_INDEX, t - l.len()));
+        }
+        bt.targets = BertTargets {
+            token_labels: Some(labels),
+            ..Default::default()
+        };
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
+        let Some(encs) = &eval_encs else {
+            return Ok(None);
+        };
+        let r = eval_token_classify(&m.model, pad, encs, eval_bs)?;
+        Ok(Some(
+            json!({
+                "eval_loss": r.loss,
+                "eval_precision": r.scores.precision,
+                "eval_recall": r.scores.recall,
+                "eval_f1": r.scores.f1,
+                "eval_accuracy": r.scores.accuracy,
+                "eval_examples": encs.len(),
+            })
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ))
+    };
+    let description = format!(
+        "token-classify: {} tags ({}), {} train sentences",
+        labels.num_labels(),
+        labels.names().join(", "),
+        train_encs.len()
+    );
+    let summary = run_loop(
+        &mut trainer,
+        train_encs.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_encs.as_ref().map_or(0, Vec::len),
+        output,
+        on_event,
+    )?;
+    let m = &trainer.model;
+    save_params_sharded(
+        &m.layout,
+        &m.params,
+        &m.config,
+        output,
+        Architecture::BertForTokenClassification,
         opts.max_shard_size,
     )?;
     tok.save(output)?;

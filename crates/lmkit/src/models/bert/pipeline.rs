@@ -14,6 +14,7 @@ use super::classify::{self, LabelScore, ScoreFn};
 use super::embed::{self, Pooling, SentenceConfig};
 use super::fill_mask::{self, Prediction};
 use super::model::{Bert, BertActivations, BertBatch, HeadKind};
+use super::ner::{group_entities, NerEntity, TokenTag};
 use super::qa::{self, Answer, QaOptions};
 use crate::error::{Error, Result};
 
@@ -344,6 +345,49 @@ impl BertPipeline {
             self.check_len(e, &|| format!("input {}", i + 1))?;
         }
         Ok(encs)
+    }
+
+    /// Entities in `text` (HF's token-classification pipeline with
+    /// `aggregation_strategy="simple"`, see [`super::ner`]); a text longer
+    /// than the model's positions is an error unless `truncate`.
+    pub fn ner(&self, text: &str, truncate: bool) -> Result<Vec<NerEntity>> {
+        self.model.require(HeadKind::TokenClassifier)?;
+        let enc = self
+            .encode_checked(truncate, |tok| tok.encode_batch(&[text], true))?
+            .remove(0);
+        let batch = BertBatch::from_encodings(&[&enc], self.tokenizer.pad_id())?;
+        let mut acts = BertActivations::new(false);
+        self.model.forward(&batch, &mut acts)?;
+        let logits = self.model.token_logits(&acts)?;
+        let names = &self.model.config.id2label;
+        let l = names.len();
+        // Byte offsets → character offsets.
+        let chars = |b: usize| text.get(..b).map_or(0, |s| s.chars().count());
+        let mut tokens = Vec::new();
+        for (i, &id) in enc.ids.iter().enumerate() {
+            if enc.special_tokens_mask.get(i) == Some(&1) {
+                continue;
+            }
+            let p = ScoreFn::Softmax.apply(&logits[i * l..(i + 1) * l]);
+            let best = (0..l).fold(0, |b, k| if p[k] > p[b] { k } else { b });
+            let (s, e) = enc.offsets.get(i).copied().unwrap_or((0, 0));
+            let word = if id == self.tokenizer.unk_id() {
+                text.get(s..e).unwrap_or_default().to_string()
+            } else {
+                self.tokenizer
+                    .id_to_token(id)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            tokens.push(TokenTag {
+                tag: names[best].clone(),
+                score: p[best],
+                word,
+                start: chars(s),
+                end: chars(e),
+            });
+        }
+        Ok(group_entities(&tokens))
     }
 
     /// Next-sentence prediction: `[p(B follows A), p(B is random)]`.
