@@ -98,6 +98,15 @@ def main():
             "documents": 1, "tokenizer": "bytes", "sources": []}
     write("token_shards", "small", json.dumps(meta).encode() + b"\0" + shard(train) + b"\0" + shard(val))
 
+    # llm.c (header + uint16) and nanoGPT (raw uint16) token files.
+    ids = struct.pack("<6H", 50256, 464, 2068, 7586, 21831, 50256)
+    header = struct.pack("<3i", 20240520, 1, 6) + bytes(4 * 253)
+    write("token_files", "llmc.bin", header + ids)
+    write("token_files", "nanogpt.bin", ids)
+    # Parquet files written by pyarrow (scripts/make_parquet_fixtures.py).
+    for name in ["snappy.parquet", "zstd.parquet", "gzip.parquet"]:
+        write("parquet_text", name, (ROOT / "tests" / "data" / "parquet" / name).read_bytes())
+
     # Data files.
     write("data_readers", "classify.jsonl", head_lines(DATA / "classify" / "prose_code.train.jsonl", 6))
     write("data_readers", "lambada.jsonl", head_lines(DATA / "lambada" / "rust_book.jsonl", 4))

@@ -20,6 +20,9 @@ python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
 
+# The README's `lmkit ...` examples, run on tiny data (skips listed by rule).
+python3 scripts/check_readme.py --lmkit target/debug/lmkit
+
 # `lmkit overlap` against the exact set of normalised 8-grams in Python.
 python3 scripts/check_overlap.py target/debug/lmkit
 

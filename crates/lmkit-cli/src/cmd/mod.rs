@@ -57,6 +57,40 @@ pub(crate) fn read_input_text(path: Option<&Path>) -> Result<String> {
     })
 }
 
+/// Refuses an output file that exists (outputs are new files; `-` is stdout).
+pub(crate) fn check_new_output(path: &Path) -> Result<()> {
+    if path.as_os_str() != "-" && path.exists() {
+        anyhow::bail!("{} exists: choose a new file name", path.display());
+    }
+    Ok(())
+}
+
+/// Writes an output file argument: `-` is stdout (refused for `binary`
+/// output when stdout is a terminal), any other path a new file written
+/// atomically.
+pub(crate) fn write_output(
+    path: &Path,
+    binary: bool,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<()> {
+    use std::io::{IsTerminal, Write};
+    if path.as_os_str() == "-" {
+        let stdout = std::io::stdout();
+        if binary && stdout.is_terminal() {
+            anyhow::bail!(
+                "refusing to write binary output to a terminal: redirect stdout or name a file"
+            );
+        }
+        let mut w = std::io::BufWriter::new(stdout.lock());
+        write(&mut w).context("writing to stdout")?;
+        w.flush().context("writing to stdout")?;
+        return Ok(());
+    }
+    check_new_output(path)?;
+    lmkit::util::fs::atomic_write_with(path, write)?;
+    Ok(())
+}
+
 /// Whether an input is JSONL: `--jsonl`, or a `.jsonl` file (compressed or not).
 pub(crate) fn jsonl_input(flag: bool, input: Option<&Path>) -> bool {
     flag || input.is_some_and(|f| f.as_os_str() != "-" && lmkit::data::source::is_jsonl(f))

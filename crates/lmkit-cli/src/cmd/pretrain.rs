@@ -24,8 +24,9 @@ pub struct Args {
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Text files, folders (searched for .txt/.md/.jsonl...) or JSONL files
-    /// with a `text` field. gpt2: files or form-feed lines separate documents.
-    /// bert: one sentence per line, a blank line between documents (as BERT's
+    /// with a `text` field. gpt2: files or form-feed lines separate documents;
+    /// `.bin` files are token ids already (llm.c's or nanoGPT's, as `lmkit
+    /// tokenize --format` writes them), used as they are. bert: one sentence per line, a blank line between documents (as BERT's
     /// create_pretraining_data). With --resume, defaults to the run's data.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,

@@ -4,7 +4,9 @@
 //! text and prints its ids space-separated on one line; `--count` prints only
 //! the number of tokens; `--json` prints `{"ids", "tokens", "offsets"}`.
 //! `detokenize` reads whitespace-separated ids from stdin and writes the
-//! decoded bytes as they are (no newline added).
+//! decoded bytes as they are (no newline added). `tokenize --format
+//! llmc|nanogpt` writes the input's documents as another trainer's token
+//! file instead (`lmkit pretrain --data FILE.bin` reads it back).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,6 +38,19 @@ pub struct TokenizeArgs {
     /// (characters are what HF's Python tokenizers report).
     #[arg(long, requires = "json")]
     pub byte_offsets: bool,
+    /// Write a token file for another trainer instead of ids: `llmc`
+    /// (llm.c: 256-int32 header, uint16 ids, end-of-text before every
+    /// document) or `nanogpt` (raw uint16 ids, end-of-text after every
+    /// document). Documents: the rows of a JSONL input (--text-field), the
+    /// pages of a text input (between form-feed lines), else the whole text.
+    #[arg(long, value_parser = ["llmc", "nanogpt"], conflicts_with_all = ["json", "count", "special"])]
+    pub format: Option<String>,
+    /// With --format: the JSONL field holding each document's text.
+    #[arg(long, default_value = "text", requires = "format")]
+    pub text_field: String,
+    /// Write here instead of stdout (`-`: stdout); a new file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -57,13 +72,21 @@ fn load(dir: &PathBuf) -> Result<Tokenizer> {
 }
 
 pub fn run(args: TokenizeArgs) -> Result<()> {
+    let output = args.output.clone().unwrap_or_else(|| PathBuf::from("-"));
+    super::check_new_output(&output)?;
     let tokenizer = load(&args.tokenizer)?;
+    if let Some(format) = &args.format {
+        let bytes = token_file(&tokenizer, &args, format)?;
+        super::write_output(&output, true, |w| w.write_all(&bytes))?;
+        return Ok(());
+    }
     let text = super::read_input(args.input.as_deref())?;
     let source = args
         .input
         .as_ref()
+        .filter(|p| p.as_os_str() != "-")
         .map_or("stdin".to_string(), |p| p.display().to_string());
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out: Vec<u8> = Vec::new();
     if args.json {
         let enc = tokenizer
             .encode(&text, args.special)
@@ -112,8 +135,40 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
             out.write_all(line.as_bytes())?;
         }
     }
-    out.flush()?;
-    Ok(())
+    super::write_output(&output, false, |w| w.write_all(&out))
+}
+
+/// The input's documents as a token file in `format` (`llmc`, `nanogpt`).
+fn token_file(tokenizer: &Tokenizer, args: &TokenizeArgs, format: &str) -> Result<Vec<u8>> {
+    use lmkit::data::token_files::{join_documents, write_token_file, TokenFileFormat};
+    let format: TokenFileFormat = format.parse()?;
+    let eos = match tokenizer {
+        Tokenizer::Bpe(t) => t.endoftext_id(),
+        Tokenizer::WordPiece(_) => None,
+    }
+    .with_context(|| {
+        format!(
+            "{}: --format needs a GPT-2 style tokenizer with <|endoftext|> to join documents",
+            args.tokenizer.display()
+        )
+    })?;
+    let docs: Vec<String> = match args.input.as_deref() {
+        Some(p) if p.as_os_str() != "-" => {
+            lmkit::data::nsp::read_documents_field(&[p.to_path_buf()], &args.text_field)?
+        }
+        _ => lmkit::data::source::split_pages(&super::read_input_text(None)?)
+            .map(str::to_string)
+            .collect(),
+    };
+    let encoded = docs
+        .iter()
+        .map(|d| tokenizer.encode_ids_parallel(d.as_bytes(), false))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("encoding the input")?;
+    let ids = join_documents(format, &encoded, eos);
+    let mut bytes = Vec::new();
+    write_token_file(&mut bytes, format, &ids)?;
+    Ok(bytes)
 }
 
 /// Byte ranges of `text` as character ranges: a range that starts or ends

@@ -18,6 +18,9 @@ use super::{io_err, DataError, Result};
 /// Reads a JSONL file into `(1-based line number, object)` pairs, skipping
 /// blank lines. A line that is not a JSON object is an error naming it.
 pub fn read_jsonl_objects(path: &Path) -> Result<Vec<(usize, Map<String, Value>)>> {
+    if super::source::is_parquet(path) {
+        return super::parquet::read_parquet_rows(path, None);
+    }
     let file = super::source::open_source(path)?;
     let mut rows = Vec::new();
     for (i, line) in file.lines().enumerate() {

@@ -9,10 +9,12 @@ pub mod html;
 pub mod mlm;
 pub mod nsp;
 pub mod overlap;
+pub mod parquet;
 pub mod shards;
 pub mod source;
 pub mod squad;
 pub mod tagging;
+pub mod token_files;
 
 pub use batch::{BatchSampler, DataPosition, TokenBatch};
 pub use shards::{

@@ -288,7 +288,8 @@ fn is_paged(text: &str) -> bool {
 /// `TextDatasetForNextSentencePrediction`: one sentence per line, a blank
 /// line between documents, and every file ends a document. A line holding
 /// several sentences is cut into them ([`split_line`]). JSONL files: each
-/// row's `text` is a document, its lines read the same way. Text files in
+/// row's `text` is a document, its lines read the same way (Parquet: each
+/// row's `text` too). Text files in
 /// lmkit's page format (documents between form-feed lines) keep it: each
 /// page is a document of hard-wrapped paragraphs ([`split_sentences`]).
 /// Documents without a sentence are dropped.
@@ -296,7 +297,7 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
     let lines_doc = |text: &str| -> Vec<String> { text.lines().flat_map(split_line).collect() };
     let mut docs: Vec<Vec<String>> = Vec::new();
     for f in super::shards::list_sources(paths)? {
-        if super::source::is_jsonl(&f) {
+        if super::source::is_rows(&f) {
             for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
                 docs.push(lines_doc(&super::classify_data::string_field(
                     &row, "text", &f, line,
@@ -324,23 +325,24 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
 }
 
 /// Reads documents from text files (split at form-feed lines `\n\f\n`) and
-/// JSONL files (the `text` field of each row), files and directories
+/// JSONL and Parquet files (the `text` field of each row), files and directories
 /// expanded as `prepare_shards` does.
 pub fn read_documents(paths: &[PathBuf]) -> Result<Vec<String>> {
+    read_documents_field(paths, "text")
+}
+
+/// [`read_documents`] with the text of JSONL rows in `field`.
+pub fn read_documents_field(paths: &[PathBuf], field: &str) -> Result<Vec<String>> {
     let files = super::shards::list_sources(paths)?;
     let mut docs = Vec::new();
     for f in files {
-        if super::source::is_jsonl(&f) {
+        if super::source::is_rows(&f) {
             for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
-                docs.push(super::classify_data::string_field(&row, "text", &f, line)?);
+                docs.push(super::classify_data::string_field(&row, field, &f, line)?);
             }
         } else {
             let text = super::source::read_source_text(&f)?;
-            docs.extend(
-                text.split("\n\u{c}\n")
-                    .filter(|d| !d.trim().is_empty())
-                    .map(str::to_string),
-            );
+            docs.extend(super::source::split_pages(&text).map(str::to_string));
         }
     }
     Ok(docs)

@@ -1,7 +1,7 @@
 //! Binary token shards.
 //!
-//! `prepare_shards` tokenizes text files, directories and JSONL (`text` field)
-//! once into `DIR/train.bin` + `DIR/val.bin` + `DIR/meta.json`; a later run
+//! `prepare_shards` tokenizes text files, directories, JSONL and Parquet
+//! (`text` field), or takes llm.c / nanoGPT token files as they are, once into `DIR/train.bin` + `DIR/val.bin` + `DIR/meta.json`; a later run
 //! with the same sources and tokenizer reuses them. Documents are joined with
 //! the end-of-text token (one before every document, as GPT-2 was trained).
 //!
@@ -25,7 +25,9 @@ pub const SHARD_MAGIC: &[u8; 8] = b"LMKTOK01";
 const HEADER_LEN: usize = 32;
 const META_VERSION: u32 = 1;
 /// Extensions picked up when a directory is given (explicit files are always read).
-const TEXT_EXTENSIONS: &[&str] = &["txt", "md", "markdown", "rst", "text", "jsonl", "ndjson"];
+const TEXT_EXTENSIONS: &[&str] = &[
+    "txt", "md", "markdown", "rst", "text", "jsonl", "ndjson", "parquet",
+];
 /// Large documents are cut into pieces of about this many bytes to tokenize
 /// in parallel (at boundaries where the result is unchanged, see `split_pieces`).
 const PIECE_BYTES: usize = 1 << 16;
@@ -195,6 +197,39 @@ impl ShardWriter {
     }
 }
 
+/// The token stream cut into train and validation chunks as it is written.
+struct Split {
+    train: ShardWriter,
+    val: Option<ShardWriter>,
+    /// Every `stride`-th chunk of `chunk_tokens` goes to validation (0: none).
+    stride: u64,
+    chunk_tokens: u64,
+    position: u64,
+    vocab_size: usize,
+}
+
+impl Split {
+    /// Appends one token of `file`, checked against the vocabulary.
+    fn push(&mut self, tok: u32, file: &Path) -> Result<()> {
+        if tok as usize >= self.vocab_size {
+            return Err(DataError::Invalid(format!(
+                "{}: token id {tok} is outside the vocabulary of {} \
+                 (tokenizer and model do not match)",
+                file.display(),
+                self.vocab_size
+            )));
+        }
+        let to_val =
+            self.stride > 0 && (self.position / self.chunk_tokens) % self.stride == self.stride - 1;
+        match (&mut self.val, to_val) {
+            (Some(v), true) => v.push(tok)?,
+            _ => self.train.push(tok)?,
+        }
+        self.position += 1;
+        Ok(())
+    }
+}
+
 /// One input file as recorded in `meta.json` (a change invalidates the shards).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceInfo {
@@ -308,35 +343,18 @@ fn source_info(path: &Path) -> Result<SourceInfo> {
     })
 }
 
-/// Splits one file into documents: JSONL → the `text` field of each line;
-/// text → the whole file, or its parts between form-feed lines (`\n\f\n`).
-fn split_documents<'a>(path: &Path, text: &'a str) -> Result<Vec<std::borrow::Cow<'a, str>>> {
-    if super::source::is_jsonl(path) {
-        let mut docs = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let parse = |message: String| DataError::Parse {
-                path: path.to_path_buf(),
-                line: i + 1,
-                message,
-            };
-            let v: serde_json::Value =
-                serde_json::from_str(line).map_err(|e| parse(e.to_string()))?;
-            match v.get("text") {
-                Some(serde_json::Value::String(s)) => docs.push(std::borrow::Cow::Owned(s.clone())),
-                Some(_) => return Err(parse("field `text` is not a string".into())),
-                None => return Err(parse("no `text` field".into())),
-            }
-        }
-        Ok(docs)
-    } else {
-        Ok(text
-            .split("\n\u{c}\n")
-            .map(std::borrow::Cow::Borrowed)
-            .collect())
+/// Splits one file into documents: JSONL and Parquet → the `text` field of
+/// each row; text → the whole file, or its parts between form-feed lines
+/// (`\n\f\n`).
+fn read_file_documents(path: &Path) -> Result<Vec<String>> {
+    if super::source::is_rows(path) {
+        return super::classify_data::read_jsonl_objects(path)?
+            .into_iter()
+            .map(|(line, row)| super::classify_data::string_field(&row, "text", path, line))
+            .collect();
     }
+    let text = super::source::read_source_text(path)?;
+    Ok(text.split("\n\u{c}\n").map(str::to_string).collect())
 }
 
 /// Cuts a document into pieces of about `PIECE_BYTES` at a newline that is
@@ -419,8 +437,8 @@ pub fn prepare_shards(
         u64::MAX
     };
 
-    let mut train = ShardWriter::create(&out_dir.join("train.bin"), width as usize)?;
-    let mut val = if stride > 0 {
+    let train = ShardWriter::create(&out_dir.join("train.bin"), width as usize)?;
+    let val = if stride > 0 {
         Some(ShardWriter::create(
             &out_dir.join("val.bin"),
             width as usize,
@@ -428,13 +446,37 @@ pub fn prepare_shards(
     } else {
         None
     };
-    let mut position: u64 = 0;
+    let mut split = Split {
+        train,
+        val,
+        stride,
+        chunk_tokens,
+        position: 0,
+        vocab_size: opts.vocab_size,
+    };
     let mut documents: u64 = 0;
     let mut done_bytes: u64 = 0;
     progress(0, total_bytes);
     for (file, info) in files.iter().zip(&sources) {
-        let text = super::source::read_source_text(file)?;
-        let docs = split_documents(file, &text)?;
+        if super::token_files::is_token_file(file) {
+            // Already tokenized (llm.c / nanoGPT): the ids as they are, their
+            // end-of-text tokens included; one document per end-of-text.
+            let tokens = super::token_files::TokenFile::open(file)?;
+            let mut eos_seen = 0u64;
+            for (i, tok) in tokens.ids().enumerate() {
+                eos_seen += u64::from(tok == opts.eos_id);
+                split.push(tok, file)?;
+                if i % (1 << 20) == 0 {
+                    let done = info.bytes * i as u64 / tokens.len().max(1) as u64;
+                    progress(done_bytes + done, total_bytes);
+                }
+            }
+            documents += eos_seen.max(u64::from(!tokens.is_empty()));
+            done_bytes += info.bytes;
+            progress(done_bytes, total_bytes);
+            continue;
+        }
+        let docs = read_file_documents(file)?;
         // (starts a document, text)
         let mut pieces: Vec<(bool, &str)> = Vec::new();
         for doc in &docs {
@@ -460,20 +502,7 @@ pub fn prepare_shards(
                 }
                 let eos = starts_doc.then_some(opts.eos_id);
                 for tok in eos.into_iter().chain(ids) {
-                    if tok as usize >= opts.vocab_size {
-                        return Err(DataError::Invalid(format!(
-                            "{}: token id {tok} is outside the vocabulary of {} \
-                             (tokenizer and model do not match)",
-                            file.display(),
-                            opts.vocab_size
-                        )));
-                    }
-                    let to_val = stride > 0 && (position / chunk_tokens) % stride == stride - 1;
-                    match (&mut val, to_val) {
-                        (Some(v), true) => v.push(tok)?,
-                        _ => train.push(tok)?,
-                    }
-                    position += 1;
+                    split.push(tok, file)?;
                 }
             }
             let frac = ((g + 1) * 64).min(pieces.len()) as u64;
@@ -482,8 +511,8 @@ pub fn prepare_shards(
         done_bytes += info.bytes;
         progress(done_bytes, total_bytes);
     }
-    let train_tokens = train.finish()?;
-    let val_tokens = match val {
+    let train_tokens = split.train.finish()?;
+    let val_tokens = match split.val {
         Some(v) => v.finish()?,
         None => {
             let _ = std::fs::remove_file(out_dir.join("val.bin"));

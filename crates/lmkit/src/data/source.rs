@@ -29,9 +29,26 @@ pub fn is_jsonl(path: &Path) -> bool {
     matches!(text_extension(path).as_deref(), Some("jsonl" | "ndjson"))
 }
 
+/// Parquet (`.parquet`): rows read by `data::parquet`.
+pub fn is_parquet(path: &Path) -> bool {
+    text_extension(path).as_deref() == Some("parquet")
+}
+
+/// A file of rows, each an object whose `text` (or another field) is a
+/// document: JSONL or Parquet.
+pub fn is_rows(path: &Path) -> bool {
+    is_jsonl(path) || is_parquet(path)
+}
+
 fn compression(path: &Path) -> Option<&'static str> {
     let ext = path.extension()?.to_str()?.to_ascii_lowercase();
     COMPRESSED.iter().copied().find(|c| *c == ext)
+}
+
+/// The non-blank documents of a text: its pages between form-feed lines
+/// (`\n\f\n`, lmkit's page format), or the whole text.
+pub fn split_pages(text: &str) -> impl Iterator<Item = &str> {
+    text.split("\n\u{c}\n").filter(|d| !d.trim().is_empty())
 }
 
 /// A buffered reader of the file's (decompressed) bytes.
