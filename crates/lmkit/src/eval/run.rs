@@ -203,18 +203,11 @@ pub fn eval_token_classify(
                     Error::InvalidInput(format!("label {lab} is outside the model's {l} labels"))
                 })?;
                 let row = &logits[(r * batch.t + i) * l..(r * batch.t + i + 1) * l];
-                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                let lse = max as f64
-                    + row
-                        .iter()
-                        .map(|&x| ((x - max) as f64).exp())
-                        .sum::<f64>()
-                        .ln();
-                nll += lse - row[lab] as f64;
+                let mut best = Vec::with_capacity(1);
+                nll += score_row(row, lab, &mut best);
                 count += 1;
-                let best = (0..l).fold(0, |b, k| if row[k] > row[b] { k } else { b });
                 g.push(name.clone());
-                p.push(names[best].clone());
+                p.push(names[best[0]].clone());
             }
             gold.push(g);
             preds.push(p);
