@@ -726,14 +726,13 @@ def compute_bert_token_classify(model, case_dir):
 REGRESSION_PAIRS = [("the dog ran home", "a dog went home"), ("paris is in france", "the sun"),
                     ("she found a book", "she found the old book")]
 REGRESSION_LABELS = [3.8, 0.4, 4.25]
-# Pearson / Spearman (scipy) on vectors with ties (Spearman ranks ties by their average).
-CORR_X = [1.0, 2.5, 2.5, 4.0, 0.5, 3.0, 3.0, 3.0, -1.0, 7.0]
-CORR_Y = [0.8, 2.0, 3.1, 3.9, 0.5, 2.5, 2.5, 4.4, 0.0, 5.0]
+# Inputs of the text-classification pipeline: single texts and {"text", "text_pair"} dicts.
+REGRESSION_PIPELINE = ["the old dog", "paris is a big city",
+                       {"text": "she saw the king", "text_pair": "the queen saw him"},
+                       {"text": "a red book", "text_pair": "the book was red"}]
 
 
 def compute_bert_regression(model, case_dir):
-    from scipy.stats import pearsonr, spearmanr
-
     model.eval()
     # A [1, 32] Linear weight read from the file sits at an address whose alignment picks
     # another BLAS path than a fresh allocation (logits 1 ulp apart): fresh copies for both.
@@ -752,11 +751,15 @@ def compute_bert_regression(model, case_dir):
     ref.add("logits", out.logits, "[3, 1] classifier(pooler_output)")
     assert torch.allclose(F.mse_loss(out.logits.squeeze(), labels), out.loss, atol=1e-6)
     ref.scalar("loss", out.loss, "MSELoss(logits.squeeze(), labels): mean over the batch")
-    ref.info["correlation"] = {
-        "x": CORR_X, "y": CORR_Y,
-        "pearson": float(pearsonr(CORR_X, CORR_Y)[0]),
-        "spearman": float(spearmanr(CORR_X, CORR_Y)[0]),
-        "note": "scipy.stats.pearsonr / spearmanr (ties: average ranks), float64",
+    clf = transformers.pipeline("text-classification", model=model, tokenizer=tok, device="cpu")
+    with torch.no_grad():
+        got = [clf(x) for x in REGRESSION_PIPELINE]
+    got = [g[0] if isinstance(g, list) else g for g in got]
+    ref.info["pipeline"] = {
+        "pipeline": "transformers.pipeline('text-classification') on each input alone (defaults: "
+        "problem_type regression -> function_to_apply none, top_k 1)",
+        "inputs": REGRESSION_PIPELINE,
+        "results": [{"label": g["label"], "score": float(g["score"])} for g in got],
     }
     train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
     return ref
@@ -1928,6 +1931,59 @@ def make_seqeval(root):
 
 
 
+# --------------------------------------------------------------------------------------------
+# Pearson / Spearman as HF run_glue scores STS-B (scipy.stats), no model:
+# tests/fixtures/correlation/reference.json
+
+CORRELATION_CASES = {
+    # ties in both vectors (Spearman ranks ties by their average)
+    "ties": ([1.0, 2.5, 2.5, 4.0, 0.5, 3.0, 3.0, 3.0, -1.0, 7.0],
+             [0.8, 2.0, 3.1, 3.9, 0.5, 2.5, 2.5, 4.4, 0.0, 5.0]),
+    "negative": ([0.0, 1.0, 2.0, 3.0, 4.0], [5.0, 3.9, 3.2, 1.0, 0.5]),
+    # monotone but not linear: Spearman 1, Pearson below
+    "monotone": ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 4.0, 9.0, 16.0, 25.0, 1000.0]),
+    "two": ([0.25, 0.75], [3.0, -1.0]),
+    # a large common offset: centring first keeps the digits
+    "offset": ([1e6 + 0.1, 1e6 + 0.2, 1e6 + 0.4, 1e6 + 0.3], [2.0, 2.1, 2.5, 2.2]),
+    # constant input: scipy's NaN (a warning), null here
+    "constant": ([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]),
+}
+
+
+def make_correlation(root):
+    import warnings
+
+    import scipy
+    from scipy.stats import pearsonr, spearmanr
+
+    case_dir = fresh_dir(root / "correlation")
+    rng = random.Random(23)
+    cases = dict(CORRELATION_CASES)
+    # STS-B-like: gold on a 0-5 grid of fifths (many ties), predictions gold + noise in float32.
+    gold = [rng.randrange(0, 26) / 5 for _ in range(200)]
+    pred = [float(np.float32(g + rng.gauss(0, 1.2))) for g in gold]
+    cases["stsb_like"] = (pred, gold)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, (x, y) in cases.items():
+            p, s = float(pearsonr(x, y)[0]), float(spearmanr(x, y)[0])
+            out[name] = {"x": x, "y": y,
+                         "pearson": None if math.isnan(p) else p,
+                         "spearmanr": None if math.isnan(s) else s}
+    doc = {
+        "case": "correlation",
+        "what": "scipy.stats.pearsonr(x, y)[0] and spearmanr(x, y)[0] (ties: average ranks) in "
+        "float64, as HF run_glue computes STS-B's pearson / spearmanr; null where scipy gives NaN",
+        "versions": {**VERSIONS, "scipy": scipy.__version__},
+        "cases": out,
+    }
+    with open(case_dir / "reference.json", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    log(f"   correlation: {len(out)} cases")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify instead of writing")
@@ -1950,7 +2006,8 @@ def main():
     FIXTURES.mkdir(parents=True, exist_ok=True)
     only = set(args.only or [])
     unknown = only - set(CASES) - {
-        "minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu", "torch-bin", "seqeval"}
+        "minilm-embeddings", "gpt2-tiny-sharded", "sacrebleu-bleu", "torch-bin", "seqeval",
+        "correlation"}
     if unknown:
         raise SystemExit(f"unknown case(s) {sorted(unknown)}; known: {sorted(CASES)}")
     for names, make in MAKERS:
@@ -1965,6 +2022,9 @@ def main():
     if not only or "seqeval" in only:
         log("== seqeval")
         make_seqeval(FIXTURES)
+    if not only or "correlation" in only:
+        log("== correlation")
+        make_correlation(FIXTURES)
     if not only or "minilm-embeddings" in only:
         log("== minilm-embeddings")
         make_minilm(FIXTURES)
