@@ -1,5 +1,5 @@
-//! Every reader of a user's data file never panics on any bytes: classify
-//! and SQuAD JSON(L), token tagging (CoNLL / JSONL), LAMBADA, summarization,
+//! Every reader of a user's data file never panics on any bytes: classify,
+//! regression and SQuAD JSON(L), token tagging (CoNLL / JSONL), LAMBADA, summarization,
 //! CBT, translation pairs, zero-shot QA, BERT's documents, overlap's
 //! evaluation documents, plain text / JSONL into token shards, and the gzip /
 //! Zstandard decoders that
@@ -10,7 +10,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use lmkit::data::classify_data::read_classify_jsonl;
+use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl};
 use lmkit::data::nsp::{read_bert_documents, read_documents};
 use lmkit::data::squad::read_squad;
 use lmkit::data::{prepare_shards, PrepareOptions};
@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = read_documents(&[p]);
     }
     let _ = read_classify_jsonl(&jsonl);
+    let _ = read_regression_jsonl(&jsonl);
     let _ = lmkit::data::tagging::read_tagging(&txt);
     let _ = lmkit::data::tagging::read_tagging(&jsonl);
     for p in [&txt, &jsonl, &json] {

@@ -1,6 +1,9 @@
-//! Text-classification data: JSONL rows `{"text", "text_pair"?, "label"}`
-//! and the label ↔ id map saved as `id2label` / `label2id` in config.json.
+//! Text-classification and regression data: JSONL (or Parquet) rows
+//! `{"text", "text_pair"?, "label"}` — GLUE's `{"sentence1", "sentence2",
+//! "label"}` too, as HF datasets stores MRPC or STS-B — and the label ↔ id
+//! map saved as `id2label` / `label2id` in config.json.
 //!
+//! A regression label is any finite number (STS-B's 0–5 similarity).
 //! Labels are all strings or all integers within a file. A fresh label map
 //! (fine-tuning a model that has no classifier yet) numbers string labels in
 //! sorted order and integer labels by their value (names `LABEL_{i}` as HF
@@ -97,46 +100,76 @@ impl std::fmt::Display for Label {
     }
 }
 
-/// One classification example.
+/// One classification example (`L` = `f32` for a regression target).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClassifyExample {
+pub struct ClassifyExample<L = Label> {
     pub text: String,
     pub text_pair: Option<String>,
-    pub label: Label,
+    pub label: L,
     /// 1-based line in the source file, for error messages.
     pub line: usize,
 }
 
-/// A classification file: its examples and where it came from.
+/// A classification (or regression) file: its examples and where it came from.
 #[derive(Debug, Clone)]
-pub struct ClassifyData {
+pub struct ClassifyData<L = Label> {
     pub path: PathBuf,
-    pub examples: Vec<ClassifyExample>,
+    pub examples: Vec<ClassifyExample<L>>,
 }
 
-/// Reads `{"text": str, "text_pair"?: str|null, "label": str|int}` rows.
-/// Errors name the line: malformed JSON, missing/mistyped fields, negative or
-/// fractional labels, string and integer labels mixed in one file, no rows.
-pub fn read_classify_jsonl(path: &Path) -> Result<ClassifyData> {
+/// The rows of a text(-pair) file with their labels: `text` and
+/// `text_pair` (or GLUE's `sentence1` / `sentence2`, when the row has no
+/// `text`), `label` parsed by `label(value, line)`. No rows is an error.
+fn read_labelled<L>(
+    path: &Path,
+    mut label: impl FnMut(Option<&Value>, usize) -> Result<L>,
+) -> Result<ClassifyData<L>> {
     let mut examples = Vec::new();
-    let mut first_kind: Option<(bool, usize)> = None;
     for (line, row) in read_jsonl_objects(path)? {
-        let text = string_field(&row, "text", path, line)?;
-        let text_pair = match row.get("text_pair") {
+        let (a, b) = if !row.contains_key("text") && row.contains_key("sentence1") {
+            ("sentence1", "sentence2")
+        } else {
+            ("text", "text_pair")
+        };
+        let text = string_field(&row, a, path, line)?;
+        let text_pair = match row.get(b) {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
             Some(other) => {
                 return Err(parse_err(
                     path,
                     line,
-                    format!(
-                        "field `text_pair` must be a string, found {}",
-                        json_kind(other)
-                    ),
+                    format!("field `{b}` must be a string, found {}", json_kind(other)),
                 ))
             }
         };
-        let label = match row.get("label") {
+        let label = label(row.get("label"), line)?;
+        examples.push(ClassifyExample {
+            text,
+            text_pair,
+            label,
+            line,
+        });
+    }
+    if examples.is_empty() {
+        return Err(DataError::Invalid(format!(
+            "{}: no examples (empty file)",
+            path.display()
+        )));
+    }
+    Ok(ClassifyData {
+        path: path.to_path_buf(),
+        examples,
+    })
+}
+
+/// Reads `{"text": str, "text_pair"?: str|null, "label": str|int}` rows.
+/// Errors name the line: malformed JSON, missing/mistyped fields, negative or
+/// fractional labels, string and integer labels mixed in one file, no rows.
+pub fn read_classify_jsonl(path: &Path) -> Result<ClassifyData> {
+    let mut first_kind: Option<(bool, usize)> = None;
+    read_labelled(path, |value, line| {
+        let label = match value {
             Some(Value::String(s)) => Label::Str(s.clone()),
             Some(Value::Number(n)) => match n.as_u64() {
                 Some(i) => Label::Int(i),
@@ -144,7 +177,10 @@ pub fn read_classify_jsonl(path: &Path) -> Result<ClassifyData> {
                     return Err(parse_err(
                         path,
                         line,
-                        format!("label {n} is not a non-negative integer"),
+                        format!(
+                            "label {n} is not a non-negative integer (a class); real-valued \
+                             targets are `task` regression"
+                        ),
                     ))
                 }
             },
@@ -176,22 +212,35 @@ pub fn read_classify_jsonl(path: &Path) -> Result<ClassifyData> {
             }
             _ => {}
         }
-        examples.push(ClassifyExample {
-            text,
-            text_pair,
-            label,
+        Ok(label)
+    })
+}
+
+/// Reads regression rows: [`read_classify_jsonl`]'s text fields with a
+/// `label` that is a finite number (JSON number; in f32 range). A string,
+/// `null`, a missing label or one that overflows f32 is an error naming the line.
+pub fn read_regression_jsonl(path: &Path) -> Result<ClassifyData<f32>> {
+    read_labelled(path, |value, line| match value {
+        Some(Value::Number(n)) => {
+            let v = n.as_f64().map(|v| v as f32);
+            match v {
+                Some(v) if v.is_finite() => Ok(v),
+                _ => Err(parse_err(
+                    path,
+                    line,
+                    format!("label {n} is not a finite 32-bit float"),
+                )),
+            }
+        }
+        Some(other) => Err(parse_err(
+            path,
             line,
-        });
-    }
-    if examples.is_empty() {
-        return Err(DataError::Invalid(format!(
-            "{}: no examples (empty file)",
-            path.display()
-        )));
-    }
-    Ok(ClassifyData {
-        path: path.to_path_buf(),
-        examples,
+            format!(
+                "field `label` must be a number (a regression target), found {}",
+                json_kind(other)
+            ),
+        )),
+        None => Err(parse_err(path, line, "missing field `label`")),
     })
 }
 
