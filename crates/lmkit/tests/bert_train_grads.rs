@@ -1,6 +1,6 @@
 //! BERT backward against PyTorch: the loss and the gradient of every
 //! parameter after one `loss.backward()`, for every HF head
-//! (tests/fixtures/bert-tiny-{pretraining,mlm,nsp,classify,qa}), and one
+//! (tests/fixtures/bert-tiny-{pretraining,mlm,nsp,classify,qa,regression}), and one
 //! AdamW step through the trainer against `torch.optim.AdamW`.
 
 use std::collections::HashMap;
@@ -122,6 +122,7 @@ fn targets(case: &str, r: &Reference) -> BertTargets {
         "bert-tiny-nsp" => t.nsp_labels = Some(r.i32s("labels")),
         "bert-tiny-classify" => t.class_labels = Some(r.i32s("labels")),
         "bert-tiny-token-classify" => t.token_labels = Some(r.i32s("labels")),
+        "bert-tiny-regression" => t.regression_targets = Some(r.f32("labels")),
         "bert-tiny-qa" => {
             t.start_positions = Some(r.i32s("start_positions"));
             t.end_positions = Some(r.i32s("end_positions"));
@@ -227,6 +228,22 @@ fn token_classification_gradients() {
             );
         }
     }
+}
+
+/// STS-B-style regression (one output, `problem_type` regression): HF's
+/// `MSELoss(logits.squeeze(), labels)`, its outputs and every gradient.
+#[test]
+fn regression_gradients() {
+    let (mut tr, r) = check_case("bert-tiny-regression");
+    assert_close(
+        "regression logits",
+        &tr.outputs().class_logits,
+        &r.f32("logits"),
+        1e-4,
+    );
+    let st = tr.take_stats();
+    assert_eq!(st.regression.count, 3);
+    assert!((st.regression.mean() - r.scalar("loss")).abs() <= 1e-5 * r.scalar("loss"));
 }
 
 #[test]

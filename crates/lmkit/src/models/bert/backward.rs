@@ -12,7 +12,10 @@
 //! Losses are HF's: MLM = mean cross-entropy over the labelled positions
 //! (label ≠ −100; the head runs only on those M rows, which gives the same
 //! loss and gradients as HF's head over all N rows); NSP and classification =
-//! mean cross-entropy over the batch; token classification = mean
+//! mean cross-entropy over the batch; regression (`problem_type`
+//! regression, HF's choice for one label) = mean squared error of the
+//! classifier's outputs, over all `B·L` of them (with L = 1 HF's
+//! `MSELoss(logits.squeeze(), labels.squeeze())`); token classification = mean
 //! cross-entropy over the tokens whose label ≠ −100; QA = (CE(start) + CE(end)) / 2 with
 //! the softmax over all T positions, positions clamped to [0, T] and T
 //! ignored. The total is the sum of the active heads' losses (BERT
@@ -45,7 +48,7 @@ use crate::util::slice::two_mut;
 use crate::spec::IGNORE_INDEX;
 
 /// Targets of one batch; each present field switches its head's loss on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BertTargets {
     /// `[B·T]` original ids at masked positions, −100 elsewhere.
     pub mlm_labels: Option<Vec<i32>>,
@@ -53,6 +56,9 @@ pub struct BertTargets {
     pub nsp_labels: Option<Vec<i32>>,
     /// `[B]` class ids.
     pub class_labels: Option<Vec<i32>>,
+    /// `[B·L]` real targets of the classifier's outputs (regression; L is
+    /// `num_labels`, 1 for STS-B-style scores).
+    pub regression_targets: Option<Vec<f32>>,
     /// `[B·T]` tag ids per token (token classification), −100 = not scored.
     pub token_labels: Option<Vec<i32>>,
     /// `[B]` answer start / end token (inclusive); outside [0, T) = no answer in this window.
@@ -78,6 +84,8 @@ pub struct HeadStats {
     pub nsp_correct: usize,
     pub classify: LossParts,
     pub classify_correct: usize,
+    /// Regression: squared errors over the `B·L` outputs.
+    pub regression: LossParts,
     /// Token classification over the scored tokens (label ≠ −100).
     pub token: LossParts,
     pub token_correct: usize,
@@ -94,6 +102,7 @@ impl HeadStats {
         self.nsp_correct += o.nsp_correct;
         self.classify.add(o.classify);
         self.classify_correct += o.classify_correct;
+        self.regression.add(o.regression);
         self.token.add(o.token);
         self.token_correct += o.token_correct;
         self.qa.add(o.qa);
@@ -114,7 +123,7 @@ impl HeadStats {
 pub struct HeadOutputs {
     /// `[B,2]` NSP logits.
     pub nsp_logits: Vec<f32>,
-    /// `[B,L]` classifier logits.
+    /// `[B,L]` classifier logits (regression: the predictions).
     pub class_logits: Vec<f32>,
     /// `[B,T,L]` token-classifier logits.
     pub token_logits: Vec<f32>,
@@ -251,6 +260,14 @@ impl BertTrainer {
         if tg.class_labels.is_some() {
             need(h.classifier, "classification")?;
         }
+        if tg.regression_targets.is_some() {
+            need(h.classifier, "regression")?;
+            if tg.class_labels.is_some() {
+                return Err(Error::InvalidInput(
+                    "class labels and regression targets given for one classifier".into(),
+                ));
+            }
+        }
         if tg.token_labels.is_some() {
             need(h.token_classifier, "token-classification")?;
         }
@@ -265,6 +282,33 @@ impl BertTrainer {
         len(&tg.mlm_labels, bs * t, "MLM labels")?;
         len(&tg.nsp_labels, bs, "NSP labels")?;
         len(&tg.class_labels, bs, "class labels")?;
+        if let Some(y) = &tg.regression_targets {
+            let want = bs * self.model.config.num_labels();
+            if y.len() != want {
+                return Err(Error::InvalidInput(format!(
+                    "regression targets: {} for {want} outputs ({bs} rows × {} labels)",
+                    y.len(),
+                    self.model.config.num_labels()
+                )));
+            }
+            if let Some(x) = y.iter().find(|x| !x.is_finite()) {
+                return Err(Error::InvalidInput(format!(
+                    "regression target {x} is not a finite number"
+                )));
+            }
+            match self.model.config.problem_type.as_deref() {
+                Some("regression") => {}
+                None if self.model.config.num_labels() == 1 => {}
+                p => {
+                    return Err(Error::InvalidInput(format!(
+                        "regression targets given to a classifier with problem_type {} and {} \
+                         labels (regression needs problem_type \"regression\")",
+                        p.map_or("unset".into(), |p| format!("{p:?}")),
+                        self.model.config.num_labels()
+                    )))
+                }
+            }
+        }
         len(&tg.token_labels, bs * t, "token labels")?;
         len(&tg.start_positions, bs, "start positions")?;
         len(&tg.end_positions, bs, "end positions")?;
@@ -302,13 +346,17 @@ impl BertTrainer {
                 None | Some("single_label_classification") => {}
                 Some(p) => {
                     return Err(Error::InvalidInput(format!(
-                        "problem_type {p:?} is not supported for training (single-label only)"
+                        "class labels given to a classifier with problem_type {p:?} (class \
+                         labels train single-label classification; regression takes \
+                         regression targets)"
                     )))
                 }
             }
             if l < 2 {
                 return Err(Error::InvalidInput(
-                    "classification needs at least 2 labels (regression is not supported)".into(),
+                    "classification needs at least 2 labels (a 1-output classifier is a \
+                     regression: give it regression targets)"
+                        .into(),
                 ));
             }
         }
@@ -392,8 +440,9 @@ impl BertTrainer {
             }
         }
 
-        // --- Pooler-based heads (NSP, classifier).
-        let pooled_heads = tg.nsp_labels.is_some() || tg.class_labels.is_some();
+        // --- Pooler-based heads (NSP, classifier, regression).
+        let pooled_heads =
+            tg.nsp_labels.is_some() || tg.class_labels.is_some() || tg.regression_targets.is_some();
         if pooled_heads {
             let pooler = Pooler::forward(layout, params, h, b, t, c);
             let pooled = &pooler.pooled;
@@ -457,6 +506,36 @@ impl BertTrainer {
                 st.classify_correct = correct;
                 st.loss += lp.mean();
                 self.outputs.class_logits = logits;
+            }
+            if let Some(y) = &tg.regression_targets {
+                let k = cfg.num_labels();
+                let mut out = linear_head(layout, params, "classifier", pooled, c, k);
+                self.outputs.class_logits = out.clone();
+                // MSE over the B·L outputs; d/d out = 2 (out − y) / (B·L).
+                let m = out.len();
+                let mut sum = 0.0f64;
+                let scale = 2.0 * grad_scale / m as f32;
+                for (o, &t) in out.iter_mut().zip(y) {
+                    let d = *o - t;
+                    sum += (d as f64) * (d as f64);
+                    *o = scale * d;
+                }
+                st.regression = LossParts { sum, count: m };
+                st.loss += st.regression.mean();
+                if backward {
+                    linear_bwd(
+                        layout,
+                        params,
+                        grads,
+                        "classifier",
+                        Some(&mut dpooled),
+                        &out,
+                        pooled,
+                        b,
+                        c,
+                        k,
+                    );
+                }
             }
             if backward {
                 pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);
