@@ -1,12 +1,13 @@
 //! Evaluation: SQuAD EM/F1, ROUGE, BLEU, LAMBADA, CBT, zero-shot
-//! translation and QA, classification accuracy/F1, and the readers of their
-//! data files.
+//! translation and QA, classification accuracy/F1, regression correlations
+//! (Pearson, Spearman), and the readers of their data files.
 
 pub mod bleu;
 pub mod cbt;
 pub mod classify;
 pub mod lambada;
 pub mod qa;
+pub mod regression;
 pub mod rouge;
 pub mod run;
 pub mod seqeval;
@@ -21,6 +22,7 @@ pub use lambada::{
     lambada_scores, read_lambada, split_last_word, LambadaItem, LambadaOutcome, LambadaScores,
 };
 pub use qa::{qa_items, read_qa, QaItem, QaRow};
+pub use regression::{average_ranks, pearson, regression_scores, spearman, RegressionScores};
 pub use rouge::{rouge, rouge_means, Rouge, RougeMeans, RougeScore};
 pub use seqeval::{get_entities, seqeval_scores, SeqevalScores, TypeScores};
 pub use squad::{exact_match, f1_score, normalize_answer, squad_scores, SquadScores};

@@ -1,4 +1,5 @@
-//! Running models on evaluation sets: BERT and GPT-2 classification, SQuAD,
+//! Running models on evaluation sets: BERT and GPT-2 classification, BERT
+//! regression, SQuAD,
 //! GPT-2 LAMBADA, CBT, TL;DR summarisation, translation and question
 //! answering. The scoring itself is in the sibling
 //! modules; these functions produce the predictions.
@@ -25,17 +26,18 @@ use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
 use super::classify::{classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};
 use super::qa::QaItem;
+use super::regression::{regression_scores, RegressionScores};
 use super::rouge::{rouge, rouge_means, Rouge, RougeMeans};
 use super::seqeval::{seqeval_scores, SeqevalScores};
 use super::squad::{exact_match, f1_score, max_over_gold, squad_scores, SquadScores};
 use super::summarize::{first_sentences, tldr_prompt, SummarizeItem};
 use super::translate::{translate_prompt, TranslationPair};
 
-/// Encodes classification examples as the fine-tuning loop does:
-/// `[CLS] text [SEP] (pair [SEP])`, truncated longest-first to `max_len`.
-pub fn encode_classify(
+/// Encodes classification (or regression) examples as the fine-tuning loop
+/// does: `[CLS] text [SEP] (pair [SEP])`, truncated longest-first to `max_len`.
+pub fn encode_classify<L>(
     tok: &WordPieceTokenizer,
-    data: &ClassifyData,
+    data: &ClassifyData<L>,
     max_len: usize,
 ) -> Result<Vec<Encoding>> {
     let mut tok = tok.clone();
@@ -86,6 +88,57 @@ pub fn eval_classify(
         scores: classify_scores(gold, &preds, l),
         predictions: preds,
         loss: nll / encs.len().max(1) as f64,
+    })
+}
+
+/// Predictions of a regression model and their scores.
+pub struct RegressionEval {
+    /// Pearson, Spearman and the MSE (also `loss`) against the gold scores.
+    pub scores: RegressionScores,
+    /// `[N]` the model's output per example.
+    pub predictions: Vec<f32>,
+    /// Mean squared error, HF's `MSELoss` (f64 here).
+    pub loss: f64,
+}
+
+/// Runs a one-output `BertForSequenceClassification` (`problem_type`
+/// regression) over `encs` in batches of `batch_size` and scores its outputs
+/// against `gold` as HF run_glue scores STS-B (Pearson, Spearman) with the
+/// MSE loss.
+pub fn eval_regression(
+    model: &Bert,
+    pad_id: u32,
+    encs: &[Encoding],
+    gold: &[f32],
+    batch_size: usize,
+) -> Result<RegressionEval> {
+    model.require(HeadKind::Classifier)?;
+    if model.config.num_labels() != 1 {
+        return Err(Error::InvalidInput(format!(
+            "regression scoring needs a model with one output, this one has {} labels",
+            model.config.num_labels()
+        )));
+    }
+    if encs.len() != gold.len() {
+        return Err(Error::InvalidInput(format!(
+            "{} inputs but {} gold scores",
+            encs.len(),
+            gold.len()
+        )));
+    }
+    let mut preds = Vec::with_capacity(encs.len());
+    let mut acts = BertActivations::new(false);
+    for chunk in encs.chunks(batch_size.max(1)) {
+        let refs: Vec<&Encoding> = chunk.iter().collect();
+        let batch = BertBatch::from_encodings(&refs, pad_id)?;
+        model.forward(&batch, &mut acts)?;
+        preds.extend(model.classifier_logits(&model.pooled(&acts)?)?);
+    }
+    let scores = regression_scores(gold, &preds);
+    Ok(RegressionEval {
+        loss: scores.mse,
+        scores,
+        predictions: preds,
     })
 }
 
