@@ -22,6 +22,9 @@
 //!   the first newline; SQuAD exact match and F1.
 //! - `classify` (BertForSequenceClassification or GPT2ForSequenceClassification, JSONL `{"text", "text_pair"?,
 //!   "label"}`): accuracy and macro-F1; labels must be the model's.
+//! - `regression` (a one-output BertForSequenceClassification, `problem_type`
+//!   regression; JSONL `{"text", "text_pair"?, "label": number}`): Pearson,
+//!   Spearman (as HF run_glue scores STS-B) and the MSE loss.
 //! - `squad` (BertForQuestionAnswering, SQuAD v1.1 JSON): exact match and F1
 //!   with the official answer normalisation.
 //! - `token-classify` (BertForTokenClassification, CoNLL-style columns or
@@ -33,13 +36,13 @@ use std::path::{Path, PathBuf};
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
-use lmkit::data::classify_data::{read_classify_jsonl, LabelMap};
+use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
 use lmkit::data::tagging::{encode_words, read_tagging};
 use lmkit::eval::run::{
-    encode_classify, eval_cbt, eval_classify, eval_lambada, eval_qa, eval_squad, eval_summarize,
-    eval_token_classify, eval_translate, SummarizeOptions,
+    encode_classify, eval_cbt, eval_classify, eval_lambada, eval_qa, eval_regression, eval_squad,
+    eval_summarize, eval_token_classify, eval_translate, SummarizeOptions,
 };
 use lmkit::eval::{
     qa_items, read_cbt, read_lambada, read_qa, read_summarize, read_translation_jsonl,
@@ -64,6 +67,7 @@ pub enum EvalTask {
     Classify,
     Squad,
     TokenClassify,
+    Regression,
 }
 
 #[derive(clap::Args, Debug)]
@@ -175,6 +179,10 @@ fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
         ),
         EvalTask::Squad => (true, "a BERT QA model (BertForQuestionAnswering)"),
         EvalTask::TokenClassify => (true, "a BERT token classifier (BertForTokenClassification)"),
+        EvalTask::Regression => (
+            true,
+            "a one-output BERT regression model (BertForSequenceClassification)",
+        ),
         _ => (false, "a GPT-2 model"),
     };
     let is_bert = matches!(cfg, AnyConfig::Bert(_));
@@ -514,6 +522,47 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .collect();
             (
                 json!({"task": "classify", "accuracy": r.scores.accuracy, "f1": r.scores.f1, "loss": r.loss, "count": r.scores.count}),
+                preds,
+            )
+        }
+        EvalTask::Regression => {
+            let model = Bert::from_dir(&dir)?;
+            model.require(lmkit::models::bert::HeadKind::Classifier)?;
+            if model.config.problem_type.as_deref() != Some("regression") {
+                bail!(
+                    "--task regression needs a regression model (problem_type \"regression\"), \
+                     but {} has problem_type {} and {} labels: score it with --task classify",
+                    dir.display(),
+                    model
+                        .config
+                        .problem_type
+                        .as_deref()
+                        .map_or("unset".into(), |p| format!("{p:?}")),
+                    model.config.num_labels()
+                );
+            }
+            let tok = WordPieceTokenizer::from_dir(&dir)?;
+            let mut data = read_regression_jsonl(&a.data)?;
+            data.examples = keep_items(limit(data.examples, a.limit), keep, |e| {
+                std::iter::once(e.text.as_str())
+                    .chain(e.text_pair.as_deref())
+                    .collect()
+            });
+            let gold: Vec<f32> = data.examples.iter().map(|e| e.label).collect();
+            let max_len = a
+                .max_seq_len
+                .unwrap_or(128)
+                .min(model.config.max_position_embeddings);
+            let encs = encode_classify(&tok, &data, max_len)?;
+            let r = eval_regression(&model, tok.pad_id(), &encs, &gold, a.batch_size)?;
+            let preds = data
+                .examples
+                .iter()
+                .zip(&r.predictions)
+                .map(|(e, &p)| json!({"line": e.line, "score": p, "label": e.label}))
+                .collect();
+            (
+                json!({"task": "regression", "pearson": r.scores.pearson, "spearmanr": r.scores.spearmanr, "loss": r.loss, "count": r.scores.count}),
                 preds,
             )
         }

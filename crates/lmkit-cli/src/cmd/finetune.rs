@@ -3,7 +3,9 @@
 //! "label"}`; GPT-2 joins a pair with `<|endoftext|>` and adds `--lm-coef`
 //! times the LM loss), a BERT checkpoint for token classification (`--task
 //! token-classify`, CoNLL-style columns or JSONL `{"tokens", "tags"}`, scored
-//! with seqeval's entity F1) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
+//! with seqeval's entity F1), regression (`--task regression`, the classify
+//! JSONL with a number as `label`: a one-output classifier trained with MSE,
+//! scored with Pearson / Spearman) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
 //! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
 //! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
 //! and transformers) and `metrics.jsonl` (train rows every step, eval rows
@@ -14,22 +16,24 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_qa, finetune_token_classify, FinetuneEvent,
-    FinetuneOptions, FinetuneTask,
+    finetune_classify, finetune_lm, finetune_qa, finetune_regression, finetune_token_classify,
+    FinetuneEvent, FinetuneOptions, FinetuneTask,
 };
 use lmkit::recipes::RecipeError;
 use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// classify | qa | lm | token-classify.
+    /// classify | qa | lm | token-classify | regression.
     #[arg(long)]
     pub task: FinetuneTask,
     /// Starting checkpoint (HF layout): any BERT for classify/qa (a bare
-    /// BertModel gets new heads), a GPT-2 for classify/lm.
+    /// BertModel gets new heads), a GPT-2 for classify/lm, a BERT for
+    /// token-classify/regression.
     #[arg(long)]
     pub model: String,
-    /// Training data: JSONL (classify), SQuAD v1.1 JSON (qa), text or JSONL `text` (lm),
+    /// Training data: JSONL (classify; regression with a number as `label`), SQuAD v1.1
+    /// JSON (qa), text or JSONL `text` (lm),
     /// CoNLL-style columns (token first, tag last) or JSONL `{"tokens", "tags"}` (token-classify).
     #[arg(long)]
     pub train: PathBuf,
@@ -166,6 +170,9 @@ pub fn run(a: Args) -> Result<()> {
         FinetuneTask::Lm => finetune_lm(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
         FinetuneTask::TokenClassify => {
             finetune_token_classify(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
+        }
+        FinetuneTask::Regression => {
+            finetune_regression(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
         }
     }
     .map_err(|e| match e {

@@ -1,4 +1,5 @@
-//! Fine-tuning: sequence classification and SQuAD span QA from any BERT
+//! Fine-tuning: sequence classification, regression (STS-B style) and SQuAD
+//! span QA from any BERT
 //! checkpoint (a bare `BertModel` such as all-MiniLM-L6-v2 included, new
 //! heads initialised as HF does), sequence classification of GPT-2
 //! (`GPT2ForSequenceClassification` with GPT-1's auxiliary LM loss), and
@@ -26,13 +27,13 @@ use serde_json::{json, Map, Value};
 use crate::checkpoint::{
     load_params, load_pretrained, open_model_dir_for, read_config, save_params_sharded, LoadOptions,
 };
-use crate::data::classify_data::{read_classify_jsonl, LabelMap};
+use crate::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
 use crate::data::squad::{read_squad, SquadExample};
 use crate::data::tagging::{encode_words, read_tagging, tag_map, TaggedEncoding, TaggingData};
 use crate::data::TokenBatch;
 use crate::eval::run::{
-    encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_squad,
-    eval_token_classify,
+    encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_regression,
+    eval_squad, eval_token_classify,
 };
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
@@ -64,6 +65,9 @@ pub enum FinetuneTask {
     Lm,
     /// `BertForTokenClassification` on CoNLL-style columns or JSONL `{"tokens", "tags"}`.
     TokenClassify,
+    /// `BertForSequenceClassification` with one output (`problem_type`
+    /// regression, MSE) on JSONL `{"text", "text_pair"?, "label": number}`.
+    Regression,
 }
 
 impl std::str::FromStr for FinetuneTask {
@@ -74,8 +78,9 @@ impl std::str::FromStr for FinetuneTask {
             "qa" => Ok(Self::Qa),
             "lm" => Ok(Self::Lm),
             "token-classify" => Ok(Self::TokenClassify),
+            "regression" => Ok(Self::Regression),
             o => Err(format!(
-                "unknown task `{o}` (expected classify, qa, lm or token-classify)"
+                "unknown task `{o}` (expected classify, qa, lm, token-classify or regression)"
             )),
         }
     }
@@ -600,6 +605,133 @@ pub fn finetune_classify(
         "classify: {} labels ({}), {} train examples",
         labels.num_labels(),
         labels.names().join(", "),
+        train_encs.len()
+    );
+    let summary = run_loop(
+        &mut trainer,
+        train_encs.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &mut metrics,
+        description,
+        eval_encs.as_ref().map_or(0, Vec::len),
+        output,
+        on_event,
+    )?;
+    let m = &trainer.model;
+    save_params_sharded(
+        &m.layout,
+        &m.params,
+        &m.config,
+        output,
+        Architecture::BertForSequenceClassification,
+        opts.max_shard_size,
+    )?;
+    tok.save(output)?;
+    Ok(summary)
+}
+
+/// Fine-tunes a one-output `BertForSequenceClassification` for regression
+/// from the BERT checkpoint in `model_dir`, as HF does with `num_labels=1`,
+/// `problem_type="regression"` (STS-B in run_glue): the MSE of the output
+/// against the row's `label`, Pearson / Spearman of the eval outputs after
+/// every epoch. The saved config has `num_labels` 1 (`id2label`
+/// `{0: "LABEL_0"}` unless the checkpoint already names its one output)
+/// and `problem_type` regression. A checkpoint whose classifier has more
+/// than one output is an error.
+pub fn finetune_regression(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    check_opts(opts)?;
+    check_output(model_dir, output, opts.overwrite)?;
+    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "regression")? else {
+        unreachable!("task_config checked the family")
+    };
+    let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    let train_data = read_regression_jsonl(train)?;
+    let has_classifier = open_model_dir_for(model_dir, None)?
+        .1
+        .names()
+        .iter()
+        .any(|k| k.starts_with("classifier."));
+    if !has_classifier {
+        config.set_num_labels(1);
+    } else if config.num_labels() != 1 {
+        return Err(invalid(format!(
+            "{}: its classifier has {} outputs ({}); regression needs one: start from a model \
+             without a classifier (its encoder) or a one-output one",
+            model_dir.display(),
+            config.num_labels(),
+            config.id2label.join(", ")
+        )));
+    }
+    config.problem_type = Some("regression".into());
+    let eval_data = eval.map(read_regression_jsonl).transpose()?;
+    let pairs = std::iter::once(&train_data)
+        .chain(&eval_data)
+        .any(|d| d.examples.iter().any(|e| e.text_pair.is_some()));
+    check_fits(model_dir, &tok, &config, pairs)?;
+    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
+    let (model, _) = load_bert_as(
+        model_dir,
+        config,
+        Architecture::BertForSequenceClassification,
+        opts.seed,
+    )?;
+    let train_encs = encode_classify(&tok, &train_data, max_len)?;
+    let eval_encs = eval_data
+        .as_ref()
+        .map(|d| encode_classify(&tok, d, max_len))
+        .transpose()?;
+    let train_y: Vec<f32> = train_data.examples.iter().map(|e| e.label).collect();
+    let eval_y: Option<Vec<f32>> = eval_data
+        .as_ref()
+        .map(|d| d.examples.iter().map(|e| e.label).collect());
+    let pad = tok.pad_id();
+    let mut trainer = BertTrainer::new(model)?;
+    let mut metrics = create_output(output)?;
+    let mut batch = BertTrainBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
+        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i]).collect();
+        // Encodings were built by us within the model's limits.
+        bt.batch = pad_batch(&refs, pad).expect("valid batch");
+        bt.targets = BertTargets {
+            regression_targets: Some(idx.iter().map(|&i| train_y[i]).collect()),
+            ..Default::default()
+        };
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
+        let (Some(encs), Some(gold)) = (&eval_encs, &eval_y) else {
+            return Ok(None);
+        };
+        let r = eval_regression(&m.model, pad, encs, gold, eval_bs)?;
+        Ok(Some(
+            json!({
+                "eval_loss": r.loss,
+                "eval_pearson": r.scores.pearson,
+                "eval_spearmanr": r.scores.spearmanr,
+                "eval_examples": r.scores.count,
+            })
+            .as_object()
+            .cloned()
+            .expect("object"),
+        ))
+    };
+    let (lo, hi) = train_y
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &y| {
+            (a.min(y), b.max(y))
+        });
+    let description = format!(
+        "regression: {} train examples, targets {lo}..{hi}",
         train_encs.len()
     );
     let summary = run_loop(
