@@ -4,12 +4,18 @@ load in transformers with no missing or unexpected keys, and give the same answe
 
   - classify: all-MiniLM-L6-v2 fine-tuned for a few steps; BertForSequenceClassification's
     probabilities equal `lmkit classify --json` on real sentences (max abs diff <= 1e-4);
+  - regression: the same fine-tuned as a one-output regression model on STS-like pairs: HF reads
+    problem_type regression, its outputs equal `lmkit classify --json` scores (and its
+    text-classification pipeline's), its MSE loss and scipy's Pearson / Spearman equal
+    `lmkit eval --task regression`;
   - qa: the same for BertForQuestionAnswering; the start/end logits' argmax span equals
     `lmkit qa`'s best answer on the first SQuAD-format question;
   - pretrain: a tiny `lmkit pretrain --arch bert` run loads as BertForPreTraining.
 
     cargo build --release -p lmkit-cli
-    python3 scripts/check_finetune_hf.py
+    python3 scripts/check_finetune_hf.py [--only classify regression qa pretrain]
+
+`LMKIT=path/to/lmkit` runs another build (a debug one is slower, not different).
 
 Needs torch + transformers (not used by CI). Exits 1 on any mismatch.
 """
@@ -24,7 +30,7 @@ from transformers import (AutoTokenizer, BertForPreTraining, BertForQuestionAnsw
                           BertForSequenceClassification)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXE = os.path.join(ROOT, "target", "release", "lmkit")
+EXE = os.environ.get("LMKIT") or os.path.join(ROOT, "target", "release", "lmkit")
 MINILM = os.path.join(ROOT, "assets", "minilm")
 
 
@@ -63,6 +69,49 @@ def check_classify(tmp):
         worst = max(worst, max(abs(p[i].item() - by_label[id2label[i]]) for i in range(len(p))))
     print(f"classify: {len(texts)} sentences, max |p_hf - p_lmkit| = {worst:.2e}")
     return worst <= 1e-4
+
+
+def check_regression(tmp):
+    from scipy.stats import pearsonr, spearmanr
+    from transformers import pipeline
+
+    data = os.path.join(ROOT, "tests/data/regression")
+    train, dev = os.path.join(tmp, "sts.train.jsonl"), os.path.join(tmp, "sts.dev.jsonl")
+    for src, dst, n in [("replaced.train.jsonl", train, 64), ("replaced.eval.jsonl", dev, 16)]:
+        with open(os.path.join(data, src), encoding="utf-8") as f:
+            rows = f.readlines()[:n]
+        with open(dst, "w", encoding="utf-8") as f:
+            f.writelines(rows)
+    out = os.path.join(tmp, "regression")
+    lmkit("finetune", "--task", "regression", "--model", MINILM, "--train", train, "--output", out,
+          "--epochs", "1", "--batch-size", "16", "--lr", "1e-4")
+    with open(dev, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    ours = [json.loads(l)["score"] for l in lmkit("classify", "--model", out, "--jsonl", "--json",
+                                                  stdin=open(dev, encoding="utf-8").read()).splitlines()]
+    ev = json.loads(lmkit("eval", "--task", "regression", "--model", out, "--data", dev, "--json"))
+    model = load_strict(BertForSequenceClassification, out)
+    ok = model.config.problem_type == "regression" and model.config.num_labels == 1
+    tok = AutoTokenizer.from_pretrained(out)
+    labels = torch.tensor([r["label"] for r in rows], dtype=torch.float32)
+    enc = tok([r["text"] for r in rows], [r["text_pair"] for r in rows], padding=True,
+              truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        res = model(**enc, labels=labels)
+    hf = res.logits[:, 0]
+    worst = max(abs(a - b) for a, b in zip(hf.tolist(), ours))
+    pipe = pipeline("text-classification", model=model, tokenizer=tok, device="cpu")
+    p0 = pipe({"text": rows[0]["text"], "text_pair": rows[0]["text_pair"]})
+    p0 = p0[0] if isinstance(p0, list) else p0
+    pear, spear = pearsonr(hf.tolist(), labels.tolist())[0], spearmanr(hf.tolist(), labels.tolist())[0]
+    diffs = {"loss": abs(res.loss.item() - ev["loss"]), "pearson": abs(pear - ev["pearson"]),
+             "spearmanr": abs(spear - ev["spearmanr"]), "pipeline": abs(p0["score"] - ours[0])}
+    print(f"regression: problem_type {model.config.problem_type!r}, {len(rows)} pairs, "
+          f"max |out_hf - out_lmkit| = {worst:.2e}; |diff| "
+          + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items())
+          + f"; pipeline label {p0['label']!r}")
+    return (ok and worst <= 1e-4 and p0["label"] == "LABEL_0"
+            and all(v <= 1e-4 for v in diffs.values()))
 
 
 def check_qa(tmp):
@@ -112,8 +161,11 @@ def check_pretrain(tmp):
 def main():
     if not os.path.exists(EXE):
         sys.exit(f"{EXE} not found: run `cargo build --release -p lmkit-cli` first")
+    checks = {"classify": check_classify, "regression": check_regression, "qa": check_qa,
+              "pretrain": check_pretrain}
+    only = sys.argv[sys.argv.index("--only") + 1:] if "--only" in sys.argv else list(checks)
     with tempfile.TemporaryDirectory() as tmp:
-        results = [check_classify(tmp), check_qa(tmp), check_pretrain(tmp)]
+        results = [checks[name](tmp) for name in only]
     sys.exit(0 if all(results) else 1)
 
 
