@@ -94,6 +94,9 @@ def stage(work):
     (work / "dev.jsonl").write_text(head("classify/prose_code.eval.jsonl", 8), encoding="utf-8")
     (work / "test.jsonl").write_text(head("classify/prose_code.eval.jsonl", 8), encoding="utf-8")
     (work / "lambada.jsonl").write_text(head("lambada/rust_book.jsonl", 4), encoding="utf-8")
+    (work / "ner.train.conll").write_text(head("tagging/rust_prose.train.conll", 60), encoding="utf-8")
+    (work / "ner.dev.conll").write_text(head("tagging/rust_prose.eval.conll", 30), encoding="utf-8")
+    (work / "en_fr.jsonl").write_text(head("translate/en_fr.jsonl", 5), encoding="utf-8")
     (work / "home").mkdir()
 
 
