@@ -206,6 +206,34 @@ pub fn run(a: Args) -> Result<()> {
     .with_context(|| format!("fine-tuning {}", dir.display()));
     pb.finish();
     let summary = summary?;
+    if a.json {
+        let j = json!({
+            "steps": summary.steps,
+            "epochs": summary.epochs_done,
+            "train_examples": summary.train_examples,
+            "examples_per_s": summary.examples_per_s,
+            "tokens_per_s": summary.tokens_per_s,
+            "train_seconds": summary.train_seconds,
+            "final_loss": summary.final_loss,
+            "eval": summary.last_eval,
+            "output": summary.output,
+            "interrupted": summary.interrupted,
+            "checkpoint": summary.checkpoint,
+        });
+        println!("{j}");
+    } else {
+        eprintln!(
+            "{} steps in {:.1} s of training ({:.1} examples/s, {:.0} tokens/s); final loss {}",
+            summary.steps,
+            summary.train_seconds,
+            summary.examples_per_s,
+            summary.tokens_per_s,
+            summary.final_loss.map_or("-".into(), |l| format!("{l:.4}"))
+        );
+        if !summary.interrupted {
+            eprintln!("model written to {}", summary.output.display());
+        }
+    }
     if summary.interrupted {
         eprintln!(
             "stopped at step {}{}; continue with the same command plus --resume",
@@ -218,31 +246,6 @@ pub fn run(a: Args) -> Result<()> {
         if crate::interrupt::requested() {
             std::process::exit(crate::interrupt::EXIT_CODE);
         }
-        return Ok(());
-    }
-    if a.json {
-        let j = json!({
-            "steps": summary.steps,
-            "epochs": summary.epochs_done,
-            "train_examples": summary.train_examples,
-            "examples_per_s": summary.examples_per_s,
-            "tokens_per_s": summary.tokens_per_s,
-            "train_seconds": summary.train_seconds,
-            "final_loss": summary.final_loss,
-            "eval": summary.last_eval,
-            "output": summary.output,
-        });
-        println!("{j}");
-    } else {
-        eprintln!(
-            "{} steps in {:.1} s of training ({:.1} examples/s, {:.0} tokens/s); final loss {}",
-            summary.steps,
-            summary.train_seconds,
-            summary.examples_per_s,
-            summary.tokens_per_s,
-            summary.final_loss.map_or("-".into(), |l| format!("{l:.4}"))
-        );
-        eprintln!("model written to {}", summary.output.display());
     }
     Ok(())
 }
