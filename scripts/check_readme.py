@@ -97,6 +97,9 @@ def stage(work):
     (work / "sts.train.jsonl").write_text(head("regression/replaced.train.jsonl", 16), encoding="utf-8")
     (work / "sts.dev.jsonl").write_text(head("regression/replaced.eval.jsonl", 8), encoding="utf-8")
     (work / "lambada.jsonl").write_text(head("lambada/rust_book.jsonl", 4), encoding="utf-8")
+    (work / "ner.train.conll").write_text(head("tagging/rust_prose.train.conll", 60), encoding="utf-8")
+    (work / "ner.dev.conll").write_text(head("tagging/rust_prose.eval.conll", 30), encoding="utf-8")
+    (work / "en_fr.jsonl").write_text(head("translate/en_fr.jsonl", 5), encoding="utf-8")
     (work / "home").mkdir()
 
 
