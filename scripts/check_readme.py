@@ -8,7 +8,8 @@ Reads README.md at run time: every line of a fenced sh/bash/console block
 that starts with `lmkit ` (continuation lines joined, trailing `# comments`
 dropped) is run with bash in a scratch folder holding tiny stand-ins for the
 README's data: `corpus/` (text files), `train.jsonl` / `dev.jsonl` (the
-committed classification data), `lambada.jsonl`, `test.jsonl`, `data/`.
+committed classification data), `swag.train.jsonl` / `swag.dev.jsonl` (the
+committed multiple-choice data), `lambada.jsonl`, `test.jsonl`, `data/`.
 Sizes are made tiny by explicit rewrites (REWRITES), and paths of the
 README's models by SUBSTITUTIONS. Commands that cannot run offline or
 finish (a server, a hub download, a placeholder) are skipped by the rules in
@@ -94,6 +95,8 @@ def stage(work):
     (work / "dev.jsonl").write_text(head("classify/prose_code.eval.jsonl", 8), encoding="utf-8")
     (work / "test.jsonl").write_text(head("classify/prose_code.eval.jsonl", 8), encoding="utf-8")
     (work / "lambada.jsonl").write_text(head("lambada/rust_book.jsonl", 4), encoding="utf-8")
+    (work / "swag.train.jsonl").write_text(head("multiple_choice/rust_story.train.jsonl", 8), encoding="utf-8")
+    (work / "swag.dev.jsonl").write_text(head("multiple_choice/rust_story.eval.jsonl", 4), encoding="utf-8")
     (work / "home").mkdir()
 
 
