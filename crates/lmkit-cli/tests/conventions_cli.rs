@@ -474,6 +474,12 @@ fn embed_reads_jsonl_and_writes_npy() {
     let (code, _, err) = common::lmkit_stdin(&args, b"");
     assert_eq!(code, Some(1));
     assert!(err.contains("exists"), "{err}");
+    // `--npy -`: the same bytes on stdout (not a terminal here).
+    let mut to_stdout = args;
+    to_stdout[6] = "-";
+    let o = common::lmkit(&to_stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, bytes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -684,3 +684,176 @@ fn token_classify_finetune_eval_and_ner() {
     assert!(err.contains("token-classification head"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// metrics.jsonl rows as text, without the wall-clock fields.
+fn metric_rows(out: &Path) -> Vec<String> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let m = v.as_object_mut().unwrap();
+            for k in ["tokens_per_s", "elapsed_s", "examples_per_s"] {
+                m.remove(k);
+            }
+            v.to_string()
+        })
+        .collect()
+}
+
+/// Issue 16: fine-tuning checkpoints like pretraining's. A run stopped by
+/// --max-steps and continued by the same command plus --resume writes the
+/// metrics rows of a run never stopped (and the same model); a flag that
+/// contradicts the checkpoint is named; Ctrl-C (SIGINT) finishes the step,
+/// saves a checkpoint, says how to resume and exits 130, and the resume
+/// continues from there.
+#[test]
+fn finetune_resume_and_ctrl_c() {
+    let dir = tmpdir("ft-resume");
+    let (train, eval) = (dir.join("train.jsonl"), dir.join("eval.jsonl"));
+    std::fs::write(&train, rows(48, 0)).unwrap();
+    std::fs::write(&eval, rows(24, 7)).unwrap();
+    let model = fixture("bert-tiny-bare");
+    let (train, eval) = (s(&train), s(&eval));
+    let cmd = |out: &Path, epochs: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "finetune",
+            "--task",
+            "classify",
+            "--model",
+            &model,
+            "--train",
+            &train,
+            "--eval",
+            &eval,
+            "--output",
+            &s(out),
+            "--epochs",
+            epochs,
+            "--batch-size",
+            "8",
+            "--lr",
+            "3e-3",
+            "--max-seq-len",
+            "16",
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        lmkit(&refs)
+    };
+    let straight = dir.join("straight");
+    let o = run(cmd(&straight, "3", &[]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // 6 steps an epoch: checkpoints at the epoch ends, the newest 2 kept.
+    for (step, kept) in [(6, false), (12, true), (18, true)] {
+        let d = straight.join(format!("checkpoints/step-{step:08}"));
+        assert_eq!(d.is_dir(), kept, "{}", d.display());
+    }
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "vocab.txt",
+        "optimizer.safetensors",
+        "trainer_state.json",
+    ] {
+        assert!(
+            straight.join("checkpoints/step-00000018").join(f).is_file(),
+            "{f}"
+        );
+    }
+
+    let split = dir.join("split");
+    let o = run(cmd(&split, "3", &["--max-steps", "9"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Not resumed: refused, saying how to go on.
+    let o = run(cmd(&split, "3", &[]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("--resume") && err.contains("--overwrite"),
+        "{err}"
+    );
+    let mut other_lr = cmd(&split, "3", &["--resume"]);
+    let at = other_lr.iter().position(|a| a == "--lr").unwrap();
+    other_lr[at + 1] = "1e-3".into();
+    let o = run(other_lr);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("--lr 0.001 differs from the checkpoint's 0.003"),
+        "{err}"
+    );
+    let o = run(cmd(&split, "3", &["--resume"]));
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(log.contains("resuming at step 9"), "{log}");
+    // The same rows, plus the evaluation where --max-steps stopped.
+    let mut got = metric_rows(&split);
+    let at = got
+        .iter()
+        .position(|r| r.contains("\"eval_accuracy\"") && r.contains("\"step\":9"))
+        .expect("an evaluation at step 9");
+    got.remove(at);
+    assert_eq!(got, metric_rows(&straight));
+    assert_eq!(
+        std::fs::read(split.join("model.safetensors")).unwrap(),
+        std::fs::read(straight.join("model.safetensors")).unwrap()
+    );
+
+    // Ctrl-C: a long run, interrupted once it has taken a few steps.
+    let sig = dir.join("sigint");
+    let args = cmd(&sig, "500", &[]);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lmkit"))
+        .args(&args)
+        .env("RAYON_NUM_THREADS", "2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(sig.join("metrics.jsonl")).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "no steps after 2 minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("continue with the same command plus --resume"),
+        "{err}"
+    );
+    let steps = |out: &Path| -> Vec<u64> {
+        metric_rows(out)
+            .iter()
+            .filter(|r| r.contains("\"loss\""))
+            .map(|r| {
+                serde_json::from_str::<serde_json::Value>(r).unwrap()["step"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let done = *steps(&sig).last().unwrap();
+    assert!(done < 3000, "the run was not stopped: {done} steps");
+    assert!(
+        sig.join(format!("checkpoints/step-{done:08}/trainer_state.json"))
+            .is_file(),
+        "no checkpoint at step {done}: {err}"
+    );
+    // The same command plus --resume goes on from there (here for 3 steps).
+    let until = (done + 3).to_string();
+    let o = run(cmd(&sig, "500", &["--resume", "--max-steps", &until]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(steps(&sig), (1..=done + 3).collect::<Vec<u64>>());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

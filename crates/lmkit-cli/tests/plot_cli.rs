@@ -115,6 +115,24 @@ fn gpt2_pretrain_run() {
     assert!(std::fs::read(run.join("metrics.png"))
         .unwrap()
         .starts_with(b"\x89PNG"));
+
+    // `-o -`: the image on stdout (PNG, or `--format svg`), the report on stderr.
+    let o = lmkit(&["plot", s(&run), "-o", "-"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.starts_with(b"\x89PNG"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("wrote the chart to stdout"));
+    let o = lmkit(&["plot", s(&run), "-o", "-", "--format", "svg"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout.starts_with(b"<svg"));
+    let err = fails(&[
+        "plot",
+        s(&run),
+        "-o",
+        s(&dir.join("x.png")),
+        "--format",
+        "svg",
+    ]);
+    assert!(err.contains("--format svg but --output"), "{err}");
 }
 
 #[test]

@@ -52,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 row["eval_accuracy"].as_f64().unwrap_or(f64::NAN),
                 row["eval_loss"].as_f64().unwrap_or(f64::NAN)
             ),
-            FinetuneEvent::Step { .. } => {}
+            _ => {}
         },
     )?;
     println!(

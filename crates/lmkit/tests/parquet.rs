@@ -72,3 +72,16 @@ fn damaged_parquet_is_an_error() {
         let _ = parse_parquet_rows(b, None);
     }
 }
+
+/// A file the fuzzer made: a data page says it is dictionary-encoded but its
+/// column chunk has no dictionary page, on which the parquet crate's decoder
+/// panics ("Decoder for dict should have been set"). The reader catches it:
+/// an error naming the damage, not a crash.
+#[test]
+fn a_panicking_decoder_is_an_error() {
+    let bytes = std::fs::read(dir().join("dict-page-missing.parquet")).unwrap();
+    assert!(parse_parquet_rows(bytes.clone(), None).is_err());
+    // Its `text` column alone is the one whose decoder panics.
+    let e = parse_parquet_rows(bytes, Some(&["text"])).unwrap_err();
+    assert!(e.contains("malformed Parquet"), "{e}");
+}

@@ -28,7 +28,8 @@ pub struct Args {
     #[arg(long, default_value = "text")]
     pub text_field: String,
     /// Write the embeddings to this .npy file (float32, [texts, dims]; a new
-    /// file) instead of JSON lines on stdout.
+    /// file, or `-` for stdout when it is not a terminal) instead of JSON
+    /// lines on stdout.
     #[arg(long)]
     pub npy: Option<PathBuf>,
     /// Pooling: mean, cls or max (default: the model's sentence-transformers config, else mean).
@@ -87,9 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => None,
     };
     if let Some(n) = &args.npy {
-        if n.exists() {
-            bail!("{} exists: choose a new file name", n.display());
-        }
+        super::check_new_output(n)?;
     }
     let p = load("embed", &args.model, &args.dtype)?;
     let lines = if super::jsonl_input(args.jsonl, args.input.as_deref()) {
@@ -115,11 +114,15 @@ pub fn run(args: Args) -> Result<()> {
         }
         pb.finish();
         let dims = all.first().map_or(0, Vec::len);
-        write_npy(path, &all, dims)?;
+        super::write_output(path, true, |w| write_npy(w, &all, dims))?;
         eprintln!(
             "{} embeddings of {dims} dimensions written to {}",
             all.len(),
-            path.display()
+            if path.as_os_str() == "-" {
+                "stdout".to_string()
+            } else {
+                path.display().to_string()
+            }
         );
         return Ok(());
     }
@@ -151,9 +154,9 @@ fn read_jsonl_texts(input: Option<&Path>, field: &str) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Writes `rows` (`[N, dims]`) as a NumPy `.npy` file, float32 little-endian,
-/// C order (format 1.0: magic, header dict padded to 64 bytes), atomically.
-fn write_npy(path: &Path, rows: &[Vec<f32>], dims: usize) -> Result<()> {
+/// Writes `rows` (`[N, dims]`) in NumPy's `.npy` format, float32
+/// little-endian, C order (format 1.0: magic, header dict padded to 64 bytes).
+fn write_npy(w: &mut dyn Write, rows: &[Vec<f32>], dims: usize) -> std::io::Result<()> {
     let mut header = format!(
         "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dims}), }}",
         rows.len()
@@ -162,16 +165,13 @@ fn write_npy(path: &Path, rows: &[Vec<f32>], dims: usize) -> Result<()> {
     let pad = 64 - (10 + header.len() + 1) % 64;
     header.push_str(&" ".repeat(pad % 64));
     header.push('\n');
-    lmkit::util::fs::atomic_write_with(path, |w| {
-        w.write_all(b"\x93NUMPY\x01\x00")?;
-        w.write_all(&(header.len() as u16).to_le_bytes())?;
-        w.write_all(header.as_bytes())?;
-        for r in rows {
-            for x in r {
-                w.write_all(&x.to_le_bytes())?;
-            }
+    w.write_all(b"\x93NUMPY\x01\x00")?;
+    w.write_all(&(header.len() as u16).to_le_bytes())?;
+    w.write_all(header.as_bytes())?;
+    for r in rows {
+        for x in r {
+            w.write_all(&x.to_le_bytes())?;
         }
-        Ok(())
-    })?;
+    }
     Ok(())
 }

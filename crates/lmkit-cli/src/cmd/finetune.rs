@@ -9,7 +9,10 @@
 //! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
 //! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
 //! and transformers) and `metrics.jsonl` (train rows every step, eval rows
-//! after every epoch).
+//! after every epoch), and `checkpoints/step-N/` (model + optimizer + trainer
+//! state) at every epoch end or `--save-every` steps. The same command plus
+//! `--resume` continues a run exactly; Ctrl-C once finishes the step, saves
+//! a checkpoint and exits 130, twice exits at once.
 
 use std::path::PathBuf;
 
@@ -17,7 +20,7 @@ use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
     finetune_classify, finetune_lm, finetune_multiple_choice, finetune_qa, finetune_token_classify,
-    FinetuneEvent, FinetuneOptions, FinetuneTask,
+    FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
 };
 use lmkit::recipes::RecipeError;
 use serde_json::{json, Value};
@@ -44,9 +47,23 @@ pub struct Args {
     /// Output folder: the fine-tuned model, tokenizer and metrics.jsonl.
     #[arg(long)]
     pub output: PathBuf,
-    /// Write into a non-empty --output folder, replacing its files.
+    /// Write into a non-empty --output folder, replacing its files (and
+    /// an earlier run's checkpoints).
     #[arg(long)]
     pub overwrite: bool,
+    /// Continue the run in --output from its newest checkpoint, exactly:
+    /// give the command that started it plus --resume (a flag that
+    /// contradicts the checkpoint is an error; --max-steps may change).
+    #[arg(long)]
+    pub resume: bool,
+    /// A checkpoint (OUTPUT/checkpoints/step-N: model, optimizer, trainer
+    /// state) every N steps, 0 = only at the end and on Ctrl-C [default: at
+    /// the end of every epoch].
+    #[arg(long)]
+    pub save_every: Option<u64>,
+    /// Checkpoints to keep.
+    #[arg(long, default_value_t = 2)]
+    pub keep: usize,
     #[arg(long, default_value_t = 3)]
     pub epochs: usize,
     #[arg(long, default_value_t = 16)]
@@ -117,8 +134,13 @@ pub fn run(a: Args) -> Result<()> {
         overwrite: a.overwrite,
         max_shard_size: a.max_shard_size,
         lm_coef: a.lm_coef,
+        resume: a.resume,
+        save_every: a.save_every,
+        keep: a.keep,
+        stop: StopRequest::new(crate::interrupt::requested),
         ..FinetuneOptions::default()
     };
+    crate::interrupt::install();
     let pb = crate::progress::Progress::new(
         "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
     );
@@ -128,11 +150,16 @@ pub fn run(a: Args) -> Result<()> {
             train_examples,
             eval_examples,
             total_steps,
+            start_step,
         } => {
             pb.line(&format!(
                 "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
             ));
+            if start_step > 0 {
+                pb.line(&format!("resuming at step {start_step}"));
+            }
             pb.set_length(total_steps);
+            pb.update(start_step, String::new);
         }
         FinetuneEvent::Step {
             epoch,
@@ -161,6 +188,8 @@ pub fn run(a: Args) -> Result<()> {
                 .collect();
             pb.line(&format!("epoch {}: {}", epoch + 1, shown.join(", ")));
         }
+        FinetuneEvent::Saved { path } => pb.line(&format!("saved {}", path.display())),
+        FinetuneEvent::Note(n) => pb.line(&n),
     };
     let eval = a.eval.as_deref();
     let summary = match a.task {
@@ -182,8 +211,9 @@ pub fn run(a: Args) -> Result<()> {
         }
         e => anyhow::Error::new(e),
     })
-    .with_context(|| format!("fine-tuning {}", dir.display()))?;
+    .with_context(|| format!("fine-tuning {}", dir.display()));
     pb.finish();
+    let summary = summary?;
     if a.json {
         let j = json!({
             "steps": summary.steps,
@@ -195,6 +225,8 @@ pub fn run(a: Args) -> Result<()> {
             "final_loss": summary.final_loss,
             "eval": summary.last_eval,
             "output": summary.output,
+            "interrupted": summary.interrupted,
+            "checkpoint": summary.checkpoint,
         });
         println!("{j}");
     } else {
@@ -206,7 +238,22 @@ pub fn run(a: Args) -> Result<()> {
             summary.tokens_per_s,
             summary.final_loss.map_or("-".into(), |l| format!("{l:.4}"))
         );
-        eprintln!("model written to {}", summary.output.display());
+        if !summary.interrupted {
+            eprintln!("model written to {}", summary.output.display());
+        }
+    }
+    if summary.interrupted {
+        eprintln!(
+            "stopped at step {}{}; continue with the same command plus --resume",
+            summary.steps,
+            summary
+                .checkpoint
+                .as_ref()
+                .map_or(String::new(), |c| format!(" (checkpoint {})", c.display()))
+        );
+        if crate::interrupt::requested() {
+            std::process::exit(crate::interrupt::EXIT_CODE);
+        }
     }
     Ok(())
 }

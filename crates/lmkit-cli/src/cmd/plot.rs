@@ -14,9 +14,12 @@ pub struct Args {
     /// Training output folders holding metrics.jsonl, or metrics files; several runs share one chart.
     #[arg(required = true, value_name = "RUN")]
     pub runs: Vec<PathBuf>,
-    /// Image to write (a new file), PNG or SVG by its extension (default: RUN/metrics.png for one run, redrawn each time).
+    /// Image to write (a new file), PNG or SVG by its extension, or `-` for stdout (default: RUN/metrics.png for one run, redrawn each time).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// png or svg [default: the --output extension; png for stdout].
+    #[arg(long)]
+    pub format: Option<Format>,
     /// Legend names of the runs, comma-separated (default: the runs' folder names).
     #[arg(long, value_delimiter = ',')]
     pub labels: Vec<String>,
@@ -159,11 +162,12 @@ pub fn run(args: Args) -> Result<()> {
             .join("metrics.png"),
         None => bail!("several runs: give the image to write with --output (a .png or .svg)"),
     };
-    let format = Format::of(&out)?;
+    let format = Format::of(&out, args.format)?;
     // A file the user names is never overwritten (the docs/cli.md rule);
     // RUN/metrics.png is lmkit's own and redrawn on every call.
-    if args.output.is_some() && out.exists() {
-        bail!("{} exists: choose a new file name", out.display());
+    let named = args.output.is_some();
+    if named {
+        super::check_new_output(&out)?;
     }
     let mut runs = Vec::new();
     for (i, f) in files.iter().enumerate() {
@@ -176,12 +180,21 @@ pub fn run(args: Args) -> Result<()> {
         Format::Png => chart::render_png(&fig, size)?,
         Format::Svg => chart::render_svg(&fig, size)?.into_bytes(),
     };
-    lmkit::util::fs::atomic_write(&out, &bytes)?;
+    if named {
+        super::write_output(&out, matches!(format, Format::Png), |w| w.write_all(&bytes))?;
+    } else {
+        lmkit::util::fs::atomic_write(&out, &bytes)?;
+    }
     let rows: usize = runs.iter().map(|r| r.rows).sum();
     let panels: Vec<&str> = fig.panels.iter().map(|p| p.title.as_str()).collect();
-    println!(
+    let to_stdout = out.as_os_str() == "-";
+    let report = format!(
         "wrote {} ({}; {rows} rows from {})",
-        out.display(),
+        if to_stdout {
+            "the chart to stdout".to_string()
+        } else {
+            out.display().to_string()
+        },
         panels.join(", "),
         files
             .iter()
@@ -189,26 +202,47 @@ pub fn run(args: Args) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // The image owns stdout when it goes there.
+    if to_stdout {
+        eprintln!("{report}");
+    } else {
+        println!("{report}");
+    }
     Ok(())
 }
 
-enum Format {
+#[derive(Clone, Copy, PartialEq, Debug, clap::ValueEnum)]
+pub enum Format {
     Png,
     Svg,
 }
 
 impl Format {
-    fn of(path: &Path) -> Result<Self> {
+    /// `given`, else the extension of `path` (stdout: PNG); a given format
+    /// that the extension contradicts is an error.
+    fn of(path: &Path, given: Option<Format>) -> Result<Self> {
+        if path.as_os_str() == "-" {
+            return Ok(given.unwrap_or(Format::Png));
+        }
         let ext = path
             .extension()
             .map(|e| e.to_string_lossy().to_ascii_lowercase());
-        match ext.as_deref() {
-            Some("png") => Ok(Format::Png),
-            Some("svg") => Ok(Format::Svg),
+        let by_ext = match ext.as_deref() {
+            Some("png") => Format::Png,
+            Some("svg") => Format::Svg,
             _ => bail!(
-                "--output {}: give a .png or .svg file name (the format follows the extension)",
+                "--output {}: give a .png or .svg file name (the format follows the extension), or - for stdout",
                 path.display()
             ),
+        };
+        match given {
+            Some(g) if g != by_ext => bail!(
+                "--format {} but --output {} is a .{} file",
+                if g == Format::Png { "png" } else { "svg" },
+                path.display(),
+                ext.unwrap_or_default()
+            ),
+            _ => Ok(by_ext),
         }
     }
 }

@@ -200,6 +200,9 @@ pub fn run(args: Args) -> Result<()> {
     let s = run_training(&args)?;
     if s.interrupted {
         eprintln!("stopped at step {}; continue with --resume", s.steps);
+        if crate::interrupt::requested() {
+            std::process::exit(crate::interrupt::EXIT_CODE);
+        }
     }
     Ok(())
 }

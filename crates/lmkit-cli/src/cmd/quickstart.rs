@@ -141,6 +141,9 @@ pub fn run(args: Args) -> Result<()> {
             "stopped at step {}; run `lmkit quickstart` again to continue",
             summary.steps
         );
+        if crate::interrupt::requested() {
+            std::process::exit(crate::interrupt::EXIT_CODE);
+        }
         return Ok(());
     }
 

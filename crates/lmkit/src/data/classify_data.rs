@@ -18,11 +18,28 @@ use super::{io_err, DataError, Result};
 /// Reads a JSONL file into `(1-based line number, object)` pairs, skipping
 /// blank lines. A line that is not a JSON object is an error naming it.
 pub fn read_jsonl_objects(path: &Path) -> Result<Vec<(usize, Map<String, Value>)>> {
+    let mut rows = Vec::new();
+    for_each_jsonl_object(path, |line, map| {
+        rows.push((line, map));
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
+/// [`read_jsonl_objects`] one row at a time: `f(line, object)` sees each row
+/// as it is read, so a large file is never held whole and the first bad
+/// line in file order (a malformed line or one `f` rejects) is the error.
+pub fn for_each_jsonl_object(
+    path: &Path,
+    mut f: impl FnMut(usize, Map<String, Value>) -> Result<()>,
+) -> Result<()> {
     if super::source::is_parquet(path) {
-        return super::parquet::read_parquet_rows(path, None);
+        for (line, map) in super::parquet::read_parquet_rows(path, None)? {
+            f(line, map)?;
+        }
+        return Ok(());
     }
     let file = super::source::open_source(path)?;
-    let mut rows = Vec::new();
     for (i, line) in file.lines().enumerate() {
         let line = line.map_err(io_err(path))?;
         let trimmed = line.trim();
@@ -30,7 +47,7 @@ pub fn read_jsonl_objects(path: &Path) -> Result<Vec<(usize, Map<String, Value>)
             continue;
         }
         match serde_json::from_str::<Value>(trimmed) {
-            Ok(Value::Object(map)) => rows.push((i + 1, map)),
+            Ok(Value::Object(map)) => f(i + 1, map)?,
             Ok(other) => {
                 return Err(parse_err(
                     path,
@@ -41,7 +58,7 @@ pub fn read_jsonl_objects(path: &Path) -> Result<Vec<(usize, Map<String, Value>)
             Err(e) => return Err(parse_err(path, i + 1, format!("invalid JSON: {e}"))),
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 pub(crate) fn parse_err(path: &Path, line: usize, message: impl Into<String>) -> DataError {

@@ -298,11 +298,11 @@ pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
     let mut docs: Vec<Vec<String>> = Vec::new();
     for f in super::shards::list_sources(paths)? {
         if super::source::is_rows(&f) {
-            for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
-                docs.push(lines_doc(&super::classify_data::string_field(
-                    &row, "text", &f, line,
-                )?));
-            }
+            super::classify_data::for_each_jsonl_object(&f, |line, row| {
+                let text = super::classify_data::string_field(&row, "text", &f, line)?;
+                docs.push(lines_doc(&text));
+                Ok(())
+            })?;
             continue;
         }
         let text = super::source::read_source_text(&f)?;
@@ -337,9 +337,10 @@ pub fn read_documents_field(paths: &[PathBuf], field: &str) -> Result<Vec<String
     let mut docs = Vec::new();
     for f in files {
         if super::source::is_rows(&f) {
-            for (line, row) in super::classify_data::read_jsonl_objects(&f)? {
+            super::classify_data::for_each_jsonl_object(&f, |line, row| {
                 docs.push(super::classify_data::string_field(&row, field, &f, line)?);
-            }
+                Ok(())
+            })?;
         } else {
             let text = super::source::read_source_text(&f)?;
             docs.extend(super::source::split_pages(&text).map(str::to_string));

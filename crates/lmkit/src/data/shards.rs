@@ -348,10 +348,14 @@ fn source_info(path: &Path) -> Result<SourceInfo> {
 /// (`\n\f\n`).
 fn read_file_documents(path: &Path) -> Result<Vec<String>> {
     if super::source::is_rows(path) {
-        return super::classify_data::read_jsonl_objects(path)?
-            .into_iter()
-            .map(|(line, row)| super::classify_data::string_field(&row, "text", path, line))
-            .collect();
+        let mut docs = Vec::new();
+        super::classify_data::for_each_jsonl_object(path, |line, row| {
+            docs.push(super::classify_data::string_field(
+                &row, "text", path, line,
+            )?);
+            Ok(())
+        })?;
+        return Ok(docs);
     }
     let text = super::source::read_source_text(path)?;
     Ok(text.split("\n\u{c}\n").map(str::to_string).collect())

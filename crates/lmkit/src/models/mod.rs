@@ -43,6 +43,9 @@ pub trait Trainable {
     type Batch;
 
     fn params(&self) -> &[f32];
+    /// Where each named HF tensor sits in [`Self::params`] (how a checkpoint
+    /// of the model is read back into it).
+    fn layout(&self) -> &crate::spec::layout::ParamLayout;
     /// Parameters (mutable) and gradients together, for the optimizer.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]);
     fn grads(&self) -> &[f32];

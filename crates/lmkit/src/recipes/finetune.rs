@@ -16,12 +16,22 @@
 //! (`BertForSequenceClassification`, `BertForQuestionAnswering` or
 //! `GPT2LMHeadModel`) and the tokenizer.
 //!
+//! Checkpoints as in pretraining: `OUTPUT/checkpoints/step-N/` (the HF model
+//! and tokenizer, AdamW moments, trainer state with the epoch and cursor in
+//! its permutation), at the end of every epoch or every `save_every` steps,
+//! the newest `keep` kept. `resume` continues the newest one exactly (the
+//! same losses, bit for bit, as a run never stopped) after checking that it
+//! is this command's run; a [`StopRequest`] (the CLI's Ctrl-C) ends the run
+//! after the current step with a checkpoint.
+//!
 //! Shape legend: B batch, T sequence.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use lmkit_tokenizers::{BpeTokenizer, Encoding};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::checkpoint::{
@@ -45,15 +55,18 @@ use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
 use crate::models::bert::{Bert, BertBatch};
 use crate::models::gpt2::classify::task_batch;
 use crate::models::gpt2::{Gpt2, Gpt2TaskBatch, Gpt2TaskTrainer};
-use crate::spec::config::{AnyConfig, BertConfig};
+use crate::spec::config::{AnyConfig, BertConfig, ModelConfig};
 use crate::spec::layout::{bert_layout, gpt2_layout_for};
 use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
 use crate::spec::IGNORE_INDEX;
 
+use super::pretrain_options::{init_from_record, pick};
 use super::{check_output, check_vocab, invalid, RecipeError, Result};
+use crate::data::shards::fingerprint_files;
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
+    latest_checkpoint, list_checkpoints, load_train_state, read_train_state, skipped_checkpoints,
     DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
     RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
 };
@@ -87,6 +100,56 @@ impl std::str::FromStr for FinetuneTask {
             o => Err(format!(
                 "unknown task `{o}` (expected classify, qa, lm, token-classify or multiple-choice)"
             )),
+        }
+    }
+}
+
+impl FinetuneTask {
+    /// The name `FromStr` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Classify => "classify",
+            Self::Qa => "qa",
+            Self::Lm => "lm",
+            Self::TokenClassify => "token-classify",
+            Self::MultipleChoice => "multiple-choice",
+        }
+    }
+}
+
+/// A stop request, polled after every step (the CLI's Ctrl-C): when it
+/// answers true the run finishes the step, saves a checkpoint and returns
+/// with `interrupted` set. None by default.
+#[derive(Clone, Default)]
+pub struct StopRequest(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
+
+impl StopRequest {
+    pub fn new(poll: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        StopRequest(Some(Arc::new(poll)))
+    }
+
+    /// Whether a stop was asked for.
+    pub fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f())
+    }
+}
+
+impl std::fmt::Debug for StopRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "StopRequest(set)",
+            None => "StopRequest(none)",
+        })
+    }
+}
+
+/// The same poll (or none on both sides).
+impl PartialEq for StopRequest {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
         }
     }
 }
@@ -127,6 +190,18 @@ pub struct FinetuneOptions {
     /// GPT-2 classification: λ of GPT-1's L3 = L2 + λ·L1, the weight of the
     /// LM loss on the same inputs (GPT-1 used 0.5); 0 = off.
     pub lm_coef: f32,
+    /// Continue the run in the output folder from its newest checkpoint,
+    /// exactly. Every option that shapes training must be the run's (an
+    /// error names the one that differs); `max_steps`, `save_every`, `keep`
+    /// and the evaluation settings may change.
+    pub resume: bool,
+    /// A checkpoint every N steps; `None`: at the end of every epoch; 0: only
+    /// at the end (and when stopped).
+    pub save_every: Option<u64>,
+    /// Checkpoints kept (at least 1).
+    pub keep: usize,
+    /// Polled after every step; see [`StopRequest`].
+    pub stop: StopRequest,
 }
 
 impl Default for FinetuneOptions {
@@ -152,6 +227,10 @@ impl Default for FinetuneOptions {
             overwrite: false,
             max_shard_size: None,
             lm_coef: 0.5,
+            resume: false,
+            save_every: None,
+            keep: 2,
+            stop: StopRequest::default(),
         }
     }
 }
@@ -164,6 +243,8 @@ pub enum FinetuneEvent<'a> {
         train_examples: usize,
         eval_examples: usize,
         total_steps: u64,
+        /// Steps already done (a resumed run), else 0.
+        start_step: u64,
     },
     Step {
         epoch: usize,
@@ -174,6 +255,11 @@ pub enum FinetuneEvent<'a> {
         epoch: usize,
         row: &'a Map<String, Value>,
     },
+    /// A checkpoint was written.
+    Saved {
+        path: &'a Path,
+    },
+    Note(String),
 }
 
 /// The outcome of a run.
@@ -191,6 +277,10 @@ pub struct FinetuneSummary {
     /// The last evaluation row (`eval_accuracy`/`eval_f1`, `exact_match`/`f1`, `eval_loss`/`eval_ppl`).
     pub last_eval: Option<Map<String, Value>>,
     pub output: PathBuf,
+    /// Stopped by the [`StopRequest`] before `max_steps`: continue with `resume`.
+    pub interrupted: bool,
+    /// The newest checkpoint this run wrote.
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// Reads `dir/config.json`, demanding the `family` task `task` needs.
@@ -305,17 +395,269 @@ fn check_opts(opts: &FinetuneOptions) -> Result<()> {
     Ok(())
 }
 
-fn create_output(output: &Path) -> Result<MetricsWriter> {
-    std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
-        path: output.to_path_buf(),
+/// One fine-tuning run: what it starts from, on what data, into which
+/// folder; recorded in its checkpoints and checked on `resume`.
+struct Job<'a> {
+    model_dir: &'a Path,
+    train: &'a Path,
+    eval: Option<&'a Path>,
+    output: &'a Path,
+    /// What the checkpoints record of this run (`examples` 0 until the
+    /// data is read).
+    record: RunRecord,
+    /// The newest checkpoint, when resuming.
+    resume: Option<PathBuf>,
+    /// Passed-over step folders, told once the run starts.
+    notes: Vec<String>,
+}
+
+/// What a fine-tuning checkpoint records of its run (`extra.finetune` of
+/// the trainer state): on `resume` the command must give the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RunRecord {
+    task: String,
+    /// The starting checkpoint, canonical.
+    model: String,
+    /// Fingerprints of the training and evaluation files' contents.
+    train: String,
+    eval: Option<String>,
+    epochs: usize,
+    batch_size: usize,
+    lr: f32,
+    warmup_ratio: f64,
+    max_seq_len: usize,
+    seed: u64,
+    weight_decay: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    grad_clip: f32,
+    /// QA only.
+    doc_stride: Option<usize>,
+    /// Classification and multiple choice only (GPT-2 uses it).
+    lm_coef: Option<f32>,
+    /// Training items (examples, windows or blocks) the data made.
+    examples: usize,
+}
+
+fn fingerprint(path: &Path) -> Result<String> {
+    fingerprint_files(&[path.to_path_buf()]).map_err(|source| RecipeError::Io {
+        path: path.to_path_buf(),
         source,
-    })?;
-    let path = output.join("metrics.jsonl");
-    MetricsWriter::open(&path, None).map_err(|source| RecipeError::Io { path, source })
+    })
+}
+
+impl<'a> Job<'a> {
+    /// Checks the options and the output folder before anything is read or
+    /// written: a fresh run needs an absent or empty folder (or
+    /// `overwrite`); `resume` needs a checkpoint of this command's run there
+    /// (task, starting model, data and training options are compared now;
+    /// the item count and model size once the data and model are loaded).
+    fn start(
+        task: FinetuneTask,
+        model_dir: &'a Path,
+        train: &'a Path,
+        eval: Option<&'a Path>,
+        output: &'a Path,
+        opts: &FinetuneOptions,
+    ) -> Result<Self> {
+        check_opts(opts)?;
+        let mut job = Job {
+            model_dir,
+            train,
+            eval,
+            output,
+            record: RunRecord {
+                task: task.name().into(),
+                model: init_from_record(&Some(model_dir.to_path_buf()))
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                train: fingerprint(train)?,
+                eval: eval.map(fingerprint).transpose()?,
+                epochs: opts.epochs,
+                batch_size: opts.batch_size,
+                lr: opts.lr,
+                warmup_ratio: opts.warmup_ratio,
+                max_seq_len: opts.max_seq_len,
+                seed: opts.seed,
+                weight_decay: opts.weight_decay,
+                beta1: opts.beta1,
+                beta2: opts.beta2,
+                eps: opts.eps,
+                grad_clip: opts.grad_clip,
+                doc_stride: (task == FinetuneTask::Qa).then_some(opts.doc_stride),
+                lm_coef: matches!(task, FinetuneTask::Classify | FinetuneTask::MultipleChoice)
+                    .then_some(opts.lm_coef),
+                examples: 0,
+            },
+            resume: None,
+            notes: Vec::new(),
+        };
+        let root = output.join("checkpoints");
+        if !opts.resume {
+            if let (Some(d), false) = (latest_checkpoint(&root)?, opts.overwrite) {
+                return Err(invalid(format!(
+                    "{} holds a fine-tuning run (checkpoint {}); pass `resume` to continue it, \
+                     or `overwrite` to start again",
+                    output.display(),
+                    d.display()
+                )));
+            }
+            check_output(model_dir, output, opts.overwrite)?;
+            return Ok(job);
+        }
+        if opts.overwrite {
+            return Err(invalid(
+                "`resume` continues the run in the output folder and `overwrite` replaces it: give one",
+            ));
+        }
+        check_output(model_dir, output, true)?;
+        let dir = latest_checkpoint(&root)?.ok_or_else(|| {
+            invalid(format!(
+                "`resume`: no checkpoint in {} to resume from",
+                root.display()
+            ))
+        })?;
+        for d in skipped_checkpoints(&root)? {
+            job.notes.push(format!(
+                "note: {} is not a complete checkpoint (no trainer_state.json); resuming from the newest complete one",
+                d.display()
+            ));
+        }
+        let state = read_train_state(&dir)?;
+        job.check(&dir, &state, None)?;
+        job.resume = Some(dir);
+        Ok(job)
+    }
+
+    /// The checkpoint in `dir` (trainer state `state`) belongs to this
+    /// command's run: an error naming what differs otherwise. `examples`:
+    /// the items this command's data made, once known.
+    fn check(&self, dir: &Path, state: &TrainState, examples: Option<usize>) -> Result<()> {
+        let saved: RunRecord = state
+            .extra
+            .get("finetune")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{}: not a fine-tuning checkpoint (a pretraining run? continue it with pretrain)",
+                    dir.display()
+                ))
+            })?;
+        let given = RunRecord {
+            examples: examples.unwrap_or(saved.examples),
+            ..self.record.clone()
+        };
+        let out = self.output.display();
+        if saved.task != given.task {
+            return Err(invalid(format!(
+                "`task` {}: the run in {out} fine-tunes for `{}`; an exact resume needs the same task",
+                given.task, saved.task
+            )));
+        }
+        if saved.model != given.model {
+            return Err(invalid(format!(
+                "`model` {} differs from the run's starting checkpoint {}; `resume` continues that run",
+                self.model_dir.display(),
+                saved.model
+            )));
+        }
+        if saved.train != given.train {
+            return Err(invalid(format!(
+                "`train` {}: not the data the run in {out} was trained on (its contents differ); \
+                 an exact resume needs the same data",
+                self.train.display()
+            )));
+        }
+        if saved.eval != given.eval {
+            return Err(invalid(format!(
+                "`eval` {}: not the evaluation data of the run in {out}; give the same `eval` (or none, if it had none)",
+                self.eval.map_or("(none)".into(), |p| p.display().to_string())
+            )));
+        }
+        pick("epochs", Some(given.epochs), Some(saved.epochs), 0)?;
+        pick(
+            "batch_size",
+            Some(given.batch_size),
+            Some(saved.batch_size),
+            0,
+        )?;
+        pick("lr", Some(given.lr), Some(saved.lr), 0.0)?;
+        pick(
+            "warmup_ratio",
+            Some(given.warmup_ratio),
+            Some(saved.warmup_ratio),
+            0.0,
+        )?;
+        pick(
+            "max_seq_len",
+            Some(given.max_seq_len),
+            Some(saved.max_seq_len),
+            0,
+        )?;
+        pick("seed", Some(given.seed), Some(saved.seed), 0)?;
+        pick(
+            "weight_decay",
+            Some(given.weight_decay),
+            Some(saved.weight_decay),
+            0.0,
+        )?;
+        pick("beta1", Some(given.beta1), Some(saved.beta1), 0.0)?;
+        pick("beta2", Some(given.beta2), Some(saved.beta2), 0.0)?;
+        pick("eps", Some(given.eps), Some(saved.eps), 0.0)?;
+        pick(
+            "grad_clip",
+            Some(given.grad_clip),
+            Some(saved.grad_clip),
+            0.0,
+        )?;
+        pick("doc_stride", given.doc_stride, saved.doc_stride, 0)?;
+        pick("lm_coef", given.lm_coef, saved.lm_coef, 0.0)?;
+        if given.examples != saved.examples {
+            return Err(invalid(format!(
+                "the data now makes {} training items, the run in {out} had {}: \
+                 an exact resume needs the same items",
+                given.examples, saved.examples
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Evaluates the model on the held-out set: the metrics row, or None without one.
 type EvalFn<'a, M> = dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>> + 'a;
+
+/// Writes the task's model (HF layout, config, tokenizer) into a folder: the
+/// final model and every checkpoint's.
+type SaveFn<'a, M> = dyn Fn(&M, &Path) -> std::result::Result<(), ModelWriteError> + 'a;
+
+/// The files of a BERT task's model: its weights in `arch`'s HF layout, its
+/// config and the tokenizer.
+fn save_bert(
+    m: &Bert,
+    arch: Architecture,
+    tok: &WordPieceTokenizer,
+    max_shard_size: Option<u64>,
+    dir: &Path,
+) -> std::result::Result<(), ModelWriteError> {
+    save_params_sharded(&m.layout, &m.params, &m.config, dir, arch, max_shard_size)?;
+    tok.save(dir)?;
+    Ok(())
+}
+
+/// [`save_bert`] for GPT-2.
+fn save_gpt2(
+    m: &Gpt2,
+    arch: Architecture,
+    tok: &BpeTokenizer,
+    max_shard_size: Option<u64>,
+    dir: &Path,
+) -> std::result::Result<(), ModelWriteError> {
+    save_params_sharded(&m.layout, &m.params, &m.config, dir, arch, max_shard_size)?;
+    tok.save(dir)?;
+    Ok(())
+}
 
 /// Fine-tuning's part of a [`Runner`] run: epochs of a fresh permutation of
 /// the examples drawn from `(seed, epoch)`, `batch_size` at a time (the last
@@ -330,6 +672,7 @@ struct EpochTask<'a, M: Trainable> {
     order: Vec<usize>,
     fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
     evaluate: &'a mut EvalFn<'a, M>,
+    save: &'a SaveFn<'a, M>,
     /// Examples of the batch just drawn.
     last_batch: usize,
     examples: usize,
@@ -397,14 +740,17 @@ impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
         Ok(Some(row))
     }
 
-    fn write_model(&self, _: &M, _: &Path) -> std::result::Result<(), ModelWriteError> {
-        Err("fine-tuning writes its model itself and no checkpoints".into())
+    fn write_model(&self, model: &M, dir: &Path) -> std::result::Result<(), ModelWriteError> {
+        (self.save)(model, dir)
     }
 }
 
 /// The epoch loop of every fine-tuning task, on the [`Runner`]:
 /// `fill(indices, batch)` builds a batch from example indices,
-/// `evaluate(model)` scores after each epoch (and where `max_steps` stops).
+/// `evaluate(model)` scores after each epoch (and where `max_steps` stops),
+/// `save(model, dir)` writes the model's files (checkpoints and, at the end,
+/// the output folder). A resumed `job` continues from its checkpoint: the
+/// model's parameters, the moments, the step and the data position.
 #[allow(clippy::too_many_arguments)]
 fn run_loop<'a, M: Trainable>(
     model: &mut M,
@@ -413,12 +759,13 @@ fn run_loop<'a, M: Trainable>(
     batch: &mut M::Batch,
     fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
     evaluate: &'a mut EvalFn<'a, M>,
-    metrics: &mut MetricsWriter,
+    save: &'a SaveFn<'a, M>,
     description: String,
     eval_examples: usize,
-    output: &Path,
+    job: Job,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
+    let output = job.output;
     let b = opts.batch_size;
     let per_epoch = n_examples.div_ceil(b) as u64;
     let schedule_steps = per_epoch * opts.epochs as u64;
@@ -427,24 +774,59 @@ fn run_loop<'a, M: Trainable>(
         .map_or(schedule_steps, |m| m.min(schedule_steps));
     let optim = linear_schedule(opts, schedule_steps);
     let num_params = model.params().len();
-    let mut opt = OptimState::new(num_params);
-    let mut state = TrainState::new(opts.seed, optim, b, opts.max_seq_len, num_params);
+    let record = RunRecord {
+        examples: n_examples,
+        ..job.record.clone()
+    };
+    // Everything is checked before the output folder is touched.
+    let (mut state, mut opt) = match &job.resume {
+        Some(dir) => resume_from(dir, &job, opts, model, n_examples, total, schedule_steps)?,
+        None => (
+            TrainState::new(opts.seed, optim, b, opts.max_seq_len, num_params),
+            OptimState::new(num_params),
+        ),
+    };
+    state.optim = optim;
+    state.extra = json!({ "finetune": record });
+    let ckpt_root = output.join("checkpoints");
+    std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    if job.resume.is_none() {
+        // `overwrite`: an earlier run's checkpoints would pass for this one's.
+        for (_, d) in list_checkpoints(&ckpt_root)? {
+            std::fs::remove_dir_all(&d).map_err(|source| RecipeError::Io { path: d, source })?;
+        }
+    }
+    let metrics_path = output.join("metrics.jsonl");
+    let mut metrics = MetricsWriter::open(&metrics_path, job.resume.as_ref().map(|_| state.step))
+        .map_err(|source| RecipeError::Io {
+        path: metrics_path,
+        source,
+    })?;
+    for n in job.notes {
+        on_event(FinetuneEvent::Note(n));
+    }
     on_event(FinetuneEvent::Start {
         description,
         train_examples: n_examples,
         eval_examples,
         total_steps: total,
+        start_step: state.step,
     });
+    let DataPosition { epoch, cursor } = state.data;
     let mut task = EpochTask::<M> {
         n: n_examples,
         b,
         seed: opts.seed,
         per_epoch,
-        epoch: 0,
-        cursor: 0,
-        order: EpochTask::<M>::order(n_examples, opts.seed, 0),
+        epoch,
+        cursor: cursor as usize,
+        order: EpochTask::<M>::order(n_examples, opts.seed, epoch),
         fill,
         evaluate,
+        save,
         last_batch: 0,
         examples: 0,
         tokens: 0,
@@ -455,11 +837,11 @@ fn run_loop<'a, M: Trainable>(
         max_steps: total,
         log_every: opts.log_every,
         eval_every: per_epoch,
-        save_every: 0,
-        keep: 1,
+        save_every: opts.save_every.unwrap_or(per_epoch),
+        keep: opts.keep.max(1),
         stop_after: None,
-        checkpoint_dir: None,
-        final_dir: None,
+        checkpoint_dir: Some(ckpt_root),
+        final_dir: Some(output.to_path_buf()),
         // Only a run of no steps (`max_steps` 0) reports its starting point.
         eval_at_start: total == 0,
     };
@@ -468,7 +850,7 @@ fn run_loop<'a, M: Trainable>(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics,
+        metrics: &mut metrics,
         config: &config,
     };
     let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
@@ -496,9 +878,11 @@ fn run_loop<'a, M: Trainable>(
                     row,
                 })
             }
-            _ => {}
+            RunEvent::Saved { path } => on_event(FinetuneEvent::Saved { path }),
+            RunEvent::Note(n) => on_event(FinetuneEvent::Note(n)),
+            RunEvent::Text { .. } => {}
         },
-        &|| false,
+        &|| opts.stop.requested(),
     )?;
     let epochs_done = if run.steps == 0 {
         0
@@ -515,7 +899,66 @@ fn run_loop<'a, M: Trainable>(
         final_loss: run.final_loss,
         last_eval: task.last_eval,
         output: output.to_path_buf(),
+        interrupted: run.interrupted,
+        checkpoint: run.checkpoint,
     })
+}
+
+/// The trainer state and moments of checkpoint `dir`, its parameters loaded
+/// into `model`, after checking that it is this command's run, that it
+/// fits the model and the data, and that it has steps left.
+#[allow(clippy::too_many_arguments)]
+fn resume_from<M: Trainable>(
+    dir: &Path,
+    job: &Job,
+    opts: &FinetuneOptions,
+    model: &mut M,
+    n_examples: usize,
+    total: u64,
+    schedule_steps: u64,
+) -> Result<(TrainState, OptimState)> {
+    let (state, opt) = load_train_state(dir)?;
+    job.check(dir, &state, Some(n_examples))?;
+    let num_params = model.params().len();
+    if state.num_params != num_params {
+        return Err(invalid(format!(
+            "{}: the checkpoint's model has {} parameters, this command's {num_params}",
+            dir.display(),
+            state.num_params
+        )));
+    }
+    let DataPosition { epoch, cursor } = state.data;
+    if epoch >= opts.epochs as u64 || cursor > n_examples as u64 {
+        return Err(invalid(format!(
+            "{}: data position (epoch {epoch}, item {cursor}) is outside the run's {} epochs of {n_examples} items",
+            dir.display(),
+            opts.epochs
+        )));
+    }
+    if state.step >= schedule_steps {
+        return Err(invalid(format!(
+            "the run in {} is complete: all {} epochs ({schedule_steps} steps) are done and its model is there; \
+             nothing to resume",
+            job.output.display(),
+            opts.epochs
+        )));
+    }
+    if state.step >= total {
+        return Err(invalid(format!(
+            "the checkpoint is at step {}, already at `max_steps` {total}; raise `max_steps` (or drop it) to continue",
+            state.step
+        )));
+    }
+    let (config, file) = open_model_dir_for(dir, None)?;
+    let layout = model.layout().clone();
+    load_params(
+        &layout,
+        model.params_and_grads().0,
+        &file,
+        config.family(),
+        LoadOptions::default(),
+    )?;
+    Ok((state, opt))
 }
 
 fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
@@ -535,12 +978,11 @@ pub fn finetune_classify(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    check_opts(opts)?;
-    check_output(model_dir, output, opts.overwrite)?;
+    let job = Job::start(FinetuneTask::Classify, model_dir, train, eval, output, opts)?;
     let mut config = match read_config(model_dir, None)? {
         AnyConfig::Bert(c) => c,
         AnyConfig::Gpt2(c) => {
-            return finetune_gpt2_classify(model_dir, c, train, eval, output, opts, on_event)
+            return finetune_gpt2_classify(model_dir, c, train, eval, job, opts, on_event)
         }
     };
     let tok = WordPieceTokenizer::from_dir(model_dir)?;
@@ -577,7 +1019,6 @@ pub fn finetune_classify(
         .transpose()?;
     let pad = tok.pad_id();
     let mut trainer = BertTrainer::new(model)?;
-    let mut metrics = create_output(output)?;
     let mut batch = BertTrainBatch::default();
     let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
         let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i]).collect();
@@ -612,30 +1053,22 @@ pub fn finetune_classify(
         labels.names().join(", "),
         train_encs.len()
     );
-    let summary = run_loop(
+    let arch = Architecture::BertForSequenceClassification;
+    let save =
+        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         train_encs.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_encs.as_ref().map_or(0, Vec::len),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        Architecture::BertForSequenceClassification,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// `finetune_classify` for GPT-2 (GPT-1 §3.2 with GPT-2's vocabulary):
@@ -651,7 +1084,7 @@ fn finetune_gpt2_classify(
     mut config: crate::spec::config::Gpt2Config,
     train: &Path,
     eval: Option<&Path>,
-    output: &Path,
+    job: Job,
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
@@ -725,7 +1158,6 @@ fn finetune_gpt2_classify(
         model,
         lm_coef: opts.lm_coef,
     };
-    let mut metrics = create_output(output)?;
     let mut batch = Gpt2TaskBatch::default();
     let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
         let refs: Vec<&[u32]> = idx.iter().map(|&i| train_rows[i].as_slice()).collect();
@@ -761,30 +1193,21 @@ fn finetune_gpt2_classify(
         labels.names().join(", "),
         train_rows.len()
     );
-    let summary = run_loop(
+    let save =
+        |t: &Gpt2TaskTrainer, dir: &Path| save_gpt2(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         train_rows.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_rows.as_ref().map_or(0, Vec::len),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        arch,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// Encodes every sentence of `data` with its tag ids (first word pieces).
@@ -815,8 +1238,14 @@ pub fn finetune_token_classify(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    check_opts(opts)?;
-    check_output(model_dir, output, opts.overwrite)?;
+    let job = Job::start(
+        FinetuneTask::TokenClassify,
+        model_dir,
+        train,
+        eval,
+        output,
+        opts,
+    )?;
     let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "token-classify")?
     else {
         unreachable!("task_config checked the family")
@@ -849,7 +1278,6 @@ pub fn finetune_token_classify(
     )?;
     let pad = tok.pad_id();
     let mut trainer = BertTrainer::new(model)?;
-    let mut metrics = create_output(output)?;
     let mut batch = BertTrainBatch::default();
     let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
         let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i].encoding).collect();
@@ -892,30 +1320,22 @@ pub fn finetune_token_classify(
         labels.names().join(", "),
         train_encs.len()
     );
-    let summary = run_loop(
+    let arch = Architecture::BertForTokenClassification;
+    let save =
+        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         train_encs.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_encs.as_ref().map_or(0, Vec::len),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        Architecture::BertForTokenClassification,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// Fine-tunes a multiple-choice model from the checkpoint in `model_dir`
@@ -934,12 +1354,18 @@ pub fn finetune_multiple_choice(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    check_opts(opts)?;
-    check_output(model_dir, output, opts.overwrite)?;
+    let job = Job::start(
+        FinetuneTask::MultipleChoice,
+        model_dir,
+        train,
+        eval,
+        output,
+        opts,
+    )?;
     let config = match read_config(model_dir, None)? {
         AnyConfig::Bert(c) => c,
         AnyConfig::Gpt2(c) => {
-            return finetune_gpt2_multiple_choice(model_dir, c, train, eval, output, opts, on_event)
+            return finetune_gpt2_multiple_choice(model_dir, c, train, eval, job, opts, on_event)
         }
     };
     let arch = Architecture::BertForMultipleChoice;
@@ -957,7 +1383,6 @@ pub fn finetune_multiple_choice(
     let (k, gold) = (train_data.num_choices, train_data.labels());
     let pad = tok.pad_id();
     let mut trainer = BertTrainer::new(model)?;
-    let mut metrics = create_output(output)?;
     let mut batch = BertTrainBatch::default();
     let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
         // [B, K, T] as [B·K, T]: each example's K choices in order.
@@ -984,30 +1409,21 @@ pub fn finetune_multiple_choice(
         train_data.examples.len(),
         train_encs.len()
     );
-    let summary = run_loop(
+    let save =
+        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         train_data.examples.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_data.as_ref().map_or(0, |d| d.examples.len()),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        arch,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// The metrics row of a multiple-choice evaluation.
@@ -1037,7 +1453,7 @@ fn finetune_gpt2_multiple_choice(
     mut config: crate::spec::config::Gpt2Config,
     train: &Path,
     eval: Option<&Path>,
-    output: &Path,
+    job: Job,
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
@@ -1110,7 +1526,6 @@ fn finetune_gpt2_multiple_choice(
         model,
         lm_coef: opts.lm_coef,
     };
-    let mut metrics = create_output(output)?;
     let mut batch = Gpt2TaskBatch::default();
     let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
         let refs: Vec<&[u32]> = idx
@@ -1134,30 +1549,21 @@ fn finetune_gpt2_multiple_choice(
         train_data.examples.len(),
         train_rows.len()
     );
-    let summary = run_loop(
+    let save =
+        |t: &Gpt2TaskTrainer, dir: &Path| save_gpt2(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         train_data.examples.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_data.as_ref().map_or(0, |d| d.examples.len()),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        arch,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// One training window of a SQuAD question (HF run_qa's `prepare_train_features`).
@@ -1235,8 +1641,7 @@ pub fn finetune_qa(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    check_opts(opts)?;
-    check_output(model_dir, output, opts.overwrite)?;
+    let job = Job::start(FinetuneTask::Qa, model_dir, train, eval, output, opts)?;
     let AnyConfig::Bert(config) = task_config(model_dir, Family::Bert, "qa")? else {
         unreachable!("task_config checked the family")
     };
@@ -1263,7 +1668,6 @@ pub fn finetune_qa(
     )?;
     let pad = tok.pad_id();
     let mut trainer = BertTrainer::new(model)?;
-    let mut metrics = create_output(output)?;
     let mut batch = BertTrainBatch::default();
     let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
         let refs: Vec<&Encoding> = idx.iter().map(|&i| &feats[i].encoding).collect();
@@ -1302,30 +1706,22 @@ pub fn finetune_qa(
         feats.len(),
         opts.doc_stride
     );
-    let summary = run_loop(
+    let arch = Architecture::BertForQuestionAnswering;
+    let save =
+        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
         &mut trainer,
         feats.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_ex.as_ref().map_or(0, Vec::len),
-        output,
+        job,
         on_event,
-    )?;
-    let m = &trainer.model;
-    save_params_sharded(
-        &m.layout,
-        &m.params,
-        &m.config,
-        output,
-        Architecture::BertForQuestionAnswering,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }
 
 /// GPT-2 blocks of a text file: documents (form-feed separated, or JSONL
@@ -1365,8 +1761,7 @@ pub fn finetune_lm(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    check_opts(opts)?;
-    check_output(model_dir, output, opts.overwrite)?;
+    let job = Job::start(FinetuneTask::Lm, model_dir, train, eval, output, opts)?;
     let AnyConfig::Gpt2(config) = task_config(model_dir, Family::Gpt2, "lm")? else {
         unreachable!("task_config checked the family")
     };
@@ -1382,7 +1777,6 @@ pub fn finetune_lm(
     let mut model = Gpt2::from_params(config, params)?;
     let train_blocks = lm_blocks(train, &tok, t)?;
     let eval_blocks = eval.map(|p| lm_blocks(p, &tok, t)).transpose()?;
-    let mut metrics = create_output(output)?;
     let b = opts.batch_size;
     let mut batch = TokenBatch::new(b, t);
     let mut fill = |idx: &[usize], bt: &mut TokenBatch| {
@@ -1426,27 +1820,26 @@ pub fn finetune_lm(
         model.config.n_layer,
         model.config.n_embd
     );
-    let summary = run_loop(
+    let save = |m: &Gpt2, dir: &Path| {
+        save_gpt2(
+            m,
+            Architecture::Gpt2LMHeadModel,
+            &tok,
+            opts.max_shard_size,
+            dir,
+        )
+    };
+    run_loop(
         &mut model,
         train_blocks.len(),
         opts,
         &mut batch,
         &mut fill,
         &mut evaluate,
-        &mut metrics,
+        &save,
         description,
         eval_blocks.as_ref().map_or(0, Vec::len),
-        output,
+        job,
         on_event,
-    )?;
-    save_params_sharded(
-        &model.layout,
-        &model.params,
-        &model.config,
-        output,
-        Architecture::Gpt2LMHeadModel,
-        opts.max_shard_size,
-    )?;
-    tok.save(output)?;
-    Ok(summary)
+    )
 }

@@ -654,6 +654,10 @@ impl Trainable for BertTrainer {
         &self.model.params
     }
 
+    fn layout(&self) -> &ParamLayout {
+        &self.model.layout
+    }
+
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
         (&mut self.model.params, &mut self.grads)
     }

@@ -781,6 +781,10 @@ impl Trainable for Gpt2 {
         &self.params
     }
 
+    fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
         (&mut self.params, &mut self.grads)
     }
@@ -1076,6 +1080,10 @@ impl Trainable for Gpt2TaskTrainer {
 
     fn params(&self) -> &[f32] {
         &self.model.params
+    }
+
+    fn layout(&self) -> &ParamLayout {
+        &self.model.layout
     }
 
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
