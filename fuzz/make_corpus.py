@@ -111,6 +111,9 @@ def main():
     write("data_readers", "classify.jsonl", head_lines(DATA / "classify" / "prose_code.train.jsonl", 6))
     write("data_readers", "regression.jsonl", head_lines(DATA / "regression" / "replaced.train.jsonl", 6)
           + b'{"sentence1": "A b.", "sentence2": "A c.", "label": 2.5e0, "idx": 3}\n')
+    write("data_readers", "multiple_choice.jsonl",
+          head_lines(DATA / "multiple_choice" / "rust_story.train.jsonl", 2)
+          + b'{"sent1": "A man", "sent2": "He", "ending0": "runs.", "ending1": "sits.", "label": 1}\n')
     write("data_readers", "lambada.jsonl", head_lines(DATA / "lambada" / "rust_book.jsonl", 4))
     write("data_readers", "summarize.jsonl", head_lines(DATA / "summarize" / "rust_book.jsonl", 2)[:6000])
     squad = json.loads((DATA / "squad" / "rust_book.json").read_text(encoding="utf-8"))

@@ -10,10 +10,15 @@ load in transformers with no missing or unexpected keys, and give the same answe
     `lmkit eval --task regression`;
   - qa: the same for BertForQuestionAnswering; the start/end logits' argmax span equals
     `lmkit qa`'s best answer on the first SQuAD-format question;
-  - pretrain: a tiny `lmkit pretrain --arch bert` run loads as BertForPreTraining.
+  - pretrain: a tiny `lmkit pretrain --arch bert` run loads as BertForPreTraining;
+  - multiple-choice: all-MiniLM-L6-v2 fine-tuned for a few steps loads as BertForMultipleChoice,
+    and a small random GPT-2 (GPT-2's real vocabulary) as GPT2DoubleHeadsModel; their scores of
+    every choice of the committed story-cloze eval rows equal `lmkit eval --task multiple-choice
+    --predictions` (max abs diff <= 1e-4), the inputs built as HF run_swag (BERT) and GPT-1
+    (GPT-2: `context <|endoftext|> choice`, mc_token_ids = the last token) build them.
 
     cargo build --release -p lmkit-cli
-    python3 scripts/check_finetune_hf.py [--only classify regression qa pretrain]
+    python3 scripts/check_finetune_hf.py [--only classify regression qa pretrain multiple-choice]
 
 `LMKIT=path/to/lmkit` runs another build (a debug one is slower, not different).
 
@@ -26,8 +31,9 @@ import sys
 import tempfile
 
 import torch
-from transformers import (AutoTokenizer, BertForPreTraining, BertForQuestionAnswering,
-                          BertForSequenceClassification)
+from transformers import (AutoTokenizer, BertForMultipleChoice, BertForPreTraining,
+                          BertForQuestionAnswering, BertForSequenceClassification, GPT2Config,
+                          GPT2DoubleHeadsModel, GPT2LMHeadModel, GPT2TokenizerFast)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXE = os.environ.get("LMKIT") or os.path.join(ROOT, "target", "release", "lmkit")
@@ -158,12 +164,82 @@ def check_pretrain(tmp):
     return True
 
 
+def mc_rows(tmp, n):
+    path = os.path.join(tmp, "mc.jsonl")
+    with open(os.path.join(ROOT, "tests/data/multiple_choice/rust_story.eval.jsonl"), encoding="utf-8") as f:
+        rows = f.readlines()[:n]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(rows)
+    return path, [json.loads(r) for r in rows]
+
+
+def lmkit_mc_scores(out, data):
+    preds = os.path.join(os.path.dirname(out), os.path.basename(out) + ".preds.jsonl")
+    lmkit("eval", "--task", "multiple-choice", "--model", out, "--data", data, "--max-seq-len", "64",
+          "--predictions", preds)
+    with open(preds, encoding="utf-8") as f:
+        return torch.tensor([json.loads(l)["scores"] for l in f])
+
+
+def check_multiple_choice(tmp):
+    data, rows = mc_rows(tmp, 8)
+    ok = True
+    # BERT: BertForMultipleChoice on (context, choice) pairs, as HF run_swag encodes them.
+    out = os.path.join(tmp, "mc-bert")
+    lmkit("finetune", "--task", "multiple-choice", "--model", MINILM, "--train", data, "--output", out,
+          "--epochs", "1", "--batch-size", "4", "--lr", "1e-4", "--max-seq-len", "64")
+    model = load_strict(BertForMultipleChoice, out)
+    tok = AutoTokenizer.from_pretrained(out)
+    k = len(rows[0]["choices"])
+    enc = tok([r["context"] for r in rows for _ in range(k)], [c for r in rows for c in r["choices"]],
+              padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        hf = model(**{n: t.view(len(rows), k, -1) for n, t in enc.items()}).logits
+    worst = (hf - lmkit_mc_scores(out, data)).abs().max().item()
+    print(f"multiple-choice BERT: {len(rows)}x{k} choices, max |s_hf - s_lmkit| = {worst:.2e}")
+    ok &= worst <= 1e-4
+    # GPT-2: a small random GPT2LMHeadModel with GPT-2's vocabulary, fine-tuned as
+    # GPT2DoubleHeadsModel; each choice `context <|endoftext|> choice`, scored at its last token.
+    base = os.path.join(tmp, "gpt2-base")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64)).save_pretrained(base)
+    for f in ("vocab.json", "merges.txt"):
+        with open(os.path.join(ROOT, "assets/gpt2", f), "rb") as src, open(os.path.join(base, f), "wb") as dst:
+            dst.write(src.read())
+    out = os.path.join(tmp, "mc-gpt2")
+    lmkit("finetune", "--task", "multiple-choice", "--model", base, "--train", data, "--output", out,
+          "--epochs", "1", "--batch-size", "4", "--lr", "1e-3", "--max-seq-len", "64")
+    model = load_strict(GPT2DoubleHeadsModel, out)
+    tok = GPT2TokenizerFast(os.path.join(out, "vocab.json"), os.path.join(out, "merges.txt"))
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    seqs = []
+    for r in rows:
+        ctx = tok.encode(r["context"])
+        for c in r["choices"]:
+            ch = tok.encode(c)[:63]
+            keep = min(len(ctx), 63 - len(ch))
+            seqs.append(ctx[len(ctx) - keep:] + [eos] + ch)
+    t = max(len(x) for x in seqs)
+    ids = torch.tensor([x + [eos] * (t - len(x)) for x in seqs]).view(len(rows), k, t)
+    mask = torch.tensor([[1] * len(x) + [0] * (t - len(x)) for x in seqs]).view(len(rows), k, t)
+    mc = torch.tensor([len(x) - 1 for x in seqs]).view(len(rows), k)
+    with torch.no_grad():
+        hf = model(ids, attention_mask=mask, mc_token_ids=mc).mc_logits
+    worst = (hf - lmkit_mc_scores(out, data)).abs().max().item()
+    print(f"multiple-choice GPT-2: {len(rows)}x{k} choices, max |s_hf - s_lmkit| = {worst:.2e}")
+    ok &= worst <= 1e-4
+    return ok
+
+
 def main():
     if not os.path.exists(EXE):
         sys.exit(f"{EXE} not found: run `cargo build --release -p lmkit-cli` first")
     checks = {"classify": check_classify, "regression": check_regression, "qa": check_qa,
-              "pretrain": check_pretrain}
+              "pretrain": check_pretrain, "multiple-choice": check_multiple_choice}
     only = sys.argv[sys.argv.index("--only") + 1:] if "--only" in sys.argv else list(checks)
+    unknown = [name for name in only if name not in checks]
+    if unknown:
+        sys.exit(f"unknown check(s) {unknown}: choose from {list(checks)}")
     with tempfile.TemporaryDirectory() as tmp:
         results = [checks[name](tmp) for name in only]
     sys.exit(0 if all(results) else 1)

@@ -44,6 +44,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig,
     BertForMaskedLM,
+    BertForMultipleChoice,
     BertForNextSentencePrediction,
     BertForPreTraining,
     BertForQuestionAnswering,
@@ -722,6 +723,39 @@ def compute_bert_token_classify(model, case_dir):
     return ref
 
 
+# Multiple choice (HF run_swag): each choice a pair (context as segment A, ending as segment
+# B); input [B, K, T] flattened to [B*K, T] inside the model, logits [B*K, 1] viewed [B, K].
+MC_CONTEXTS = ["the king walked to the old house", "she found a book"]
+MC_CHOICES = [["he saw the queen", "a dog ran", "the red door was open ."],
+              ["it was very good", "they went to paris in the night", "the cat"]]
+MC_LABELS = [2, 0]
+
+
+def compute_bert_multiple_choice(model, case_dir):
+    model.eval()
+    tok = tiny_tok(case_dir)
+    ref = Ref()
+    B, K = len(MC_CONTEXTS), len(MC_CHOICES[0])
+    first = [c for c in MC_CONTEXTS for _ in range(K)]
+    second = [e for ends in MC_CHOICES for e in ends]
+    enc = tok(first, second, padding=True, return_tensors="pt")
+    enc = {k: enc[k].view(B, K, -1) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    labels = torch.tensor(MC_LABELS)
+    ref.add("input_ids", enc["input_ids"], f"[B=2, K=3, T] token ids of the pairs (context, "
+            f"choice): contexts {MC_CONTEXTS}, choices {MC_CHOICES}, all B*K pairs padded to "
+            "the longest")
+    ref.add("token_type_ids", enc["token_type_ids"], "[2, 3, T] 0 = segment A (incl. [CLS] and "
+            "its [SEP]), 1 = segment B (incl. final [SEP]), 0 on padding")
+    ref.add("attention_mask", enc["attention_mask"], "[2, 3, T] 1 = token, 0 = padding")
+    ref.add("labels", labels, "[2] index of the right choice")
+    out = model(**enc, labels=labels)
+    ref.add("logits", out.logits, "[2, 3] classifier(pooler_output) of each choice, viewed [B, K]")
+    assert torch.allclose(F.cross_entropy(out.logits, labels), out.loss, atol=1e-6)
+    ref.scalar("loss", out.loss, "mean CE of logits [B, K] vs labels")
+    train_step(model, out.loss, ref, bert_decays, DECAY_RULES["bert"])
+    return grads_only(ref)
+
+
 # Regression (STS-B style): one output, MSE on the squeezed logits.
 REGRESSION_PAIRS = [("the dog ran home", "a dog went home"), ("paris is in france", "the sun"),
                     ("she found a book", "she found the old book")]
@@ -1302,6 +1336,7 @@ case("bert-tiny-nsp", BertForNextSentencePrediction, compute_bert_nsp)
 case("gpt2-zeroshot", GPT2LMHeadModel, compute_gpt2_zeroshot)
 case("bert-tiny-token-classify", BertForTokenClassification, compute_bert_token_classify)
 case("bert-tiny-regression", BertForSequenceClassification, compute_bert_regression)
+case("bert-tiny-multiple-choice", BertForMultipleChoice, compute_bert_multiple_choice)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1578,6 +1613,9 @@ MAKERS = [
         root, "bert-tiny-regression", BertForSequenceClassification, 7600,
         "keys carry the bert. prefix; one output, problem_type regression", num_labels=1,
         problem_type="regression")]),
+    (["bert-tiny-multiple-choice"], lambda root: [make_bert(
+        root, "bert-tiny-multiple-choice", BertForMultipleChoice, 8000,
+        "keys carry the bert. prefix; classifier [1, 32] on the pooler output of each choice")]),
 ]
 
 

@@ -1,5 +1,6 @@
 //! Every reader of a user's data file never panics on any bytes: classify,
-//! regression and SQuAD JSON(L), token tagging (CoNLL / JSONL), LAMBADA, summarization,
+//! regression and SQuAD JSON(L), token tagging (CoNLL / JSONL), multiple choice
+//! (JSONL choices or SWAG columns), LAMBADA, summarization,
 //! CBT, translation pairs, zero-shot QA, BERT's documents, overlap's
 //! evaluation documents, plain text / JSONL into token shards, and the gzip /
 //! Zstandard decoders that
@@ -33,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = read_classify_jsonl(&jsonl);
     let _ = read_regression_jsonl(&jsonl);
+    let _ = lmkit::data::multiple_choice::read_multiple_choice(&jsonl);
     let _ = lmkit::data::tagging::read_tagging(&txt);
     let _ = lmkit::data::tagging::read_tagging(&jsonl);
     for p in [&txt, &jsonl, &json] {

@@ -1,6 +1,6 @@
 //! BERT backward against PyTorch: the loss and the gradient of every
 //! parameter after one `loss.backward()`, for every HF head
-//! (tests/fixtures/bert-tiny-{pretraining,mlm,nsp,classify,qa,regression}), and one
+//! (tests/fixtures/bert-tiny-{pretraining,mlm,nsp,classify,qa,regression,multiple-choice}), and one
 //! AdamW step through the trainer against `torch.optim.AdamW`.
 
 use std::collections::HashMap;
@@ -69,13 +69,15 @@ impl Reference {
         self.json["scalars"][name]["value"].as_f64().unwrap()
     }
 
+    /// `[B,T]`, or multiple choice's `[B,K,T]` as `[B·K,T]` (as HF flattens it).
     fn batch(&self) -> BertBatch {
         let (shape, ids) = self.i64("input_ids");
         let (_, types) = self.i64("token_type_ids");
         let (_, mask) = self.i64("attention_mask");
+        let (t, rows) = shape.split_last().unwrap();
         BertBatch::new(
-            shape[0],
-            shape[1],
+            rows.iter().product(),
+            *t,
             ids.iter().map(|&x| x as u32).collect(),
             types.iter().map(|&x| x as u32).collect(),
             mask.iter().map(|&x| x as u8).collect(),
@@ -123,6 +125,7 @@ fn targets(case: &str, r: &Reference) -> BertTargets {
         "bert-tiny-classify" => t.class_labels = Some(r.i32s("labels")),
         "bert-tiny-token-classify" => t.token_labels = Some(r.i32s("labels")),
         "bert-tiny-regression" => t.regression_targets = Some(r.f32("labels")),
+        "bert-tiny-multiple-choice" => t.choice_labels = Some(r.i32s("labels")),
         "bert-tiny-qa" => {
             t.start_positions = Some(r.i32s("start_positions"));
             t.end_positions = Some(r.i32s("end_positions"));
@@ -244,6 +247,45 @@ fn regression_gradients() {
     let st = tr.take_stats();
     assert_eq!(st.regression.count, 3);
     assert!((st.regression.mean() - r.scalar("loss")).abs() <= 1e-5 * r.scalar("loss"));
+}
+
+#[test]
+fn multiple_choice_logits_and_gradients() {
+    let (tr, r) = check_case("bert-tiny-multiple-choice");
+    assert!(tr.model.heads.multiple_choice);
+    assert_close(
+        "multiple-choice logits [B,K]",
+        &tr.outputs().choice_logits,
+        &r.f32("logits"),
+        1e-4,
+    );
+    // Inference gives the same scores: pooled [B·K,C] → classifier → [B·K].
+    let mut acts = lmkit::models::bert::BertActivations::new(false);
+    tr.model.forward(&r.batch(), &mut acts).unwrap();
+    let pooled = tr.model.pooled(&acts).unwrap();
+    assert_close(
+        "choice_logits",
+        &tr.model.choice_logits(&pooled).unwrap(),
+        &r.f32("logits"),
+        1e-4,
+    );
+    // Labels that do not fit the batch are errors, not panics.
+    let mut tr = tr;
+    for bad in [
+        vec![0, 1, 0, 1],
+        vec![3, 0],
+        vec![],
+        vec![0, 1, 2, 0, 1, 2, 0],
+    ] {
+        let tb = BertTrainBatch {
+            batch: r.batch(),
+            targets: BertTargets {
+                choice_labels: Some(bad.clone()),
+                ..Default::default()
+            },
+        };
+        assert!(tr.forward_backward(&tb, 1.0).is_err(), "{bad:?}");
+    }
 }
 
 #[test]

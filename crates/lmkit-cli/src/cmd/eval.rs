@@ -30,6 +30,10 @@
 //! - `token-classify` (BertForTokenClassification, CoNLL-style columns or
 //!   JSONL `{"tokens", "tags"}`): seqeval's entity precision / recall / F1
 //!   (micro, and per type) and token accuracy on the first piece of each word.
+//! - `multiple-choice` (BertForMultipleChoice or GPT2DoubleHeadsModel, JSONL
+//!   `{"context", "question"?, "choices", "label"}` or SWAG's columns): each
+//!   choice scored as fine-tuning encodes it; accuracy and the mean
+//!   cross-entropy of the right choice.
 
 use std::path::{Path, PathBuf};
 
@@ -37,12 +41,14 @@ use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
+use lmkit::data::multiple_choice::read_multiple_choice;
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
 use lmkit::data::tagging::{encode_words, read_tagging};
 use lmkit::eval::run::{
-    encode_classify, eval_cbt, eval_classify, eval_lambada, eval_qa, eval_regression, eval_squad,
-    eval_summarize, eval_token_classify, eval_translate, SummarizeOptions,
+    encode_classify, eval_cbt, eval_classify, eval_lambada, eval_multiple_choice_dir, eval_qa,
+    eval_regression, eval_squad, eval_summarize, eval_token_classify, eval_translate,
+    SummarizeOptions,
 };
 use lmkit::eval::{
     qa_items, read_cbt, read_lambada, read_qa, read_summarize, read_translation_jsonl,
@@ -68,6 +74,7 @@ pub enum EvalTask {
     Squad,
     TokenClassify,
     Regression,
+    MultipleChoice,
 }
 
 #[derive(clap::Args, Debug)]
@@ -83,10 +90,10 @@ pub struct Args {
     /// Score only the first N items.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// BERT tasks: sequences per forward pass.
+    /// BERT tasks and multiple-choice: sequences (multiple-choice: examples) per forward pass.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
-    /// classify: longest input; squad: window length [default: 128 / 384,
+    /// classify, multiple-choice: longest input; squad: window length [default: 128 / 384,
     /// at most the model's max_position_embeddings].
     #[arg(long)]
     pub max_seq_len: Option<usize>,
@@ -186,8 +193,8 @@ fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
         _ => (false, "a GPT-2 model"),
     };
     let is_bert = matches!(cfg, AnyConfig::Bert(_));
-    // classify also runs GPT2ForSequenceClassification.
-    if is_bert != want_bert && task != EvalTask::Classify {
+    // classify and multiple-choice run both families.
+    if is_bert != want_bert && !matches!(task, EvalTask::Classify | EvalTask::MultipleChoice) {
         bail!(
             "--task {task:?} needs {what}, but {} is {} ({})",
             dir.display(),
@@ -598,6 +605,27 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                        "recall": r.scores.recall, "f1": r.scores.f1,
                        "accuracy": r.scores.accuracy, "loss": r.loss,
                        "count": data.sentences.len(), "per_type": r.scores.per_type}),
+                preds,
+            )
+        }
+        EvalTask::MultipleChoice => {
+            let mut data = read_multiple_choice(&a.data)?;
+            data.examples = keep_items(limit(data.examples, a.limit), keep, |e| {
+                std::iter::once(e.context.as_str())
+                    .chain(e.question.as_deref())
+                    .chain(e.choices.iter().map(String::as_str))
+                    .collect()
+            });
+            let max_len = a.max_seq_len.unwrap_or(128);
+            let r = eval_multiple_choice_dir(&dir, &data, max_len, a.batch_size)?;
+            let preds = data
+                .examples
+                .iter()
+                .zip(r.predictions.iter().zip(&r.scores))
+                .map(|(e, (&p, s))| json!({"line": e.line, "choice": p, "label": e.label, "scores": s}))
+                .collect();
+            (
+                json!({"task": "multiple-choice", "accuracy": r.accuracy, "loss": r.loss, "count": r.count}),
                 preds,
             )
         }

@@ -5,7 +5,9 @@
 //! token-classify`, CoNLL-style columns or JSONL `{"tokens", "tags"}`, scored
 //! with seqeval's entity F1), regression (`--task regression`, the classify
 //! JSONL with a number as `label`: a one-output classifier trained with MSE,
-//! scored with Pearson / Spearman) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), or a GPT-2
+//! scored with Pearson / Spearman) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), either family
+//! for multiple choice (`--task multiple-choice`, JSONL `{"context", "question"?, "choices",
+//! "label"}` or SWAG's columns; GPT-2 adds `--lm-coef` times the LM loss), or a GPT-2
 //! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
 //! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
 //! and transformers) and `metrics.jsonl` (train rows every step, eval rows
@@ -19,25 +21,27 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_qa, finetune_regression, finetune_token_classify,
-    FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
+    finetune_classify, finetune_lm, finetune_multiple_choice, finetune_qa, finetune_regression,
+    finetune_token_classify, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
 };
 use lmkit::recipes::RecipeError;
 use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// classify | qa | lm | token-classify | regression.
+    /// classify | qa | lm | token-classify | regression | multiple-choice.
     #[arg(long)]
     pub task: FinetuneTask,
-    /// Starting checkpoint (HF layout): any BERT for classify/qa (a bare
-    /// BertModel gets new heads), a GPT-2 for classify/lm, a BERT for
-    /// token-classify/regression.
+    /// Starting checkpoint (HF layout): any BERT for classify/qa/token-classify/
+    /// regression/multiple-choice (a bare BertModel gets new heads), a GPT-2 for
+    /// classify/lm/multiple-choice.
     #[arg(long)]
     pub model: String,
-    /// Training data: JSONL (classify; regression with a number as `label`), SQuAD v1.1
-    /// JSON (qa), text or JSONL `text` (lm),
-    /// CoNLL-style columns (token first, tag last) or JSONL `{"tokens", "tags"}` (token-classify).
+    /// Training data: JSONL (classify; regression with a number as `label`), SQuAD v1.1 JSON
+    /// (qa), text or JSONL `text` (lm),
+    /// CoNLL-style columns (token first, tag last) or JSONL `{"tokens", "tags"}` (token-classify),
+    /// JSONL `{"context", "question"?, "choices", "label"}` or SWAG's `sent1`, `sent2`,
+    /// `ending0..`, `label` (multiple-choice; the same number of choices on every row).
     #[arg(long)]
     pub train: PathBuf,
     /// Evaluation data in the same format, scored after every epoch.
@@ -105,8 +109,8 @@ pub struct Args {
     /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
     #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
     pub max_shard_size: Option<u64>,
-    /// classify on GPT-2: weight λ of the LM loss on the same inputs (GPT-1's
-    /// L2 + λ·L1); 0 = off.
+    /// classify and multiple-choice on GPT-2: weight λ of the LM loss on the
+    /// same inputs (GPT-1's L2 + λ·L1); 0 = off.
     #[arg(long, default_value_t = 0.5)]
     pub lm_coef: f32,
 }
@@ -202,6 +206,9 @@ pub fn run(a: Args) -> Result<()> {
         }
         FinetuneTask::Regression => {
             finetune_regression(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
+        }
+        FinetuneTask::MultipleChoice => {
+            finetune_multiple_choice(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
         }
     }
     .map_err(|e| match e {

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod classify_data;
 pub mod html;
 pub mod mlm;
+pub mod multiple_choice;
 pub mod nsp;
 pub mod overlap;
 pub mod parquet;

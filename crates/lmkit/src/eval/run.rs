@@ -12,18 +12,19 @@ use lmkit_tokenizers::wordpiece::{Truncation, WordPieceTokenizer};
 use lmkit_tokenizers::{BpeTokenizer, Encoding};
 
 use crate::data::classify_data::ClassifyData;
+use crate::data::multiple_choice::ChoiceData;
 use crate::data::squad::SquadExample;
 use crate::data::tagging::TaggedEncoding;
 use crate::error::{Error, Result};
 use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
 use crate::models::bert::Answer;
 use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
-use crate::models::gpt2::classify::{encode_for_classify, task_batch};
+use crate::models::gpt2::classify::{encode_choice, encode_for_classify, task_batch};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, KvCache, SamplingParams};
 
 use super::bleu::{corpus_bleu, Bleu};
 use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
-use super::classify::{classify_scores, ClassifyScores};
+use super::classify::{accuracy, classify_scores, ClassifyScores};
 use super::lambada::{lambada_scores, score_target, LambadaItem, LambadaOutcome, LambadaScores};
 use super::qa::QaItem;
 use super::regression::{regression_scores, RegressionScores};
@@ -213,6 +214,188 @@ pub fn gpt2_classify_logits(
         out.extend(model.forward_task(&batch, 0.0)?.logits);
     }
     Ok(out)
+}
+
+/// Encodes multiple-choice examples for BERT as HF run_swag does: each
+/// choice the pair `[CLS] A [SEP] B [SEP]` of [`ChoiceExample::bert_pair`]
+/// (context; question + choice), truncated longest-first to `max_len`.
+/// `[E·K]`: the K choices of each example in order.
+///
+/// [`ChoiceExample::bert_pair`]: crate::data::multiple_choice::ChoiceExample::bert_pair
+pub fn encode_multiple_choice(
+    tok: &WordPieceTokenizer,
+    data: &ChoiceData,
+    max_len: usize,
+) -> Result<Vec<Encoding>> {
+    let mut tok = tok.clone();
+    tok.set_padding(None);
+    tok.set_truncation(Some(Truncation::new(max_len)));
+    let mut out = Vec::with_capacity(data.examples.len() * data.num_choices);
+    for e in &data.examples {
+        for k in 0..e.choices.len() {
+            let (a, b) = e.bert_pair(k);
+            out.push(tok.encode_pair(a, &b, true)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes multiple-choice examples for GPT-2 as its fine-tuning does
+/// ([`encode_choice`]: `context question <|endoftext|> choice`, at most
+/// `max_len` tokens). `[E·K]`: the K choices of each example in order.
+pub fn encode_gpt2_multiple_choice(
+    tok: &BpeTokenizer,
+    data: &ChoiceData,
+    max_len: usize,
+    delimiter: u32,
+) -> Vec<Vec<u32>> {
+    let mut out = Vec::with_capacity(data.examples.len() * data.num_choices);
+    for e in &data.examples {
+        let prefix = e.gpt2_prefix();
+        for c in &e.choices {
+            out.push(encode_choice(tok, delimiter, &prefix, c, max_len));
+        }
+    }
+    out
+}
+
+/// Multiple-choice predictions, their scores and accuracy.
+pub struct ChoiceEval {
+    /// Fraction of examples whose best-scored choice is the right one.
+    pub accuracy: f64,
+    pub count: usize,
+    /// Mean cross-entropy of the right choice over each example's K scores.
+    pub loss: f64,
+    /// The best-scored choice of each example.
+    pub predictions: Vec<usize>,
+    /// `[E][K]` the head's score of every choice.
+    pub scores: Vec<Vec<f32>>,
+}
+
+fn choice_eval(scores: Vec<Vec<f32>>, gold: &[usize]) -> ChoiceEval {
+    let mut preds = Vec::with_capacity(gold.len());
+    let nll: f64 = scores
+        .iter()
+        .zip(gold)
+        .map(|(row, &g)| score_row(row, g, &mut preds))
+        .sum();
+    ChoiceEval {
+        accuracy: accuracy(gold, &preds),
+        count: gold.len(),
+        loss: nll / gold.len().max(1) as f64,
+        predictions: preds,
+        scores,
+    }
+}
+
+fn check_choices(rows: usize, k: usize, gold: &[usize]) -> Result<()> {
+    if k == 0 || rows != gold.len() * k || gold.iter().any(|&g| g >= k) {
+        return Err(Error::InvalidInput(format!(
+            "multiple choice: {rows} sequences for {} examples of {k} choices (labels below {k})",
+            gold.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Scores every choice with a `BertForMultipleChoice` (`encs` `[E·K]` from
+/// [`encode_multiple_choice`]), `batch_size` examples (of K sequences) per
+/// forward, padded per batch; the prediction is the best-scored choice.
+pub fn eval_multiple_choice(
+    model: &Bert,
+    pad_id: u32,
+    encs: &[Encoding],
+    k: usize,
+    gold: &[usize],
+    batch_size: usize,
+) -> Result<ChoiceEval> {
+    model.require(HeadKind::MultipleChoice)?;
+    check_choices(encs.len(), k, gold)?;
+    let mut scores = Vec::with_capacity(gold.len());
+    let mut acts = BertActivations::new(false);
+    for chunk in encs.chunks(batch_size.max(1) * k) {
+        let refs: Vec<&Encoding> = chunk.iter().collect();
+        let batch = BertBatch::from_encodings(&refs, pad_id)?;
+        model.forward(&batch, &mut acts)?;
+        let logits = model.choice_logits(&model.pooled(&acts)?)?;
+        scores.extend(logits.chunks_exact(k).map(<[f32]>::to_vec));
+    }
+    Ok(choice_eval(scores, gold))
+}
+
+/// [`eval_multiple_choice`] for a `GPT2DoubleHeadsModel`: `rows` `[E·K]`
+/// from [`encode_gpt2_multiple_choice`], each scored at its last token; the
+/// loss is the multiple-choice loss alone (no LM term).
+pub fn eval_gpt2_multiple_choice(
+    model: &mut Gpt2,
+    rows: &[Vec<u32>],
+    k: usize,
+    gold: &[usize],
+    batch_size: usize,
+) -> Result<ChoiceEval> {
+    check_choices(rows.len(), k, gold)?;
+    // Right padding after each row's last token, which the head reads: the
+    // pad id changes nothing a causal model computes for the real tokens.
+    let pad = model.config.pad_token_id.unwrap_or(0);
+    let mut scores = Vec::with_capacity(gold.len());
+    let bs = batch_size.max(1);
+    for (chunk, g) in rows.chunks(bs * k).zip(gold.chunks(bs)) {
+        let refs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+        let labels = g.iter().map(|&x| x as u32).collect();
+        let batch = task_batch(&refs, pad, labels, k);
+        let logits = model.forward_task(&batch, 0.0)?.logits;
+        scores.extend(logits.chunks_exact(k).map(<[f32]>::to_vec));
+    }
+    Ok(choice_eval(scores, gold))
+}
+
+/// Scores `data` with the multiple-choice model in `dir`, of either family
+/// (`BertForMultipleChoice` or `GPT2DoubleHeadsModel`, from its
+/// config.json), its choices encoded as fine-tuning encodes them, at most
+/// `max_len` tokens (and the model's positions), `batch_size` examples per
+/// forward.
+pub fn eval_multiple_choice_dir(
+    dir: &std::path::Path,
+    data: &ChoiceData,
+    max_len: usize,
+    batch_size: usize,
+) -> Result<ChoiceEval> {
+    let (k, gold) = (data.num_choices, data.labels());
+    match crate::checkpoint::read_config(dir, None)? {
+        crate::spec::config::AnyConfig::Bert(_) => {
+            let model = Bert::from_dir(dir)?;
+            model.require(HeadKind::MultipleChoice)?;
+            let tok = WordPieceTokenizer::from_dir(dir)?;
+            let max_len = max_len.min(model.config.max_position_embeddings);
+            let encs = encode_multiple_choice(&tok, data, max_len)?;
+            eval_multiple_choice(&model, tok.pad_id(), &encs, k, &gold, batch_size)
+        }
+        crate::spec::config::AnyConfig::Gpt2(_) => {
+            let arch = crate::spec::names::Architecture::Gpt2DoubleHeadsModel;
+            let pre = crate::checkpoint::load_pretrained(
+                &dir.display().to_string(),
+                Some(arch),
+                crate::checkpoint::LoadOptions::default(),
+            )?;
+            let crate::spec::config::AnyConfig::Gpt2(config) = pre.config else {
+                return Err(Error::InvalidInput(format!(
+                    "{}: not a GPT-2 config",
+                    dir.display()
+                )));
+            };
+            let tok = BpeTokenizer::from_dir(dir)?;
+            let delimiter = tok.endoftext_id().ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "{}: the tokenizer has no <|endoftext|> token (the choice delimiter)",
+                    dir.display()
+                ))
+            })?;
+            let mut model = Gpt2::from_params_for(config, arch, pre.params)?;
+            let max_len = max_len.min(model.config.n_positions);
+            let rows = encode_gpt2_multiple_choice(&tok, data, max_len, delimiter);
+            eval_gpt2_multiple_choice(&mut model, &rows, k, &gold, batch_size)
+        }
+    }
 }
 
 /// Token-classification predictions and scores.

@@ -2,8 +2,9 @@
 //! span QA from any BERT
 //! checkpoint (a bare `BertModel` such as all-MiniLM-L6-v2 included, new
 //! heads initialised as HF does), sequence classification of GPT-2
-//! (`GPT2ForSequenceClassification` with GPT-1's auxiliary LM loss), and
-//! causal-LM fine-tuning of GPT-2.
+//! (`GPT2ForSequenceClassification` with GPT-1's auxiliary LM loss),
+//! multiple choice for both (`BertForMultipleChoice`, `GPT2DoubleHeadsModel`),
+//! and causal-LM fine-tuning of GPT-2.
 //!
 //! The loop is the `train` engine's [`train_step`] (AdamW with decoupled
 //! weight decay on the layout's decay flags, global-norm clipping, linear
@@ -38,12 +39,17 @@ use crate::checkpoint::{
     load_params, load_pretrained, open_model_dir_for, read_config, save_params_sharded, LoadOptions,
 };
 use crate::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
+use crate::data::multiple_choice::read_multiple_choice;
 use crate::data::squad::{read_squad, SquadExample};
 use crate::data::tagging::{encode_words, read_tagging, tag_map, TaggedEncoding, TaggingData};
 use crate::data::TokenBatch;
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_regression,
     eval_squad, eval_token_classify,
+};
+use crate::eval::run::{
+    encode_gpt2_multiple_choice, encode_multiple_choice, eval_gpt2_multiple_choice,
+    eval_multiple_choice, ChoiceEval,
 };
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
@@ -81,6 +87,9 @@ pub enum FinetuneTask {
     /// `BertForSequenceClassification` with one output (`problem_type`
     /// regression, MSE) on JSONL `{"text", "text_pair"?, "label": number}`.
     Regression,
+    /// `BertForMultipleChoice` / `GPT2DoubleHeadsModel` on JSONL
+    /// `{"context", "question"?, "choices", "label"}` or SWAG's columns.
+    MultipleChoice,
 }
 
 impl std::str::FromStr for FinetuneTask {
@@ -92,8 +101,10 @@ impl std::str::FromStr for FinetuneTask {
             "lm" => Ok(Self::Lm),
             "token-classify" => Ok(Self::TokenClassify),
             "regression" => Ok(Self::Regression),
+            "multiple-choice" => Ok(Self::MultipleChoice),
             o => Err(format!(
-                "unknown task `{o}` (expected classify, qa, lm, token-classify or regression)"
+                "unknown task `{o}` (expected classify, qa, lm, token-classify, regression or \
+                 multiple-choice)"
             )),
         }
     }
@@ -108,6 +119,7 @@ impl FinetuneTask {
             Self::Lm => "lm",
             Self::TokenClassify => "token-classify",
             Self::Regression => "regression",
+            Self::MultipleChoice => "multiple-choice",
         }
     }
 }
@@ -429,7 +441,7 @@ struct RunRecord {
     grad_clip: f32,
     /// QA only.
     doc_stride: Option<usize>,
-    /// Classification only (GPT-2 uses it).
+    /// Classification and multiple choice only (GPT-2 uses it).
     lm_coef: Option<f32>,
     /// Training items (examples, windows or blocks) the data made.
     examples: usize,
@@ -482,7 +494,8 @@ impl<'a> Job<'a> {
                 eps: opts.eps,
                 grad_clip: opts.grad_clip,
                 doc_stride: (task == FinetuneTask::Qa).then_some(opts.doc_stride),
-                lm_coef: (task == FinetuneTask::Classify).then_some(opts.lm_coef),
+                lm_coef: matches!(task, FinetuneTask::Classify | FinetuneTask::MultipleChoice)
+                    .then_some(opts.lm_coef),
                 examples: 0,
             },
             resume: None,
@@ -1451,6 +1464,234 @@ pub fn finetune_token_classify(
         &save,
         description,
         eval_encs.as_ref().map_or(0, Vec::len),
+        job,
+        on_event,
+    )
+}
+
+/// Fine-tunes a multiple-choice model from the checkpoint in `model_dir`
+/// (the family is read from its config.json) on [`read_multiple_choice`]
+/// data, `batch_size` examples of K choices per step:
+/// `BertForMultipleChoice` from a BERT (HF run_swag: each choice the pair
+/// (context, question + choice), the pooled `[CLS]` of each scored by
+/// `classifier` [1, C], cross-entropy over the K scores), or
+/// `GPT2DoubleHeadsModel` from a GPT-2 (see [`finetune_gpt2_multiple_choice`]).
+/// The evaluation file may have another K than the training file.
+pub fn finetune_multiple_choice(
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    let job = Job::start(
+        FinetuneTask::MultipleChoice,
+        model_dir,
+        train,
+        eval,
+        output,
+        opts,
+    )?;
+    let config = match read_config(model_dir, None)? {
+        AnyConfig::Bert(c) => c,
+        AnyConfig::Gpt2(c) => {
+            return finetune_gpt2_multiple_choice(model_dir, c, train, eval, job, opts, on_event)
+        }
+    };
+    let arch = Architecture::BertForMultipleChoice;
+    let tok = WordPieceTokenizer::from_dir(model_dir)?;
+    check_fits(model_dir, &tok, &config, true)?;
+    let train_data = read_multiple_choice(train)?;
+    let eval_data = eval.map(read_multiple_choice).transpose()?;
+    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
+    let (model, _) = load_bert_as(model_dir, config, arch, opts.seed)?;
+    let train_encs = encode_multiple_choice(&tok, &train_data, max_len)?;
+    let eval_encs = eval_data
+        .as_ref()
+        .map(|d| encode_multiple_choice(&tok, d, max_len))
+        .transpose()?;
+    let (k, gold) = (train_data.num_choices, train_data.labels());
+    let pad = tok.pad_id();
+    let mut trainer = BertTrainer::new(model)?;
+    let mut batch = BertTrainBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
+        // [B, K, T] as [B·K, T]: each example's K choices in order.
+        let refs: Vec<&Encoding> = idx
+            .iter()
+            .flat_map(|&i| &train_encs[i * k..(i + 1) * k])
+            .collect();
+        bt.batch = pad_batch(&refs, pad).expect("valid batch");
+        bt.targets = BertTargets {
+            choice_labels: Some(idx.iter().map(|&i| gold[i] as i32).collect()),
+            ..Default::default()
+        };
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
+        let (Some(encs), Some(d)) = (&eval_encs, &eval_data) else {
+            return Ok(None);
+        };
+        let r = eval_multiple_choice(&m.model, pad, encs, d.num_choices, &d.labels(), eval_bs)?;
+        Ok(Some(choice_row(&r)))
+    };
+    let description = format!(
+        "multiple-choice: {k} choices, {} train examples ({} sequences of ≤ {max_len} tokens)",
+        train_data.examples.len(),
+        train_encs.len()
+    );
+    let save =
+        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
+        &mut trainer,
+        train_data.examples.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &save,
+        description,
+        eval_data.as_ref().map_or(0, |d| d.examples.len()),
+        job,
+        on_event,
+    )
+}
+
+/// The metrics row of a multiple-choice evaluation.
+fn choice_row(r: &ChoiceEval) -> Map<String, Value> {
+    json!({
+        "eval_loss": r.loss,
+        "eval_accuracy": r.accuracy,
+        "eval_examples": r.count,
+    })
+    .as_object()
+    .cloned()
+    .expect("object")
+}
+
+/// `finetune_multiple_choice` for GPT-2 (GPT-1 §3.2's input transformation
+/// for multiple choice): each choice is the sequence `context question
+/// <|endoftext|> choice` ([`encode_choice`](crate::models::gpt2::classify::encode_choice)),
+/// the multiple-choice head
+/// (`multiple_choice_head.summary` [1, C] + [1], new ones N(0,
+/// initializer_range) and 0 as HF initialises them) scores its last token
+/// (`mc_token_ids`), softmax over the K choices; the loss adds `lm_coef`
+/// times the LM loss on the same sequences (GPT-1's λ). Saved as
+/// `GPT2DoubleHeadsModel` with `pad_token_id` (`<|endoftext|>` unless the
+/// config names one) and `num_labels` 1, as HF has it.
+fn finetune_gpt2_multiple_choice(
+    model_dir: &Path,
+    mut config: crate::spec::config::Gpt2Config,
+    train: &Path,
+    eval: Option<&Path>,
+    job: Job,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    let arch = Architecture::Gpt2DoubleHeadsModel;
+    if !(opts.lm_coef >= 0.0 && opts.lm_coef.is_finite()) {
+        return Err(invalid(format!(
+            "`lm_coef` {} must be a finite number >= 0",
+            opts.lm_coef
+        )));
+    }
+    let tok = BpeTokenizer::from_dir(model_dir)?;
+    check_vocab(tok.vocab_size(), config.vocab_size)?;
+    let eos = tok.endoftext_id().ok_or_else(|| {
+        invalid("the tokenizer has no <|endoftext|> token (the choice delimiter and padding)")
+    })?;
+    let pad = *config.pad_token_id.get_or_insert(eos);
+    for (what, id) in [("pad_token_id", pad), ("<|endoftext|>", eos)] {
+        if id as usize >= config.vocab_size {
+            return Err(invalid(format!(
+                "{what} {id} is outside the model's vocabulary of {}",
+                config.vocab_size
+            )));
+        }
+    }
+    // HF's GPT2DoubleHeadsModel: one score per choice.
+    config.set_num_labels(1);
+    let train_data = read_multiple_choice(train)?;
+    let eval_data = eval.map(read_multiple_choice).transpose()?;
+    let (_, file) = open_model_dir_for(model_dir, Some((Family::Gpt2, arch.hf_name())))?;
+    let layout = gpt2_layout_for(&config, arch)?;
+    let mut params = layout.try_zeros()?;
+    let report = load_params(
+        &layout,
+        &mut params,
+        &file,
+        Family::Gpt2,
+        LoadOptions {
+            allow_missing_heads: true,
+            ignore_unused_heads: true,
+        },
+    )?;
+    if report.missing_heads.iter().any(|n| n == "lm_head.weight") {
+        return Err(invalid(format!(
+            "{}: the model has tie_word_embeddings false but no lm_head.weight, which \
+             GPT2DoubleHeadsModel keeps",
+            model_dir.display()
+        )));
+    }
+    let mut rng = Rng::derive(opts.seed, 0x4845_4144); // "HEAD"
+    for name in &report.missing_heads {
+        if let Some(r) = layout.range(name) {
+            let weight = name.ends_with(".weight");
+            for x in &mut params[r] {
+                *x = if weight {
+                    (rng.normal() * config.initializer_range) as f32
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    let model = Gpt2::from_params_for(config, arch, params)?;
+    let t = opts.max_seq_len.min(model.config.n_positions);
+    let train_rows = encode_gpt2_multiple_choice(&tok, &train_data, t, eos);
+    let eval_rows = eval_data
+        .as_ref()
+        .map(|d| encode_gpt2_multiple_choice(&tok, d, t, eos));
+    let (k, gold) = (train_data.num_choices, train_data.labels());
+    let mut trainer = Gpt2TaskTrainer {
+        model,
+        lm_coef: opts.lm_coef,
+    };
+    let mut batch = Gpt2TaskBatch::default();
+    let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
+        let refs: Vec<&[u32]> = idx
+            .iter()
+            .flat_map(|&i| &train_rows[i * k..(i + 1) * k])
+            .map(Vec::as_slice)
+            .collect();
+        *bt = task_batch(&refs, pad, idx.iter().map(|&i| gold[i] as u32).collect(), k);
+    };
+    let eval_bs = opts.eval_batch_size;
+    let mut evaluate = |m: &mut Gpt2TaskTrainer| -> Result<Option<Map<String, Value>>> {
+        let (Some(rows), Some(d)) = (&eval_rows, &eval_data) else {
+            return Ok(None);
+        };
+        let r = eval_gpt2_multiple_choice(&mut m.model, rows, d.num_choices, &d.labels(), eval_bs)?;
+        Ok(Some(choice_row(&r)))
+    };
+    let description = format!(
+        "multiple-choice (GPT-2, lm_coef {}): {k} choices, {} train examples ({} sequences of ≤ {t} tokens)",
+        opts.lm_coef,
+        train_data.examples.len(),
+        train_rows.len()
+    );
+    let save =
+        |t: &Gpt2TaskTrainer, dir: &Path| save_gpt2(&t.model, arch, &tok, opts.max_shard_size, dir);
+    run_loop(
+        &mut trainer,
+        train_data.examples.len(),
+        opts,
+        &mut batch,
+        &mut fill,
+        &mut evaluate,
+        &save,
+        description,
+        eval_data.as_ref().map_or(0, |d| d.examples.len()),
         job,
         on_event,
     )

@@ -428,6 +428,30 @@ pub fn bert_layout(cfg: &BertConfig, heads: BertHeads) -> Result<ParamLayout> {
     if heads.nsp {
         linear(&mut l, "cls.seq_relationship", 2, c)?;
     }
+    if heads.multiple_choice && !heads.pooler {
+        return Err(Error::InvalidInput(
+            "the multiple-choice head needs the pooler".into(),
+        ));
+    }
+    if [
+        heads.classifier,
+        heads.token_classifier,
+        heads.multiple_choice,
+    ]
+    .iter()
+    .filter(|&&h| h)
+    .count()
+        > 1
+    {
+        return Err(Error::InvalidInput(
+            "sequence, token and multiple-choice classifiers share `classifier`: one at most"
+                .into(),
+        ));
+    }
+    if heads.multiple_choice {
+        // HF's BertForMultipleChoice: Linear(hidden, 1) whatever num_labels says.
+        linear(&mut l, "classifier", 1, c)?;
+    }
     if heads.classifier || heads.token_classifier {
         if cfg.num_labels() == 0 {
             return Err(Error::config(
@@ -533,6 +557,7 @@ mod tests {
             classifier: true,
             qa: true,
             token_classifier: false,
+            multiple_choice: false,
         };
         let l = bert_layout(&cfg, all).unwrap();
         let w = bert_qkv_weight_range(&l, 1).unwrap();

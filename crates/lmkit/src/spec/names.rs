@@ -30,6 +30,10 @@ pub struct BertHeads {
     /// `classifier` [L,C], [L] on every token (`BertForTokenClassification`);
     /// the same tensors as `classifier`, never both.
     pub token_classifier: bool,
+    /// `classifier` [1,C], [1] on the pooled output of each choice
+    /// (`BertForMultipleChoice`); needs the pooler; never with the others
+    /// that own `classifier`.
+    pub multiple_choice: bool,
 }
 
 /// Which GPT-2 heads a model has (see `Architecture::gpt2_heads`).
@@ -77,10 +81,12 @@ pub enum Architecture {
     BertForTokenClassification,
     /// `BertForQuestionAnswering`: `qa_outputs` [2, C], no pooler.
     BertForQuestionAnswering,
+    /// `BertForMultipleChoice`: pooler + `classifier` [1, C], one score per choice.
+    BertForMultipleChoice,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 11] = [
+    pub const ALL: [Architecture; 12] = [
         Architecture::Gpt2Model,
         Architecture::Gpt2LMHeadModel,
         Architecture::Gpt2ForSequenceClassification,
@@ -92,6 +98,7 @@ impl Architecture {
         Architecture::BertForSequenceClassification,
         Architecture::BertForTokenClassification,
         Architecture::BertForQuestionAnswering,
+        Architecture::BertForMultipleChoice,
     ];
 
     /// The HF class name, as written in `config.json` `architectures`.
@@ -108,6 +115,7 @@ impl Architecture {
             Architecture::BertForSequenceClassification => "BertForSequenceClassification",
             Architecture::BertForTokenClassification => "BertForTokenClassification",
             Architecture::BertForQuestionAnswering => "BertForQuestionAnswering",
+            Architecture::BertForMultipleChoice => "BertForMultipleChoice",
         }
     }
 
@@ -189,6 +197,11 @@ impl Architecture {
                 ..none
             },
             Architecture::BertForQuestionAnswering => BertHeads { qa: true, ..none },
+            Architecture::BertForMultipleChoice => BertHeads {
+                pooler: true,
+                multiple_choice: true,
+                ..none
+            },
         }
     }
 }
@@ -416,6 +429,14 @@ mod tests {
         assert_eq!(
             file_key(BertForQuestionAnswering, "qa_outputs.bias"),
             "qa_outputs.bias"
+        );
+        assert_eq!(
+            file_key(BertForMultipleChoice, "classifier.weight"),
+            "classifier.weight"
+        );
+        assert_eq!(
+            file_key(BertForMultipleChoice, "pooler.dense.bias"),
+            "bert.pooler.dense.bias"
         );
         assert_eq!(
             file_key(BertModel, "pooler.dense.bias"),

@@ -18,7 +18,8 @@
 //! `MSELoss(logits.squeeze(), labels.squeeze())`); token classification = mean
 //! cross-entropy over the tokens whose label ≠ −100; QA = (CE(start) + CE(end)) / 2 with
 //! the softmax over all T positions, positions clamped to [0, T] and T
-//! ignored. The total is the sum of the active heads' losses (BERT
+//! ignored; multiple choice = mean cross-entropy over the E examples of the
+//! K scores of their choices (rows `e·K .. e·K + K`). The total is the sum of the active heads' losses (BERT
 //! pretraining: MLM + NSP). Training runs with dropout off.
 //!
 //! Backward (per layer, reverse of `model::bert`'s forward):
@@ -64,6 +65,9 @@ pub struct BertTargets {
     /// `[B]` answer start / end token (inclusive); outside [0, T) = no answer in this window.
     pub start_positions: Option<Vec<i32>>,
     pub end_positions: Option<Vec<i32>>,
+    /// `[E]` the right choice of each of E examples (multiple choice): the
+    /// batch's B = E·K rows are each example's K choices, in order.
+    pub choice_labels: Option<Vec<i32>>,
 }
 
 /// A batch with its targets (the [`Trainable::Batch`] of [`BertTrainer`]).
@@ -91,6 +95,9 @@ pub struct HeadStats {
     pub token_correct: usize,
     /// Start and end cross-entropies together (count = both sides' targets).
     pub qa: LossParts,
+    /// Multiple choice, over the examples (not their choices).
+    pub choice: LossParts,
+    pub choice_correct: usize,
 }
 
 impl HeadStats {
@@ -106,6 +113,8 @@ impl HeadStats {
         self.token.add(o.token);
         self.token_correct += o.token_correct;
         self.qa.add(o.qa);
+        self.choice.add(o.choice);
+        self.choice_correct += o.choice_correct;
     }
 
     /// Mean of the per-batch total losses.
@@ -130,6 +139,8 @@ pub struct HeadOutputs {
     /// `[B,T]` each.
     pub start_logits: Vec<f32>,
     pub end_logits: Vec<f32>,
+    /// `[E,K]` one score per choice.
+    pub choice_logits: Vec<f32>,
 }
 
 /// Backward scratch for one (B, T).
@@ -278,6 +289,24 @@ impl BertTrainer {
         }
         if tg.start_positions.is_some() {
             need(h.qa, "question-answering")?;
+        }
+        if let Some(c) = &tg.choice_labels {
+            need(h.multiple_choice, "multiple-choice")?;
+            if c.is_empty() || !bs.is_multiple_of(c.len()) {
+                return Err(Error::InvalidInput(format!(
+                    "multiple choice: {} labels for {bs} rows (each example's choices in order)",
+                    c.len()
+                )));
+            }
+            let k = bs / c.len();
+            if let Some(&x) = c
+                .iter()
+                .find(|&&y| y != IGNORE_INDEX && !(0..k as i32).contains(&y))
+            {
+                return Err(Error::InvalidInput(format!(
+                    "choice label {x} is not one of the {k} choices"
+                )));
+            }
         }
         len(&tg.mlm_labels, bs * t, "MLM labels")?;
         len(&tg.nsp_labels, bs, "NSP labels")?;
@@ -440,9 +469,11 @@ impl BertTrainer {
             }
         }
 
-        // --- Pooler-based heads (NSP, classifier, regression).
-        let pooled_heads =
-            tg.nsp_labels.is_some() || tg.class_labels.is_some() || tg.regression_targets.is_some();
+        // --- Pooler-based heads (NSP, classifier, regression, multiple choice).
+        let pooled_heads = tg.nsp_labels.is_some()
+            || tg.class_labels.is_some()
+            || tg.regression_targets.is_some()
+            || tg.choice_labels.is_some();
         if pooled_heads {
             let pooler = Pooler::forward(layout, params, h, b, t, c);
             let pooled = &pooler.pooled;
@@ -536,6 +567,49 @@ impl BertTrainer {
                         k,
                     );
                 }
+            }
+            // HF BertForMultipleChoice: one score per choice [B,1] read as
+            // [E,K], mean CE over the examples.
+            if let Some(labels) = &tg.choice_labels {
+                let (e, k) = (labels.len(), b / labels.len());
+                let mut logits = linear_head(layout, params, "classifier", pooled, c, 1);
+                st.choice_correct = (0..e)
+                    .filter(|&r| {
+                        labels[r] != IGNORE_INDEX
+                            && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
+                    })
+                    .count();
+                self.outputs.choice_logits = logits.clone();
+                let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
+                let mut losses = vec![0.0; e];
+                let (sum, count) = if backward && count > 0 {
+                    let r = kernels::cross_entropy_fused(
+                        &mut logits,
+                        &mut losses,
+                        labels,
+                        e,
+                        k,
+                        IGNORE_INDEX,
+                        grad_scale / count as f32,
+                    );
+                    linear_bwd(
+                        layout,
+                        params,
+                        grads,
+                        "classifier",
+                        Some(&mut dpooled),
+                        &logits,
+                        pooled,
+                        b,
+                        c,
+                        1,
+                    );
+                    r
+                } else {
+                    kernels::cross_entropy_forward(&mut losses, &logits, labels, e, k, IGNORE_INDEX)
+                };
+                st.choice = LossParts { sum, count };
+                st.loss += st.choice.mean();
             }
             if backward {
                 pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);

@@ -67,6 +67,7 @@ pub enum HeadKind {
     Classifier,
     TokenClassifier,
     QuestionAnswering,
+    MultipleChoice,
 }
 
 impl HeadKind {
@@ -80,6 +81,9 @@ impl HeadKind {
                 "token-classification head (`classifier.*` of BertForTokenClassification)"
             }
             HeadKind::QuestionAnswering => "question-answering head (`qa_outputs.*`)",
+            HeadKind::MultipleChoice => {
+                "multiple-choice head (`classifier.*` of BertForMultipleChoice)"
+            }
         }
     }
 }
@@ -122,15 +126,15 @@ impl Bert {
             }
         };
         let mut heads = detect_heads(&file);
-        // `classifier.*` is per token when the checkpoint says so.
-        if heads.classifier
-            && config
-                .architectures
-                .iter()
-                .any(|a| a == Architecture::BertForTokenClassification.hf_name())
-        {
+        // `classifier.*` is per token, or one score per choice, when the
+        // checkpoint says so.
+        let says = |arch: Architecture| config.architectures.iter().any(|a| a == arch.hf_name());
+        if heads.classifier && says(Architecture::BertForTokenClassification) {
             heads.classifier = false;
             heads.token_classifier = true;
+        } else if heads.classifier && says(Architecture::BertForMultipleChoice) {
+            heads.classifier = false;
+            heads.multiple_choice = true;
         }
         let architecture = config
             .architectures
@@ -203,6 +207,7 @@ impl Bert {
             HeadKind::Classifier => self.heads.classifier,
             HeadKind::TokenClassifier => self.heads.token_classifier,
             HeadKind::QuestionAnswering => self.heads.qa,
+            HeadKind::MultipleChoice => self.heads.multiple_choice,
         };
         if has {
             Ok(())
@@ -477,6 +482,21 @@ impl Bert {
             pooled,
             c,
             l,
+        ))
+    }
+
+    /// `BertForMultipleChoice`'s classifier on the pooled output of each
+    /// choice `[B·K,C]` → one score per choice `[B·K]` (read as `[B,K]`).
+    pub fn choice_logits(&self, pooled: &[f32]) -> Result<Vec<f32>> {
+        self.require(HeadKind::MultipleChoice)?;
+        let c = self.config.hidden_size;
+        Ok(linear_head(
+            &self.layout,
+            &self.params,
+            "classifier",
+            pooled,
+            c,
+            1,
         ))
     }
 

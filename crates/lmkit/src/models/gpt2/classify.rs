@@ -36,6 +36,29 @@ pub fn encode_for_classify(
     ids
 }
 
+/// One choice of a multiple-choice example as GPT-1 §3.2 transforms it:
+/// `prefix <|endoftext|> choice` (`prefix` = context and question), the
+/// multiple-choice head reading its last token. Longer than `max_len`, the
+/// prefix loses tokens from its start (the end of a context is what a choice
+/// continues), then the choice from its end.
+pub fn encode_choice(
+    tok: &BpeTokenizer,
+    delimiter: u32,
+    prefix: &str,
+    choice: &str,
+    max_len: usize,
+) -> Vec<u32> {
+    let p = tok.encode_ordinary(prefix.as_bytes());
+    let mut c = tok.encode_ordinary(choice.as_bytes());
+    c.truncate(max_len.saturating_sub(1));
+    let keep = max_len.saturating_sub(1 + c.len()).min(p.len());
+    let mut ids = Vec::with_capacity(keep + 1 + c.len());
+    ids.extend_from_slice(&p[p.len() - keep..]);
+    ids.push(delimiter);
+    ids.extend(c);
+    ids
+}
+
 /// A right-padded batch of `rows` (an empty row becomes one `pad` token)
 /// with `labels`, `choices` rows per example.
 pub fn task_batch(rows: &[&[u32]], pad: u32, labels: Vec<u32>, choices: usize) -> Gpt2TaskBatch {
