@@ -22,7 +22,8 @@ load in transformers with no missing or unexpected keys, and give the same answe
 
 `LMKIT=path/to/lmkit` runs another build (a debug one is slower, not different).
 
-Needs torch + transformers (not used by CI). Exits 1 on any mismatch.
+Needs torch + transformers (+ scipy for regression); scripts/test.sh runs it with the debug
+build in assets/.venv-fixtures. Exits 1 on any mismatch.
 """
 import json
 import os

@@ -31,6 +31,17 @@ python3 scripts/check_overlap.py target/debug/lmkit
 scripts/fetch-big-assets.sh
 cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
 
+# A random-init GPT-2 fine-tuned as a classifier end to end (about 15 s).
+cargo test -p lmkit --locked --test gpt2_heads -- --ignored
+
+# HF round trips of every fine-tuned head (classify, regression, qa, BERT
+# pretraining, multiple choice for both families): what `lmkit finetune` writes,
+# transformers loads with the same outputs (scipy for the correlations).
+fx=assets/.venv-fixtures/bin/python
+"$fx" -c "import scipy" 2>/dev/null ||
+  assets/.venv-fixtures/bin/pip install -q "$(grep -E '^scipy==' scripts/requirements-dev.txt)"
+LMKIT=target/debug/lmkit "$fx" scripts/check_finetune_hf.py
+
 # The examples, run tiny: each is a short program over the public API only.
 ex="$(mktemp -d)"
 trap 'rm -rf "$ex"' EXIT
