@@ -257,6 +257,12 @@ fn bert_recipe_saves_a_multiple_choice_model_that_evaluates_alike() {
         max_seq_len: 16,
         ..FinetuneOptions::default()
     };
+    // A sequence classifier's head (2 rows) is no multiple-choice head (1 row):
+    // said before anything is written.
+    let clf = fixture("bert-tiny-classify");
+    let e = finetune_multiple_choice(&clf, &train, None, &out, &opts, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("sequence classifier"), "{e}");
+    assert!(!out.join("model.safetensors").exists());
     let base = fixture("bert-tiny-bare");
     let s =
         finetune_multiple_choice(&base, &train, Some(&train), &out, &opts, &mut |_| {}).unwrap();

@@ -1500,6 +1500,20 @@ pub fn finetune_multiple_choice(
         }
     };
     let arch = Architecture::BertForMultipleChoice;
+    // A sequence classifier's `classifier` has one row per label; this head
+    // has one score per choice: said plainly rather than as a shape mismatch.
+    let (_, file) = open_model_dir_for(model_dir, None)?;
+    if let Some(shape) = file
+        .shape("classifier.weight")
+        .filter(|s| s.first() != Some(&1))
+    {
+        return Err(invalid(format!(
+            "{}: its classifier.weight has shape {shape:?} (a sequence classifier's); multiple \
+             choice scores each choice with one output [1, hidden]: start from the encoder it \
+             was fine-tuned from, or a BertForMultipleChoice checkpoint",
+            model_dir.display()
+        )));
+    }
     let tok = WordPieceTokenizer::from_dir(model_dir)?;
     check_fits(model_dir, &tok, &config, true)?;
     let train_data = read_multiple_choice(train)?;
