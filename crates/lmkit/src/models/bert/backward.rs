@@ -194,6 +194,43 @@ fn argmax(row: &[f32]) -> usize {
     best
 }
 
+/// A classification head's loss over `rows` rows of `k` logits (HF: mean CE
+/// over the labels ≠ −100) and how many rows it gets right. With `backward`
+/// (and a label to learn from) `logits` becomes d loss / d logits, scaled by
+/// `grad_scale`, and the result says so: the caller runs the head's backward.
+/// Returns (loss parts, correct rows, gradient written).
+fn ce_head(
+    logits: &mut [f32],
+    labels: &[i32],
+    rows: usize,
+    k: usize,
+    backward: bool,
+    grad_scale: f32,
+) -> (LossParts, usize, bool) {
+    let correct = (0..rows)
+        .filter(|&r| {
+            labels[r] != IGNORE_INDEX && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
+        })
+        .count();
+    let labelled = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
+    let mut losses = vec![0.0; rows];
+    let grad = backward && labelled > 0;
+    let (sum, count) = if grad {
+        kernels::cross_entropy_fused(
+            logits,
+            &mut losses,
+            labels,
+            rows,
+            k,
+            IGNORE_INDEX,
+            grad_scale / labelled as f32,
+        )
+    } else {
+        kernels::cross_entropy_forward(&mut losses, logits, labels, rows, k, IGNORE_INDEX)
+    };
+    (LossParts { sum, count }, correct, grad)
+}
+
 /// HF's QA target handling: clamp to [0, T]; T is then ignored.
 fn qa_targets(pos: &[i32], t: usize) -> Vec<i32> {
     pos.iter().map(|&p| p.clamp(0, t as i32)).collect()
@@ -486,24 +523,8 @@ impl BertTrainer {
              -> (LossParts, usize, Vec<f32>) {
                 let mut logits = linear_head(layout, params, name, pooled, c, k);
                 let kept = logits.clone();
-                let correct = (0..b)
-                    .filter(|&r| {
-                        labels[r] != IGNORE_INDEX
-                            && argmax(&kept[r * k..(r + 1) * k]) == labels[r] as usize
-                    })
-                    .count();
-                let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
-                let mut losses = vec![0.0; b];
-                let (sum, count) = if backward && count > 0 {
-                    let r = kernels::cross_entropy_fused(
-                        &mut logits,
-                        &mut losses,
-                        labels,
-                        b,
-                        k,
-                        IGNORE_INDEX,
-                        grad_scale / count as f32,
-                    );
+                let (lp, correct, grad) = ce_head(&mut logits, labels, b, k, backward, grad_scale);
+                if grad {
                     linear_bwd(
                         layout,
                         params,
@@ -516,11 +537,8 @@ impl BertTrainer {
                         c,
                         k,
                     );
-                    r
-                } else {
-                    kernels::cross_entropy_forward(&mut losses, &logits, labels, b, k, IGNORE_INDEX)
-                };
-                (LossParts { sum, count }, correct, kept)
+                }
+                (lp, correct, kept)
             };
             if let Some(labels) = &tg.nsp_labels {
                 let (lp, correct, logits) =
@@ -573,25 +591,10 @@ impl BertTrainer {
             if let Some(labels) = &tg.choice_labels {
                 let (e, k) = (labels.len(), b / labels.len());
                 let mut logits = linear_head(layout, params, "classifier", pooled, c, 1);
-                st.choice_correct = (0..e)
-                    .filter(|&r| {
-                        labels[r] != IGNORE_INDEX
-                            && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
-                    })
-                    .count();
                 self.outputs.choice_logits = logits.clone();
-                let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
-                let mut losses = vec![0.0; e];
-                let (sum, count) = if backward && count > 0 {
-                    let r = kernels::cross_entropy_fused(
-                        &mut logits,
-                        &mut losses,
-                        labels,
-                        e,
-                        k,
-                        IGNORE_INDEX,
-                        grad_scale / count as f32,
-                    );
+                let (lp, correct, grad) = ce_head(&mut logits, labels, e, k, backward, grad_scale);
+                st.choice_correct = correct;
+                if grad {
                     linear_bwd(
                         layout,
                         params,
@@ -604,11 +607,8 @@ impl BertTrainer {
                         c,
                         1,
                     );
-                    r
-                } else {
-                    kernels::cross_entropy_forward(&mut losses, &logits, labels, e, k, IGNORE_INDEX)
-                };
-                st.choice = LossParts { sum, count };
+                }
+                st.choice = lp;
                 st.loss += st.choice.mean();
             }
             if backward {
@@ -621,25 +621,10 @@ impl BertTrainer {
         if let Some(labels) = &tg.token_labels {
             let k = cfg.num_labels();
             let mut logits = linear_head(layout, params, "classifier", h, c, k);
-            st.token_correct = (0..n)
-                .filter(|&r| {
-                    labels[r] != IGNORE_INDEX
-                        && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
-                })
-                .count();
             self.outputs.token_logits = logits.clone();
-            let count = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
-            let mut losses = vec![0.0; n];
-            let (sum, count) = if backward && count > 0 {
-                let r = kernels::cross_entropy_fused(
-                    &mut logits,
-                    &mut losses,
-                    labels,
-                    n,
-                    k,
-                    IGNORE_INDEX,
-                    grad_scale / count as f32,
-                );
+            let (lp, correct, grad) = ce_head(&mut logits, labels, n, k, backward, grad_scale);
+            st.token_correct = correct;
+            if grad {
                 linear_bwd(
                     layout,
                     params,
@@ -652,11 +637,8 @@ impl BertTrainer {
                     c,
                     k,
                 );
-                r
-            } else {
-                kernels::cross_entropy_forward(&mut losses, &logits, labels, n, k, IGNORE_INDEX)
-            };
-            st.token = LossParts { sum, count };
+            }
+            st.token = lp;
             st.loss += st.token.mean();
         }
 
