@@ -49,7 +49,7 @@ use crate::eval::run::{
 };
 use crate::eval::run::{
     encode_gpt2_multiple_choice, encode_multiple_choice, eval_gpt2_multiple_choice,
-    eval_multiple_choice, ChoiceEval,
+    eval_multiple_choice, ChoiceEval, ClassifyEval,
 };
 use crate::models::bert::QaOptions;
 use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
@@ -1042,17 +1042,7 @@ pub fn finetune_classify(
             return Ok(None);
         };
         let r = eval_classify(&m.model, pad, encs, gold, eval_bs)?;
-        Ok(Some(
-            json!({
-                "eval_loss": r.loss,
-                "eval_accuracy": r.scores.accuracy,
-                "eval_f1": r.scores.f1,
-                "eval_examples": r.scores.count,
-            })
-            .as_object()
-            .cloned()
-            .expect("object"),
-        ))
+        Ok(Some(classify_row(&r)))
     };
     let description = format!(
         "classify: {} labels ({}), {} train examples",
@@ -1163,17 +1153,12 @@ pub fn finetune_regression(
             return Ok(None);
         };
         let r = eval_regression(&m.model, pad, encs, gold, eval_bs)?;
-        Ok(Some(
-            json!({
-                "eval_loss": r.loss,
-                "eval_pearson": r.scores.pearson,
-                "eval_spearmanr": r.scores.spearmanr,
-                "eval_examples": r.scores.count,
-            })
-            .as_object()
-            .cloned()
-            .expect("object"),
-        ))
+        Ok(Some(object(json!({
+            "eval_loss": r.loss,
+            "eval_pearson": r.scores.pearson,
+            "eval_spearmanr": r.scores.spearmanr,
+            "eval_examples": r.scores.count,
+        }))))
     };
     let (lo, hi) = train_y
         .iter()
@@ -1305,17 +1290,7 @@ fn finetune_gpt2_classify(
             return Ok(None);
         };
         let r = eval_gpt2_classify(&mut m.model, rows, gold, eval_bs)?;
-        Ok(Some(
-            json!({
-                "eval_loss": r.loss,
-                "eval_accuracy": r.scores.accuracy,
-                "eval_f1": r.scores.f1,
-                "eval_examples": r.scores.count,
-            })
-            .as_object()
-            .cloned()
-            .expect("object"),
-        ))
+        Ok(Some(classify_row(&r)))
     };
     let description = format!(
         "classify (GPT-2, lm_coef {}): {} labels ({}), {} train examples",
@@ -1431,19 +1406,14 @@ pub fn finetune_token_classify(
             return Ok(None);
         };
         let r = eval_token_classify(&m.model, pad, encs, eval_bs)?;
-        Ok(Some(
-            json!({
-                "eval_loss": r.loss,
-                "eval_precision": r.scores.precision,
-                "eval_recall": r.scores.recall,
-                "eval_f1": r.scores.f1,
-                "eval_accuracy": r.scores.accuracy,
-                "eval_examples": encs.len(),
-            })
-            .as_object()
-            .cloned()
-            .expect("object"),
-        ))
+        Ok(Some(object(json!({
+            "eval_loss": r.loss,
+            "eval_precision": r.scores.precision,
+            "eval_recall": r.scores.recall,
+            "eval_f1": r.scores.f1,
+            "eval_accuracy": r.scores.accuracy,
+            "eval_examples": encs.len(),
+        }))))
     };
     let description = format!(
         "token-classify: {} tags ({}), {} train sentences",
@@ -1571,16 +1541,31 @@ pub fn finetune_multiple_choice(
     )
 }
 
+/// A metrics row from a `json!({...})` object.
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("metrics rows are written as JSON objects"),
+    }
+}
+
+/// The metrics row of a classification evaluation (both families).
+fn classify_row(r: &ClassifyEval) -> Map<String, Value> {
+    object(json!({
+        "eval_loss": r.loss,
+        "eval_accuracy": r.scores.accuracy,
+        "eval_f1": r.scores.f1,
+        "eval_examples": r.scores.count,
+    }))
+}
+
 /// The metrics row of a multiple-choice evaluation.
 fn choice_row(r: &ChoiceEval) -> Map<String, Value> {
-    json!({
+    object(json!({
         "eval_loss": r.loss,
         "eval_accuracy": r.accuracy,
         "eval_examples": r.count,
-    })
-    .as_object()
-    .cloned()
-    .expect("object")
+    }))
 }
 
 /// `finetune_multiple_choice` for GPT-2 (GPT-1 §3.2's input transformation
@@ -1834,16 +1819,11 @@ pub fn finetune_qa(
             return Ok(None);
         };
         let r = eval_squad(&m.model, &plain, ex, max_len, stride, qa_opts, eval_bs)?;
-        Ok(Some(
-            json!({
-                "exact_match": r.scores.exact_match,
-                "f1": r.scores.f1,
-                "eval_examples": r.scores.total,
-            })
-            .as_object()
-            .cloned()
-            .expect("object"),
-        ))
+        Ok(Some(object(json!({
+            "exact_match": r.scores.exact_match,
+            "f1": r.scores.f1,
+            "eval_examples": r.scores.total,
+        }))))
     };
     let description = format!(
         "qa: {} questions → {} windows of ≤ {max_len} tokens (stride {})",
@@ -1952,12 +1932,9 @@ pub fn finetune_lm(
             total.add(m.evaluate(&bt)?);
         }
         let loss = total.mean();
-        Ok(Some(
-            json!({"eval_loss": loss, "eval_ppl": loss.exp(), "eval_tokens": total.count})
-                .as_object()
-                .cloned()
-                .expect("object"),
-        ))
+        Ok(Some(object(
+            json!({"eval_loss": loss, "eval_ppl": loss.exp(), "eval_tokens": total.count}),
+        )))
     };
     let description = format!(
         "lm: {} blocks of {t} tokens, GPT-2 {} layers d {}",
