@@ -62,7 +62,18 @@ fn read_u16(bytes: &[u8]) -> Vec<u32> {
 /// `pretrain` for one step on a tiny model with no validation split: the
 /// shards in OUTPUT/data are the whole token stream.
 fn pretrain_shard(tok: &Path, data: &Path, out: &Path) -> Vec<u8> {
-    let o = lmkit(&[
+    let o = lmkit(&pretrain_args(tok, data, out, &["--max-steps", "1"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::read(out.join("data/train.bin")).unwrap()
+}
+
+fn pretrain_args<'a>(
+    tok: &'a Path,
+    data: &'a Path,
+    out: &'a Path,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
         "pretrain",
         "--tokenizer",
         tok.to_str().unwrap(),
@@ -80,13 +91,97 @@ fn pretrain_shard(tok: &Path, data: &Path, out: &Path) -> Vec<u8> {
         "16",
         "--batch-size",
         "2",
-        "--max-steps",
-        "1",
         "--val-fraction",
         "0",
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
+/// `--text-field`: rows whose text is in another column (HF datasets name
+/// it `content`, `article`...) make the same shards as `text` rows; a
+/// resumed run keeps the field its shards were made from, and a different
+/// one is refused before anything is replaced.
+#[test]
+fn pretrain_reads_the_text_field() {
+    let dir = tmpdir("text-field");
+    let tok = byte_tokenizer(&dir);
+    let docs = documents();
+    let from_text = pretrain_shard(&tok, &write_jsonl(&dir, &docs), &dir.join("run-text"));
+    let content = dir.join("content.jsonl");
+    let rows: String = docs
+        .iter()
+        .map(|d| serde_json::json!({ "id": 1, "content": d }).to_string() + "\n")
+        .collect();
+    std::fs::write(&content, rows).unwrap();
+    let out = dir.join("run-content");
+
+    let o = lmkit(&pretrain_args(&tok, &content, &out, &["--max-steps", "1"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("content.jsonl:1: missing field `text`"),
+        "{}",
+        stderr(&o)
+    );
+    let o = lmkit(&pretrain_args(
+        &tok,
+        &content,
+        &out,
+        &["--text-field", "content", "--max-steps", "1"],
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(out.join("data/train.bin")).unwrap(),
+        from_text
+    );
+    let meta = std::fs::read_to_string(out.join("data/meta.json")).unwrap();
+    assert!(meta.contains("\"text_field\": \"content\""), "{meta}");
+
+    // --resume with the data again and no --text-field: the run's field.
+    let o = lmkit(&pretrain_args(
+        &tok,
+        &content,
+        &out,
+        &["--resume", "--max-steps", "2"],
+    ));
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Another field is another token stream: refused, the shards kept.
+    let o = lmkit(&pretrain_args(
+        &tok,
+        &content,
+        &out,
+        &["--resume", "--max-steps", "3", "--text-field", "id"],
+    ));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("the shards hold the `content` field of the rows, not `id`"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(out.join("data/train.bin")).unwrap(),
+        from_text
+    );
+
+    // The overlap filter reads the same field: every 8-gram of the
+    // documents is found.
+    let eval = dir.join("eval.txt");
+    std::fs::write(&eval, docs.join("\n\n")).unwrap();
+    let o = lmkit(&[
+        "overlap",
+        "--train",
+        content.to_str().unwrap(),
+        "--text-field",
+        "content",
+        "--eval",
+        eval.to_str().unwrap(),
+        "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    std::fs::read(out.join("data/train.bin")).unwrap()
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["eval"]["documents"], 40, "{report}");
+    assert_eq!(report["eval"]["share"], 1.0, "{report}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

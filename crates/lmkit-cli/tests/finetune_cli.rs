@@ -600,6 +600,43 @@ fn pretrain_bert_cli() {
         "tiny",
     ]);
     assert!(err.contains("WordPiece"), "{err}");
+
+    // JSONL rows with the text in another field: --text-field, kept by --resume.
+    let rows = dir.join("docs.jsonl");
+    let jsonl: String = docs
+        .iter()
+        .map(|d| serde_json::json!({ "body": d }).to_string() + "\n")
+        .collect();
+    std::fs::write(&rows, jsonl).unwrap();
+    let (out4, rows) = (dir.join("o4"), s(&rows));
+    let base = [
+        "pretrain",
+        "--arch",
+        "bert",
+        "--tokenizer",
+        &s(&vocab),
+        "--output",
+        &s(&out4),
+        "--preset",
+        "tiny",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "2",
+        "--val-fraction",
+        "0",
+    ];
+    let err = fails(&[&base[..], &["--data", &rows, "--max-steps", "1"]].concat());
+    assert!(err.contains("docs.jsonl:1: missing field `text`"), "{err}");
+    let o4 = [
+        &base[..],
+        &["--data", &rows, "--text-field", "body", "--max-steps", "1"],
+    ]
+    .concat();
+    ok(&o4);
+    ok(&[&base[..], &["--resume", "--max-steps", "2"]].concat());
+    let m = std::fs::read_to_string(out4.join("metrics.jsonl")).unwrap();
+    assert!(m.contains("\"step\":2"), "{m}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

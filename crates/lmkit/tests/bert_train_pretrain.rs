@@ -67,6 +67,7 @@ fn run_cfg(max_steps: u64) -> BertRunConfig {
 fn options(dir: &Path, data: PathBuf, max_steps: u64) -> BertPretrainOptions {
     BertPretrainOptions {
         data: vec![data],
+        text_field: "text".into(),
         output: dir.to_path_buf(),
         tokenizer: Some(asset("minilm")),
         init_from: None,
@@ -105,7 +106,7 @@ fn batches_have_the_pretraining_layout_and_fresh_masks() {
     let dir = tmpdir("layout");
     let data = corpus_slice(&dir, 30);
     let tok = WordPieceTokenizer::from_dir(asset("minilm")).unwrap();
-    let corpus = prepare_corpus(&[data], &tok, 0.1).unwrap();
+    let corpus = prepare_corpus(&[data], "text", &tok, 0.1).unwrap();
     assert!(corpus.val.len() >= 2 && corpus.train.len() > corpus.val.len());
     let run = run_cfg(10);
     let e0 = preview_epoch(&corpus, &tok, &run, 0, 50).unwrap();

@@ -17,6 +17,7 @@ fn opts(vocab_size: usize, val_fraction: f64) -> PrepareOptions {
         eos_id: 256,
         val_fraction,
         tokenizer_id: "bytes".into(),
+        text_field: "text".into(),
     }
 }
 

@@ -152,6 +152,7 @@ fn crafted_token_shards_are_refused() {
         eos_id: 256,
         val_fraction: 0.0,
         tokenizer_id: "bytes".into(),
+        text_field: "text".into(),
     };
     let enc = |s: &str| -> Result<Vec<u32>, String> { Ok(s.bytes().map(u32::from).collect()) };
     prepare_shards(&[root.join("a.txt")], &out, &opts, &enc, &mut |_, _| {}).unwrap();
@@ -291,6 +292,7 @@ fn failed_shard_writes_leave_no_temp_files() {
         eos_id: 256,
         val_fraction: 0.1,
         tokenizer_id: "bytes".into(),
+        text_field: "text".into(),
     };
     let enc = |s: &str| -> Result<Vec<u32>, String> {
         if s.contains("BAD") {
@@ -346,7 +348,7 @@ fn bert_documents_in_bert_layout() {
     .unwrap();
     let b = root.join("b.txt");
     std::fs::write(&b, "File b is a document.\n").unwrap();
-    let docs = read_bert_documents(&[a.clone(), b]).unwrap();
+    let docs = read_bert_documents(&[a.clone(), b], "text").unwrap();
     assert_eq!(
         docs,
         vec![
@@ -362,7 +364,7 @@ fn bert_documents_in_bert_layout() {
         "Page one, wrapped\nover lines. Next.\n\u{c}\nPage two.\n",
     )
     .unwrap();
-    let docs = read_bert_documents(&[paged]).unwrap();
+    let docs = read_bert_documents(&[paged], "text").unwrap();
     assert_eq!(
         docs,
         vec![
@@ -376,6 +378,6 @@ fn bert_documents_in_bert_layout() {
         "{\"text\": \"One. Two.\\nThree.\"}\n{\"text\": \"Four.\"}\n",
     )
     .unwrap();
-    let docs = read_bert_documents(&[jsonl]).unwrap();
+    let docs = read_bert_documents(&[jsonl], "text").unwrap();
     assert_eq!(docs, vec![vec!["One.", "Two.", "Three."], vec!["Four."]]);
 }

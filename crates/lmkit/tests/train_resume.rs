@@ -36,6 +36,7 @@ fn data(root: &Path) -> TokenData {
         eos_id: 256,
         val_fraction: 0.0,
         tokenizer_id: "b".into(),
+        text_field: "text".into(),
     };
     let enc = |s: &str| -> Result<Vec<u32>, String> { Ok(s.bytes().map(u32::from).collect()) };
     prepare_shards(

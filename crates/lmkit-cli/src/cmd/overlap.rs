@@ -19,9 +19,12 @@ use serde_json::json;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Training text: files or folders (text, JSONL `{"text"}`), as `pretrain` reads them.
+    /// Training text: files or folders (text, JSONL / Parquet rows), as `pretrain` reads them.
     #[arg(long, num_args = 1.., required_unless_present = "filter")]
     pub train: Vec<PathBuf>,
+    /// The field of --train's JSONL / Parquet rows that holds the text.
+    #[arg(long, default_value = "text", requires = "train")]
+    pub text_field: String,
     /// A filter saved by --save-filter or `pretrain --overlap-filter`, instead of --train.
     #[arg(long, conflicts_with = "train")]
     pub filter: Option<PathBuf>,
@@ -80,6 +83,7 @@ pub fn run(a: Args) -> Result<()> {
                 n: a.n,
                 fp_rate: a.fp_rate,
                 max_memory: a.max_memory,
+                text_field: a.text_field.clone(),
             };
             let bar = ProgressBar::new(0).with_style(
                 ProgressStyle::with_template(

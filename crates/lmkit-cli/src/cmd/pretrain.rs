@@ -23,13 +23,17 @@ pub struct Args {
     /// needed with --resume or --init-from (their own tokenizer is used).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Text files, folders (searched for .txt/.md/.jsonl...) or JSONL files
-    /// with a `text` field. gpt2: files or form-feed lines separate documents;
+    /// Text files, folders (searched for .txt/.md/.jsonl...), JSONL or
+    /// Parquet files (the text in each row's --text-field). gpt2: files or form-feed lines separate documents;
     /// `.bin` files are token ids already (llm.c's or nanoGPT's, as `lmkit
     /// tokenize --format` writes them), used as they are. bert: one sentence per line, a blank line between documents (as BERT's
     /// create_pretraining_data). With --resume, defaults to the run's data.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
+    /// The field of JSONL / Parquet rows that holds the text [default: text;
+    /// with --resume, the run's].
+    #[arg(long)]
+    pub text_field: Option<String>,
     /// Output folder: shards, metrics.jsonl, checkpoints, the final model.
     #[arg(long)]
     pub output: PathBuf,
@@ -151,6 +155,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
     Ok(PretrainOptions {
         family,
         data: a.data.clone(),
+        text_field: a.text_field.clone(),
         output: a.output.clone(),
         tokenizer: a.tokenizer.clone(),
         init_from: a

@@ -20,7 +20,7 @@ pub mod token_files;
 pub use batch::{BatchSampler, DataPosition, TokenBatch};
 pub use shards::{
     check_shards, open_shards, prepare_shards, PrepareOptions, PreparedData, ShardMeta, TokenData,
-    TokenShard,
+    TokenShard, DEFAULT_TEXT_FIELD,
 };
 
 use std::path::PathBuf;

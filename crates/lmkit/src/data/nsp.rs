@@ -287,19 +287,19 @@ fn is_paged(text: &str) -> bool {
 /// convention of Google's `create_pretraining_data.py` and HF's
 /// `TextDatasetForNextSentencePrediction`: one sentence per line, a blank
 /// line between documents, and every file ends a document. A line holding
-/// several sentences is cut into them ([`split_line`]). JSONL files: each
-/// row's `text` is a document, its lines read the same way (Parquet: each
-/// row's `text` too). Text files in
+/// several sentences is cut into them ([`split_line`]). JSONL and Parquet
+/// files: each row's `field` (`text` as a rule) is a document, its lines
+/// read the same way. Text files in
 /// lmkit's page format (documents between form-feed lines) keep it: each
 /// page is a document of hard-wrapped paragraphs ([`split_sentences`]).
 /// Documents without a sentence are dropped.
-pub fn read_bert_documents(paths: &[PathBuf]) -> Result<Vec<Vec<String>>> {
+pub fn read_bert_documents(paths: &[PathBuf], field: &str) -> Result<Vec<Vec<String>>> {
     let lines_doc = |text: &str| -> Vec<String> { text.lines().flat_map(split_line).collect() };
     let mut docs: Vec<Vec<String>> = Vec::new();
     for f in super::shards::list_sources(paths)? {
         if super::source::is_rows(&f) {
             super::classify_data::for_each_jsonl_object(&f, |line, row| {
-                let text = super::classify_data::string_field(&row, "text", &f, line)?;
+                let text = super::classify_data::string_field(&row, field, &f, line)?;
                 docs.push(lines_doc(&text));
                 Ok(())
             })?;
@@ -333,18 +333,9 @@ pub fn read_documents(paths: &[PathBuf]) -> Result<Vec<String>> {
 
 /// [`read_documents`] with the text of JSONL rows in `field`.
 pub fn read_documents_field(paths: &[PathBuf], field: &str) -> Result<Vec<String>> {
-    let files = super::shards::list_sources(paths)?;
     let mut docs = Vec::new();
-    for f in files {
-        if super::source::is_rows(&f) {
-            super::classify_data::for_each_jsonl_object(&f, |line, row| {
-                docs.push(super::classify_data::string_field(&row, field, &f, line)?);
-                Ok(())
-            })?;
-        } else {
-            let text = super::source::read_source_text(&f)?;
-            docs.extend(super::source::split_pages(&text).map(str::to_string));
-        }
+    for f in super::shards::list_sources(paths)? {
+        docs.extend(super::source::file_documents(&f, field)?);
     }
     Ok(docs)
 }

@@ -407,16 +407,48 @@ impl Checksum {
     }
 }
 
-/// Training text as the pretraining commands read it: text files (a file is
-/// one stream of words; lmkit's form-feed page lines end a segment) and
-/// JSONL (each row's `text`), files and folders expanded as `pretrain` does.
-/// `each` gets the lines of one batch of about 8 MiB at a time.
+/// One batch of training text from [`stream_training`].
+enum Batch {
+    /// Lines of a text file: one stream of words across lines; lmkit's
+    /// form-feed page lines end a segment.
+    Lines(Vec<String>),
+    /// The texts of JSONL / Parquet rows, each a segment of its own.
+    Rows(Vec<String>),
+}
+
+impl Batch {
+    fn bytes(&self) -> u64 {
+        let (Batch::Lines(v) | Batch::Rows(v)) = self;
+        v.iter().map(|l| l.len() as u64).sum()
+    }
+}
+
+/// Training text as the pretraining commands read it: text files and the
+/// `field` of JSONL / Parquet rows, files and folders expanded as `pretrain`
+/// does. `each` gets one batch of about 8 MiB at a time.
 fn stream_training(
     paths: &[PathBuf],
-    mut each: impl FnMut(&Path, bool, Vec<String>) -> Result<()>,
+    field: &str,
+    mut each: impl FnMut(&Path, Batch) -> Result<()>,
 ) -> Result<()> {
     for f in super::shards::list_sources(paths)? {
-        let jsonl = super::source::is_jsonl(&f);
+        if super::source::is_rows(&f) {
+            let (mut texts, mut bytes) = (Vec::new(), 0);
+            super::classify_data::for_each_jsonl_object(&f, |line, row| {
+                let text = super::classify_data::string_field(&row, field, &f, line)?;
+                bytes += text.len();
+                texts.push(text);
+                if bytes >= BATCH_BYTES {
+                    bytes = 0;
+                    each(&f, Batch::Rows(std::mem::take(&mut texts)))?;
+                }
+                Ok(())
+            })?;
+            if !texts.is_empty() {
+                each(&f, Batch::Rows(texts))?;
+            }
+            continue;
+        }
         let mut r = super::source::open_source(&f)?;
         loop {
             let (mut lines, mut bytes) = (Vec::new(), 0);
@@ -432,34 +464,15 @@ fn stream_training(
             if lines.is_empty() {
                 break;
             }
-            each(&f, jsonl, lines)?;
+            each(&f, Batch::Lines(lines))?;
         }
     }
     Ok(())
 }
 
-/// The text of a JSONL row's `text` field.
-fn jsonl_text(path: &Path, line: &str) -> Result<Option<String>> {
-    if line.trim().is_empty() {
-        return Ok(None);
-    }
-    let parse = |message: String| DataError::Parse {
-        path: path.to_path_buf(),
-        line: 0,
-        message,
-    };
-    match serde_json::from_str::<Value>(line).map_err(|e| parse(e.to_string()))? {
-        Value::Object(o) => match o.get("text") {
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            _ => Err(parse("a row without a string `text` field".into())),
-        },
-        _ => Err(parse("a row that is not a JSON object".into())),
-    }
-}
-
 /// Counts the n-grams of the training text (the filter's size), a cheap
 /// pass: words are counted, not hashed.
-pub fn count_training_ngrams(paths: &[PathBuf], n: usize) -> Result<(u64, u64)> {
+pub fn count_training_ngrams(paths: &[PathBuf], field: &str, n: usize) -> Result<(u64, u64)> {
     let words_in = |s: &str| -> u64 {
         s.to_lowercase()
             .split(|c: char| !c.is_alphanumeric())
@@ -469,36 +482,35 @@ pub fn count_training_ngrams(paths: &[PathBuf], n: usize) -> Result<(u64, u64)> 
     let (mut ngrams, mut bytes) = (0u64, 0u64);
     let mut run = 0u64; // words of the current text segment
     let mut last: Option<PathBuf> = None;
-    stream_training(paths, |f, jsonl, lines| {
+    stream_training(paths, field, |f, batch| {
         if last.as_deref() != Some(f) {
             ngrams += run.saturating_sub(n as u64 - 1);
             run = 0;
             last = Some(f.to_path_buf());
         }
-        bytes += lines.iter().map(|l| l.len() as u64).sum::<u64>();
-        if jsonl {
-            let counts: Vec<Result<u64>> = lines
-                .par_iter()
-                .map(|l| {
-                    Ok(jsonl_text(f, l)?.map_or(0, |t| words_in(&t).saturating_sub(n as u64 - 1)))
-                })
-                .collect();
-            for c in counts {
-                ngrams += c?;
+        bytes += batch.bytes();
+        match batch {
+            Batch::Rows(texts) => {
+                ngrams += texts
+                    .par_iter()
+                    .map(|t| words_in(t).saturating_sub(n as u64 - 1))
+                    .sum::<u64>();
             }
-        } else {
-            let counts: Vec<u64> = lines.par_iter().map(|l| words_in(l)).collect();
-            for (l, c) in lines.iter().zip(counts) {
-                if l.trim_end_matches(['\n', '\r']) == "\u{c}" {
-                    ngrams += run.saturating_sub(n as u64 - 1);
-                    run = 0;
-                } else {
-                    run += c;
+            Batch::Lines(lines) => {
+                let counts: Vec<u64> = lines.par_iter().map(|l| words_in(l)).collect();
+                for (l, c) in lines.iter().zip(counts) {
+                    if l.trim_end_matches(['\n', '\r']) == "\u{c}" {
+                        ngrams += run.saturating_sub(n as u64 - 1);
+                        run = 0;
+                    } else {
+                        run += c;
+                    }
                 }
             }
         }
         Ok(())
     })?;
+
     ngrams += run.saturating_sub(n as u64 - 1);
     Ok((ngrams, bytes))
 }
@@ -512,6 +524,8 @@ pub struct BuildOptions {
     pub fp_rate: f64,
     /// Largest filter to allocate, bytes: a larger one is refused up front.
     pub max_memory: u64,
+    /// The field of JSONL / Parquet training rows that holds the text.
+    pub text_field: String,
 }
 
 impl Default for BuildOptions {
@@ -520,6 +534,7 @@ impl Default for BuildOptions {
             n: 8,
             fp_rate: 1e-8,
             max_memory: 4 << 30,
+            text_field: super::DEFAULT_TEXT_FIELD.to_string(),
         }
     }
 }
@@ -539,7 +554,7 @@ pub fn build_filter(
             opts.n
         )));
     }
-    let (ngrams, total) = count_training_ngrams(paths, opts.n)?;
+    let (ngrams, total) = count_training_ngrams(paths, &opts.text_field, opts.n)?;
     let need = filter_bytes(ngrams, opts.fp_rate)?;
     if need > opts.max_memory {
         return Err(DataError::Invalid(format!(
@@ -556,47 +571,49 @@ pub fn build_filter(
     let mut carry: Vec<NgramHash> = Vec::new(); // last n-1 words of the text segment so far
     let mut last: Option<PathBuf> = None;
     let mut done = 0u64;
-    stream_training(paths, |f, jsonl, lines| {
+    stream_training(paths, &opts.text_field, |f, batch| {
         if last.as_deref() != Some(f) {
             carry.clear();
             last = Some(f.to_path_buf());
         }
-        done += lines.iter().map(|l| l.len() as u64).sum::<u64>();
-        if jsonl {
-            let rows: Vec<Result<Vec<NgramHash>>> = lines
-                .par_iter()
-                .map(|l| Ok(jsonl_text(f, l)?.map_or_else(Vec::new, |t| segment_ngrams(&t, n))))
-                .collect();
-            for r in rows {
-                filter.insert_all(&r?);
-            }
-        } else {
-            let per_line: Vec<Vec<NgramHash>> = lines
-                .par_iter()
-                .map(|l| {
-                    let mut w = Vec::new();
-                    word_hashes(l, &mut w);
-                    w
-                })
-                .collect();
-            // One word stream across lines; a page line ends the segment.
-            let mut stream = std::mem::take(&mut carry);
-            let mut hashes = Vec::new();
-            for (l, w) in lines.iter().zip(per_line) {
-                if l.trim_end_matches(['\n', '\r']) == "\u{c}" {
-                    ngram_hashes(&stream, n, &mut hashes);
-                    stream.clear();
-                } else {
-                    stream.extend(w);
+        done += batch.bytes();
+        match batch {
+            Batch::Rows(texts) => {
+                let rows: Vec<Vec<NgramHash>> =
+                    texts.par_iter().map(|t| segment_ngrams(t, n)).collect();
+                for r in rows {
+                    filter.insert_all(&r);
                 }
             }
-            ngram_hashes(&stream, n, &mut hashes);
-            carry = stream[stream.len().saturating_sub(n - 1)..].to_vec();
-            filter.insert_all(&hashes);
+            Batch::Lines(lines) => {
+                let per_line: Vec<Vec<NgramHash>> = lines
+                    .par_iter()
+                    .map(|l| {
+                        let mut w = Vec::new();
+                        word_hashes(l, &mut w);
+                        w
+                    })
+                    .collect();
+                // One word stream across lines; a page line ends the segment.
+                let mut stream = std::mem::take(&mut carry);
+                let mut hashes = Vec::new();
+                for (l, w) in lines.iter().zip(per_line) {
+                    if l.trim_end_matches(['\n', '\r']) == "\u{c}" {
+                        ngram_hashes(&stream, n, &mut hashes);
+                        stream.clear();
+                    } else {
+                        stream.extend(w);
+                    }
+                }
+                ngram_hashes(&stream, n, &mut hashes);
+                carry = stream[stream.len().saturating_sub(n - 1)..].to_vec();
+                filter.insert_all(&hashes);
+            }
         }
         progress(done, total);
         Ok(())
     })?;
+
     Ok(filter)
 }
 

@@ -252,7 +252,19 @@ pub struct ShardMeta {
     /// Identifies the tokenizer (e.g. a hash of its files).
     pub tokenizer: String,
     pub sources: Vec<SourceInfo>,
+    /// The field of JSONL / Parquet rows that was read as text (shards made
+    /// before this was recorded read `text`).
+    #[serde(default = "default_text_field")]
+    pub text_field: String,
 }
+
+fn default_text_field() -> String {
+    DEFAULT_TEXT_FIELD.to_string()
+}
+
+/// The field of JSONL / Parquet rows read as a document's text unless told
+/// otherwise (HF datasets' usual column).
+pub const DEFAULT_TEXT_FIELD: &str = "text";
 
 #[derive(Debug, Clone)]
 pub struct PrepareOptions {
@@ -262,6 +274,9 @@ pub struct PrepareOptions {
     pub val_fraction: f64,
     /// Identifies the tokenizer; shards made with another one are rebuilt.
     pub tokenizer_id: String,
+    /// The field of JSONL / Parquet rows holding the text
+    /// ([`DEFAULT_TEXT_FIELD`] as a rule).
+    pub text_field: String,
 }
 
 /// Result of [`prepare_shards`].
@@ -341,24 +356,6 @@ fn source_info(path: &Path) -> Result<SourceInfo> {
         bytes: md.len(),
         modified_ns,
     })
-}
-
-/// Splits one file into documents: JSONL and Parquet → the `text` field of
-/// each row; text → the whole file, or its parts between form-feed lines
-/// (`\n\f\n`).
-fn read_file_documents(path: &Path) -> Result<Vec<String>> {
-    if super::source::is_rows(path) {
-        let mut docs = Vec::new();
-        super::classify_data::for_each_jsonl_object(path, |line, row| {
-            docs.push(super::classify_data::string_field(
-                &row, "text", path, line,
-            )?);
-            Ok(())
-        })?;
-        return Ok(docs);
-    }
-    let text = super::source::read_source_text(path)?;
-    Ok(text.split("\n\u{c}\n").map(str::to_string).collect())
 }
 
 /// Cuts a document into pieces of about `PIECE_BYTES` at a newline that is
@@ -480,7 +477,7 @@ pub fn prepare_shards(
             progress(done_bytes, total_bytes);
             continue;
         }
-        let docs = read_file_documents(file)?;
+        let docs = super::source::file_documents(file, &opts.text_field)?;
         // (starts a document, text)
         let mut pieces: Vec<(bool, &str)> = Vec::new();
         for doc in &docs {
@@ -542,6 +539,7 @@ pub fn prepare_shards(
         documents,
         tokenizer: opts.tokenizer_id.clone(),
         sources,
+        text_field: opts.text_field.clone(),
     };
     let json = serde_json::to_string_pretty(&meta).expect("meta serializes");
     crate::util::fs::atomic_write(&meta_path, json.as_bytes()).map_err(|e| match e {
@@ -615,6 +613,16 @@ fn shards_differ(
         format!(
             "the shards hold out a validation fraction of {}, not {}",
             meta.val_fraction, opts.val_fraction
+        )
+    } else if meta.text_field != opts.text_field
+        && meta
+            .sources
+            .iter()
+            .any(|s| super::source::is_rows(Path::new(&s.path)))
+    {
+        format!(
+            "the shards hold the `{}` field of the rows, not `{}`",
+            meta.text_field, opts.text_field
         )
     } else if let Err(e) = open_shards(out_dir) {
         format!("the shards do not open: {e}")

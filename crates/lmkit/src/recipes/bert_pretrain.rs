@@ -89,6 +89,8 @@ pub struct BertRunConfig {
 #[derive(Debug, Clone)]
 pub struct BertPretrainOptions {
     pub data: Vec<PathBuf>,
+    /// The field of JSONL / Parquet rows that holds the text.
+    pub text_field: String,
     pub output: PathBuf,
     /// WordPiece vocabulary folder (vocab.txt or tokenizer.json).
     pub tokenizer: Option<PathBuf>,
@@ -124,6 +126,7 @@ pub struct BertCorpus {
 /// boundary (said in `notes`).
 pub fn prepare_corpus(
     paths: &[PathBuf],
+    text_field: &str,
     tok: &WordPieceTokenizer,
     val_fraction: f64,
 ) -> Result<BertCorpus> {
@@ -137,7 +140,7 @@ pub fn prepare_corpus(
     tok.set_padding(None);
     tok.set_truncation(None);
     let tok = &tok;
-    let texts = read_bert_documents(paths)?;
+    let texts = read_bert_documents(paths, text_field)?;
     let mut docs: Vec<Vec<Vec<u32>>> = texts
         .par_iter()
         .map(|d| -> Result<Vec<Vec<u32>>> {
@@ -508,7 +511,7 @@ pub fn run_bert_pretraining(
     if o.data.is_empty() {
         return Err(invalid("`data` (text files) is required"));
     }
-    let corpus = prepare_corpus(&o.data, &tok, run.val_fraction)?;
+    let corpus = prepare_corpus(&o.data, &o.text_field, &tok, run.val_fraction)?;
     for n in &corpus.notes {
         on_event(PretrainEvent::Note(n.clone()));
     }
@@ -583,6 +586,7 @@ pub fn run_bert_pretraining(
         "run": run,
         "data": corpus.fingerprint,
         "data_paths": data_paths,
+        "text_field": o.text_field,
         "init_from": init_record,
     });
     let start_step = state.step;

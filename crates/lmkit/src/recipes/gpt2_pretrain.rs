@@ -517,11 +517,22 @@ fn prepare_data(
     val_fraction: f64,
     on_event: &mut dyn FnMut(PretrainEvent),
 ) -> Result<TokenData> {
+    // A resumed run reads the field its shards were made from unless told otherwise.
+    let text_field = match &o.text_field {
+        Some(f) => f.clone(),
+        None => o
+            .resume
+            .then(|| std::fs::read_to_string(dir.join("meta.json")).ok())
+            .flatten()
+            .and_then(|t| serde_json::from_str::<data::ShardMeta>(&t).ok())
+            .map_or_else(|| data::DEFAULT_TEXT_FIELD.to_string(), |m| m.text_field),
+    };
     let opts = PrepareOptions {
         vocab_size,
         eos_id: eos,
         val_fraction,
         tokenizer_id: vocab_id(tok),
+        text_field,
     };
     // A resumed run continues on its own shards: given data must be the
     // same (checked before anything in OUTPUT/data is replaced).

@@ -73,7 +73,11 @@ fn write_overlap_filter(
     }
     std::fs::create_dir_all(&o.output).map_err(|e| crate::Error::io(&o.output, e))?;
     let t0 = std::time::Instant::now();
-    let filter = build_filter(&o.data, &BuildOptions::default(), |_, _| {})?;
+    let mut opts = BuildOptions::default();
+    if let Some(f) = &o.text_field {
+        opts.text_field = f.clone();
+    }
+    let filter = build_filter(&o.data, &opts, |_, _| {})?;
     filter.save(&path)?;
     on_event(PretrainEvent::Note(format!(
         "overlap filter: {} 8-grams in {:.1} s, {:.1} MB -> {}",
@@ -180,8 +184,24 @@ fn run_bert(
         grad_accum: run.grad_accum,
     };
     let optim = optim_config(o, so, &defaults, max_steps, run.grad_accum)?;
+    // A resumed run reads the field it was started with unless told otherwise.
+    let text_field = o
+        .text_field
+        .clone()
+        .or_else(|| {
+            Some(
+                saved
+                    .as_ref()?
+                    .extra
+                    .get("text_field")?
+                    .as_str()?
+                    .to_string(),
+            )
+        })
+        .unwrap_or_else(|| crate::data::DEFAULT_TEXT_FIELD.to_string());
     let opts = BertPretrainOptions {
         data,
+        text_field,
         output: o.output.clone(),
         tokenizer: o.tokenizer.clone(),
         init_from: o.init_from.clone(),

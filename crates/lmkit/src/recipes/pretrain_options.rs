@@ -152,6 +152,9 @@ pub struct PretrainOptions {
     /// Write OUTPUT/overlap.bloom: the Bloom filter of the training text's
     /// 8-grams (GPT-2's train–test overlap check), for `eval --overlap`.
     pub overlap_filter: bool,
+    /// The field of JSONL / Parquet rows that holds the text; `None`: the
+    /// resumed run's, else [`crate::data::DEFAULT_TEXT_FIELD`].
+    pub text_field: Option<String>,
     /// Write models in shards of at most this many bytes (HF's
     /// `max_shard_size`); `None`: one file.
     pub max_shard_size: Option<u64>,
@@ -193,6 +196,7 @@ impl Default for PretrainOptions {
             sample_prompt: None,
             sample_tokens: None,
             overlap_filter: false,
+            text_field: None,
             max_shard_size: None,
         }
     }
