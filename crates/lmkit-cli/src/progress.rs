@@ -85,4 +85,15 @@ impl Progress {
     pub fn finish(&self) {
         self.pb.finish_and_clear();
     }
+
+    /// Ends the bar with the run's summary line: `n` `unit` `done` in the
+    /// elapsed time, the rate, then `rest` (e.g. where the output went).
+    pub fn summary(&self, n: u64, unit: &str, done: &str, rest: &str) {
+        self.finish();
+        let secs = self.start.elapsed().as_secs_f64();
+        self.line(&format!(
+            "{n} {unit} {done} in {secs:.1} s ({:.1} {unit}/s){rest}",
+            n as f64 / secs.max(1e-9)
+        ));
+    }
 }

@@ -259,6 +259,7 @@ fn dash_reads_stdin() {
     };
     let (p1, p2) = (ppl(f, b""), ppl("-", text.as_bytes()));
     assert_eq!((p2.0, &p2.1), (Some(0), &p1.1), "{}", p2.2);
+    assert!(p2.2.contains(" tokens scored in "), "{}", p2.2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -422,6 +423,15 @@ fn embed_reads_jsonl_and_writes_npy() {
         b"",
     );
     assert_eq!(code, Some(0), "{err}");
+    // stderr is not a terminal: no bar, a summary line (no progress line
+    // for a job shorter than 10 s).
+    assert!(
+        err.starts_with("[00:00:0")
+            && err.contains("] 2 texts embedded in ")
+            && err.contains(" texts/s)"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
     let got: Vec<Vec<f32>> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -457,6 +467,12 @@ fn embed_reads_jsonl_and_writes_npy() {
     ];
     let (code, _, err) = common::lmkit_stdin(&args, b"");
     assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("2 texts embedded in ")
+            && err.contains("384 dimensions each, written to ")
+            && err.contains("e.npy"),
+        "{err}"
+    );
     let bytes = std::fs::read(&npy).unwrap();
     assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
     let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
@@ -510,6 +526,7 @@ fn classify_reads_jsonl_pairs() {
         b"",
     );
     assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("] 3 rows classified in "), "{err}");
     let got: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

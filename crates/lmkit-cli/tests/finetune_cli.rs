@@ -145,6 +145,34 @@ fn finetune_classify_then_eval_and_classify() {
     assert_eq!(e["accuracy"].as_f64().unwrap(), acc);
     assert_eq!(e["f1"], j["eval"]["eval_f1"]);
     assert_eq!(std::fs::read_to_string(&preds).unwrap().lines().count(), 24);
+    // `--predictions -`: the same rows on stdout, the metrics on stderr; an
+    // existing file is refused before the evaluation runs.
+    let args = |p: &str| -> Vec<String> {
+        [
+            "eval",
+            "--task",
+            "classify",
+            "--model",
+            &s(&out),
+            "--data",
+            &s(&eval),
+            "--json",
+            "--max-seq-len",
+            "16",
+            "--predictions",
+            p,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let a: Vec<String> = args("-");
+    let (stdout, log) = ok_with_log(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(stdout, std::fs::read_to_string(&preds).unwrap());
+    let m: serde_json::Value = serde_json::from_str(log.trim()).unwrap();
+    assert_eq!(m, e);
+    let a: Vec<String> = args(&s(&preds));
+    let err = fails(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(err.contains("preds.jsonl exists"), "{err}");
     // lmkit classify loads it.
     let mut child = Command::new(env!("CARGO_BIN_EXE_lmkit"))
         .args(["classify", "--model", &s(&out)])

@@ -127,6 +127,37 @@ fn shares_equal_the_exact_ngram_sets() {
     );
     assert!(r["filter"]["expected_fp_rate"].as_f64().unwrap() <= 1e-8);
 
+    // `-`: the filter or the clean set on stdout (the same bytes as the
+    // files), the report then on stderr; only one output may take stdout.
+    for (flag, file) in [("--save-filter", &bloom), ("--write-clean", &clean)] {
+        let o = lmkit(&[
+            "overlap",
+            "--train",
+            s(&t),
+            "--eval",
+            s(&e),
+            flag,
+            "-",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.stdout, std::fs::read(file).unwrap(), "{flag} -");
+        let report: Value = serde_json::from_slice(&o.stderr).unwrap();
+        assert_eq!(report["eval"]["per_document"], r["eval"]["per_document"]);
+    }
+    let err = refused(&[
+        "overlap",
+        "--train",
+        s(&t),
+        "--eval",
+        s(&e),
+        "--save-filter",
+        "-",
+        "--write-clean",
+        "-",
+    ]);
+    assert!(err.contains("only one of"), "{err}");
+
     // The saved filter, and JSONL rows as documents, give the same counts.
     let ej = dir.join("eval.jsonl");
     let rows: Vec<String> = docs

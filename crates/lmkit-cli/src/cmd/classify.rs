@@ -120,6 +120,10 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{what} {} is empty: nothing to classify", i + 1);
     }
     let mut w = BufWriter::new(std::io::stdout().lock());
+    let pb = crate::progress::Progress::new(&format!(
+        "{{bar:40}} {{pos}}/{{len}} {what}s ({{per_sec}}, {{eta}} left)"
+    ));
+    pb.set_length(rows.len() as u64);
     let chunk = args.batch_size.max(1).saturating_mul(64);
     let bs = args.batch_size.max(1);
     for (ci, rows) in rows.chunks(chunk).enumerate() {
@@ -168,7 +172,10 @@ pub fn run(args: Args) -> Result<()> {
                 writeln!(w, "{}\t{}", best.label, best.score)?;
             }
         }
+        let done = (ci * chunk + rows.len()) as u64;
+        pb.update(done, || format!("{what}s classified"));
     }
     w.flush()?;
+    pb.summary(rows.len() as u64, &format!("{what}s"), "classified", "");
     Ok(())
 }

@@ -112,17 +112,18 @@ pub fn run(args: Args) -> Result<()> {
             all.extend(p.embed(chunk, &opts)?);
             pb.update(all.len() as u64, || "texts embedded".into());
         }
-        pb.finish();
         let dims = all.first().map_or(0, Vec::len);
         super::write_output(path, true, |w| write_npy(w, &all, dims))?;
-        eprintln!(
-            "{} embeddings of {dims} dimensions written to {}",
-            all.len(),
-            if path.as_os_str() == "-" {
-                "stdout".to_string()
-            } else {
-                path.display().to_string()
-            }
+        let to = if path.as_os_str() == "-" {
+            "stdout".to_string()
+        } else {
+            path.display().to_string()
+        };
+        pb.summary(
+            all.len() as u64,
+            "texts",
+            "embedded",
+            &format!(": {dims} dimensions each, written to {to}"),
         );
         return Ok(());
     }
@@ -138,8 +139,8 @@ pub fn run(args: Args) -> Result<()> {
         done += chunk.len();
         pb.update(done as u64, || "texts embedded".into());
     }
-    pb.finish();
     w.flush()?;
+    pb.summary(done as u64, "texts", "embedded", "");
     Ok(())
 }
 

@@ -209,16 +209,34 @@ fn check_family(dir: &Path, task: EvalTask) -> Result<()> {
     Ok(())
 }
 
+/// Writes the predictions, a JSON row per item, to a new file or stdout (`-`).
 fn write_predictions(path: &Path, rows: &[Value]) -> Result<()> {
-    let mut text = String::new();
-    for r in rows {
-        text.push_str(&r.to_string());
-        text.push('\n');
+    super::write_output(path, false, |w| {
+        for r in rows {
+            writeln!(w, "{r}")?;
+        }
+        Ok(())
+    })
+}
+
+/// Prints a metrics line: on stdout, or on stderr when the predictions
+/// take stdout (`--predictions -`).
+fn print_metrics(a: &Args, line: &str) {
+    if a.predictions
+        .as_deref()
+        .is_some_and(|p| p.as_os_str() == "-")
+    {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
     }
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn run(a: Args) -> Result<()> {
+    // Refused before the evaluation runs, not after.
+    if let Some(p) = &a.predictions {
+        super::check_new_output(p)?;
+    }
     let dir = resolve_model_dir(&a.model)?;
     check_family(&dir, a.task)?;
     let Some(fpath) = &a.overlap else {
@@ -255,22 +273,19 @@ pub fn run(a: Args) -> Result<()> {
         if let Some(p) = &a.predictions {
             write_predictions(p, &preds)?;
         }
-        println!("{metrics}");
+        print_metrics(&a, &metrics.to_string());
         return Ok(());
     }
     report(&a, all, &preds)?;
-    println!(
-        "without the {overlapping} of {items} items that overlap the training text (share > {:.0}%):",
-        100.0 * t
+    print_metrics(
+        &a,
+        &format!(
+            "without the {overlapping} of {items} items that overlap the training text (share > {:.0}%):",
+            100.0 * t
+        ),
     );
-    report(
-        &Args {
-            predictions: None,
-            ..a
-        },
-        kept,
-        &[],
-    )
+    print_metrics(&a, &metrics_line(&a, &kept));
+    Ok(())
 }
 
 /// Prints the metrics (and writes the predictions).
@@ -278,20 +293,24 @@ fn report(a: &Args, metrics: Value, preds: &[Value]) -> Result<()> {
     if let Some(p) = &a.predictions {
         write_predictions(p, preds)?;
     }
-    if a.json {
-        println!("{metrics}");
-    } else if let Value::Object(m) = &metrics {
-        let parts: Vec<String> = m
+    print_metrics(a, &metrics_line(a, &metrics));
+    Ok(())
+}
+
+/// The metrics as JSON (`--json`) or `key value, ...`.
+fn metrics_line(a: &Args, metrics: &Value) -> String {
+    match metrics {
+        Value::Object(m) if !a.json => m
             .iter()
             .filter(|(k, _)| k.as_str() != "task")
             .map(|(k, v)| match v.as_f64() {
                 Some(x) if v.is_f64() => format!("{k} {x:.4}"),
                 _ => format!("{k} {v}"),
             })
-            .collect();
-        println!("{}", parts.join(", "));
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => metrics.to_string(),
     }
-    Ok(())
 }
 
 /// Scores the task on the items `keep` accepts: its metrics and per-item predictions.

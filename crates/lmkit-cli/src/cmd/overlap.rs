@@ -5,13 +5,15 @@
 //! and per document, the documents above `--threshold`, and optionally
 //! writes the evaluation set without them.
 
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::progress::Progress;
+
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit::data::overlap::{
-    build_filter, overlap_report, read_eval_documents, write_clean, BloomFilter, BuildOptions,
+    build_filter, clean_text, overlap_report, read_eval_documents, BloomFilter, BuildOptions,
     DocKind,
 };
 use lmkit::util::size::parse_byte_size;
@@ -43,23 +45,17 @@ pub struct Args {
     /// A document overlaps when more than this share of its n-grams is in the training text.
     #[arg(long, default_value_t = 0.0)]
     pub threshold: f64,
-    /// Save the filter built from --train to this file (new file only).
+    /// Save the filter built from --train to this file (new file only; `-`:
+    /// stdout, the report then on stderr).
     #[arg(long, requires = "train")]
     pub save_filter: Option<PathBuf>,
-    /// Write the evaluation documents that do not overlap to this file (new file only).
+    /// Write the evaluation documents that do not overlap to this file (new
+    /// file only; `-`: stdout, the report then on stderr).
     #[arg(long)]
     pub write_clean: Option<PathBuf>,
     /// One JSON object with every figure, per-document values included.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Refuses to overwrite a user's file.
-fn new_file(p: &Path) -> Result<()> {
-    if p.exists() {
-        bail!("{} exists: choose a new file name", p.display());
-    }
-    Ok(())
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -69,9 +65,23 @@ pub fn run(a: Args) -> Result<()> {
     if a.eval.is_empty() && a.save_filter.is_none() {
         bail!("nothing to do: give --eval FILES (and/or --save-filter FILE with --train)");
     }
-    for p in [&a.save_filter, &a.write_clean].into_iter().flatten() {
-        new_file(p)?;
+    let outputs: Vec<&PathBuf> = [&a.save_filter, &a.write_clean]
+        .into_iter()
+        .flatten()
+        .collect();
+    for p in &outputs {
+        super::check_new_output(p)?;
     }
+    let is_stdout = |p: &PathBuf| p.as_os_str() == "-";
+    if outputs.iter().filter(|p| is_stdout(p)).count() > 1 {
+        bail!("only one of --save-filter and --write-clean can be `-` (stdout)");
+    }
+    // The report goes to stderr when an output file takes stdout.
+    let mut out: Box<dyn Write> = if outputs.iter().any(|p| is_stdout(p)) {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
     let t0 = Instant::now();
     let (filter, train_bytes) = match &a.filter {
         Some(f) => (
@@ -85,19 +95,16 @@ pub fn run(a: Args) -> Result<()> {
                 max_memory: a.max_memory,
                 text_field: a.text_field.clone(),
             };
-            let bar = ProgressBar::new(0).with_style(
-                ProgressStyle::with_template(
-                    "hashing training text {bar:30} {bytes}/{total_bytes} ({bytes_per_sec})",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            let pb = Progress::new(
+                "hashing training text {bar:30} {bytes}/{total_bytes} ({bytes_per_sec})",
             );
             let mut total = 0;
             let f = build_filter(&a.train, &opts, |done, all| {
                 total = all;
-                bar.set_length(all);
-                bar.set_position(done);
+                pb.set_length(all);
+                pb.update(done, || "bytes of training text hashed".into());
             })?;
-            bar.finish_and_clear();
+            pb.finish();
             (f, Some(total))
         }
     };
@@ -105,7 +112,7 @@ pub fn run(a: Args) -> Result<()> {
     let bytes = filter.bits().div_ceil(64) * 8;
     let per_ngram = bytes as f64 / filter.inserted().max(1) as f64;
     if let Some(p) = &a.save_filter {
-        filter.save(p)?;
+        super::write_output(p, true, |w| filter.write_to(w))?;
     }
     let filter_info = json!({
         "n": filter.n(),
@@ -143,20 +150,24 @@ pub fn run(a: Args) -> Result<()> {
                 filter.expected_fp_rate()
             ),
         }
-        if let Some(p) = &a.save_filter {
+        if let Some(p) = a.save_filter.as_ref().filter(|p| !is_stdout(p)) {
             eprintln!("filter saved to {}", p.display());
         }
     }
     if a.eval.is_empty() {
         if a.json {
-            println!("{}", json!({ "filter": filter_info }));
+            writeln!(out, "{}", json!({ "filter": filter_info }))?;
         }
         return Ok(());
     }
     let docs = read_eval_documents(&a.eval)?;
     let report = overlap_report(&filter, &docs, a.threshold);
     let kept = match &a.write_clean {
-        Some(p) => Some(write_clean(p, &docs, &report.overlapping)?),
+        Some(p) => {
+            let (text, kept) = clean_text(&docs, &report.overlapping)?;
+            super::write_output(p, false, |w| w.write_all(text.as_bytes()))?;
+            Some(kept)
+        }
         None => None,
     };
     // SQuAD questions are named by their ids.
@@ -167,37 +178,49 @@ pub fn run(a: Args) -> Result<()> {
         .map(|&i| docs[i].raw.as_str())
         .collect();
     if a.json {
-        println!(
+        writeln!(
+            out,
             "{}",
             json!({ "filter": filter_info, "eval": report, "clean_documents_written": kept,
                     "overlapping_ids": overlapping_ids })
-        );
+        )?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "{} documents, {} {}-grams: {:.2}% found in the training text",
         report.documents,
         report.ngrams,
         report.n,
         100.0 * report.share
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "documents by the share of their n-grams found ({} shorter than {} words left out):",
         report.too_short, report.n
-    );
+    )?;
     for (i, c) in report.histogram.iter().enumerate() {
-        println!("  {:>3}-{:<3}% {c}", i * 10, (i + 1) * 10);
+        writeln!(out, "  {:>3}-{:<3}% {c}", i * 10, (i + 1) * 10)?;
     }
-    println!(
+    writeln!(
+        out,
         "{} documents overlap (share > {:.0}%)",
         report.overlapping.len(),
         100.0 * report.threshold
-    );
+    )?;
     if !overlapping_ids.is_empty() {
-        println!("overlapping questions: {}", overlapping_ids.join(", "));
+        writeln!(out, "overlapping questions: {}", overlapping_ids.join(", "))?;
     }
     if let (Some(p), Some(k)) = (&a.write_clean, kept) {
-        println!("{k} documents without overlap written to {}", p.display());
+        writeln!(
+            out,
+            "{k} documents without overlap written to {}",
+            if is_stdout(p) {
+                "stdout".into()
+            } else {
+                p.display().to_string()
+            }
+        )?;
     }
     Ok(())
 }

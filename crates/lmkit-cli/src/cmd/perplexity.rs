@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,17 +42,14 @@ pub fn run(a: Args) -> Result<()> {
     if a.stride == Some(0) || a.context == Some(0) {
         anyhow::bail!("--stride and --context must be positive");
     }
-    let bar = ProgressBar::new(ids.len().saturating_sub(1) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} tokens ({eta} left)")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let pb = crate::progress::Progress::new("{bar:40} {pos}/{len} tokens ({per_sec}, {eta} left)");
+    pb.set_length(ids.len().saturating_sub(1) as u64);
     let report = engine
         .perplexity(&ids, context, stride, |done, _| {
-            bar.set_position(done as u64)
+            pb.update(done as u64, || "tokens scored".into())
         })
         .with_context(|| format!("scoring {}", a.input.display()))?;
-    bar.finish_and_clear();
+    pb.summary(report.tokens as u64, "tokens", "scored", "");
     if a.json {
         let json = serde_json::json!({
             "tokens": report.tokens,

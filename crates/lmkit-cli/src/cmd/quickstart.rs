@@ -14,7 +14,6 @@
 
 use crate::cmd::pretrain;
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit_tokenizers::train_bpe::{BpeTrainer, BpeTrainerOptions};
 use std::path::{Path, PathBuf};
 
@@ -77,15 +76,12 @@ pub fn run(args: Args) -> Result<()> {
             trainer.feed(&bytes[..take]);
             fed += take;
         }
-        let pb = ProgressBar::new(0);
-        pb.set_style(
-            ProgressStyle::with_template("      merges {bar:30} {pos}/{len}").expect("static"),
-        );
+        let pb = crate::progress::Progress::new("      merges {bar:30} {pos}/{len}");
         let tok = trainer.train(|done, total| {
             pb.set_length(total as u64);
-            pb.set_position(done as u64);
+            pb.update(done as u64, || "merges".into());
         })?;
-        pb.finish_and_clear();
+        pb.finish();
         tok.save(&tok_dir)?;
     } else {
         eprintln!("[1/3] reusing the tokenizer in {}", tok_dir.display());

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use lmkit_tokenizers::train_bpe::{BpeTrainer, BpeTrainerOptions};
 use lmkit_tokenizers::wordpiece::{
     train_wordpiece_files, TrainProgress, WordPieceTokenizer, WordPieceTrainer,
@@ -45,15 +45,11 @@ pub struct TrainTokenizerArgs {
     pub files: Vec<PathBuf>,
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what:>9} [{{bar:40}}] {{pos}}/{{len}} {{per_sec}} eta {{eta}}"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
+fn bar(len: u64, what: &str) -> Progress {
+    let bar = Progress::new(&format!(
+        "{what:>9} [{{bar:40}}] {{pos}}/{{len}} {{per_sec}} eta {{eta}}"
+    ));
+    bar.set_length(len);
     bar
 }
 
@@ -68,12 +64,14 @@ fn read_files(files: &[PathBuf], mut feed: impl FnMut(&[u8])) -> Result<u64> {
         })
         .sum::<Result<u64>>()?;
     let progress = bar(total, "counting");
+    let mut done = 0;
     for file in files {
         let bytes = lmkit::data::source::read_source(file)?;
         feed(&bytes);
-        progress.inc(std::fs::metadata(file).map_or(0, |m| m.len()));
+        done += std::fs::metadata(file).map_or(0, |m| m.len());
+        progress.update(done, || "bytes counted".into());
     }
-    progress.finish_and_clear();
+    progress.finish();
     Ok(total)
 }
 
@@ -111,9 +109,9 @@ fn train_bpe(args: &TrainTokenizerArgs) -> Result<lmkit_tokenizers::BpeTokenizer
     let progress = bar(0, "merging");
     let tokenizer = trainer.train(|done, total| {
         progress.set_length(total as u64);
-        progress.set_position(done as u64);
+        progress.update(done as u64, || "merges".into());
     })?;
-    progress.finish_and_clear();
+    progress.finish();
     Ok(tokenizer)
 }
 
@@ -133,14 +131,14 @@ fn train_wordpiece(args: &TrainTokenizerArgs) -> Result<WordPieceTokenizer> {
             total_bytes,
         } => {
             progress.set_length(total_bytes);
-            progress.set_position(done_bytes);
+            progress.update(done_bytes, || "bytes counted".into());
         }
         TrainProgress::Merging { vocab_size, target } => {
             progress.set_length(target as u64);
-            progress.set_position(vocab_size as u64);
+            progress.update(vocab_size as u64, || "tokens in the vocabulary".into());
         }
     })?;
-    progress.finish_and_clear();
+    progress.finish();
     Ok(tokenizer)
 }
 

@@ -279,23 +279,26 @@ impl BloomFilter {
 
     /// Writes the filter to `path` atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::util::fs::atomic_write_with(path, |w| {
-            let header = self.to_bytes_header();
-            let mut sum = Checksum::new();
-            sum.update(&header);
-            w.write_all(&header)?;
-            let mut buf = Vec::with_capacity(1 << 16);
-            for chunk in self.bits.chunks(8192) {
-                buf.clear();
-                for b in chunk {
-                    buf.extend_from_slice(&b.load(Ordering::Relaxed).to_le_bytes());
-                }
-                sum.update(&buf);
-                w.write_all(&buf)?;
+        crate::util::fs::atomic_write_with(path, |w| self.write_to(w))
+            .map_err(|e| DataError::Invalid(e.to_string()))
+    }
+
+    /// Writes the filter in [`Self::save`]'s format (to a file or stdout).
+    pub fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let header = self.to_bytes_header();
+        let mut sum = Checksum::new();
+        sum.update(&header);
+        w.write_all(&header)?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        for chunk in self.bits.chunks(8192) {
+            buf.clear();
+            for b in chunk {
+                buf.extend_from_slice(&b.load(Ordering::Relaxed).to_le_bytes());
             }
-            w.write_all(&sum.finish().to_le_bytes())
-        })
-        .map_err(|e| DataError::Invalid(e.to_string()))
+            sum.update(&buf);
+            w.write_all(&buf)?;
+        }
+        w.write_all(&sum.finish().to_le_bytes())
     }
 
     /// Reads a filter written by [`Self::save`].
@@ -776,9 +779,10 @@ pub fn overlap_report(
     }
 }
 
-/// Writes the documents not in `overlapping` to `path` in their own format
-/// (JSONL lines, or text blocks with a blank line between), atomically.
-pub fn write_clean(path: &Path, docs: &[EvalDocument], overlapping: &[usize]) -> Result<usize> {
+/// The documents not in `overlapping` as the text of a file of their own
+/// format (JSONL lines, or text blocks with a blank line between), and
+/// their count.
+pub fn clean_text(docs: &[EvalDocument], overlapping: &[usize]) -> Result<(String, usize)> {
     if docs.iter().any(|d| d.kind == DocKind::Squad) {
         return Err(DataError::Invalid(
             "a clean SQuAD file is not written: the report lists each question's overlap \
@@ -804,20 +808,15 @@ pub fn write_clean(path: &Path, docs: &[EvalDocument], overlapping: &[usize]) ->
     } else {
         "\n\n"
     };
-    crate::util::fs::atomic_write_with(path, |w| {
-        for (i, d) in kept.iter().enumerate() {
-            if i > 0 {
-                w.write_all(sep.as_bytes())?;
-            }
-            w.write_all(d.raw.as_bytes())?;
-        }
-        if !kept.is_empty() {
-            w.write_all(b"\n")?;
-        }
-        Ok(())
-    })
-    .map_err(|e| DataError::Invalid(e.to_string()))?;
-    Ok(kept.len())
+    let mut text = kept
+        .iter()
+        .map(|d| d.raw.as_str())
+        .collect::<Vec<_>>()
+        .join(sep);
+    if !kept.is_empty() {
+        text.push('\n');
+    }
+    Ok((text, kept.len()))
 }
 
 #[cfg(test)]
