@@ -186,6 +186,23 @@ fn pretrain_refuses_a_negative_learning_rate() {
         ]);
         assert!(err.contains("`lr`") || err.contains("--lr"), "{lr}: {err}");
     }
+    // --keep 0 would delete the checkpoint a resume needs (it was taken as 1).
+    let err = refused(&[
+        "pretrain",
+        "--tokenizer",
+        s(&tok),
+        "--data",
+        s(&data),
+        "--output",
+        s(&out),
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--keep",
+        "0",
+    ]);
+    assert!(err.contains("--keep must be at least 1"), "{err}");
 }
 
 /// A copy of a fixture model in `dir`, to be changed by the test.

@@ -845,7 +845,7 @@ fn run_loop<'a, M: Trainable>(
         log_every: opts.log_every,
         eval_every: per_epoch,
         save_every: opts.save_every.unwrap_or(per_epoch),
-        keep: opts.keep.max(1),
+        keep: super::check_keep(opts.keep)?,
         stop_after: None,
         checkpoint_dir: Some(ckpt_root),
         final_dir: Some(output.to_path_buf()),

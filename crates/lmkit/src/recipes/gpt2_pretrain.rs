@@ -202,7 +202,7 @@ pub(crate) fn run(
             .or(sr.map(|r| r.sample_prompt.clone()))
             .unwrap_or_default(),
         save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
-        keep: o.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
+        keep: super::check_keep(o.keep.or(sr.map(|r| r.keep)).unwrap_or(2))?,
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
         seed,
         val_fraction,

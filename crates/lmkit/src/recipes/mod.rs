@@ -84,3 +84,14 @@ pub(crate) fn check_vocab(tokens: usize, vocab_size: usize) -> Result<()> {
 pub(crate) fn invalid(msg: impl Into<String>) -> RecipeError {
     RecipeError::Invalid(msg.into())
 }
+
+/// `keep` checkpoints: at least the newest one (0 would delete the
+/// checkpoint a resume needs).
+pub(crate) fn check_keep(keep: usize) -> Result<usize> {
+    if keep == 0 {
+        return Err(invalid(
+            "`keep` must be at least 1: the newest checkpoint is always kept",
+        ));
+    }
+    Ok(keep)
+}

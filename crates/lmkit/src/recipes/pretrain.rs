@@ -130,7 +130,7 @@ fn run_bert(
         eval_every: o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100),
         eval_batches: o.eval_batches.or(sr.map(|r| r.eval_batches)).unwrap_or(20),
         save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
-        keep: o.keep.or(sr.map(|r| r.keep)).unwrap_or(2).max(1),
+        keep: super::check_keep(o.keep.or(sr.map(|r| r.keep)).unwrap_or(2))?,
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
     };
     // The data of a resumed run: as given, else the files it was started on.
