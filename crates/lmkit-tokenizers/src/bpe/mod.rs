@@ -283,13 +283,27 @@ impl BpeTokenizer {
                 ))),
             };
             let (l, r) = (id_of(m.left)?, id_of(m.right)?);
-            joined.clear();
-            joined.push_str(m.left);
-            joined.push_str(m.right);
-            let merged = vocab
-                .get(joined.as_str())
-                .copied()
-                .ok_or_else(|| err(format!("merge result {joined:?} is not in the vocabulary")))?;
+            // Merge results usually take consecutive ids in rank order
+            // (GPT-2: 256 + rank): try the id after the previous result,
+            // compared by spelling (unique), before hashing the joined string.
+            let guess = triples.last().map_or(256, |&(_, _, m)| m as usize + 1);
+            let merged = match tokens.get(guess) {
+                Some(t)
+                    if t.len() == m.left.len() + m.right.len()
+                        && t.starts_with(m.left)
+                        && t.ends_with(m.right) =>
+                {
+                    guess as u32
+                }
+                _ => {
+                    joined.clear();
+                    joined.push_str(m.left);
+                    joined.push_str(m.right);
+                    vocab.get(joined.as_str()).copied().ok_or_else(|| {
+                        err(format!("merge result {joined:?} is not in the vocabulary"))
+                    })?
+                }
+            };
             merges.push((l, r));
             triples.push((l, r, merged));
         }
