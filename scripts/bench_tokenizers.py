@@ -2,18 +2,32 @@
 """GPT-2 encode speed: lmkit vs tiktoken (Python and tiktoken-rs) vs HF tokenizers,
 measured in the same run on the same text, printed as throughput and ratios.
 
-Usage: scripts/bench_tokenizers.py [FILE] [--reps N]
+Usage: scripts/bench_tokenizers.py [FILE] [--reps N] [--whole-process] [--json]
 (default FILE: assets/books/corpus.txt, documents split at "\\n\\f\\n").
 lmkit and tiktoken-rs are timed in-process by the `encode_file` bench binary
 (vocabulary loading excluded, as for the Python peers). "single" encodes the
 whole file as one text on one thread, timed in CPU time (robust on a shared
-machine); "batch" encodes the documents on all cores, timed in wall time.
+machine); "batch" encodes the documents on all cores, timed in wall time;
+"load" is start-up from vocab.json + merges.txt (tiktoken-rs: r50k_base()),
+in CPU time.
+
+--whole-process also times whole processes on one core, in CPU time (user +
+sys of the child): `lmkit --threads 1 tokenize --count` (release build) and a
+Python process that loads tiktoken from the same files and encodes, on the
+text repeated to at least --whole-mb MB (default 30).
+
+--json prints one JSON object instead of the table, for scripts (bench.sh):
+{"machine", "file", "bytes", "threads", "reps", "results": {name: {seconds,
+tokens, mb_per_s}}, "ratios": {name: peer time / lmkit time}, "counts_equal"}.
 """
 import argparse
 import json
+import math
 import os
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +47,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file", nargs="?", default=os.path.join(ROOT, "assets/books/corpus.txt"))
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--whole-process", action="store_true",
+                    help="also time whole one-core processes (lmkit tokenize, Python tiktoken)")
+    ap.add_argument("--whole-mb", type=float, default=30.0)
+    ap.add_argument("--lmkit", default=os.path.join(ROOT, "target/release/lmkit"),
+                    help="release lmkit binary for --whole-process (built if missing)")
     args = ap.parse_args()
 
     import tiktoken
@@ -41,12 +61,16 @@ def main():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     gpt2 = os.path.join(ROOT, "assets/gpt2")
-    ranks = data_gym_to_mergeable_bpe_ranks(
-        vocab_bpe_file=os.path.join(gpt2, "merges.txt"),
-        encoder_json_file=os.path.join(gpt2, "vocab.json"),
-    )
-    tik = tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                            special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+    def load_tiktoken():
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            vocab_bpe_file=os.path.join(gpt2, "merges.txt"),
+            encoder_json_file=os.path.join(gpt2, "vocab.json"),
+        )
+        return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                                 special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+    tik = load_tiktoken()
     hf = Tokenizer(models.BPE.from_file(os.path.join(gpt2, "vocab.json"), os.path.join(gpt2, "merges.txt")))
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
@@ -64,6 +88,8 @@ def main():
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
     results = {}
+    s, _ = best_of(args.reps, load_tiktoken, time.process_time)
+    results["tiktoken-py load"] = (s, 0)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             r = json.loads(line)
@@ -80,6 +106,35 @@ def main():
     s, encs = best_of(args.reps, lambda: hf.encode_batch(docs, add_special_tokens=False))
     results["hf-tokenizers batch"] = (s, sum(len(e.ids) for e in encs))
 
+    if args.whole_process:
+        results.update(whole_process(args, text, nbytes))
+
+    counts_equal = {}
+    for mode in ("single", "batch"):
+        counts = {n for k, (_, n) in results.items() if k.endswith(mode)}
+        counts_equal[mode] = len(counts) == 1
+    ratios = {}
+    for key, (s, _) in results.items():
+        name, mode = key.rsplit(" ", 1)
+        ours = results.get(f"lmkit {mode}")
+        if name != "lmkit" and ours:
+            ratios[key] = s / ours[0]
+
+    if args.json:
+        def size(key):
+            return args.whole_bytes if key.endswith("whole-process") else nbytes
+        print(json.dumps({
+            "machine": {"cpu": cpu_name(), "cores": threads},
+            "file": args.file, "bytes": nbytes, "documents": len(docs), "threads": threads,
+            "reps": args.reps,
+            "results": {k: {"seconds": s, "tokens": n,
+                            "mb_per_s": None if k.endswith("load") else size(k) / s / 1e6}
+                        for k, (s, n) in results.items()},
+            "ratios": ratios,
+            "counts_equal": counts_equal,
+        }, indent=1))
+        return
+
     print(f"text: {args.file} ({nbytes / 1e6:.2f} MB, {len(docs)} documents), {threads} threads, best of {args.reps}")
     print(f"{'encoder':<24}{'seconds':>10}{'MB/s':>10}{'tokens':>10}{'lmkit is':>12}")
     for mode in ("single", "batch"):
@@ -87,10 +142,84 @@ def main():
         for name in ("lmkit", "tiktoken-rs", "tiktoken-py", "hf-tokenizers"):
             s, n = results[f"{name} {mode}"]
             print(f"{name + ' ' + mode:<24}{s:>10.4f}{nbytes / s / 1e6:>10.1f}{n:>10}{s / ours:>11.2f}x")
-    for mode in ("single", "batch"):
-        counts = {n for k, (_, n) in results.items() if k.endswith(mode)}
-        if len(counts) != 1:
-            print(f"WARNING: {mode} token counts differ: {counts}")
+    ours = results["lmkit load"][0]
+    for name in ("lmkit", "tiktoken-rs", "tiktoken-py"):
+        s = results[f"{name} load"][0]
+        print(f"{name + ' load':<24}{s:>10.4f}{'':>10}{'':>10}{s / ours:>11.2f}x")
+    if args.whole_process:
+        ours = results["lmkit whole-process"][0]
+        for name in ("lmkit", "tiktoken-py"):
+            s, n = results[f"{name} whole-process"]
+            print(f"{name + ' whole-process':<24}{s:>10.4f}{args.whole_bytes / s / 1e6:>10.1f}{n:>10}{s / ours:>11.2f}x")
+        print(f"(whole-process: one core, CPU time, {args.whole_bytes / 1e6:.1f} MB)")
+    for mode, ok in counts_equal.items():
+        if not ok:
+            print(f"WARNING: {mode} token counts differ")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def child_cpu(cmd, reps, **kw):
+    """Best CPU time (user + sys) of `cmd` as a child process, and its stdout."""
+    best, out = float("inf"), ""
+    for _ in range(reps):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr}")
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best, out = min(best, cpu), proc.stdout
+    return best, out
+
+
+TIKTOKEN_PROCESS = """
+import os, sys, tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+from tiktoken_ext.openai_public import r50k_pat_str
+gpt2, path = sys.argv[1], sys.argv[2]
+ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=os.path.join(gpt2, "merges.txt"),
+                                        encoder_json_file=os.path.join(gpt2, "vocab.json"))
+enc = tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                        special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+with open(path, encoding="utf-8") as f:
+    print(len(enc.encode_ordinary(f.read())))
+"""
+
+
+def whole_process(args, text, nbytes):
+    """Whole one-core processes on the text repeated to >= --whole-mb MB."""
+    if not os.path.exists(args.lmkit):
+        cmd = ["cargo", "build", "--release", "-q", "-p", "lmkit-cli"]
+        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed")
+    copies = max(1, math.ceil(args.whole_mb * 1e6 / nbytes))
+    gpt2 = os.path.join(ROOT, "assets/gpt2")
+    env = dict(os.environ, RAYON_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "text.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            for _ in range(copies):
+                f.write(text)
+        args.whole_bytes = os.path.getsize(path)
+        reps = max(1, min(args.reps, 3))
+        s, out = child_cpu([args.lmkit, "--threads", "1", "tokenize", "--tokenizer", gpt2,
+                            "--input", path, "--count"], reps, env=env)
+        ours = (s, int(out.split()[0]))
+        s, out = child_cpu([sys.executable, "-c", TIKTOKEN_PROCESS, gpt2, path], reps, env=env)
+        theirs = (s, int(out.split()[0]))
+    if ours[1] != theirs[1]:
+        print(f"WARNING: whole-process token counts differ: {ours[1]} vs {theirs[1]}", file=sys.stderr)
+    return {"lmkit whole-process": ours, "tiktoken-py whole-process": theirs}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@
 //! character is taken if one starts there, else the single byte is a character
 //! of the "other" class (`[^\s\p{L}\p{N}]`), like punctuation. On valid UTF-8
 //! this is exactly the pattern above; on any input the pieces tile the text.
+//!
+//! Where the CPU has AVX-512BW, runs of ASCII characters are found 64 bytes
+//! at a time: a block becomes one bit mask per class ([`classify_block`]) and
+//! a run's end is a count of trailing ones; only non-ASCII bytes are decoded
+//! one by one. Elsewhere runs are scanned a byte at a time, with the same
+//! pieces (tested, as is [`classify_block_scalar`] against the SIMD masks).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -70,6 +76,87 @@ static BYTE_CLASS: [u8; 256] = {
     }
     t
 };
+
+/// Bit masks of up to 64 bytes of text: bit `i` of `class[c]` is set when
+/// byte `i` is an ASCII character of class `c` (0 letter, 1 number, 2 space,
+/// 3 other); `non_ascii` marks bytes `>= 0x80`. Bits past the block are 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockMasks {
+    pub class: [u64; 4],
+    pub non_ascii: u64,
+}
+
+/// [`BlockMasks`] of `block` (at most 64 bytes), one byte at a time.
+pub fn classify_block_scalar(block: &[u8]) -> BlockMasks {
+    let mut m = BlockMasks::default();
+    for (i, &b) in block.iter().take(64).enumerate() {
+        match BYTE_CLASS[b as usize] {
+            4 => m.non_ascii |= 1 << i,
+            c => m.class[c as usize] |= 1 << i,
+        }
+    }
+    m
+}
+
+/// Whether [`classify_block`] uses AVX-512BW (checked once).
+pub fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`BlockMasks`] of `block` (at most 64 bytes): AVX-512BW where available,
+/// else [`classify_block_scalar`]; the results are equal (tested).
+#[inline]
+pub fn classify_block(block: &[u8]) -> BlockMasks {
+    #[cfg(target_arch = "x86_64")]
+    if simd_available() {
+        // SAFETY: AVX-512F and AVX-512BW were detected at run time.
+        return unsafe { avx512::classify(block) };
+    }
+    classify_block_scalar(block)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::BlockMasks;
+    use std::arch::x86_64::*;
+
+    /// The ASCII classes as byte-range compares, matching `BYTE_CLASS`
+    /// (letters `A-Z a-z`, digits, White_Space `\t..=\r` and space).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and AVX-512BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn classify(block: &[u8]) -> BlockMasks {
+        let n = block.len().min(64);
+        let valid: u64 = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        // SAFETY: the masked load reads only the first `n` bytes of `block`,
+        // which are in bounds; the other lanes are zero and never fault.
+        let v = unsafe { _mm512_maskz_loadu_epi8(valid, block.as_ptr().cast()) };
+        let splat = |b: u8| _mm512_set1_epi8(b as i8);
+        let in_range = |x: __m512i, lo: u8, count: u8| {
+            _mm512_cmplt_epu8_mask(_mm512_sub_epi8(x, splat(lo)), splat(count))
+        };
+        let letter = in_range(_mm512_or_si512(v, splat(0x20)), b'a', 26);
+        let number = in_range(v, b'0', 10);
+        let space = in_range(v, b'\t', 5) | _mm512_cmpeq_epi8_mask(v, splat(b' '));
+        let non_ascii = _mm512_movepi8_mask(v) & valid;
+        let other = valid & !(letter | number | space | non_ascii);
+        BlockMasks {
+            class: [letter, number, space & valid, other],
+            non_ascii,
+        }
+    }
+}
 
 /// Two-level lookup table over all code points: `blocks[index[c >> 8]][c & 255]`.
 struct ClassTrie {
@@ -170,10 +257,21 @@ fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
 
 /// Splits `text` into GPT-2 pre-tokenization pieces (byte ranges that tile it).
 pub fn split_gpt2(text: &[u8]) -> Gpt2Pieces<'_> {
+    split_gpt2_with(text, simd_available())
+}
+
+/// [`split_gpt2`] with runs found on AVX-512 block masks (`simd`, where the
+/// CPU has it) or one byte at a time: the pieces are the same; both are
+/// here for the tests that say so.
+pub fn split_gpt2_with(text: &[u8], simd: bool) -> Gpt2Pieces<'_> {
     Gpt2Pieces {
         text,
         pos: 0,
         trie: trie(),
+        simd: simd && simd_available(),
+        base: 0,
+        len: 0,
+        masks: BlockMasks::default(),
     }
 }
 
@@ -182,6 +280,11 @@ pub struct Gpt2Pieces<'a> {
     text: &'a [u8],
     pos: usize,
     trie: &'static ClassTrie,
+    simd: bool,
+    /// `masks` describe `text[base..base + len]`.
+    base: usize,
+    len: usize,
+    masks: BlockMasks,
 }
 
 impl Gpt2Pieces<'_> {
@@ -199,30 +302,86 @@ impl Gpt2Pieces<'_> {
         }
     }
 
-    /// End of the maximal run of class `class` starting at `j`.
+    /// The masks of the block holding `j < text.len()` and `j`'s bit in them,
+    /// classifying the 64 bytes from `j` when `j` is outside the current block.
     #[inline(always)]
-    fn run(&self, mut j: usize, class: u8) -> usize {
+    fn block_at(&mut self, j: usize) -> u32 {
+        if j < self.base || j >= self.base + self.len {
+            let end = self.text.len().min(j + 64);
+            self.masks = classify_block(&self.text[j..end]);
+            self.base = j;
+            self.len = end - j;
+        }
+        (j - self.base) as u32
+    }
+
+    /// End of the maximal run of class `class` starting at `j`, and the start
+    /// of its last character (`j - 1`, i.e. none, when the run is empty).
+    #[inline(always)]
+    fn run(&mut self, j: usize, class: u8) -> (usize, usize) {
+        if self.simd {
+            self.run_blocks(j, class)
+        } else {
+            self.run_bytes(j, class)
+        }
+    }
+
+    /// [`Self::run`] one byte at a time (the fallback without AVX-512, and
+    /// the reference the block version is tested against).
+    #[inline(always)]
+    fn run_bytes(&self, mut j: usize, class: u8) -> (usize, usize) {
         let text = self.text;
+        let mut last = j.wrapping_sub(1);
         while j < text.len() {
             let c = BYTE_CLASS[text[j] as usize];
-            if c == class {
-                j += 1;
+            let len = if c == class {
+                1
             } else if c == 4 {
                 let (c, len) = self.class_at(j);
                 if c != class {
                     break;
                 }
-                j += len;
+                len
             } else {
                 break;
-            }
+            };
+            last = j;
+            j += len;
         }
-        j
+        (j, last)
+    }
+
+    /// [`Self::run`] on the block masks.
+    #[inline(always)]
+    fn run_blocks(&mut self, mut j: usize, class: u8) -> (usize, usize) {
+        let mut last = j.wrapping_sub(1);
+        while j < self.text.len() {
+            let off = self.block_at(j);
+            let ones = (!(self.masks.class[class as usize] >> off)).trailing_zeros();
+            let k = ones.min(64 - off);
+            if k > 0 {
+                j += k as usize;
+                last = j - 1;
+            }
+            if off + k >= self.len as u32 {
+                continue; // the block ran out inside the run
+            }
+            if self.masks.non_ascii >> (off + k) & 1 == 0 {
+                break;
+            }
+            let (c, len) = self.class_at(j);
+            if c != class {
+                break;
+            }
+            last = j;
+            j += len;
+        }
+        (j, last)
     }
 
     /// End of the piece starting at `i < text.len()`.
     #[inline]
-    fn piece_end(&self, i: usize) -> usize {
+    fn piece_end(&mut self, i: usize) -> usize {
         let text = self.text;
         let b = text[i];
         if b == b'\'' {
@@ -236,27 +395,21 @@ impl Gpt2Pieces<'_> {
         }
         let (class, len) = self.class_at(i);
         if class != 2 {
-            return self.run(i + len, class);
+            return self.run(i + len, class).0;
         }
         // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: a single space joins what follows.
         if b == b' ' && i + 1 < text.len() {
             let (next, next_len) = self.class_at(i + 1);
             if next != 2 {
-                return self.run(i + 1 + next_len, next);
+                return self.run(i + 1 + next_len, next).0;
             }
         }
         // Whitespace run: `\s+(?!\S)` leaves its last character to the next
         // piece when a non-space follows; `\s+` takes a lone one.
-        let mut j = i + len;
-        let mut last = i;
-        while j < text.len() {
-            let (c, l) = self.class_at(j);
-            if c != 2 {
-                break;
-            }
-            last = j;
-            j += l;
-        }
+        let (j, last) = match self.run(i + len, 2) {
+            (j, _) if j == i + len => (j, i),
+            run => run,
+        };
         if j == text.len() || last == i {
             j
         } else {

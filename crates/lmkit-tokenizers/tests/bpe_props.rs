@@ -1,10 +1,15 @@
 //! Property tests: arbitrary strings encode exactly like tiktoken; arbitrary
-//! bytes (invalid UTF-8 included) round-trip; pre-tokenization tiles the input.
+//! bytes (invalid UTF-8 included) round-trip; pre-tokenization tiles the input;
+//! the fast paths (AVX-512 block classification, the per-thread word cache)
+//! give the same pieces and ids as the plain ones.
 
 mod bpe_common;
 
 use bpe_common::{gpt2, tiktoken};
-use lmkit_tokenizers::pretokenize::split_gpt2;
+use lmkit_tokenizers::pretokenize::{
+    classify_block, classify_block_scalar, simd_available, split_gpt2, split_gpt2_with,
+};
+use lmkit_tokenizers::BpeTokenizer;
 use proptest::prelude::*;
 
 /// Text biased towards the pattern's corner cases: contractions, runs of
@@ -55,8 +60,109 @@ fn tricky_text() -> impl Strategy<Value = String> {
     prop::collection::vec(atoms, 0..40).prop_map(|v| v.concat())
 }
 
+/// Runs longer than a 64-byte block, of every class, with non-ASCII
+/// characters (and invalid bytes) inside and at their edges.
+fn long_runs_text() -> impl Strategy<Value = Vec<u8>> {
+    let atom = prop::sample::select(vec![
+        "a", "Q", "é", "漢", "7", "١", " ", "\t", "\n", "\u{a0}", "\u{3000}", "!", "-", "😀",
+        "\u{301}", "'s", "\u{85}",
+    ]);
+    let run = (atom, 1usize..150).prop_map(|(a, n)| a.repeat(n).into_bytes());
+    let junk = prop::sample::select(vec![vec![0xffu8], vec![0x80], vec![0xe2, 0x82], vec![0xc3]]);
+    prop::collection::vec(prop_oneof![4 => run, 1 => junk], 0..12).prop_map(|v| v.concat())
+}
+
+/// GPT-2 without the word cache, and a small trained tokenizer with and without.
+fn uncached() -> &'static (BpeTokenizer, BpeTokenizer, BpeTokenizer) {
+    static TOKS: std::sync::OnceLock<(BpeTokenizer, BpeTokenizer, BpeTokenizer)> =
+        std::sync::OnceLock::new();
+    TOKS.get_or_init(|| {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bpe_hf_trained");
+        let trained = BpeTokenizer::from_dir(dir).expect("trained fixture");
+        let trained_off = trained.clone().with_word_cache(false);
+        (gpt2().clone().with_word_cache(false), trained, trained_off)
+    })
+}
+
+fn pieces(text: &[u8], simd: bool) -> Vec<std::ops::Range<usize>> {
+    split_gpt2_with(text, simd).collect()
+}
+
+#[test]
+fn simd_classification_equals_scalar_for_every_byte_at_every_lane() {
+    if !simd_available() {
+        eprintln!("no AVX-512BW here: only the scalar path runs");
+    }
+    for b in 0..=255u8 {
+        for len in [1usize, 17, 63, 64] {
+            for lane in 0..len {
+                let mut block = vec![b'x'; len];
+                block[lane] = b;
+                assert_eq!(
+                    classify_block(&block),
+                    classify_block_scalar(&block),
+                    "byte {b:#x} lane {lane}"
+                );
+            }
+        }
+    }
+    assert_eq!(classify_block(&[]), classify_block_scalar(&[]));
+}
+
+#[test]
+fn word_cache_on_and_off_equal_on_the_corpus() {
+    let off = gpt2().clone().with_word_cache(false);
+    let docs = bpe_common::corpus_docs();
+    let text = docs.concat();
+    // Twice with the cache: cold, then warm from the first pass.
+    for _ in 0..2 {
+        assert_eq!(
+            gpt2().encode_ordinary(text.as_bytes()),
+            off.encode_ordinary(text.as_bytes())
+        );
+    }
+    assert_eq!(
+        gpt2().encode_batch(&docs, false),
+        off.encode_batch(&docs, false)
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn simd_blocks_equal_scalar(bytes in prop::collection::vec(any::<u8>(), 0..=64)) {
+        prop_assert_eq!(classify_block(&bytes), classify_block_scalar(&bytes));
+    }
+
+    #[test]
+    fn simd_pieces_equal_scalar_pieces(text in long_runs_text()) {
+        prop_assert_eq!(pieces(&text, true), pieces(&text, false));
+    }
+
+    #[test]
+    fn simd_pieces_equal_scalar_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        prop_assert_eq!(pieces(&bytes, true), pieces(&bytes, false));
+    }
+
+    #[test]
+    fn long_runs_equal_tiktoken(text in long_runs_text()) {
+        if let Ok(text) = std::str::from_utf8(&text) {
+            prop_assert_eq!(gpt2().encode_ordinary(text.as_bytes()), tiktoken().encode_ordinary(text));
+        }
+        let ids = gpt2().encode_ordinary(&text);
+        prop_assert_eq!(gpt2().decode(&ids).unwrap(), text);
+    }
+
+    #[test]
+    fn word_cache_on_and_off_equal(text in tricky_text(), other in long_runs_text()) {
+        // A second tokenizer in the same thread shares the cache's slots.
+        let (off, trained, trained_off) = uncached();
+        for t in [text.as_bytes(), &other] {
+            prop_assert_eq!(gpt2().encode_ordinary(t), off.encode_ordinary(t));
+            prop_assert_eq!(trained.encode_ordinary(t), trained_off.encode_ordinary(t));
+        }
+    }
 
     #[test]
     fn tricky_strings_equal_tiktoken(text in tricky_text()) {

@@ -72,7 +72,20 @@ pub fn char_to_byte(c: char) -> Option<u8> {
 
 /// Bytes of a token spelled in the alphabet, or `None` if a character is not in it.
 pub fn token_to_bytes(token: &str) -> Option<Vec<u8>> {
-    token.chars().map(char_to_byte).collect()
+    let mut out = Vec::with_capacity(token.len());
+    token_to_bytes_into(token, &mut out).then_some(out)
+}
+
+/// Appends the bytes of a token spelled in the alphabet to `out`; `false`
+/// (with `out` partly extended) if a character is not in it.
+pub fn token_to_bytes_into(token: &str, out: &mut Vec<u8>) -> bool {
+    for c in token.chars() {
+        match char_to_byte(c) {
+            Some(b) => out.push(b),
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The alphabet spelling of `bytes` (as in vocab.json).

@@ -102,8 +102,71 @@ pub(crate) fn merge_line_in_json(text: &str, left: &str, right: &str) -> usize {
     0
 }
 
+/// Vocabulary entries in file order, their spellings packed into one string:
+/// no allocation per entry (GPT-2 has 50k).
+#[derive(Default)]
+pub(crate) struct Entries {
+    text: String,
+    /// `(end of the spelling in text, id)`; each spelling starts where the
+    /// previous one ends.
+    items: Vec<(u32, u32)>,
+}
+
+impl Entries {
+    pub(crate) fn push(&mut self, token: &str, id: u32) {
+        self.text.push_str(token);
+        self.end_last(id);
+    }
+
+    /// Closes the spelling appended to `text` since the last entry.
+    fn end_last(&mut self, id: u32) {
+        self.items.push((self.text.len() as u32, id));
+    }
+
+    /// The spelling appended since the last entry (not yet closed).
+    fn open(&self) -> &str {
+        let start = self.items.last().map_or(0, |&(end, _)| end as usize);
+        &self.text[start..]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
+        let mut start = 0;
+        self.items.iter().map(move |&(end, id)| {
+            let s = &self.text[start as usize..end as usize];
+            start = end;
+            (s, id)
+        })
+    }
+}
+
+/// A serde seed that appends a JSON string to an arena instead of
+/// allocating it (serde_json hands over borrowed or scratch-buffer strings).
+struct AppendStr<'a>(&'a mut String);
+
+impl<'de> de::DeserializeSeed<'de> for AppendStr<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for AppendStr<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<(), E> {
+        self.0.push_str(v);
+        Ok(())
+    }
+}
+
 /// A JSON object of token -> id, kept in file order.
-pub(crate) struct OrderedVocab(pub Vec<(String, u32)>);
+pub(crate) struct OrderedVocab(pub Entries);
 
 impl<'de> Deserialize<'de> for OrderedVocab {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -117,14 +180,22 @@ impl<'de> Deserialize<'de> for OrderedVocab {
                 self,
                 mut map: A,
             ) -> std::result::Result<OrderedVocab, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some((token, id)) = map.next_entry::<String, u64>()? {
+                let mut entries = Entries::default();
+                if let Some(n) = map.size_hint() {
+                    entries.items.reserve(n);
+                }
+                while map.next_key_seed(AppendStr(&mut entries.text))?.is_some() {
+                    let id: u64 = map.next_value()?;
                     if id > MAX_ID as u64 {
                         return Err(de::Error::custom(format!(
-                            "id {id} of token {token:?} is larger than {MAX_ID}"
+                            "id {id} of token {:?} is larger than {MAX_ID}",
+                            entries.open()
                         )));
                     }
-                    entries.push((token, id as u32));
+                    if entries.text.len() > u32::MAX as usize {
+                        return Err(de::Error::custom("the vocabulary is larger than 4 GiB"));
+                    }
+                    entries.end_last(id as u32);
                 }
                 Ok(OrderedVocab(entries))
             }
@@ -137,35 +208,85 @@ impl<'de> Deserialize<'de> for OrderedVocab {
 pub(crate) const MAX_ID: u32 = crate::MAX_VOCAB_SIZE as u32 - 1;
 
 /// Reads `vocab.json`: token (in GPT-2's byte alphabet) -> id, in file order.
-pub(crate) fn read_vocab_json(path: &Path) -> Result<(Vec<(String, u32)>, String)> {
+pub(crate) fn read_vocab_json(path: &Path) -> Result<(Entries, String)> {
     let text = read_text(path)?;
     let vocab: OrderedVocab = serde_json::from_str(&text).map_err(|e| json_error(path, e))?;
     Ok((vocab.0, text))
 }
 
-/// One merge rule with the line it came from.
-pub(crate) struct MergeLine {
-    pub left: String,
-    pub right: String,
+/// Merge rules `left right` in rank order, the tokens as byte ranges into
+/// one string (the text of `merges.txt` itself, or an arena for
+/// `tokenizer.json`): no allocation per merge.
+#[derive(Default)]
+pub(crate) struct Merges {
+    text: String,
+    items: Vec<MergeItem>,
+}
+
+#[derive(Clone, Copy)]
+struct MergeItem {
+    left: (u32, u32),
+    right: (u32, u32),
     /// 1-based line; 0 for `tokenizer.json`, where it is looked up only if
     /// the merge is in error ([`merge_line_in_json`]).
+    line: u32,
+}
+
+/// One merge rule with the line it came from.
+pub(crate) struct MergeLine<'a> {
+    pub left: &'a str,
+    pub right: &'a str,
     pub line: usize,
 }
 
+impl Merges {
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = MergeLine<'_>> + '_ {
+        let s = |(a, b): (u32, u32)| &self.text[a as usize..b as usize];
+        self.items.iter().map(move |m| MergeLine {
+            left: s(m.left),
+            right: s(m.right),
+            line: m.line as usize,
+        })
+    }
+
+    /// Appends `left right` (for merges that are not read from a file).
+    pub(crate) fn push(&mut self, left: &str, right: &str, line: usize) {
+        let a = self.text.len() as u32;
+        self.text.push_str(left);
+        let b = self.text.len() as u32;
+        self.text.push_str(right);
+        let c = self.text.len() as u32;
+        self.items.push(MergeItem {
+            left: (a, b),
+            right: (b, c),
+            line: line as u32,
+        });
+    }
+}
+
 /// Reads `merges.txt`: an optional `#version` header, then `left right` per line.
-pub(crate) fn read_merges_txt(path: &Path) -> Result<Vec<MergeLine>> {
+pub(crate) fn read_merges_txt(path: &Path) -> Result<Merges> {
     let text = read_text(path)?;
-    let mut merges = Vec::new();
+    if text.len() > u32::MAX as usize {
+        return Err(parse_error(path, 0, "file is larger than 4 GiB".into()));
+    }
+    let mut items = Vec::with_capacity(text.len() / 12);
+    let base = text.as_ptr() as usize;
+    let at = |s: &str| (s.as_ptr() as usize - base) as u32;
     for (i, line) in text.lines().enumerate() {
         if (i == 0 && line.starts_with("#version")) || line.is_empty() {
             continue;
         }
         let mut parts = line.split(' ');
         match (parts.next(), parts.next(), parts.next()) {
-            (Some(l), Some(r), None) if !l.is_empty() && !r.is_empty() => merges.push(MergeLine {
-                left: l.to_string(),
-                right: r.to_string(),
-                line: i + 1,
+            (Some(l), Some(r), None) if !l.is_empty() && !r.is_empty() => items.push(MergeItem {
+                left: (at(l), at(l) + l.len() as u32),
+                right: (at(r), at(r) + r.len() as u32),
+                line: (i + 1) as u32,
             }),
             _ => {
                 return Err(parse_error(
@@ -176,7 +297,87 @@ pub(crate) fn read_merges_txt(path: &Path) -> Result<Vec<MergeLine>> {
             }
         }
     }
-    Ok(merges)
+    Ok(Merges { text, items })
+}
+
+/// `model.merges` of a `tokenizer.json`: each merge `"left right"` or
+/// `["left", "right"]`, appended to a [`Merges`] arena.
+struct HfMerges(Merges);
+
+impl<'de> Deserialize<'de> for HfMerges {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Seq;
+        impl<'de> Visitor<'de> for Seq {
+            type Value = HfMerges;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of merges")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<HfMerges, A::Error> {
+                let mut merges = Merges::default();
+                if let Some(n) = seq.size_hint() {
+                    merges.items.reserve(n);
+                }
+                while seq.next_element_seed(OneMerge(&mut merges))?.is_some() {
+                    if merges.text.len() > u32::MAX as usize {
+                        return Err(de::Error::custom("the merges are larger than 4 GiB"));
+                    }
+                }
+                Ok(HfMerges(merges))
+            }
+        }
+        d.deserialize_seq(Seq)
+    }
+}
+
+/// One element of `model.merges`, appended to the arena.
+struct OneMerge<'a>(&'a mut Merges);
+
+impl<'de> de::DeserializeSeed<'de> for OneMerge<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OneMerge<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a merge: \"left right\" or [\"left\", \"right\"]")
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<(), E> {
+        match s.split_once(' ') {
+            Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => {
+                self.0.push(l, r, 0);
+                Ok(())
+            }
+            _ => Err(E::custom(format!(
+                "merge {s:?} is not two tokens separated by one space"
+            ))),
+        }
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        let m = self.0;
+        let a = m.text.len() as u32;
+        let mut bounds = [a; 3];
+        for (k, b) in bounds[1..].iter_mut().enumerate() {
+            if seq.next_element_seed(AppendStr(&mut m.text))?.is_none() {
+                return Err(de::Error::invalid_length(k, &"two tokens"));
+            }
+            *b = m.text.len() as u32;
+        }
+        if seq.next_element::<de::IgnoredAny>()?.is_some() {
+            return Err(de::Error::invalid_length(3, &"two tokens"));
+        }
+        m.items.push(MergeItem {
+            left: (bounds[0], bounds[1]),
+            right: (bounds[1], bounds[2]),
+            line: 0,
+        });
+        Ok(())
+    }
 }
 
 #[derive(Deserialize)]
@@ -221,20 +422,13 @@ struct HfBpeModel {
     #[serde(default)]
     ignore_merges: Option<bool>,
     vocab: OrderedVocab,
-    merges: Vec<HfMerge>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum HfMerge {
-    Joined(String),
-    Pair(String, String),
+    merges: HfMerges,
 }
 
 /// What a BPE tokenizer.json holds, checked to be GPT-2-style byte-level BPE.
 pub(crate) struct HfBpe {
-    pub vocab: Vec<(String, u32)>,
-    pub merges: Vec<MergeLine>,
+    pub vocab: Entries,
+    pub merges: Merges,
     /// Special added tokens: content -> id.
     pub specials: Vec<(String, u32)>,
     pub text: String,
@@ -338,36 +532,9 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
         }
         specials.push((t.content.clone(), t.id as u32));
     }
-    let merges = json
-        .model
-        .merges
-        .into_iter()
-        .map(|merge| {
-            let (left, right) = match merge {
-                HfMerge::Joined(s) => match s.split_once(' ') {
-                    Some((l, r)) if !l.is_empty() && !r.is_empty() && !r.contains(' ') => {
-                        (l.to_string(), r.to_string())
-                    }
-                    _ => {
-                        return Err(parse_error(
-                            path,
-                            line_of_json_string(&text, &s),
-                            format!("merge {s:?} is not two tokens separated by one space"),
-                        ))
-                    }
-                },
-                HfMerge::Pair(l, r) => (l, r),
-            };
-            Ok(MergeLine {
-                line: 0,
-                left,
-                right,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
     Ok(HfBpe {
         vocab: json.model.vocab.0,
-        merges,
+        merges: json.model.merges.0,
         specials,
         text,
     })

@@ -11,17 +11,19 @@
 //! text is encoded as ordinary text (tiktoken's `encode_ordinary`).
 
 pub mod byte_level;
+mod cache;
 mod files;
 mod hash;
 mod model;
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
 pub(crate) use files::read_text;
-use files::{parse_error, MergeLine};
+use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
 use model::BpeModel;
 
@@ -47,6 +49,9 @@ pub struct BpeTokenizer {
     /// Special tokens, longest content first (longest match wins).
     specials: Vec<(Vec<u8>, u32)>,
     special_first_byte: [bool; 256],
+    /// Unique per build: keys this tokenizer's entries in the per-thread word cache.
+    owner: u64,
+    word_cache: bool,
 }
 
 /// Token spellings packed into one string, with every id's range and the
@@ -57,27 +62,30 @@ struct Spellings {
     text: String,
     /// Spelling of id `i` is `text[starts[i]..starts[i + 1]]`.
     starts: Vec<u32>,
-    /// Ids that are not holes, in the byte order of their spellings.
-    sorted: Vec<u32>,
+    /// Ids that are not holes, in the byte order of their spellings; sorted
+    /// on the first reverse lookup, which start-up does not need.
+    sorted: OnceLock<Vec<u32>>,
+    /// Ids that are not holes.
+    present: Vec<u32>,
 }
 
 impl Spellings {
-    fn new(tokens: &[String], kinds: &[Kind]) -> Self {
-        let mut text = String::with_capacity(tokens.iter().map(String::len).sum());
+    fn new(tokens: &[&str], kinds: &[Kind]) -> Self {
+        let mut text = String::with_capacity(tokens.iter().map(|t| t.len()).sum());
         let mut starts = Vec::with_capacity(tokens.len() + 1);
         starts.push(0);
         for t in tokens {
             text.push_str(t);
             starts.push(text.len() as u32);
         }
-        let mut sorted: Vec<u32> = (0..tokens.len() as u32)
+        let present = (0..tokens.len() as u32)
             .filter(|&id| kinds[id as usize] != Kind::Hole)
             .collect();
-        sorted.sort_unstable_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]));
         Spellings {
             text,
             starts,
-            sorted,
+            sorted: OnceLock::new(),
+            present,
         }
     }
 
@@ -91,10 +99,15 @@ impl Spellings {
     }
 
     fn id_of(&self, spelling: &str) -> Option<u32> {
-        self.sorted
+        let sorted = self.sorted.get_or_init(|| {
+            let mut sorted = self.present.clone();
+            sorted.sort_unstable_by(|&a, &b| self.get(a).cmp(self.get(b)));
+            sorted
+        });
+        sorted
             .binary_search_by(|&id| self.get(id).cmp(spelling))
             .ok()
-            .map(|i| self.sorted[i])
+            .map(|i| sorted[i])
     }
 }
 
@@ -114,15 +127,15 @@ impl BpeTokenizer {
         let merge_lines = files::read_merges_txt(merges_path)?;
         let specials: Vec<(String, u32)> = entries
             .iter()
-            .filter(|(t, _)| t == ENDOFTEXT)
-            .cloned()
+            .filter(|&(t, _)| t == ENDOFTEXT)
+            .map(|(t, id)| (t.to_string(), id))
             .collect();
         let source = Source {
             vocab_path,
             vocab_text: &text,
             merges_path,
         };
-        Self::build(&source, entries, &merge_lines, specials)
+        Self::build(&source, &entries, &merge_lines, specials)
     }
 
     /// Loads a directory holding `vocab.json` + `merges.txt` or `tokenizer.json`.
@@ -141,7 +154,7 @@ impl BpeTokenizer {
         let path = path.as_ref();
         let hf = files::read_tokenizer_json(path)?;
         let mut vocab = hf.vocab;
-        let ids: FastMap<&str, u32> = vocab.iter().map(|(t, id)| (t.as_str(), *id)).collect();
+        let ids: FastMap<&str, u32> = vocab.iter().collect();
         let mut extra = Vec::new();
         for (content, id) in &hf.specials {
             match ids.get(content.as_str()) {
@@ -159,19 +172,23 @@ impl BpeTokenizer {
             }
         }
         drop(ids);
-        vocab.extend(extra);
+        for (content, id) in extra {
+            vocab.push(&content, id);
+        }
         let source = Source {
             vocab_path: path,
             vocab_text: &hf.text,
             merges_path: path,
         };
-        Self::build(&source, vocab, &hf.merges, hf.specials)
+        Self::build(&source, &vocab, &hf.merges, hf.specials)
     }
 
+    /// Checks and indexes the vocabulary and merges: linear, one hash
+    /// lookup per token and three per merge, no allocation per entry.
     fn build(
         src: &Source,
-        entries: Vec<(String, u32)>,
-        merge_lines: &[MergeLine],
+        entries: &Entries,
+        merges_in: &Merges,
         specials: Vec<(String, u32)>,
     ) -> Result<Self> {
         let vocab_err = |token: &str, message: String| {
@@ -183,48 +200,61 @@ impl BpeTokenizer {
         };
         let size = entries
             .iter()
-            .map(|&(_, id)| id as usize + 1)
+            .map(|(_, id)| id as usize + 1)
             .max()
             .unwrap_or(0);
-        let special_names: std::collections::HashSet<&str> =
-            specials.iter().map(|(c, _)| c.as_str()).collect();
-        let mut tokens = vec![String::new(); size];
+        let mut tokens: Vec<&str> = vec![""; size];
         let mut kinds = vec![Kind::Hole; size];
-        let mut bytes: Vec<Option<Vec<u8>>> = vec![None; size];
-        let mut vocab = FastMap::default();
-        for (token, id) in entries {
+        // Bytes of the ordinary tokens in file order; `byte_ranges[id]` into it.
+        let mut arena: Vec<u8> = Vec::with_capacity(entries.len() * 8);
+        let mut byte_ranges = vec![(0u32, 0u32); size];
+        let mut vocab: FastMap<&str, u32> =
+            FastMap::with_capacity_and_hasher(entries.len(), Default::default());
+        for (token, id) in entries.iter() {
             let i = id as usize;
             if kinds[i] != Kind::Hole {
                 return Err(vocab_err(
-                    &token,
+                    token,
                     format!("id {id} is given to both {:?} and {token:?}", tokens[i]),
                 ));
             }
-            if vocab.contains_key(&token) {
-                return Err(vocab_err(&token, format!("token {token:?} appears twice")));
+            match vocab.entry(token) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    return Err(vocab_err(token, format!("token {token:?} appears twice")))
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(id);
+                }
             }
-            if special_names.contains(token.as_str()) {
+            if specials.iter().any(|(c, _)| c == token) {
                 kinds[i] = Kind::Special;
             } else {
-                let Some(b) = byte_level::token_to_bytes(&token) else {
+                let start = arena.len();
+                if !byte_level::token_to_bytes_into(token, &mut arena) {
                     return Err(vocab_err(
-                        &token,
+                        token,
                         format!("token {token:?} is not spelled in GPT-2's byte-level alphabet"),
                     ));
-                };
-                if b.is_empty() {
-                    return Err(vocab_err(&token, "empty token".into()));
                 }
-                bytes[i] = Some(b);
+                if arena.len() == start {
+                    return Err(vocab_err(token, "empty token".into()));
+                }
+                if arena.len() > u32::MAX as usize {
+                    return Err(vocab_err(
+                        token,
+                        "the vocabulary is larger than 4 GiB".into(),
+                    ));
+                }
+                byte_ranges[i] = (start as u32, arena.len() as u32);
                 kinds[i] = Kind::Ordinary;
             }
-            vocab.insert(token.clone(), id);
             tokens[i] = token;
         }
         let mut byte_ids = [0u32; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            let c = byte_level::BYTE_TO_CHAR[b].to_string();
-            *slot = match vocab.get(&c) {
+            let c = byte_level::BYTE_TO_CHAR[b];
+            let mut buf = [0u8; 4];
+            *slot = match vocab.get(&*c.encode_utf8(&mut buf)) {
                 Some(&id) if kinds[id as usize] == Kind::Ordinary => id,
                 _ => {
                     return Err(parse_error(
@@ -235,12 +265,13 @@ impl BpeTokenizer {
                 }
             };
         }
-        let mut merges = Vec::with_capacity(merge_lines.len());
-        let mut triples = Vec::with_capacity(merge_lines.len());
-        for m in merge_lines {
+        let mut merges = Vec::with_capacity(merges_in.len());
+        let mut triples = Vec::with_capacity(merges_in.len());
+        let mut joined = String::new();
+        for m in merges_in.iter() {
             let err = |message: String| {
                 let line = match m.line {
-                    0 => files::merge_line_in_json(src.vocab_text, &m.left, &m.right),
+                    0 => files::merge_line_in_json(src.vocab_text, m.left, m.right),
                     line => line,
                 };
                 parse_error(src.merges_path, line, message)
@@ -251,16 +282,36 @@ impl BpeTokenizer {
                     "merge token {t:?} is not an ordinary vocabulary token"
                 ))),
             };
-            let (l, r) = (id_of(&m.left)?, id_of(&m.right)?);
-            let joined = format!("{}{}", m.left, m.right);
-            let merged = vocab
-                .get(&joined)
-                .copied()
-                .ok_or_else(|| err(format!("merge result {joined:?} is not in the vocabulary")))?;
+            let (l, r) = (id_of(m.left)?, id_of(m.right)?);
+            // Merge results usually take consecutive ids in rank order
+            // (GPT-2: 256 + rank): try the id after the previous result,
+            // compared by spelling (unique), before hashing the joined string.
+            let guess = triples.last().map_or(256, |&(_, _, m)| m as usize + 1);
+            let merged = match tokens.get(guess) {
+                Some(t)
+                    if t.len() == m.left.len() + m.right.len()
+                        && t.starts_with(m.left)
+                        && t.ends_with(m.right) =>
+                {
+                    guess as u32
+                }
+                _ => {
+                    joined.clear();
+                    joined.push_str(m.left);
+                    joined.push_str(m.right);
+                    vocab.get(joined.as_str()).copied().ok_or_else(|| {
+                        err(format!("merge result {joined:?} is not in the vocabulary"))
+                    })?
+                }
+            };
             merges.push((l, r));
             triples.push((l, r, merged));
         }
-        let model = BpeModel::new(&bytes, byte_ids, &triples);
+        let token_bytes: Vec<&[u8]> = byte_ranges
+            .iter()
+            .map(|&(a, b)| &arena[a as usize..b as usize])
+            .collect();
+        let model = BpeModel::new(&token_bytes, byte_ids, &triples);
         let mut specials: Vec<(Vec<u8>, u32)> = specials
             .into_iter()
             .map(|(c, id)| (c.into_bytes(), id))
@@ -278,6 +329,8 @@ impl BpeTokenizer {
             merges,
             specials,
             special_first_byte,
+            owner: cache::new_owner(),
+            word_cache: true,
         })
     }
 
@@ -289,33 +342,34 @@ impl BpeTokenizer {
         merges: &[(u32, u32)],
         specials: &[&str],
     ) -> Result<Self> {
-        let mut entries: Vec<(String, u32)> = token_bytes
+        let spelled: Vec<String> = token_bytes
             .iter()
-            .enumerate()
-            .map(|(id, b)| (byte_level::bytes_to_token(b), id as u32))
+            .map(|b| byte_level::bytes_to_token(b))
             .collect();
-        let n = entries.len() as u32;
+        let mut entries = Entries::default();
+        for (id, t) in spelled.iter().enumerate() {
+            entries.push(t, id as u32);
+        }
+        let n = spelled.len() as u32;
         let specials: Vec<(String, u32)> = specials
             .iter()
             .enumerate()
             .map(|(i, s)| (s.to_string(), n + i as u32))
             .collect();
-        entries.extend(specials.iter().cloned());
-        let merge_lines: Vec<MergeLine> = merges
-            .iter()
-            .enumerate()
-            .map(|(i, &(l, r))| MergeLine {
-                left: entries[l as usize].0.clone(),
-                right: entries[r as usize].0.clone(),
-                line: i + 2,
-            })
-            .collect();
+        for (s, id) in &specials {
+            entries.push(s, *id);
+        }
+        let mut merge_lines = Merges::default();
+        for (i, &(l, r)) in merges.iter().enumerate() {
+            let spelling = |id: u32| spelled.get(id as usize).map_or("", String::as_str);
+            merge_lines.push(spelling(l), spelling(r), i + 2);
+        }
         let source = Source {
             vocab_path: Path::new("<trained vocabulary>"),
             vocab_text: "",
             merges_path: Path::new("<trained merges>"),
         };
-        Self::build(&source, entries, &merge_lines, specials)
+        Self::build(&source, &entries, &merge_lines, specials)
     }
 
     /// Writes `vocab.json`, `merges.txt` and `tokenizer.json` into `dir`
@@ -460,22 +514,49 @@ impl BpeTokenizer {
         self.encode_ids(text, false)
     }
 
+    /// A copy that uses the per-thread word cache (`true`, the default) or
+    /// runs the merge loop for every piece that is not a single token. The
+    /// ids are the same either way; off is for measuring and testing.
+    pub fn with_word_cache(mut self, on: bool) -> Self {
+        self.word_cache = on;
+        self
+    }
+
     fn encode_ordinary_into(&self, text: &[u8], out: &mut Vec<u32>) {
-        // Pieces that need merging are cached for this call: their ids are
-        // already in `out`, so a repeat copies them from there.
-        let mut cache: FastMap<&[u8], (u32, u32)> = FastMap::default();
+        if !self.word_cache {
+            return self.encode_pieces(text, out, None);
+        }
+        cache::with_cache(|c| self.encode_pieces(text, out, c))
+    }
+
+    /// Pieces of 2+ bytes that are not one token are looked up in `cache`
+    /// (when given) before the merge loop runs.
+    #[inline(always)]
+    fn encode_pieces(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u32>,
+        mut cache: Option<&mut cache::WordCache>,
+    ) {
         for range in crate::pretokenize::split_gpt2(text) {
             let piece = &text[range];
             if piece.len() == 1 {
                 out.push(self.model.byte_ids[piece[0] as usize]);
             } else if let Some(id) = self.model.lookup_whole(piece) {
                 out.push(id);
-            } else if let Some(&(at, n)) = cache.get(piece) {
-                out.extend_from_within(at as usize..(at + n) as usize);
+            } else if let Some(c) = cache
+                .as_deref_mut()
+                .filter(|_| piece.len() <= cache::MAX_KEY)
+            {
+                if let Some(ids) = c.get(self.owner, piece) {
+                    out.extend_from_slice(ids);
+                } else {
+                    let at = out.len();
+                    self.model.merge_piece(piece, out);
+                    c.insert(self.owner, piece, &out[at..]);
+                }
             } else {
-                let at = out.len();
                 self.model.merge_piece(piece, out);
-                cache.insert(piece, (at as u32, (out.len() - at) as u32));
             }
         }
     }

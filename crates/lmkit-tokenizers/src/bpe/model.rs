@@ -4,14 +4,14 @@
 //! Semantics are HF's / GPT-2's: repeatedly merge the adjacent pair with the
 //! lowest merge rank, the leftmost one on ties. Two fast paths keep this cheap:
 //! a piece that is itself a token whose own BPE gives that token is looked up
-//! whole (checked for every token at load time, so the shortcut never changes
-//! the result), and long pieces use a heap over a linked list, O(n log n), so a
-//! 1 MB word without spaces costs no more per byte than ordinary text.
+//! whole (checked once per token, the first time a piece spells it, so the
+//! shortcut never changes the result and loading does no merging), and long
+//! pieces use a heap over a linked list, O(n log n), so a 1 MB word without
+//! spaces costs no more per byte than ordinary text.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::hash::FastMap;
 
@@ -31,67 +31,106 @@ pub(crate) struct BpeModel {
     /// The same for the two single-byte tokens of bytes `a`, `b` at `a << 8 | b`
     /// (every piece starts as bytes: no hashing for the first pairs).
     byte_pairs: Box<[u64]>,
-    /// Tokens (2+ bytes) that BPE turns back into themselves, by their bytes:
-    /// up to 16 bytes in `short`, longer ones in `whole`.
+    /// Ordinary tokens of 2+ bytes by their bytes: up to 16 bytes in
+    /// `short`, longer ones in `whole`.
     short: ShortMap,
     whole: FastMap<Box<[u8]>, u32>,
     max_token_len: usize,
+    /// Per id: whether BPE of the token's own bytes gives just that token
+    /// ([`WHOLE_YES`], [`WHOLE_NO`], or [`WHOLE_UNKNOWN`] until first asked).
+    /// A pure function of the model, so racing threads store the same value.
+    whole_state: WholeState,
+}
+
+const WHOLE_UNKNOWN: u8 = 0;
+const WHOLE_YES: u8 = 1;
+const WHOLE_NO: u8 = 2;
+
+#[derive(Debug, Default)]
+struct WholeState(Box<[AtomicU8]>);
+
+impl Clone for WholeState {
+    fn clone(&self) -> Self {
+        WholeState(
+            self.0
+                .iter()
+                .map(|s| AtomicU8::new(s.load(Ordering::Relaxed)))
+                .collect(),
+        )
+    }
+}
+
+/// Buffers of the heap merge, kept per thread so that long pieces allocate
+/// nothing once the buffers have grown.
+#[derive(Default)]
+struct LargeScratch {
+    ids: Vec<u32>,
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    heap: Vec<Reverse<u64>>,
+}
+
+thread_local! {
+    static LARGE_SCRATCH: RefCell<LargeScratch> = RefCell::new(LargeScratch::default());
 }
 
 impl BpeModel {
-    /// `tokens[id]` are the bytes of each id (`None` for ids that are not
+    /// `tokens[id]` are the bytes of each id (empty for ids that are not
     /// ordinary tokens, e.g. holes or special tokens). `byte_ids` must cover
     /// every byte; `merges` are `(left, right, merged)` in rank order.
-    pub(crate) fn new(
-        tokens: &[Option<Vec<u8>>],
-        byte_ids: [u32; 256],
-        merges: &[(u32, u32, u32)],
-    ) -> Self {
-        let mut bytes = Vec::new();
+    ///
+    /// Linear in the vocabulary and merges, with no allocation per entry
+    /// beyond the few tokens longer than 16 bytes.
+    pub(crate) fn new(tokens: &[&[u8]], byte_ids: [u32; 256], merges: &[(u32, u32, u32)]) -> Self {
+        let mut bytes = Vec::with_capacity(tokens.iter().map(|t| t.len()).sum());
         let mut starts = Vec::with_capacity(tokens.len() + 1);
         starts.push(0u32);
         for t in tokens {
-            if let Some(t) = t {
-                bytes.extend_from_slice(t);
-            }
+            bytes.extend_from_slice(t);
             starts.push(bytes.len() as u32);
         }
-        let mut merge_map = FastMap::default();
+        let mut merge_map = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
+        let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
         for (rank, &(l, r, m)) in merges.iter().enumerate() {
+            let value = ((rank as u64) << 32) | m as u64;
             // A repeated pair keeps its first (lowest) rank, as in HF.
-            merge_map
-                .entry(pair_key(l, r))
-                .or_insert(((rank as u64) << 32) | m as u64);
+            merge_map.entry(pair_key(l, r)).or_insert(value);
+            // Two single-byte tokens: spellings are unique, so each is its
+            // byte's token in `byte_ids`.
+            if let ([a], [b]) = (tokens[l as usize], tokens[r as usize]) {
+                let slot = &mut byte_pairs[(*a as usize) << 8 | *b as usize];
+                if *slot == NO_MERGE {
+                    *slot = value;
+                }
+            }
         }
-        let mut model = BpeModel {
+        let multi = || {
+            tokens
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.len() >= 2)
+                .map(|(id, t)| (*t, id as u32))
+        };
+        let short = ShortMap::new(multi().filter(|(t, _)| t.len() <= SHORT));
+        let whole = multi()
+            .filter(|(t, _)| t.len() > SHORT)
+            .map(|(t, id)| (Box::from(t), id))
+            .collect();
+        BpeModel {
             bytes,
             starts,
             byte_ids,
             merges: merge_map,
-            byte_pairs: Box::new([]),
-            short: ShortMap::default(),
-            whole: FastMap::default(),
-            max_token_len: 0,
-        };
-        model.byte_pairs = (0..1usize << 16)
-            .map(|ab| model.pair(byte_ids[ab >> 8], byte_ids[ab & 255]))
-            .collect();
-        let consistent: Vec<(Box<[u8]>, u32)> = (0..tokens.len() as u32)
-            .into_par_iter()
-            .filter(|&id| tokens[id as usize].as_ref().is_some_and(|t| t.len() >= 2))
-            .filter_map(|id| {
-                let t = model.token_bytes(id);
-                let mut out = Vec::new();
-                model.merge_piece(t, &mut out);
-                (out == [id]).then(|| (t.into(), id))
-            })
-            .collect();
-        model.max_token_len = consistent.iter().map(|(t, _)| t.len()).max().unwrap_or(1);
-        let (short, long): (Vec<_>, Vec<_>) =
-            consistent.into_iter().partition(|(t, _)| t.len() <= SHORT);
-        model.short = ShortMap::new(&short);
-        model.whole = long.into_iter().collect();
-        model
+            byte_pairs,
+            short,
+            whole,
+            max_token_len: tokens.iter().map(|t| t.len()).max().unwrap_or(1),
+            whole_state: WholeState(
+                (0..tokens.len())
+                    .map(|_| AtomicU8::new(WHOLE_UNKNOWN))
+                    .collect(),
+            ),
+        }
     }
 
     #[inline]
@@ -111,13 +150,35 @@ impl BpeModel {
     /// The token a whole piece (2+ bytes) is, when BPE would give just that token.
     #[inline]
     pub(crate) fn lookup_whole(&self, piece: &[u8]) -> Option<u32> {
-        if piece.len() <= SHORT {
-            self.short.get(piece)
+        let id = if piece.len() <= SHORT {
+            self.short.get(piece)?
         } else if piece.len() <= self.max_token_len {
-            self.whole.get(piece).copied()
+            *self.whole.get(piece)?
         } else {
-            None
+            return None;
+        };
+        let state = &self.whole_state.0[id as usize];
+        match state.load(Ordering::Relaxed) {
+            WHOLE_YES => Some(id),
+            WHOLE_NO => None,
+            _ => self.check_whole(id, piece, state),
         }
+    }
+
+    /// First look at token `id` (spelled `piece`) as a whole piece: run the
+    /// merge loop once and remember whether it gives just `id`.
+    #[cold]
+    fn check_whole(&self, id: u32, piece: &[u8], state: &AtomicU8) -> Option<u32> {
+        let single = if piece.len() <= SMALL_PIECE {
+            let (parts, len) = self.merge_small_parts(piece);
+            len == 1 && parts[0].0 == id
+        } else {
+            let mut out = Vec::new();
+            self.merge_large(piece, &mut out);
+            out == [id]
+        };
+        state.store(if single { WHOLE_YES } else { WHOLE_NO }, Ordering::Relaxed);
+        single.then_some(id)
     }
 
     /// The merge loop proper (no whole-piece shortcut).
@@ -132,11 +193,19 @@ impl BpeModel {
     /// Quadratic in the number of merges, but branch-light and allocation-free:
     /// fastest for word-sized pieces.
     fn merge_small(&self, piece: &[u8], out: &mut Vec<u32>) {
+        let (parts, len) = self.merge_small_parts(piece);
+        out.extend(parts[..len].iter().map(|p| p.0));
+    }
+
+    /// The merge loop of [`Self::merge_small`] on a stack array: the
+    /// resulting ids are `parts[..len].0`.
+    #[inline]
+    fn merge_small_parts(&self, piece: &[u8]) -> ([(u32, u64); SMALL_PIECE], usize) {
         let n = piece.len();
         debug_assert!((1..=SMALL_PIECE).contains(&n));
         // parts[i] = (id, rank << 32 | merged id of (parts[i], parts[i + 1])).
-        let mut parts = [(0u32, NO_MERGE); SMALL_PIECE];
-        let parts = &mut parts[..n];
+        let mut all = [(0u32, NO_MERGE); SMALL_PIECE];
+        let parts = &mut all[..n];
         for (i, w) in piece.windows(2).enumerate() {
             let pair = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
             parts[i] = (self.byte_ids[w[0] as usize], pair);
@@ -173,24 +242,36 @@ impl BpeModel {
                 break;
             }
         }
-        out.extend(parts[..len].iter().map(|p| p.0));
+        (all, len)
     }
 
     /// O(n log n): a min-heap of (rank, position) over a linked list of parts,
-    /// with stale entries skipped when popped.
+    /// with stale entries skipped when popped. Its buffers are per thread.
     fn merge_large(&self, piece: &[u8], out: &mut Vec<u32>) {
+        LARGE_SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut s) => self.merge_large_in(piece, out, &mut s),
+            Err(_) => self.merge_large_in(piece, out, &mut LargeScratch::default()),
+        })
+    }
+
+    fn merge_large_in(&self, piece: &[u8], out: &mut Vec<u32>, s: &mut LargeScratch) {
         const NONE: u32 = u32::MAX;
         const DEAD: u32 = u32::MAX;
         let n = piece.len();
-        let mut ids: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        let mut next: Vec<u32> = (1..=n as u32).collect();
-        let mut prev: Vec<u32> = (0..n as u32).map(|i| i.wrapping_sub(1)).collect();
-        let mut heap: BinaryHeap<Reverse<u64>> = (0..n - 1)
-            .filter_map(|i| {
-                let p = self.byte_pairs[(piece[i] as usize) << 8 | piece[i + 1] as usize];
-                (p != NO_MERGE).then_some(Reverse((p >> 32) << 32 | i as u64))
-            })
-            .collect();
+        let (ids, next, prev) = (&mut s.ids, &mut s.next, &mut s.prev);
+        ids.clear();
+        ids.extend(piece.iter().map(|&b| self.byte_ids[b as usize]));
+        next.clear();
+        next.extend(1..=n as u32);
+        prev.clear();
+        prev.extend((0..n as u32).map(|i| i.wrapping_sub(1)));
+        let mut storage = std::mem::take(&mut s.heap);
+        storage.clear();
+        let mut heap = std::collections::BinaryHeap::from(storage);
+        heap.extend((0..n - 1).filter_map(|i| {
+            let p = self.byte_pairs[(piece[i] as usize) << 8 | piece[i + 1] as usize];
+            (p != NO_MERGE).then_some(Reverse((p >> 32) << 32 | i as u64))
+        }));
         while let Some(Reverse(entry)) = heap.pop() {
             let rank = entry >> 32;
             let pos = (entry & 0xFFFF_FFFF) as usize;
@@ -229,6 +310,7 @@ impl BpeModel {
             out.push(ids[i]);
             i = next[i] as usize;
         }
+        s.heap = heap.into_vec();
     }
 }
 
@@ -255,7 +337,7 @@ struct ShortSlot {
 /// The bytes of `p` (`p.len() <= 16`) as two little-endian words, zero-padded,
 /// with a few overlapping loads instead of a variable-length copy.
 #[inline(always)]
-fn load16(p: &[u8]) -> (u64, u64) {
+pub(crate) fn load16(p: &[u8]) -> (u64, u64) {
     let n = p.len();
     let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
     let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes")) as u64;
@@ -278,8 +360,8 @@ fn load16(p: &[u8]) -> (u64, u64) {
 }
 
 impl ShortMap {
-    fn new(entries: &[(Box<[u8]>, u32)]) -> Self {
-        let bits = (entries.len() * 2)
+    fn new<'a>(entries: impl Iterator<Item = (&'a [u8], u32)> + Clone) -> Self {
+        let bits = (entries.clone().count() * 2)
             .max(16)
             .next_power_of_two()
             .trailing_zeros();
@@ -298,7 +380,7 @@ impl ShortMap {
                 lo,
                 hi,
                 len: key.len() as u32,
-                id: *id,
+                id,
             };
         }
         map

@@ -1,0 +1,132 @@
+//! A per-thread cache of frequent pieces that BPE splits into several
+//! tokens (` tokenizer` -> ` token`, `izer`): a hit copies the ids instead of
+//! running the merge loop. It lives across calls, so `encode_batch` over many
+//! short texts profits as much as one long text, and it never allocates after
+//! the thread's first use.
+//!
+//! Direct-mapped, keyed by the piece's bytes (up to 16, as two words) and the
+//! tokenizer's unique id: tokenizers sharing a thread never see each other's
+//! entries, and a hit is an exact key match, so the cache never changes ids.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::model::load16;
+
+/// Longest piece (bytes) that is cached.
+pub(crate) const MAX_KEY: usize = 16;
+/// Most ids a cached piece may have.
+const MAX_IDS: usize = 5;
+/// log2 of the slots per thread: 16384 × 48 bytes = 768 KiB.
+const SLOT_BITS: u32 = 14;
+
+/// A fresh owner id for each tokenizer built (0 marks an empty slot).
+pub(crate) fn new_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    owner: u64,
+    lo: u64,
+    hi: u64,
+    len: u8,
+    n: u8,
+    ids: [u32; MAX_IDS],
+}
+
+pub(crate) struct WordCache {
+    slots: Box<[Slot]>,
+    shift: u32,
+}
+
+impl WordCache {
+    pub(crate) fn new(bits: u32) -> Self {
+        WordCache {
+            slots: vec![Slot::default(); 1 << bits].into_boxed_slice(),
+            shift: 64 - bits,
+        }
+    }
+
+    #[inline(always)]
+    fn index(&self, owner: u64, lo: u64, hi: u64, len: usize) -> usize {
+        let h = (lo ^ hi.rotate_left(29) ^ owner.rotate_left(47) ^ ((len as u64) << 58))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> self.shift) as usize
+    }
+
+    /// The ids cached for `piece` under `owner` (none for pieces over `MAX_KEY` bytes).
+    #[inline]
+    pub(crate) fn get(&self, owner: u64, piece: &[u8]) -> Option<&[u32]> {
+        if piece.len() > MAX_KEY {
+            return None;
+        }
+        let (lo, hi) = load16(piece);
+        let s = &self.slots[self.index(owner, lo, hi, piece.len())];
+        (s.owner == owner && s.lo == lo && s.hi == hi && s.len as usize == piece.len())
+            .then(|| &s.ids[..s.n as usize])
+    }
+
+    /// Remembers `ids` for `piece` (ignored when there are too many ids),
+    /// replacing whatever held the slot.
+    #[inline]
+    pub(crate) fn insert(&mut self, owner: u64, piece: &[u8], ids: &[u32]) {
+        if piece.len() > MAX_KEY || ids.len() > MAX_IDS {
+            return;
+        }
+        let (lo, hi) = load16(piece);
+        let i = self.index(owner, lo, hi, piece.len());
+        let mut slot = Slot {
+            owner,
+            lo,
+            hi,
+            len: piece.len() as u8,
+            n: ids.len() as u8,
+            ids: [0; MAX_IDS],
+        };
+        slot.ids[..ids.len()].copy_from_slice(ids);
+        self.slots[i] = slot;
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<WordCache> = RefCell::new(WordCache::new(SLOT_BITS));
+}
+
+/// Runs `f` with this thread's cache, or with `None` when it is in use
+/// further up the stack (never in practice: encoding does not re-enter).
+pub(crate) fn with_cache<R>(f: impl FnOnce(Option<&mut WordCache>) -> R) -> R {
+    CACHE.with(|c| match c.try_borrow_mut() {
+        Ok(mut c) => f(Some(&mut c)),
+        Err(_) => f(None),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_keys_owners_and_collisions() {
+        // Two slots: every key collides with others, and a hit must still be exact.
+        let mut c = WordCache::new(1);
+        c.insert(1, b"ab", &[7, 8]);
+        assert_eq!(c.get(1, b"ab"), Some(&[7, 8][..]));
+        assert_eq!(c.get(2, b"ab"), None, "another tokenizer's entry");
+        assert_eq!(c.get(1, b"ab\0"), None, "a longer key with the same words");
+        assert_eq!(c.get(1, b"ba"), None);
+        for (k, word) in [&b"hello"[..], b"sixteen bytes!!!", b"xy", b"tokenizer"]
+            .iter()
+            .enumerate()
+        {
+            c.insert(1, word, &[k as u32; 3]);
+            assert_eq!(c.get(1, word), Some(&[k as u32; 3][..]));
+        }
+        // Too long a key or too many ids: not cached.
+        c.insert(1, b"seventeen bytes!!", &[1]);
+        assert_eq!(c.get(1, b"seventeen bytes!!"), None);
+        c.insert(1, b"qq", &[1; MAX_IDS + 1]);
+        assert_eq!(c.get(1, b"qq"), None);
+    }
+}
