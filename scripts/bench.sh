@@ -5,7 +5,8 @@
 # (PyTorch f32 and bf16, ONNX Runtime f32 and int8, sentence-transformers),
 # training (PyTorch f32 and bf16 autocast), fine-tuning (PyTorch) and serving
 # (HF behind a server), plus a probe of the machine's limits (gemm peak, read
-# bandwidth) before and after, for the "% of limit" column.
+# bandwidth) before and after each benchmark, for the "% of limit" column (the
+# best of all probes: on a shared machine a single probe can read low).
 #
 #   scripts/bench.sh [--quick] [--threads N] [--only LIST] [--out FILE] [--keep DIR]
 #
@@ -92,7 +93,11 @@ else
   wp_file=assets/books/corpus.txt
 fi
 
-failed=()
+failed=() probes=()
+probe() {
+  local f="$work/probe-$(( ${#probes[@]} + 1 )).json"
+  if "$py" scripts/bench_probe.py --threads "$threads" --json "$f" 2>>"$work/probe.log"; then probes+=("$f"); fi
+}
 # run NAME CMD...: one benchmark, its output in $work/NAME.log, its figures in $work/NAME.json.
 run() {
   local name="$1"; shift
@@ -101,6 +106,7 @@ run() {
   local t0=$SECONDS
   if "$@" >"$work/$name.log" 2>&1 && [ -s "$work/$name.json" ]; then
     log "$name: done in $((SECONDS - t0)) s"
+    probe
   else
     log "$name: FAILED (last lines of $work/$name.log below)"
     tail -n 15 "$work/$name.log" >&2 || true
@@ -109,7 +115,7 @@ run() {
   fi
 }
 
-"$py" scripts/bench_probe.py --threads "$threads" --json "$work/probe-1.json" 2>"$work/probe-1.log"
+probe
 run tokenizers "$py" scripts/bench_tokenizers.py "${tok_args[@]}" --whole-process --lmkit "$lmkit" --json "$work/tokenizers.json"
 run wordpiece "$py" scripts/bench_wordpiece.py "$wp_file" --json "$work/wordpiece.json"
 run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
@@ -117,10 +123,9 @@ run bert "$py" scripts/bench_bert.py "${bert_args[@]}" --threads "$threads" --js
 run train "$py" scripts/bench_train.py "${train_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/train.json"
 run finetune "$py" scripts/bench_finetune.py "${ft_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/finetune.json"
 run serve "$py" scripts/bench_serve.py "$lmkit" "${serve_args[@]}" --threads "$threads" --peer-python "$py" --json "$work/serve.json"
-"$py" scripts/bench_probe.py --threads "$threads" --json "$work/probe-2.json" 2>"$work/probe-2.log"
 
-report=("$py" scripts/bench_report.py --command "$cmdline" --out "$out" --threads "$threads"
-        --probe "$work/probe-1.json" --probe "$work/probe-2.json")
+report=("$py" scripts/bench_report.py --command "$cmdline" --out "$out" --threads "$threads")
+for f in "${probes[@]+"${probes[@]}"}"; do report+=(--probe "$f"); done
 for f in "${failed[@]+"${failed[@]}"}"; do report+=(--failed "$f"); done
 [ "$quick" = 1 ] && report+=(--note "--quick: fewer repetitions and smaller inputs than the default run (see scripts/bench.sh).")
 jsons=()
