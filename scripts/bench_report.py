@@ -148,7 +148,7 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
     ]
     if loads:
         lines.append(f"- load average seen by the scripts: {min(loads):.1f} to {max(loads):.1f} "
-                     f"on {os.cpu_count()} CPUs (the machine is shared: see the notes)")
+                     f"on {os.cpu_count()} CPUs")
     if limits["gemm"] or limits["read"]:
         parts = [f"{d} gemm {', '.join(f'{v:.0f} GFLOP/s on {t} thr' for t, v in sorted(by.items()))}"
                  for d, by in limits["gemm"].items()]
@@ -200,6 +200,13 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
               "  makes fractions read high; † marks a fraction above 100%: the rate beat every probe of",
               "  the limit in this run, so the probe read low (torch's gemm is the reference, not the",
               "  hardware's theoretical peak)."]
+    cpus = os.cpu_count() or 1
+    if loads and max(loads) > cpus:
+        lines += [f"- The machine was shared and loaded during this run (load average up to {max(loads):.1f} on "
+                  f"{cpus} CPUs): other work took turns on these cores, so the absolute rates are low and",
+                  "  uneven. Every ratio compares two measurements taken back to back under the same load, but",
+                  "  a peer that suffers more from preemption than lmkit does (or less) moves the ratio: rerun",
+                  "  on an idle machine before relying on a single row."]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
@@ -244,6 +251,8 @@ def self_test():
     for key, tail in expect.items():
         assert key in rows and rows[key].endswith(tail), (key, rows.get(key), tail)
     assert "serve: did not finish" in text and "- command: `scripts/bench.sh`" in text
+    loaded = render([dict(docs[0], loadavg=10.0 * (os.cpu_count() or 1))], limits, "x", 2, [], [], 2)
+    assert "shared and loaded" in loaded and "shared and loaded" not in text
     print("bench_report self-test: ok")
 
 
