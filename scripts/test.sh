@@ -31,7 +31,8 @@ python3 scripts/check_overlap.py target/debug/lmkit
 scripts/fetch-big-assets.sh
 cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
 
-# A random-init GPT-2 fine-tuned as a classifier end to end (about 15 s).
+# A random-init GPT-2 fine-tuned end to end on real text: as a classifier (about
+# 15 s) and as GPT2DoubleHeadsModel on prose-or-code multiple choice (about 20 s).
 cargo test -p lmkit --locked --test gpt2_heads -- --ignored
 
 # HF round trips of every fine-tuned head (classify, regression, qa, BERT
