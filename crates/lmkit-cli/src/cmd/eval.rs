@@ -44,7 +44,7 @@ use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl, Lab
 use lmkit::data::multiple_choice::read_multiple_choice;
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
-use lmkit::data::tagging::{encode_words, read_tagging};
+use lmkit::data::tagging::{encode_sentences, read_tagging};
 use lmkit::eval::run::{
     encode_classify, eval_cbt, eval_classify, eval_lambada, eval_multiple_choice_dir, eval_qa,
     eval_regression, eval_squad, eval_summarize, eval_token_classify, eval_translate,
@@ -620,17 +620,11 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 s.words.iter().map(String::as_str).collect()
             });
             let labels = LabelMap::from_names(model.config.id2label.clone())?;
-            let ids = data.tag_ids(&labels)?;
             let max_len = a
                 .max_seq_len
                 .unwrap_or(128)
                 .min(model.config.max_position_embeddings);
-            let encs = data
-                .sentences
-                .iter()
-                .zip(&ids)
-                .map(|(s, t)| encode_words(&tok, &s.words, Some(t), max_len))
-                .collect::<Result<Vec<_>, _>>()?;
+            let encs = encode_sentences(&tok, &data, &labels, max_len)?;
             let r = eval_token_classify(&model, tok.pad_id(), &encs, batch(a))?;
             let preds = data
                 .sentences

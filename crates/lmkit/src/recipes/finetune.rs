@@ -41,7 +41,7 @@ use crate::checkpoint::{
 use crate::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
 use crate::data::multiple_choice::read_multiple_choice;
 use crate::data::squad::{read_squad, SquadExample};
-use crate::data::tagging::{encode_words, read_tagging, tag_map, TaggedEncoding, TaggingData};
+use crate::data::tagging::{encode_sentences, read_tagging, tag_map};
 use crate::data::TokenBatch;
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_regression,
@@ -1316,21 +1316,6 @@ fn finetune_gpt2_classify(
     )
 }
 
-/// Encodes every sentence of `data` with its tag ids (first word pieces).
-fn encode_tagging(
-    tok: &WordPieceTokenizer,
-    data: &TaggingData,
-    labels: &LabelMap,
-    max_len: usize,
-) -> Result<Vec<TaggedEncoding>> {
-    let ids = data.tag_ids(labels)?;
-    data.sentences
-        .iter()
-        .zip(&ids)
-        .map(|(s, t)| Ok(encode_words(tok, &s.words, Some(t), max_len)?))
-        .collect()
-}
-
 /// Fine-tunes `BertForTokenClassification` (HF run_ner: tags on the first
 /// word piece of each word, seqeval entity scores after every epoch) from
 /// the BERT checkpoint in `model_dir`. Tags come from the checkpoint when it
@@ -1371,10 +1356,10 @@ pub fn finetune_token_classify(
     config.id2label = labels.names().to_vec();
     let eval_data = eval.map(read_tagging).transpose()?;
     let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let train_encs = encode_tagging(&tok, &train_data, &labels, max_len)?;
+    let train_encs = encode_sentences(&tok, &train_data, &labels, max_len)?;
     let eval_encs = eval_data
         .as_ref()
-        .map(|d| encode_tagging(&tok, d, &labels, max_len))
+        .map(|d| encode_sentences(&tok, d, &labels, max_len))
         .transpose()?;
     let (model, _) = load_bert_as(
         model_dir,
