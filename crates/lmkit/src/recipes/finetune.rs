@@ -2019,3 +2019,34 @@ pub fn finetune_lm(
         on_event,
     )
 }
+
+#[cfg(test)]
+mod options_tests {
+    use super::FinetuneOptions;
+    use crate::recipes::pretrain_options::PretrainOptions;
+
+    /// Options read by field name (how Python passes them): sizes as
+    /// numbers or text, absent fields at their defaults, unknown ones refused.
+    #[test]
+    fn options_deserialize_from_their_field_names() {
+        let f: FinetuneOptions =
+            serde_json::from_str(r#"{"epochs": 2, "max_shard_size": "1MB"}"#).unwrap();
+        assert_eq!((f.epochs, f.max_shard_size), (2, Some(1_000_000)));
+        assert_eq!(f.lr, FinetuneOptions::default().lr);
+        let f: FinetuneOptions = serde_json::from_str(r#"{"max_shard_size": 4096}"#).unwrap();
+        assert_eq!(f.max_shard_size, Some(4096));
+        let e = serde_json::from_str::<FinetuneOptions>(r#"{"epoch": 2}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `epoch`"), "{e}");
+        assert!(serde_json::from_str::<FinetuneOptions>(r#"{"max_shard_size": "5XB"}"#).is_err());
+        let p: PretrainOptions = serde_json::from_str(
+            r#"{"family": "bert", "output": "out", "size": {"preset": "tiny", "n_layer": 3}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.family, crate::spec::Family::Bert);
+        assert_eq!(
+            (p.size.preset.as_deref(), p.size.n_layer),
+            (Some("tiny"), Some(3))
+        );
+        assert!(serde_json::from_str::<PretrainOptions>(r#"{"family": "t5"}"#).is_err());
+    }
+}

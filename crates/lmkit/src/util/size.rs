@@ -36,23 +36,6 @@ pub fn parse_byte_size(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_byte_size;
-
-    #[test]
-    fn decimal_binary_and_plain_sizes() {
-        assert_eq!(parse_byte_size("5GB"), Ok(5_000_000_000));
-        assert_eq!(parse_byte_size("4GiB"), Ok(4 << 30));
-        assert_eq!(parse_byte_size("1.5 mb"), Ok(1_500_000));
-        assert_eq!(parse_byte_size("1e9"), Ok(1_000_000_000));
-        assert_eq!(parse_byte_size("123"), Ok(123));
-        for bad in ["", "GB", "-1GB", "5XB", "1e400", "nan"] {
-            assert!(parse_byte_size(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 /// Deserializes a byte size given as a number or as a string
 /// [`parse_byte_size`] reads (`"5GB"`), for options read from JSON.
 pub fn deserialize_byte_size<'de, D: serde::Deserializer<'de>>(
@@ -70,5 +53,22 @@ pub fn deserialize_byte_size<'de, D: serde::Deserializer<'de>>(
         Some(Size::Text(s)) => parse_byte_size(&s)
             .map(Some)
             .map_err(serde::de::Error::custom),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_byte_size;
+
+    #[test]
+    fn decimal_binary_and_plain_sizes() {
+        assert_eq!(parse_byte_size("5GB"), Ok(5_000_000_000));
+        assert_eq!(parse_byte_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_byte_size("1.5 mb"), Ok(1_500_000));
+        assert_eq!(parse_byte_size("1e9"), Ok(1_000_000_000));
+        assert_eq!(parse_byte_size("123"), Ok(123));
+        for bad in ["", "GB", "-1GB", "5XB", "1e400", "nan"] {
+            assert!(parse_byte_size(bad).is_err(), "{bad}");
+        }
     }
 }
