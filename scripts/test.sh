@@ -20,6 +20,19 @@ python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
 
+# The Python package: the wheel (maturin, the dev profile this run built)
+# installed into a venv with the light peers its tests compare against
+# (tiktoken, HF tokenizers; transformers' and sentence-transformers' outputs
+# are the committed fixtures), then pytest; the CLI is the reference for the
+# pipelines and training runs.
+pyv=target/py-venv
+[ -x "$pyv/bin/python" ] || python3 -m venv "$pyv"
+"$pyv/bin/pip" install -q -r crates/lmkit-py/requirements-test.txt
+rm -rf target/py-wheels
+"$pyv/bin/maturin" build -q -m crates/lmkit-py/Cargo.toml -o target/py-wheels -i "$pyv/bin/python" --strip
+"$pyv/bin/pip" install -q --force-reinstall --no-deps target/py-wheels/lmkit-*.whl
+LMKIT=target/debug/lmkit "$pyv/bin/python" -m pytest -q -p no:cacheprovider crates/lmkit-py/tests
+
 # The README's `lmkit ...` examples, run on tiny data (skips listed by rule).
 python3 scripts/check_readme.py --lmkit target/debug/lmkit
 

@@ -111,6 +111,14 @@ impl std::str::FromStr for FinetuneTask {
 }
 
 impl FinetuneTask {
+    /// `max_seq_len` when none is given: 384 for QA (HF's window), else 128.
+    pub fn default_max_seq_len(self) -> usize {
+        match self {
+            Self::Qa => 384,
+            _ => 128,
+        }
+    }
+
     /// The name `FromStr` reads.
     pub fn name(self) -> &'static str {
         match self {
@@ -161,8 +169,11 @@ impl PartialEq for StopRequest {
     }
 }
 
-/// Hyper-parameters (HF Trainer defaults where it has them).
-#[derive(Debug, Clone, PartialEq)]
+/// Hyper-parameters (HF Trainer defaults where it has them). Deserializes
+/// from the field names (unknown ones are an error, absent ones take
+/// [`Default`]): how the Python package passes its keyword arguments.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FinetuneOptions {
     pub epochs: usize,
     pub batch_size: usize,
@@ -193,6 +204,7 @@ pub struct FinetuneOptions {
     /// Write into a non-empty output folder (its files are replaced).
     pub overwrite: bool,
     /// Write the model in shards of at most this many bytes; `None`: one file.
+    #[serde(deserialize_with = "crate::util::size::deserialize_byte_size")]
     pub max_shard_size: Option<u64>,
     /// GPT-2 classification: λ of GPT-1's L3 = L2 + λ·L1, the weight of the
     /// LM loss on the same inputs (GPT-1 used 0.5); 0 = off.
@@ -208,6 +220,7 @@ pub struct FinetuneOptions {
     /// Checkpoints kept (at least 1).
     pub keep: usize,
     /// Polled after every step; see [`StopRequest`].
+    #[serde(skip)]
     pub stop: StopRequest,
 }
 
@@ -288,6 +301,47 @@ pub struct FinetuneSummary {
     pub interrupted: bool,
     /// The newest checkpoint this run wrote.
     pub checkpoint: Option<PathBuf>,
+}
+
+impl FinetuneSummary {
+    /// The summary as the CLI's `--json` prints it and Python returns it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "steps": self.steps,
+            "epochs": self.epochs_done,
+            "train_examples": self.train_examples,
+            "examples_per_s": self.examples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "train_seconds": self.train_seconds,
+            "final_loss": self.final_loss,
+            "eval": self.last_eval,
+            "output": self.output,
+            "interrupted": self.interrupted,
+            "checkpoint": self.checkpoint,
+        })
+    }
+}
+
+/// Fine-tunes `model_dir` for `task`: the one entry point of every task
+/// (the CLI's `finetune` and Python's `lmkit.finetune` call it).
+pub fn finetune(
+    task: FinetuneTask,
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    let run = match task {
+        FinetuneTask::Classify => finetune_classify,
+        FinetuneTask::Qa => finetune_qa,
+        FinetuneTask::Lm => finetune_lm,
+        FinetuneTask::TokenClassify => finetune_token_classify,
+        FinetuneTask::Regression => finetune_regression,
+        FinetuneTask::MultipleChoice => finetune_multiple_choice,
+    };
+    run(model_dir, train, eval, output, opts, on_event)
 }
 
 /// Reads `dir/config.json`, demanding the `family` task `task` needs.
@@ -1949,4 +2003,35 @@ pub fn finetune_lm(
         job,
         on_event,
     )
+}
+
+#[cfg(test)]
+mod options_tests {
+    use super::FinetuneOptions;
+    use crate::recipes::pretrain_options::PretrainOptions;
+
+    /// Options read by field name (how Python passes them): sizes as
+    /// numbers or text, absent fields at their defaults, unknown ones refused.
+    #[test]
+    fn options_deserialize_from_their_field_names() {
+        let f: FinetuneOptions =
+            serde_json::from_str(r#"{"epochs": 2, "max_shard_size": "1MB"}"#).unwrap();
+        assert_eq!((f.epochs, f.max_shard_size), (2, Some(1_000_000)));
+        assert_eq!(f.lr, FinetuneOptions::default().lr);
+        let f: FinetuneOptions = serde_json::from_str(r#"{"max_shard_size": 4096}"#).unwrap();
+        assert_eq!(f.max_shard_size, Some(4096));
+        let e = serde_json::from_str::<FinetuneOptions>(r#"{"epoch": 2}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `epoch`"), "{e}");
+        assert!(serde_json::from_str::<FinetuneOptions>(r#"{"max_shard_size": "5XB"}"#).is_err());
+        let p: PretrainOptions = serde_json::from_str(
+            r#"{"family": "bert", "output": "out", "size": {"preset": "tiny", "n_layer": 3}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.family, crate::spec::Family::Bert);
+        assert_eq!(
+            (p.size.preset.as_deref(), p.size.n_layer),
+            (Some("tiny"), Some(3))
+        );
+        assert!(serde_json::from_str::<PretrainOptions>(r#"{"family": "t5"}"#).is_err());
+    }
 }

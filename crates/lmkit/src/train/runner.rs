@@ -99,8 +99,8 @@ pub enum RunEvent<'a> {
     Note(String),
 }
 
-/// The outcome of a run.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The outcome of a run (serialized as Python's `lmkit.pretrain` returns it).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RunSummary {
     pub steps: u64,
     pub final_loss: Option<f64>,
