@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod chart;
 mod cmd;
+mod distributed;
 mod interrupt;
 mod progress;
 

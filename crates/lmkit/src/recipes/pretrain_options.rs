@@ -158,6 +158,10 @@ pub struct PretrainOptions {
     /// Write models in shards of at most this many bytes (HF's
     /// `max_shard_size`); `None`: one file.
     pub max_shard_size: Option<u64>,
+    /// Data-parallel runs ([`super::pretrain::pretrain_on`] over several
+    /// ranks): each rank keeps the AdamW moments of 1/N of the parameters
+    /// (ZeRO stage 1). The same weights; no effect on one rank.
+    pub shard_optimizer: bool,
 }
 
 impl Default for PretrainOptions {
@@ -198,6 +202,7 @@ impl Default for PretrainOptions {
             overlap_filter: false,
             text_field: None,
             max_shard_size: None,
+            shard_optimizer: false,
         }
     }
 }
