@@ -154,6 +154,11 @@ fn two_ranks_equal_one_process_shard_and_resume() {
     assert_eq!(l1.len(), 8);
     assert_close(&series(&two, "loss"), &l1, "loss");
     assert_close(
+        &series(&two, "grad_norm"),
+        &series(&one, "grad_norm"),
+        "grad_norm",
+    );
+    assert_close(
         &series(&two, "val_loss"),
         &series(&one, "val_loss"),
         "val_loss",

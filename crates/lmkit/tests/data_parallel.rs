@@ -136,6 +136,13 @@ fn two_ranks_match_one_process_and_shard_exactly() {
     let l1 = series(&one.output, "loss");
     assert_eq!(l1.len(), 6);
     assert_close(&series(&two.output, "loss"), &l1, 1e-5, "loss");
+    // The gradients themselves (AdamW and clipping would hide a scale).
+    assert_close(
+        &series(&two.output, "grad_norm"),
+        &series(&one.output, "grad_norm"),
+        1e-5,
+        "grad_norm",
+    );
     assert_close(
         &series(&two.output, "val_loss"),
         &series(&one.output, "val_loss"),
