@@ -55,3 +55,15 @@ pub fn or_abort<T>(comm: &dyn Communicator, r: Result<T>) -> Result<T> {
         r => r,
     }
 }
+
+/// An error when started by an MPI launcher with several processes: the
+/// commands other than `pretrain` run as one process.
+pub fn single_process_only() -> Result<()> {
+    match launcher_world_size() {
+        Some(n) if n > 1 => bail!(
+            "started by an MPI launcher with {n} processes: only `pretrain` (gpt2) trains \
+             data-parallel; run this command as one process"
+        ),
+        _ => Ok(()),
+    }
+}

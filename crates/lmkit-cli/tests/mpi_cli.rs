@@ -193,6 +193,17 @@ fn two_ranks_equal_one_process_shard_and_resume() {
     assert_close(&series(&cut, "loss"), &l1, "resumed loss");
 }
 
+#[test]
+fn other_commands_refuse_several_processes() {
+    let o = run_mpi(2, &["completions", "bash"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("only `pretrain` (gpt2) trains data-parallel"),
+        "{err}"
+    );
+}
+
 /// The PID of rank `rank` among `mpirun`'s children.
 fn rank_pid(mpirun: &Child, rank: usize) -> Option<u32> {
     let pid = mpirun.id();
