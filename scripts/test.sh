@@ -10,6 +10,19 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 
+# Data-parallel training over MPI (issue 19): the `mpi` feature against the
+# distribution's Open MPI (bindgen needs libclang), then `mpirun -np 2` on
+# loopback (crates/lmkit-cli/tests/mpi_cli.rs). Only the binary and that
+# test are built with the feature.
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null ||
+  ! ldconfig -p | grep -q 'libclang[-.0-9]*\.so'; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get install -y -q libopenmpi-dev openmpi-bin libclang-dev ||
+    { $sudo apt-get update -q && $sudo apt-get install -y -q libopenmpi-dev openmpi-bin libclang-dev; }
+fi
+cargo test -p lmkit-cli --features mpi --locked --test mpi_cli
+
 # Every parser of a user's file, fuzzed for a few seconds each (seeded,
 # from the committed corpora; cargo-fuzz on the nightly toolchain).
 scripts/fuzz.sh 5

@@ -68,8 +68,8 @@ use crate::data::shards::fingerprint_files;
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
     latest_checkpoint, list_checkpoints, load_train_state, read_train_state, skipped_checkpoints,
-    DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
-    RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
+    DataParallel, DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState,
+    RunConfig, RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
 };
 use crate::util::rng::Rng;
 
@@ -911,8 +911,9 @@ fn run_loop<'a, M: Trainable>(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: &mut metrics,
+        metrics: Some(&mut metrics),
         config: &config,
+        parallel: DataParallel::SINGLE,
     };
     let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
     let run = runner.run(

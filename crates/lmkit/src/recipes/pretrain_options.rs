@@ -164,6 +164,10 @@ pub struct PretrainOptions {
     /// `max_shard_size`); `None`: one file.
     #[serde(deserialize_with = "crate::util::size::deserialize_byte_size")]
     pub max_shard_size: Option<u64>,
+    /// Data-parallel runs ([`super::pretrain::pretrain_on`] over several
+    /// ranks): each rank keeps the AdamW moments of 1/N of the parameters
+    /// (ZeRO stage 1). The same weights; no effect on one rank.
+    pub shard_optimizer: bool,
 }
 
 impl Default for PretrainOptions {
@@ -204,6 +208,7 @@ impl Default for PretrainOptions {
             overlap_filter: false,
             text_field: None,
             max_shard_size: None,
+            shard_optimizer: false,
         }
     }
 }
