@@ -3,7 +3,7 @@
 and ONNX Runtime, measured in the same run, all on the same number of threads
 (default 2). Prints each measurement and the ratios lmkit / peer.
 
-    python3 scripts/bench_bert.py [--threads 2] [--rounds 2] [--cases forward,onnx,embed] [--quick]
+    python3 scripts/bench_bert.py [--threads 2] [--rounds 2] [--cases forward,onnx,embed] [--quick] [--json FILE]
 
 Cases:
   forward  BERT-base (assets/big/bert-base-random: random init, 12 layers, d 768),
@@ -14,12 +14,16 @@ Cases:
            included, model loading excluded (sentence-transformers encode(),
            batch 32).
   onnx     the BERT-base f32 forward exported with torch.onnx.export and run by
-           ONNX Runtime (graph optimizations on).
+           ONNX Runtime (graph optimizations on), and the same graph after ONNX
+           Runtime's dynamic int8 quantization of the weights (quantize_dynamic,
+           QInt8: the usual CPU recipe for a quantized BERT), against lmkit f32.
 
 Rounds alternate lmkit and the peer so that load on a shared machine hits both;
 each side keeps its best time. Needs torch, transformers, sentence-transformers
 (and onnx + onnxruntime for the ONNX case); assets from scripts/fetch-assets.sh
 and `python3 scripts/make_fixtures.py --big assets/big`.
+--json FILE writes the figures in scripts/bench_common.py's format (work: forward
+FLOPs per sentence, matmuls + attention, unpadded) for scripts/bench.sh.
 """
 
 import argparse
@@ -32,6 +36,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_common import bert_forward_flops, figure, write_json  # noqa: E402
 BIG = ROOT / "assets/big/bert-base-random"
 MINILM = ROOT / "assets/minilm"
 CORPUS = ROOT / "assets/books/corpus.txt"
@@ -74,6 +80,7 @@ def main():
     ap.add_argument("--cases", default="forward,onnx,embed",
                     help="comma-separated subset of forward, onnx, embed")
     ap.add_argument("--quick", action="store_true", help="batch 8 x 128 and 200 sentences")
+    ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
     a = ap.parse_args()
     cases = set(a.cases.split(","))
 
@@ -88,11 +95,13 @@ def main():
                    cwd=ROOT, check=True)
     b, t = (8, 128) if a.quick else (32, 128)
     n_sent = 200 if a.quick else 1000
-    results = []
+    results, figs, skipped = [], [], []
 
-    def report(name, ours, peer, peer_name):
+    def report(name, ours, peer, peer_name, flops=None, dtype="f32", peer_dtype=None):
         ratio = ours / peer
         results.append((name, ours, peer, peer_name, ratio))
+        figs.append(figure(name, "sentences/s", ours, {peer_name: {"value": peer, "dtype": peer_dtype or dtype}},
+                           dtype=dtype, threads=a.threads, flops_per_item=flops))
         print(f"{name:<28} lmkit {ours:9.2f}/s   {peer_name:<22} {peer:9.2f}/s   ratio {ratio:5.2f}x", flush=True)
 
     # ---- BERT-base forward, f32 and bf16 ------------------------------------
@@ -100,7 +109,10 @@ def main():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, model.config.vocab_size, (b, t), generator=g)
     mask = torch.ones_like(ids)
-    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--dtype", "bf16"])) if "forward" in cases else ():
+    c = model.config
+    fwd_flops = bert_forward_flops(c.num_hidden_layers, c.hidden_size, c.intermediate_size, t)
+    # The bench binary's flag is --bf16 (an earlier `--dtype bf16` here was ignored by it).
+    for dtype, flag in ((torch.float32, []), (torch.bfloat16, ["--bf16"])) if "forward" in cases else ():
         m = model.to(dtype)
         ours, peer = 0.0, 0.0
         for _ in range(a.rounds):
@@ -110,8 +122,9 @@ def main():
             with torch.inference_mode():
                 s = best_time(lambda: m(input_ids=ids, attention_mask=mask), a.reps)
             peer = max(peer, b / s)
-        name = f"bert-base {b}x{t} {'bf16' if flag else 'f32'}"
-        report(name, ours, peer, f"pytorch {str(dtype).split('.')[-1]}")
+        d = "bf16" if flag else "f32"
+        report(f"BERT-base forward {b}x{t} {d}", ours, peer, f"pytorch {str(dtype).split('.')[-1]}",
+               fwd_flops, d)
     model = model.to(torch.float32)
 
     # ---- ONNX Runtime --------------------------------------------------------
@@ -142,22 +155,33 @@ def main():
                 so.intra_op_num_threads = a.threads
                 so.inter_op_num_threads = 1
                 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                qpath = os.path.join(tmp, "bert.int8.onnx")
+                quantize_dynamic(path, qpath, weight_type=QuantType.QInt8)
+                sess = {q: ort.InferenceSession(f, so, providers=["CPUExecutionProvider"])
+                        for q, f in (("f32", path), ("int8", qpath))}
                 feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
-                ours, peer = 0.0, 0.0
+                ours, peer = 0.0, {"f32": 0.0, "int8": 0.0}
                 for _ in range(a.rounds):
                     r = lmkit(["forward", "--model", str(BIG), "--batch", str(b), "--seq", str(t),
                                "--reps", str(a.reps)], a.threads)
                     ours = max(ours, r["sentences_per_s"])
-                    s = best_time(lambda: sess.run(None, feed), a.reps)
-                    peer = max(peer, b / s)
-                report(f"bert-base {b}x{t} f32", ours, peer, "onnxruntime f32")
+                    for q, se in sess.items():
+                        s = best_time(lambda: se.run(None, feed), a.reps)
+                        peer[q] = max(peer[q], b / s)
+                for q in sess:
+                    report(f"BERT-base forward {b}x{t} f32", ours, peer[q], f"onnxruntime {q}", fwd_flops,
+                           "f32", q)
         except Exception as e:  # report the ratio either way: say why it is missing
             print(f"ONNX Runtime case skipped: {type(e).__name__}: {e}", flush=True)
+            skipped.append(f"BERT-base vs ONNX Runtime: {type(e).__name__}: {e}")
 
     # ---- MiniLM embeddings of real sentences ---------------------------------
     if "embed" in cases:
         embed_case(a, n_sent, report)
+    if a.json:
+        write_json(a.json, figs, skipped=skipped)
     print(json.dumps([{"case": n, "lmkit_per_s": o, "peer": pn, "peer_per_s": p, "ratio": r}
                       for n, o, p, pn, r in results]))
 
@@ -177,7 +201,12 @@ def embed_case(a, n_sent, report):
             ours = max(ours, r["sentences_per_s"])
             s = best_time(lambda: st.encode(sents, batch_size=32), a.reps)
             peer = max(peer, len(sents) / s)
-        report(f"minilm embed {len(sents)} sentences", ours, peer, "sentence-transformers")
+        c = st[0].auto_model.config
+        lens = [len(x) for x in st.tokenizer(sents, truncation=True, max_length=st.max_seq_length)["input_ids"]]
+        flops = sum(bert_forward_flops(c.num_hidden_layers, c.hidden_size, c.intermediate_size, n)
+                    for n in lens) / len(lens)
+        report(f"MiniLM-L6 embed {len(sents)} sentences (tokenize + encode + pool)", ours, peer,
+               "sentence-transformers", flops)
     finally:
         os.unlink(sent_file)
 

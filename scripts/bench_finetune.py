@@ -11,9 +11,11 @@ float32, the same thread count. Each side is timed over its optimizer steps only
 data loading, tokenisation or evaluation), then both are scored on the held-out file.
 
     cargo build --release -p lmkit-cli
-    python3 scripts/bench_finetune.py [--threads 2] [--limit N] [--epochs 1]
+    python3 scripts/bench_finetune.py [--threads 2] [--limit N] [--epochs 1] [--json FILE]
 
 Prints examples/s of each and the ratio lmkit / PyTorch, plus held-out accuracy.
+--json FILE writes the figures in scripts/bench_common.py's format (work: 3x the
+forward FLOPs per example at the padded lengths of PyTorch's batches) for scripts/bench.sh.
 """
 import argparse
 import json
@@ -25,6 +27,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import bert_forward_flops, figure, write_json  # noqa: E402
 
 
 def read_jsonl(path, limit=None):
@@ -77,11 +81,16 @@ def bench_torch(args, train, held, labels):
             y = b.pop("labels")
             correct += (model(**b).logits.argmax(-1) == y).sum().item()
     n = len(train) * args.epochs
-    return {"examples_per_s": n / secs, "train_seconds": secs, "eval_accuracy": correct / len(held)}
+    c = model.config
+    flops = sum(3 * bert_forward_flops(c.num_hidden_layers, c.hidden_size, c.intermediate_size,
+                                       b["input_ids"].shape[1]) * b["input_ids"].shape[0]
+                for b in train_batches) / n
+    return {"examples_per_s": n / secs, "train_seconds": secs, "eval_accuracy": correct / len(held),
+            "flops_per_example": flops}
 
 
 def bench_lmkit(args, train_path, held_path):
-    exe = os.path.join(ROOT, "target", "release", "lmkit")
+    exe = args.lmkit
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: run `cargo build --release -p lmkit-cli` first")
     with tempfile.TemporaryDirectory() as out:
@@ -104,6 +113,9 @@ def main():
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--limit", type=int, default=None, help="use the first N training rows")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--lmkit", default=os.path.join(ROOT, "target", "release", "lmkit"),
+                    help="release lmkit binary")
+    ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
     args = ap.parse_args()
     data = os.path.join(ROOT, "tests", "data", "classify")
     train_path = os.path.join(data, "prose_code.train.jsonl")
@@ -124,6 +136,13 @@ def main():
         print(f"  {name:8s} {r['examples_per_s']:8.2f} examples/s  ({r['train_seconds']:.1f} s)  "
               f"held-out accuracy {r['eval_accuracy']:.4f}")
     print(f"  ratio lmkit/pytorch: {lm['examples_per_s'] / pt['examples_per_s']:.2f}x")
+    if args.json:
+        write_json(args.json, [figure(
+            f"MiniLM-L6 fine-tuning (classification, batch {args.batch_size}, max len {args.max_seq_len})",
+            "examples/s", lm["examples_per_s"], {"pytorch f32": pt["examples_per_s"]}, threads=args.threads,
+            flops_per_item=pt["flops_per_example"],
+            note=f"{len(train)} examples x {args.epochs} epoch(s); held-out accuracy lmkit "
+                 f"{lm['eval_accuracy']:.3f}, PyTorch {pt['eval_accuracy']:.3f}")])
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ Measures
   f32 weight bytes + the KV cache read at the average context length).
 
 Ratios are lmkit (each --dtype) over HF in float32 (`model.generate`,
-`torch.set_num_threads(THREADS)`, same prompt ids). lmkit runs with
-RAYON_NUM_THREADS=THREADS.
+`torch.set_num_threads(THREADS)`, same prompt ids), and over HF with the whole
+model in bfloat16 (--hf-dtypes). lmkit runs with RAYON_NUM_THREADS=THREADS.
 
-Usage: python3 scripts/bench_gpt2_infer.py [--model DIR] [--reps 5] [--threads 2]
+Usage: python3 scripts/bench_gpt2_infer.py [--model DIR] [--reps 5] [--threads 2] [--json FILE]
+--json FILE writes the figures in scripts/bench_common.py's format (decode:
+bytes streamed per token; prefill: FLOPs per prompt token) for scripts/bench.sh.
 The model defaults to assets/big/gpt2-124m-random (scripts/make_fixtures.py
 --big assets/big); when absent, a random-init 124M is written there with
 transformers. The lmkit binary is built with `cargo build --release -p lmkit-cli`
@@ -24,6 +26,7 @@ unless --lmkit points at one.
 """
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -34,6 +37,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_common import figure, gpt2_matmul_params, peer, write_json  # noqa: E402
 
 
 def log(*a):
@@ -123,7 +128,9 @@ def hf_prefill_ms(model, ids):
         return (time.perf_counter() - t0) * 1e3
 
 
-def read_peak_gbs(threads):
+def read_peak_gbs(threads, reduce=statistics.median):
+    """GB/s of a torch sum over 1 GiB on the threads torch is set to; the median of 5
+    (scripts/bench_probe.py asks for the best, as a limit)."""
     import torch
 
     x = torch.ones(1 << 28)  # 1 GiB
@@ -134,7 +141,7 @@ def read_peak_gbs(threads):
         x.sum()
         best.append(x.numel() * 4 / (time.perf_counter() - t0) / 1e9)
     del x
-    return statistics.median(best)
+    return reduce(best)
 
 
 def main():
@@ -147,7 +154,9 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--dtypes", default="f32,bf16,int8")
+    ap.add_argument("--hf-dtypes", default="f32,bf16", help="HF peers: f32 and/or bf16 (whole model)")
     ap.add_argument("--json-out", default=None, help="also write every measurement here")
+    ap.add_argument("--json", default=None, metavar="FILE", help="write the figures here (bench_common format)")
     args = ap.parse_args()
 
     import torch
@@ -169,10 +178,17 @@ def main():
 
     model = GPT2LMHeadModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     weight_file_bytes = (model_dir / "model.safetensors").stat().st_size
-    hf_decode(model, ids_short, 8)  # warm-up
-    hf_prefill_ms(model, ids_long)
+    hf_models = {}
+    for d in args.hf_dtypes.split(","):
+        hf_models[d] = model if d == "f32" else copy.deepcopy(model).to(torch.bfloat16)
+        hf_decode(hf_models[d], ids_short, 8)  # warm-up
+        hf_prefill_ms(hf_models[d], ids_long)
 
     m = {"hf_decode_tps": [], "hf_prefill_ms": [], "peak_gbs": []}
+    for d in hf_models:
+        if d != "f32":
+            m[f"hf_{d}_decode_tps"] = []
+            m[f"hf_{d}_prefill_ms"] = []
     for d in dtypes:
         m[f"lmkit_{d}_decode_tps"] = []
         m[f"lmkit_{d}_prefill_ms"] = []
@@ -183,6 +199,9 @@ def main():
         m["peak_gbs"].append(read_peak_gbs(args.threads))
         tps, _ = hf_decode(model, ids_short, args.new_tokens)
         m["hf_decode_tps"].append(tps)
+        for d, hm in hf_models.items():
+            if d != "f32":
+                m[f"hf_{d}_decode_tps"].append(hf_decode(hm, ids_short, args.new_tokens)[0])
         for d in dtypes:
             r = run_lmkit(exe, model_dir, p_short, args.new_tokens, d, args.threads)
             assert r["prompt_tokens"] == args.prompt_tokens, r
@@ -191,6 +210,9 @@ def main():
             m[f"lmkit_{d}_rss"].append(r["peak_rss_bytes"])
             weight_bytes[d] = r["weight_bytes"]
         m["hf_prefill_ms"].append(hf_prefill_ms(model, ids_long))
+        for d, hm in hf_models.items():
+            if d != "f32":
+                m[f"hf_{d}_prefill_ms"].append(hf_prefill_ms(hm, ids_long))
         for d in dtypes:
             r = run_lmkit(exe, model_dir, p_long, 1, d, args.threads)
             assert r["prompt_tokens"] == args.prefill_tokens, r
@@ -220,10 +242,43 @@ def main():
         gbs = med["lmkit_f32_decode_tps"] * per_token / 1e9
         print(f"f32 decode streams {per_token / 1e6:.0f} MB/token = {gbs:.1f} GB/s, "
               f"{100 * gbs / med['peak_gbs']:.0f}% of the measured read peak ({med['peak_gbs']:.1f} GB/s, torch sum over 1 GiB)")
+    for d in hf_models:
+        if d != "f32":
+            print(f"HF transformers bfloat16: decode {med[f'hf_{d}_decode_tps']:.1f} tok/s, "
+                  f"prefill {med[f'hf_{d}_prefill_ms']:.0f} ms")
+    if args.json:
+        write_json(args.json, figures(args, model.config, med, weight_bytes, rss, weight_file_bytes, list(hf_models)),
+                   medians=med, weight_bytes=weight_bytes, rss_bytes=rss)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"runs": m, "medians": med, "rss_bytes": rss,
                                                    "weight_bytes": weight_bytes,
                                                    "weight_file_bytes": weight_file_bytes}, indent=1))
+
+
+def figures(args, cfg, med, weight_bytes, rss, weight_file_bytes, hf_dtypes):
+    """bench_common figures: decode tokens/s with the bytes streamed per token (weights in
+    their dtype + the f32 KV cache read at the run's average context), prefill tokens/s with
+    the FLOPs per prompt token (matmuls + causal attention; the LM head runs for one token)."""
+    L, C = cfg.n_layer, cfg.n_embd
+    kv = 2 * L * (args.prompt_tokens + args.new_tokens / 2) * C * 4
+    hf_bytes = {"f32": weight_file_bytes, "bf16": weight_file_bytes / 2}
+    prefill_flops = 2 * (gpt2_matmul_params(L, C, 0)) + 2 * L * C * args.prefill_tokens
+    hf_key = {"f32": ("hf_decode_tps", "hf_prefill_ms")}
+    hf_key.update({d: (f"hf_{d}_decode_tps", f"hf_{d}_prefill_ms") for d in hf_dtypes if d != "f32"})
+    out = []
+    for d in args.dtypes.split(","):
+        decode = {f"HF transformers {h}": peer(med[k[0]], dtype=h, bytes_per_item=hf_bytes[h] + kv)
+                  for h, k in hf_key.items()}
+        out.append(figure(f"GPT-2 124M batch-1 decode {d}", "tokens/s", med[f"lmkit_{d}_decode_tps"], decode,
+                          dtype=d, threads=args.threads, bytes_per_item=weight_bytes[d] + kv,
+                          note=f"{args.prompt_tokens}-token prompt, {args.new_tokens} new; "
+                               f"lmkit peak RSS {rss[d] / 1e6:.0f} MB"))
+        prefill = {f"HF transformers {h}": peer(args.prefill_tokens / med[k[1]] * 1e3, dtype=h)
+                   for h, k in hf_key.items()}
+        out.append(figure(f"GPT-2 124M prefill {args.prefill_tokens} tokens {d}", "tokens/s",
+                          args.prefill_tokens / med[f"lmkit_{d}_prefill_ms"] * 1e3, prefill, dtype=d,
+                          threads=args.threads, flops_per_item=prefill_flops))
+    return out
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ minimal threaded Python HTTP server with the same routes (mean pooling for
 embeddings; `generate`, greedy, for completions — one request at a time, as
 HF has no batching across requests). Prints a table and the ratios.
 
-Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY]
+Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY] [--json FILE]
   LMKIT: the lmkit binary (a release build: cargo build --release -p lmkit-cli)
   --peer-python: a Python with torch + transformers (scripts/fetch-big-assets.sh
   makes assets/.venv-fixtures); without it the peer is skipped.
+  --json FILE: the figures (req/s, lmkit with batching over the peer and over
+  --max-batch 1) in scripts/bench_common.py's format, for scripts/bench.sh.
 After scripts/fetch-assets.sh. Only 127.0.0.1 is contacted.
 """
 import argparse
@@ -31,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM = os.path.join(ROOT, "assets/minilm")
 TOKENS = 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import figure, write_json  # noqa: E402
 
 PEER = r'''
 import json, sys, threading, torch
@@ -125,6 +129,7 @@ def main():
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--peer-python")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
     a = ap.parse_args()
     sentences = [l.strip() for l in open(os.path.join(ROOT, "assets/books/corpus.txt"), encoding="utf-8")
                  if 40 < len(l.strip()) < 200][: a.requests]
@@ -182,6 +187,15 @@ def main():
         tok_s = f"{r['rps'] * TOKENS:.0f}" if load_name == "completions" else "-"
         print(f"{load_name:<12} {name:<48} {r['rps']:>8.1f} {tok_s:>9} {r['p50']:>8.1f} {r['p99']:>8.1f} {rss:>13.1f}")
     by = {(l, n): r for l, n, r, _ in rows}
+    if a.json:
+        figs = []
+        for load_name, what in (("embeddings", "MiniLM embeddings"), ("completions", f"completions, {TOKENS} tokens")):
+            peers = {"lmkit --max-batch 1": by[(load_name, "lmkit, --max-batch 1")]["rps"]}
+            peers.update({n: r["rps"] for (l, n), r in by.items() if l == load_name and n.startswith("HF")})
+            figs.append(figure(f"serving {what}, {a.clients} clients (lmkit --max-batch 32)", "requests/s",
+                               by[(load_name, "lmkit, --max-batch 32")]["rps"], peers, threads=a.threads,
+                               note="loopback; p50/p99 in the script's table"))
+        write_json(a.json, figs, requests=a.requests, clients=a.clients)
     for load_name in ("embeddings", "completions"):
         on, off = by[(load_name, "lmkit, --max-batch 32")], by[(load_name, "lmkit, --max-batch 1")]
         print(f"{load_name}: batching gives {on['rps'] / off['rps']:.2f}x the req/s of --max-batch 1, "

@@ -2,7 +2,7 @@
 """GPT-2 encode speed: lmkit vs tiktoken (Python and tiktoken-rs) vs HF tokenizers,
 measured in the same run on the same text, printed as throughput and ratios.
 
-Usage: scripts/bench_tokenizers.py [FILE] [--reps N] [--whole-process] [--json]
+Usage: scripts/bench_tokenizers.py [FILE] [--reps N] [--whole-process] [--json [FILE]]
 (default FILE: assets/books/corpus.txt, documents split at "\\n\\f\\n").
 lmkit and tiktoken-rs are timed in-process by the `encode_file` bench binary
 (vocabulary loading excluded, as for the Python peers). "single" encodes the
@@ -16,9 +16,11 @@ sys of the child): `lmkit --threads 1 tokenize --count` (release build) and a
 Python process that loads tiktoken from the same files and encodes, on the
 text repeated to at least --whole-mb MB (default 30).
 
---json prints one JSON object instead of the table, for scripts (bench.sh):
-{"machine", "file", "bytes", "threads", "reps", "results": {name: {seconds,
-tokens, mb_per_s}}, "ratios": {name: peer time / lmkit time}, "counts_equal"}.
+--json [FILE] writes one JSON object instead of the table (to FILE, or stdout
+without one), for scripts/bench.sh: the figures in scripts/bench_common.py's
+format (MB/s and start-up ms, lmkit / peer) plus {"machine", "file", "bytes",
+"threads", "reps", "results": {name: {seconds, tokens, mb_per_s}}, "ratios":
+{name: peer time / lmkit time}, "counts_equal"}.
 """
 import argparse
 import json
@@ -31,6 +33,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import figure, write_json  # noqa: E402
 
 
 def best_of(reps, f, clock=time.perf_counter):
@@ -47,7 +51,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file", nargs="?", default=os.path.join(ROOT, "assets/books/corpus.txt"))
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                    help="write one JSON object to FILE (stdout without one) instead of the table")
     ap.add_argument("--whole-process", action="store_true",
                     help="also time whole one-core processes (lmkit tokenize, Python tiktoken)")
     ap.add_argument("--whole-mb", type=float, default=30.0)
@@ -123,7 +128,8 @@ def main():
     if args.json:
         def size(key):
             return args.whole_bytes if key.endswith("whole-process") else nbytes
-        print(json.dumps({
+        write_json(
+            args.json, figures(results, size, threads), **{
             "machine": {"cpu": cpu_name(), "cores": threads},
             "file": args.file, "bytes": nbytes, "documents": len(docs), "threads": threads,
             "reps": args.reps,
@@ -132,7 +138,7 @@ def main():
                         for k, (s, n) in results.items()},
             "ratios": ratios,
             "counts_equal": counts_equal,
-        }, indent=1))
+        })
         return
 
     print(f"text: {args.file} ({nbytes / 1e6:.2f} MB, {len(docs)} documents), {threads} threads, best of {args.reps}")
@@ -155,6 +161,26 @@ def main():
     for mode, ok in counts_equal.items():
         if not ok:
             print(f"WARNING: {mode} token counts differ")
+
+
+def figures(results, size, threads):
+    """The bench_common figures: MB/s per mode (work: 1e6 bytes read per MB) and start-up ms."""
+    def mbs(key):
+        return size(key) / results[key][0] / 1e6 if key in results else None
+
+    out = []
+    for mode, what, n in (("single", "GPT-2 BPE encode, one thread, in-process", 1),
+                          ("batch", "GPT-2 BPE encode_batch of the documents, all threads", threads),
+                          ("whole-process", "GPT-2 BPE, whole one-core process (load + read + encode)", 1)):
+        if f"lmkit {mode}" not in results:
+            continue
+        peers = {name: mbs(f"{name} {mode}") for name in ("tiktoken-rs", "tiktoken-py", "hf-tokenizers")}
+        out.append(figure(what, "MB/s", mbs(f"lmkit {mode}"), peers, threads=n, bytes_per_item=1e6,
+                          note="CPU time" if n == 1 else "wall time"))
+    ms = {name: results[f"{name} load"][0] * 1e3 for name in ("lmkit", "tiktoken-rs", "tiktoken-py")}
+    out.append(figure("GPT-2 BPE start-up from vocab.json + merges.txt", "ms", ms.pop("lmkit"), ms,
+                      better="lower", threads=1, note="CPU time; tiktoken-rs: r50k_base()"))
+    return out
 
 
 def cpu_name():

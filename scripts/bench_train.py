@@ -3,16 +3,20 @@
 
 Both train GPT-2 (6 layers, d 384, 6 heads, vocab 50257, context 256) with
 AdamW on batches of 4 x 256 tokens of the same text (the GPT-2 tokenization
-of assets/books/corpus.txt, from lmkit's shard), 2 threads each:
+of assets/books/corpus.txt, from lmkit's shard), --threads (default 2) each:
   - PyTorch: GPT2LMHeadModel (default SDPA attention, dropout 0) + torch.optim.AdamW,
-    torch.set_num_threads(2).
+    torch.set_num_threads(2); and the same with forward and loss under
+    torch.autocast("cpu", dtype=torch.bfloat16) (bf16 autocast: f32 weights and
+    optimizer, bf16 matmuls), in a second process.
   - lmkit: `lmkit pretrain` with the same shape, RAYON_NUM_THREADS=2.
 Each runs in its own process; peak RSS is that process' ru_maxrss (wait4).
 Tokens/s is the median over the timed steps (after warmup steps).
 MFU = model FLOP/s (6·N + 12·L·C·T per token, N = matmul parameters incl. the
-tied LM head) over the measured f32 matmul peak (torch.mm 2048³, 2 threads).
+tied LM head) over the measured f32 matmul peak (torch.mm 2048³, same threads).
 
-Usage: scripts/bench_train.py [--steps 8] [--warmup 2] [--lmkit target/release/lmkit]
+Usage: scripts/bench_train.py [--steps 8] [--warmup 2] [--lmkit target/release/lmkit] [--json FILE]
+--json FILE writes the figures in scripts/bench_common.py's format (work: the model
+FLOPs per token above) for scripts/bench.sh.
 """
 import argparse
 import json
@@ -25,6 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import figure, peer, write_json  # noqa: E402
 L, C, NH, V, T, B = 6, 384, 6, 50257, 256, 4
 
 
@@ -47,7 +53,7 @@ def torch_child(args):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with open(args.shard, "rb") as f:
         f.read(32)
@@ -66,8 +72,9 @@ def torch_child(args):
         x = torch.tensor(np.stack([toks[s:s + T] for s in starts]))
         y = torch.tensor(np.stack([toks[s + 1:s + T + 1] for s in starts]))
         t0 = time.perf_counter()
-        logits = model(x).logits
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            logits = model(x).logits
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, V).float(), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -92,9 +99,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lmkit", default=os.path.join(ROOT, "target/release/lmkit"))
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shard", help=argparse.SUPPRESS)
+    ap.add_argument("--autocast", default="f32", help=argparse.SUPPRESS)
+    ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
     args = ap.parse_args()
     if args.torch_child:
         return torch_child(args)
@@ -104,7 +114,7 @@ def main():
     if not (os.path.exists(corpus) and os.path.exists(tok)):
         raise SystemExit("run scripts/fetch-assets.sh first (needs assets/books/corpus.txt and assets/gpt2)")
     work = tempfile.mkdtemp(prefix="lmkit-bench-train-")
-    env = dict(os.environ, RAYON_NUM_THREADS="2")
+    env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
     base = [args.lmkit, "pretrain", "--tokenizer", tok, "--data", corpus,
             "--n-layer", str(L), "--n-embd", str(C), "--n-head", str(NH), "--n-positions", str(T),
             "--seq-len", str(T), "--batch-size", str(B), "--lr", "6e-4", "--warmup-steps", "0",
@@ -118,23 +128,39 @@ def main():
     rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > args.warmup]
     lm = {"tokens_per_s": statistics.median(tps), "rss_mib": lm_rss}
-    out, pt_rss = run_measured([sys.executable, __file__, "--torch-child", "--shard",
-                                os.path.join(run, "data/train.bin"), "--steps", str(args.steps),
-                                "--warmup", str(args.warmup)])
-    pt = json.loads(out.strip().splitlines()[-1])
-    pt["rss_mib"] = pt_rss
+    peers = {}
+    for ac in ("f32", "bf16"):
+        out, rss = run_measured([sys.executable, __file__, "--torch-child", "--shard",
+                                 os.path.join(run, "data/train.bin"), "--steps", str(args.steps),
+                                 "--warmup", str(args.warmup), "--threads", str(args.threads),
+                                 "--autocast", ac])
+        peers[ac] = json.loads(out.strip().splitlines()[-1])
+        peers[ac]["rss_mib"] = rss
+    pt, pt16 = peers["f32"], peers["bf16"]
     shutil.rmtree(work, ignore_errors=True)
 
     fpt = model_flops_per_token()
     peak = pt["matmul_gflops"] * 1e9
-    print(f"GPT-2 L{L} d{C} h{NH} V{V}, batch {B}x{T}, AdamW, 2 threads, {args.steps} timed steps")
+    print(f"GPT-2 L{L} d{C} h{NH} V{V}, batch {B}x{T}, AdamW, {args.threads} threads, {args.steps} timed steps")
     print(f"{'':10}{'tokens/s':>12}{'peak RSS MiB':>14}{'MFU':>8}")
-    for name, r in (("lmkit", lm), ("pytorch", pt)):
+    for name, r in (("lmkit", lm), ("pytorch", pt), ("pytorch bf16", pt16)):
         print(f"{name:10}{r['tokens_per_s']:12.0f}{r['rss_mib']:14.0f}{r['tokens_per_s'] * fpt / peak:8.1%}")
     print(f"ratios lmkit/pytorch: tokens/s {lm['tokens_per_s'] / pt['tokens_per_s']:.2f}x, "
-          f"peak RSS {lm['rss_mib'] / pt['rss_mib']:.2f}x")
-    print(f"matmul peak (torch.mm 2048^3 f32, 2 threads): {pt['matmul_gflops']:.0f} GFLOP/s; "
+          f"peak RSS {lm['rss_mib'] / pt['rss_mib']:.2f}x; "
+          f"tokens/s over PyTorch bf16 autocast {lm['tokens_per_s'] / pt16['tokens_per_s']:.2f}x")
+    print(f"matmul peak (torch.mm 2048^3 f32, {args.threads} threads): {pt['matmul_gflops']:.0f} GFLOP/s; "
           f"model FLOPs/token {fpt / 1e6:.1f} M")
+    if args.json:
+        what = f"GPT-2 pretraining L{L} d{C} V{V}, batch {B}x{T}, AdamW"
+        write_json(args.json, [
+            figure(f"{what}, f32", "tokens/s", lm["tokens_per_s"],
+                   {"pytorch f32": pt["tokens_per_s"],
+                    "pytorch bf16 autocast": peer(pt16["tokens_per_s"], dtype="bf16")},
+                   threads=args.threads, flops_per_item=fpt, note=f"{args.steps} timed steps, median"),
+            figure(f"{what}, peak RSS", "MiB", lm["rss_mib"],
+                   {"pytorch f32": pt["rss_mib"], "pytorch bf16 autocast": pt16["rss_mib"]},
+                   better="lower", threads=args.threads),
+        ], torch_matmul_gflops=pt["matmul_gflops"])
 
 
 if __name__ == "__main__":

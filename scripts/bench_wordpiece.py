@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """WordPiece speed: lmkit (Rust example) vs HF tokenizers (Python), same lines, same run.
 
-    python3 scripts/bench_wordpiece.py [FILE] [TOKENIZER_DIR]
+    python3 scripts/bench_wordpiece.py [FILE] [TOKENIZER_DIR] [--json FILE]
 
 Encodes every non-empty line of FILE (default assets/books/corpus.txt) with special tokens,
 one call per line and in batches of 1000 lines, best of 5 runs each, and prints lines/s and ratios.
+--json FILE also writes the figures in scripts/bench_common.py's format (work per line:
+its UTF-8 bytes, read once) for scripts/bench.sh.
 """
 
+import argparse
 import os
 import subprocess
 import sys
 import time
 
 from tokenizers import Tokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import figure, write_json  # noqa: E402
 
 BATCH = 1000  # lines per encode_batch call, as in examples/wordpiece_bench.rs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,8 +34,12 @@ def best_of(n, f):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "assets/books/corpus.txt")
-    tdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "assets/minilm")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file", nargs="?", default=os.path.join(ROOT, "assets/books/corpus.txt"))
+    ap.add_argument("tokenizer_dir", nargs="?", default=os.path.join(ROOT, "assets/minilm"))
+    ap.add_argument("--json", metavar="FILE", help="also write the figures here (bench_common format)")
+    args = ap.parse_args()
+    path, tdir = args.file, args.tokenizer_dir
     with open(path, encoding="utf-8") as f:
         lines = [l for l in f.read().split("\n") if l.strip()]
 
@@ -55,6 +65,16 @@ def main():
           f"HF tokenizers {hf_single:,.0f} lines/s, ratio {float(rs['single_lines_per_s']) / hf_single:.1f}x")
     print(f"batch:       lmkit {float(rs['batch_lines_per_s']):,.0f} lines/s, "
           f"HF tokenizers {hf_batch:,.0f} lines/s, ratio {float(rs['batch_lines_per_s']) / hf_batch:.1f}x")
+    if args.json:
+        per_line = sum(len(l.encode("utf-8")) for l in lines) / len(lines)
+        write_json(args.json, [
+            figure("WordPiece encode, one call per line (MiniLM vocabulary)", "lines/s",
+                   float(rs["single_lines_per_s"]), {"HF tokenizers": hf_single}, threads=1,
+                   bytes_per_item=per_line),
+            figure(f"WordPiece encode_batch, {BATCH} lines per call", "lines/s",
+                   float(rs["batch_lines_per_s"]), {"HF tokenizers": hf_batch}, threads=os.cpu_count(),
+                   bytes_per_item=per_line),
+        ], lines=len(lines), tokens=hf_tokens)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ scripts/fetch-assets.sh
 # Imports inside the library point down the layers (docs/architecture.md).
 python3 scripts/check_layers.py --self-test
 python3 scripts/check_layers.py
+# The arithmetic of docs/benchmarks.md's ratios and "% of limit" (scripts/bench.sh).
+python3 scripts/bench_report.py --self-test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
