@@ -42,7 +42,10 @@ MINILM = os.path.join(ROOT, "assets", "minilm")
 
 
 def lmkit(*args, stdin=None):
-    return subprocess.run([EXE, *args], input=stdin, check=True, capture_output=True, text=True).stdout
+    r = subprocess.run([EXE, *args], input=stdin, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"lmkit {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
+    return r.stdout
 
 
 def load_strict(cls, path):

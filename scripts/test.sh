@@ -12,6 +12,19 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 
+# Data-parallel training over MPI (issue 19): the `mpi` feature against the
+# distribution's Open MPI (bindgen needs libclang), then `mpirun -np 2` on
+# loopback (crates/lmkit-cli/tests/mpi_cli.rs). Only the binary and that
+# test are built with the feature.
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null ||
+  ! ldconfig -p | grep -q 'libclang[-.0-9]*\.so'; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get install -y -q libopenmpi-dev openmpi-bin libclang-dev ||
+    { $sudo apt-get update -q && $sudo apt-get install -y -q libopenmpi-dev openmpi-bin libclang-dev; }
+fi
+cargo test -p lmkit-cli --features mpi --locked --test mpi_cli
+
 # Every parser of a user's file, fuzzed for a few seconds each (seeded,
 # from the committed corpora; cargo-fuzz on the nightly toolchain).
 scripts/fuzz.sh 5
@@ -21,6 +34,19 @@ scripts/fuzz.sh 5
 python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
+
+# The Python package: the wheel (maturin, the dev profile this run built)
+# installed into a venv with the light peers its tests compare against
+# (tiktoken, HF tokenizers; transformers' and sentence-transformers' outputs
+# are the committed fixtures), then pytest; the CLI is the reference for the
+# pipelines and training runs.
+pyv=target/py-venv
+[ -x "$pyv/bin/python" ] || python3 -m venv "$pyv"
+"$pyv/bin/pip" install -q -r crates/lmkit-py/requirements-test.txt
+rm -rf target/py-wheels
+"$pyv/bin/maturin" build -q -m crates/lmkit-py/Cargo.toml -o target/py-wheels -i "$pyv/bin/python" --strip
+"$pyv/bin/pip" install -q --force-reinstall --no-deps target/py-wheels/lmkit-*.whl
+LMKIT=target/debug/lmkit "$pyv/bin/python" -m pytest -q -p no:cacheprovider crates/lmkit-py/tests
 
 # The README's `lmkit ...` examples, run on tiny data (skips listed by rule).
 python3 scripts/check_readme.py --lmkit target/debug/lmkit
@@ -33,7 +59,8 @@ python3 scripts/check_overlap.py target/debug/lmkit
 scripts/fetch-big-assets.sh
 cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
 
-# A random-init GPT-2 fine-tuned as a classifier end to end (about 15 s).
+# A random-init GPT-2 fine-tuned end to end on real text: as a classifier (about
+# 15 s) and as GPT2DoubleHeadsModel on prose-or-code multiple choice (about 20 s).
 cargo test -p lmkit --locked --test gpt2_heads -- --ignored
 
 # HF round trips of every fine-tuned head (classify, regression, qa, BERT

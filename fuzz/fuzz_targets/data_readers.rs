@@ -50,13 +50,14 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_translation_texts(&txt, &jsonl);
     let _ = read_qa(&jsonl);
     let _ = read_documents(&[txt.clone()]);
-    let _ = read_bert_documents(&[txt.clone()]);
-    let _ = read_bert_documents(&[jsonl.clone()]);
+    let _ = read_bert_documents(&[txt.clone()], "text");
+    let _ = read_bert_documents(&[jsonl.clone()], "text");
     let opts = PrepareOptions {
         vocab_size: 257,
         eos_id: 256,
         val_fraction: 0.1,
         tokenizer_id: "bytes".into(),
+        text_field: "text".into(),
     };
     let enc = |s: &str| -> Result<Vec<u32>, String> { Ok(s.bytes().map(u32::from).collect()) };
     for src in [&txt, &jsonl] {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod chart;
 mod cmd;
+mod distributed;
 mod interrupt;
 mod progress;
 
@@ -143,6 +144,10 @@ fn flag_names(msg: &str, subcommand: &str) -> String {
 }
 
 fn dispatch(command: Command) -> anyhow::Result<()> {
+    if !matches!(command, Command::Pretrain(_)) {
+        // N copies of one command would race on the same outputs.
+        distributed::single_process_only()?;
+    }
     match command {
         Command::Plot(a) => cmd::plot::run(a),
         Command::Pretrain(a) => cmd::pretrain::run(*a),

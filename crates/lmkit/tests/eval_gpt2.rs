@@ -71,7 +71,7 @@ fn lambada_matches_a_direct_computation() {
     // 11 passages: a full batch of 8 in one forward_many, then 3.
     items.truncate(11);
     let mut seen = Vec::new();
-    let (scores, outs) = eval_lambada(&mut engine, &tok, &items, |d, _| seen.push(d)).unwrap();
+    let (scores, outs) = eval_lambada(&mut engine, &tok, &items, 8, |d, _| seen.push(d)).unwrap();
     assert_eq!(seen, (1..=11).collect::<Vec<_>>());
     assert_eq!(scores.count, 11);
     let v = engine.config().vocab_size;
@@ -150,6 +150,43 @@ fn greedy_tldr_summaries_are_scored_with_rouge() {
     let a = eval_summarize(&mut engine, &tok, &items, &k2, |_, _| {}).unwrap();
     let b = eval_summarize(&mut engine, &tok, &items, &k2, |_, _| {}).unwrap();
     assert_eq!(a.1, b.1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// TL;DR decoded in batches (articles joining as others finish) gives
+/// every article the summary it gets alone, greedy and top-k sampled (each
+/// article its own seed), and reports progress as each one finishes.
+#[test]
+fn batched_tldr_summaries_equal_one_at_a_time() {
+    let dir = tmpdir("sumb");
+    small_gpt2(&dir, 6);
+    let tok = BpeTokenizer::from_dir(&dir).unwrap();
+    let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32).unwrap();
+    let items = read_summarize(&data("summarize/rust_book.jsonl")).unwrap();
+    assert!(items.len() > 8, "more articles than one batch");
+    for top_k in [0, 2] {
+        let opts = |batch_size| SummarizeOptions {
+            max_new_tokens: 24,
+            top_k,
+            seed: 7,
+            batch_size,
+            ..SummarizeOptions::default()
+        };
+        let (m1, one) = eval_summarize(&mut engine, &tok, &items, &opts(1), |_, _| {}).unwrap();
+        for bs in [3, 8] {
+            let mut seen = Vec::new();
+            let (m, outs) = eval_summarize(&mut engine, &tok, &items, &opts(bs), |d, n| {
+                assert_eq!(n, items.len());
+                seen.push(d)
+            })
+            .unwrap();
+            assert_eq!(seen, (1..=items.len()).collect::<Vec<_>>());
+            for (k, (a, b)) in one.iter().zip(&outs).enumerate() {
+                assert_eq!(a, b, "top_k {top_k}, batch {bs}: article {k}");
+            }
+            assert_eq!(m1, m);
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use lmkit::eval::bleu::corpus_bleu;
 use lmkit::eval::cbt::read_cbt;
 use lmkit::eval::qa::{qa_items, read_qa};
-use lmkit::eval::run::{eval_cbt, eval_qa, eval_translate, greedy_line};
+use lmkit::eval::run::{
+    eval_cbt, eval_qa, eval_translate, greedy_line, greedy_lines, GPT2_EVAL_BATCH,
+};
 use lmkit::eval::squad::squad_scores;
 use lmkit::eval::translate::{
     read_translation_jsonl, read_translation_texts, reverse, translate_prompt,
@@ -143,8 +145,16 @@ fn translations_and_bleu_equal_hf_generate() {
                 "{direction}: {prompt:?}"
             );
         }
-        let (bleu, hyps) =
-            eval_translate(&mut engine, &tok, &pairs, shots, max_new, |_, _| {}).unwrap();
+        let (bleu, hyps) = eval_translate(
+            &mut engine,
+            &tok,
+            &pairs,
+            shots,
+            max_new,
+            GPT2_EVAL_BATCH,
+            |_, _| {},
+        )
+        .unwrap();
         let want_hyps: Vec<&str> = want["hypotheses"]
             .as_array()
             .unwrap()
@@ -172,7 +182,7 @@ fn translations_and_bleu_equal_hf_generate() {
         assert_eq!(corpus_bleu(&hyps, &refs), bleu);
     }
     // Every example pair held out: nothing left to translate.
-    assert!(eval_translate(&mut engine, &tok, &jsonl, jsonl.len(), 4, |_, _| {}).is_err());
+    assert!(eval_translate(&mut engine, &tok, &jsonl, jsonl.len(), 4, 8, |_, _| {}).is_err());
 }
 
 #[test]
@@ -186,7 +196,15 @@ fn qa_answers_and_scores_equal_hf_generate() {
         let items = qa_items(&rows, shots);
         let want = r["qa"][name]["items"].as_array().unwrap();
         assert_eq!(items.len(), want.len(), "{name}");
-        let (scores, answers) = eval_qa(&mut engine, &tok, &items, max_new, |_, _| {}).unwrap();
+        let (scores, answers) = eval_qa(
+            &mut engine,
+            &tok,
+            &items,
+            max_new,
+            GPT2_EVAL_BATCH,
+            |_, _| {},
+        )
+        .unwrap();
         for ((it, a), w) in items.iter().zip(&answers).zip(want) {
             let fed = ids(&w["prompt_ids"]);
             let all = tok.encode_ordinary(it.prompt.as_bytes());
@@ -211,4 +229,65 @@ fn qa_answers_and_scores_equal_hf_generate() {
             .collect();
         assert_eq!(scores, squad_scores(want_answers));
     }
+}
+
+/// Every prompt of the fixture's translation (both directions) and QA
+/// (CoQA and NQ) data, decoded in batches of 2, 3 and 8 (prompts joining
+/// as others finish at their newline): item by item the line each gets
+/// alone, with progress reported as each finishes.
+#[test]
+fn batched_greedy_lines_equal_one_at_a_time() {
+    let r = reference();
+    let (max_new, shots) = settings(&r);
+    let tok = BpeTokenizer::from_dir(case()).unwrap();
+    let mut engine = Gpt2Engine::load(case(), WeightDtype::F32).unwrap();
+    let pairs = read_translation_jsonl(&root().join("tests/data/translate/en_fr.jsonl")).unwrap();
+    let mut prompts = Vec::new();
+    for pairs in [pairs.clone(), reverse(pairs)] {
+        for p in &pairs[shots..] {
+            prompts.push(translate_prompt(&pairs[..shots], &p.source));
+        }
+    }
+    for file in ["coqa_tiny.jsonl", "nq_tiny.jsonl"] {
+        let rows = read_qa(&root().join("tests/data/qa").join(file)).unwrap();
+        prompts.extend(qa_items(&rows, shots).into_iter().map(|it| it.prompt));
+    }
+    assert!(prompts.len() > 16, "{} prompts", prompts.len());
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| greedy_line(&mut engine, &tok, p, max_new).unwrap())
+        .collect();
+    // Lines of different lengths, so sequences leave the batch at different steps.
+    let lens: std::collections::BTreeSet<usize> = alone.iter().map(String::len).collect();
+    assert!(lens.len() > 3, "{lens:?}");
+    for bs in [1, 2, 3, 8] {
+        let mut seen = Vec::new();
+        let lines = greedy_lines(
+            &mut engine,
+            &tok,
+            prompts.iter().map(String::as_str),
+            max_new,
+            bs,
+            |d, n| {
+                assert_eq!(n, prompts.len());
+                seen.push(d)
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, (1..=prompts.len()).collect::<Vec<_>>());
+        for (k, (a, b)) in alone.iter().zip(&lines).enumerate() {
+            assert_eq!(a, b, "batch {bs}: prompt {k} {:?}", prompts[k]);
+        }
+    }
+    // A zero-token budget answers every prompt with nothing, batched or not.
+    let empty = greedy_lines(
+        &mut engine,
+        &tok,
+        prompts.iter().map(String::as_str),
+        0,
+        8,
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(empty.iter().all(String::is_empty));
 }

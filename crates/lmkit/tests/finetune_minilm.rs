@@ -102,7 +102,7 @@ fn head_sentences(rel: &str, n: usize, dir: &Path) -> PathBuf {
 }
 
 #[test]
-#[ignore = "75 MiniLM steps: minutes in a debug build (25 steps left every token O)"]
+#[ignore = "75 MiniLM steps: minutes on 2 cores"]
 fn minilm_learns_to_tag_code_and_numbers_in_prose() {
     let dir = tmpdir("ner");
     let train = head_sentences("tagging/rust_prose.train.conll", 200, &dir);
@@ -123,10 +123,13 @@ fn minilm_learns_to_tag_code_and_numbers_in_prose() {
     let f1 = ev["eval_f1"].as_f64().unwrap();
     // Held-out books, 120 sentences with 119 rule-labelled entities
     // (scripts/make_tagging_data.py), after 3 epochs of 25 steps of 8
-    // sentences. Measured: F1 0.308 (P 0.50, R 0.22), token accuracy 0.925;
-    // one epoch (25 steps) gave F1 0 (every token O). Far from what the
-    // rules allow: the learning rate and steps are not tuned yet.
-    assert!(f1 >= 0.25, "held-out entity F1 {f1}: {ev:?}");
+    // sentences. Measured: F1 0.656 (P 0.62, R 0.70), token accuracy 0.958;
+    // the same fine-tune in PyTorch + transformers
+    // (scripts/tagging_hf_baseline.py) reaches 0.63 after three epochs.
+    // (Before encode_words ignored the tokenizer's padding, MiniLM's
+    // tokenizer.json padded each word to 128 and only first words were
+    // trained on: F1 0.31.)
+    assert!(f1 >= 0.5, "held-out entity F1 {f1}: {ev:?}");
     let m = Bert::from_dir(&out).unwrap();
     assert_eq!(
         m.architecture,

@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use lmkit::data::classify_data::LabelMap;
-use lmkit::data::tagging::{encode_words, read_tagging, tag_map, TaggedSentence, TaggingData};
+use lmkit::data::tagging::{
+    encode_sentences, encode_words, read_tagging, tag_map, TaggedSentence, TaggingData,
+};
 use lmkit::eval::{get_entities, seqeval_scores};
-use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
+use lmkit_tokenizers::wordpiece::{PaddingLength, Truncation, WordPieceTokenizer};
 use serde_json::Value;
 
 fn fixture(case: &str) -> PathBuf {
@@ -135,6 +137,24 @@ fn first_piece_alignment_equals_hf_run_ner() {
         assert_eq!(cut.labels[..3], e.labels[..3]);
         assert_eq!(cut.labels[3], -100);
     }
+    // A tokenizer that pads and truncates every encoding, as
+    // sentence-transformers' tokenizer.json does (Fixed 128): the words
+    // are still their own pieces (each word was padded to a whole
+    // sentence, so only the first word was trained on).
+    let mut padded = tok.clone();
+    padded.set_padding(Some(padded.padding_to(PaddingLength::Fixed(128))));
+    padded.set_truncation(Some(Truncation::new(128)));
+    let plain: Vec<_> = data
+        .sentences
+        .iter()
+        .zip(&ids)
+        .map(|(s, t)| encode_words(&tok, &s.words, Some(t), 64).unwrap())
+        .collect();
+    for (b, s) in data.sentences.iter().enumerate() {
+        let e = encode_words(&padded, &s.words, Some(&ids[b]), 64).unwrap();
+        assert_eq!(e, plain[b], "sentence {b}, padding tokenizer");
+    }
+    assert_eq!(encode_sentences(&padded, &data, &map, 64).unwrap(), plain);
     // The map from data is sorted, as run_ner's label list.
     let names = tag_map(&data).unwrap().names().to_vec();
     assert_eq!(names, ["B-LOC", "B-PER", "I-PER", "O"]);

@@ -15,7 +15,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::spec::ModelConfig;
+use lmkit::models::load::Classifier;
 use serde_json::json;
 
 #[derive(clap::Args)]
@@ -62,50 +62,8 @@ fn read_rows(input: Option<&std::path::Path>) -> Result<Vec<(String, Option<Stri
     Ok(out)
 }
 
-/// A BERT or GPT-2 sequence classifier.
-enum Classifier {
-    Bert(Box<lmkit::models::bert::BertPipeline>),
-    Gpt2(Box<lmkit::models::gpt2::Gpt2Classifier>),
-}
-
-type Ranked = Vec<Vec<lmkit::models::bert::LabelScore>>;
-
-impl Classifier {
-    fn load(model: &str, dtype: &str) -> Result<Self> {
-        let dir = lmkit::checkpoint::resolve_model_dir(model)?;
-        match lmkit::checkpoint::read_config(&dir, None)?.family() {
-            lmkit::spec::Family::Bert => {
-                let p = super::embed::load("classify", model, dtype)?;
-                Ok(Classifier::Bert(Box::new(p)))
-            }
-            lmkit::spec::Family::Gpt2 => {
-                if dtype != "f32" {
-                    bail!("--dtype {dtype}: GPT-2 classifiers run f32");
-                }
-                let c = lmkit::models::gpt2::Gpt2Classifier::from_dir(&dir)
-                    .with_context(|| format!("loading model {}", dir.display()))?;
-                Ok(Classifier::Gpt2(Box::new(c)))
-            }
-        }
-    }
-
-    fn classify(&mut self, texts: &[&str], bs: usize, truncate: bool) -> Result<Ranked> {
-        Ok(match self {
-            Classifier::Bert(p) => p.classify(texts, bs, truncate)?,
-            Classifier::Gpt2(c) => c.classify(texts, bs, truncate)?,
-        })
-    }
-
-    fn classify_pairs(&mut self, ab: &[(&str, &str)], bs: usize, truncate: bool) -> Result<Ranked> {
-        Ok(match self {
-            Classifier::Bert(p) => p.classify_pairs(ab, bs, truncate)?,
-            Classifier::Gpt2(c) => c.classify_pairs(ab, bs, truncate)?,
-        })
-    }
-}
-
 pub fn run(args: Args) -> Result<()> {
-    let mut p = Classifier::load(&args.model, &args.dtype)?;
+    let mut p = Classifier::load(&args.model, args.dtype.parse()?)?;
     let jsonl = super::jsonl_input(args.jsonl, args.input.as_deref());
     let rows: Vec<(String, Option<String>)> = if jsonl {
         read_rows(args.input.as_deref())?
@@ -127,9 +85,6 @@ pub fn run(args: Args) -> Result<()> {
     let chunk = args.batch_size.max(1).saturating_mul(64);
     let bs = args.batch_size.max(1);
     for (ci, rows) in rows.chunks(chunk).enumerate() {
-        // Single texts and pairs run separately, then go back in input order.
-        let (pairs, singles): (Vec<usize>, Vec<usize>) =
-            (0..rows.len()).partition(|&i| rows[i].1.is_some());
         let context = || {
             format!(
                 "classifying {what}s {}..{}",
@@ -137,28 +92,13 @@ pub fn run(args: Args) -> Result<()> {
                 ci * chunk + rows.len()
             )
         };
-        let texts: Vec<&str> = singles.iter().map(|&i| rows[i].0.as_str()).collect();
-        let ab: Vec<(&str, &str)> = pairs
+        let refs: Vec<(&str, Option<&str>)> = rows
             .iter()
-            .map(|&i| (rows[i].0.as_str(), rows[i].1.as_deref().unwrap_or("")))
+            .map(|(a, b)| (a.as_str(), b.as_deref()))
             .collect();
-        let mut results = vec![Vec::new(); rows.len()];
-        if !texts.is_empty() {
-            let r = p
-                .classify(&texts, bs, args.truncate)
-                .with_context(context)?;
-            for (&i, r) in singles.iter().zip(r) {
-                results[i] = r;
-            }
-        }
-        if !ab.is_empty() {
-            let r = p
-                .classify_pairs(&ab, bs, args.truncate)
-                .with_context(context)?;
-            for (&i, r) in pairs.iter().zip(r) {
-                results[i] = r;
-            }
-        }
+        let results = p
+            .classify_rows(&refs, bs, args.truncate)
+            .with_context(context)?;
         for r in results {
             let best = &r[0];
             if args.json {

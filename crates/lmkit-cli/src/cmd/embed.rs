@@ -9,7 +9,7 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use lmkit::models::bert::{BertPipeline, EmbedOptions, Pooling};
 
 #[derive(clap::Args)]
@@ -58,23 +58,14 @@ pub fn read_lines(input: Option<&Path>) -> Result<Vec<String>> {
     Ok(text.lines().map(str::to_string).collect())
 }
 
-/// Loads the model for `command` (a folder or a hub name) with weights as
-/// `dtype`: f32, or bf16 matmuls.
-/// Loads a BERT pipeline for `command` from a folder or a hub name.
+/// Loads a BERT pipeline for `command` from a folder or a hub name, with
+/// weights as `dtype` ([`lmkit::models::load::load_bert`]).
 pub fn load(command: &str, model: &str, dtype: &str) -> Result<BertPipeline> {
-    let bf16 = match dtype.parse::<lmkit::models::gpt2::WeightDtype>()? {
-        lmkit::models::gpt2::WeightDtype::F32 => false,
-        lmkit::models::gpt2::WeightDtype::Bf16 => true,
-        lmkit::models::gpt2::WeightDtype::Int8 => {
-            bail!("--dtype int8: BERT models run f32 or bf16 (int8 weights are for GPT-2)")
-        }
-    };
-    let model = lmkit::checkpoint::resolve_model_dir(model)?;
-    lmkit::checkpoint::read_config(&model, Some((lmkit::spec::Family::Bert, command)))?;
-    let mut p = BertPipeline::from_dir(&model)
-        .with_context(|| format!("loading model {}", model.display()))?;
-    p.model.set_bf16(bf16);
-    Ok(p)
+    Ok(lmkit::models::load::load_bert(
+        command,
+        model,
+        dtype.parse()?,
+    )?)
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -44,11 +44,11 @@ use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl, Lab
 use lmkit::data::multiple_choice::read_multiple_choice;
 use lmkit::data::overlap::{read_eval_documents, BloomFilter};
 use lmkit::data::squad::read_squad;
-use lmkit::data::tagging::{encode_words, read_tagging};
+use lmkit::data::tagging::{encode_sentences, read_tagging};
 use lmkit::eval::run::{
     encode_classify, eval_cbt, eval_classify, eval_lambada, eval_multiple_choice_dir, eval_qa,
     eval_regression, eval_squad, eval_summarize, eval_token_classify, eval_translate,
-    SummarizeOptions,
+    SummarizeOptions, GPT2_EVAL_BATCH,
 };
 use lmkit::eval::{
     qa_items, read_cbt, read_lambada, read_qa, read_summarize, read_translation_jsonl,
@@ -90,9 +90,11 @@ pub struct Args {
     /// Score only the first N items.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// BERT tasks and multiple-choice: sequences (multiple-choice: examples) per forward pass.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: usize,
+    /// Sequences per batch: per forward pass for BERT tasks, classify and
+    /// multiple-choice (examples) [default: 64] and lambada (passages); decoding together
+    /// for summarize, translate and qa [default: 8]. Scores do not depend on it.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
     /// classify, multiple-choice: longest input; squad: window length [default: 128 / 384,
     /// at most the model's max_position_embeddings].
     #[arg(long)]
@@ -168,6 +170,16 @@ fn limit<T>(mut v: Vec<T>, n: Option<usize>) -> Vec<T> {
         v.truncate(n);
     }
     v
+}
+
+/// `--batch-size` of the forward-pass tasks (BERT, classify, multiple-choice).
+fn batch(a: &Args) -> usize {
+    a.batch_size.unwrap_or(64)
+}
+
+/// `--batch-size` of the GPT-2 evaluations (LAMBADA, TL;DR, translation, QA).
+fn gpt2_batch(a: &Args) -> usize {
+    a.batch_size.unwrap_or(GPT2_EVAL_BATCH)
 }
 
 fn bar(len: usize, what: &str) -> Progress {
@@ -356,7 +368,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             });
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let pb = bar(items.len(), "passages");
-            let (s, outs) = eval_lambada(&mut engine, &tok, &items, |d, _| {
+            let (s, outs) = eval_lambada(&mut engine, &tok, &items, gpt2_batch(a), |d, _| {
                 pb.update(d as u64, String::new)
             })?;
             pb.finish();
@@ -382,6 +394,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 top_k: if a.greedy { 0 } else { a.top_k.max(1) },
                 seed: a.seed,
                 sentences: 3,
+                batch_size: gpt2_batch(a),
             };
             let pb = bar(items.len(), "articles");
             let (m, outs) = eval_summarize(&mut engine, &tok, &items, &opts, |d, _| {
@@ -420,7 +433,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .endoftext_id()
                 .context("the tokenizer has no <|endoftext|> token")?;
             let rows = lmkit::eval::run::encode_gpt2_classify(&c.tokenizer, &data, max_len, eos);
-            let r = lmkit::eval::run::eval_gpt2_classify(&mut c.model, &rows, &gold, a.batch_size)?;
+            let r = lmkit::eval::run::eval_gpt2_classify(&mut c.model, &rows, &gold, batch(a))?;
             let preds = data
                 .examples
                 .iter()
@@ -481,6 +494,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 &pairs,
                 a.shots,
                 a.max_new_tokens,
+                gpt2_batch(a),
                 |d, _| pb.update(d as u64, String::new),
             )?;
             pb.finish();
@@ -507,9 +521,14 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
             });
             let mut engine = Gpt2Engine::load(&dir, WeightDtype::F32)?;
             let pb = bar(items.len(), "questions");
-            let (s, answers) = eval_qa(&mut engine, &tok, &items, a.max_new_tokens, |d, _| {
-                pb.update(d as u64, String::new)
-            })?;
+            let (s, answers) = eval_qa(
+                &mut engine,
+                &tok,
+                &items,
+                a.max_new_tokens,
+                gpt2_batch(a),
+                |d, _| pb.update(d as u64, String::new),
+            )?;
             pb.finish();
             let preds = items
                 .iter()
@@ -539,7 +558,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .unwrap_or(128)
                 .min(model.config.max_position_embeddings);
             let encs = encode_classify(&tok, &data, max_len)?;
-            let r = eval_classify(&model, tok.pad_id(), &encs, &gold, a.batch_size)?;
+            let r = eval_classify(&model, tok.pad_id(), &encs, &gold, batch(a))?;
             let preds = data
                 .examples
                 .iter()
@@ -580,7 +599,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 .unwrap_or(128)
                 .min(model.config.max_position_embeddings);
             let encs = encode_classify(&tok, &data, max_len)?;
-            let r = eval_regression(&model, tok.pad_id(), &encs, &gold, a.batch_size)?;
+            let r = eval_regression(&model, tok.pad_id(), &encs, &gold, batch(a))?;
             let preds = data
                 .examples
                 .iter()
@@ -601,18 +620,12 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 s.words.iter().map(String::as_str).collect()
             });
             let labels = LabelMap::from_names(model.config.id2label.clone())?;
-            let ids = data.tag_ids(&labels)?;
             let max_len = a
                 .max_seq_len
                 .unwrap_or(128)
                 .min(model.config.max_position_embeddings);
-            let encs = data
-                .sentences
-                .iter()
-                .zip(&ids)
-                .map(|(s, t)| encode_words(&tok, &s.words, Some(t), max_len))
-                .collect::<Result<Vec<_>, _>>()?;
-            let r = eval_token_classify(&model, tok.pad_id(), &encs, a.batch_size)?;
+            let encs = encode_sentences(&tok, &data, &labels, max_len)?;
+            let r = eval_token_classify(&model, tok.pad_id(), &encs, batch(a))?;
             let preds = data
                 .sentences
                 .iter()
@@ -636,7 +649,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                     .collect()
             });
             let max_len = a.max_seq_len.unwrap_or(128);
-            let r = eval_multiple_choice_dir(&dir, &data, max_len, a.batch_size)?;
+            let r = eval_multiple_choice_dir(&dir, &data, max_len, batch(a))?;
             let preds = data
                 .examples
                 .iter()
@@ -665,7 +678,7 @@ fn score(a: &Args, dir: &Path, keep: Keep<'_>) -> Result<(Value, Vec<Value>)> {
                 max_answer_len: a.max_answer_len.max(1),
                 handle_impossible_answer: false,
             };
-            let r = eval_squad(&model, &tok, &ex, max_len, stride, opts, a.batch_size)?;
+            let r = eval_squad(&model, &tok, &ex, max_len, stride, opts, batch(a))?;
             let preds = r
                 .predictions
                 .iter()

@@ -21,11 +21,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_multiple_choice, finetune_qa, finetune_regression,
-    finetune_token_classify, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
+    finetune, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
 };
 use lmkit::recipes::RecipeError;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -123,10 +122,7 @@ pub fn run(a: Args) -> Result<()> {
         eval_batch_size: a.eval_batch_size,
         lr: a.lr,
         warmup_ratio: a.warmup_ratio,
-        max_seq_len: a.max_seq_len.unwrap_or(match a.task {
-            FinetuneTask::Qa => 384,
-            _ => 128,
-        }),
+        max_seq_len: a.max_seq_len.unwrap_or(a.task.default_max_seq_len()),
         seed: a.seed,
         weight_decay: a.weight_decay,
         grad_clip: a.grad_clip,
@@ -195,22 +191,15 @@ pub fn run(a: Args) -> Result<()> {
         FinetuneEvent::Note(n) => pb.line(&n),
     };
     let eval = a.eval.as_deref();
-    let summary = match a.task {
-        FinetuneTask::Classify => {
-            finetune_classify(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
-        }
-        FinetuneTask::Qa => finetune_qa(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
-        FinetuneTask::Lm => finetune_lm(&dir, &a.train, eval, &a.output, &opts, &mut on_event),
-        FinetuneTask::TokenClassify => {
-            finetune_token_classify(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
-        }
-        FinetuneTask::Regression => {
-            finetune_regression(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
-        }
-        FinetuneTask::MultipleChoice => {
-            finetune_multiple_choice(&dir, &a.train, eval, &a.output, &opts, &mut on_event)
-        }
-    }
+    let summary = finetune(
+        a.task,
+        &dir,
+        &a.train,
+        eval,
+        &a.output,
+        &opts,
+        &mut on_event,
+    )
     .map_err(|e| match e {
         RecipeError::OutputNotEmpty { .. } => {
             anyhow::anyhow!("{e} (pass --overwrite to replace its files)")
@@ -221,19 +210,7 @@ pub fn run(a: Args) -> Result<()> {
     pb.finish();
     let summary = summary?;
     if a.json {
-        let j = json!({
-            "steps": summary.steps,
-            "epochs": summary.epochs_done,
-            "train_examples": summary.train_examples,
-            "examples_per_s": summary.examples_per_s,
-            "tokens_per_s": summary.tokens_per_s,
-            "train_seconds": summary.train_seconds,
-            "final_loss": summary.final_loss,
-            "eval": summary.last_eval,
-            "output": summary.output,
-            "interrupted": summary.interrupted,
-            "checkpoint": summary.checkpoint,
-        });
+        let j = summary.to_json();
         println!("{j}");
     } else {
         eprintln!(

@@ -89,10 +89,7 @@ pub fn run(a: Args) -> Result<()> {
         frequency_penalty: a.frequency_penalty,
     };
     let seed = a.seed.unwrap_or_else(clock_seed);
-    let eos = engine
-        .config()
-        .eos_token_id
-        .or_else(|| tokenizer.endoftext_id());
+    let eos = engine.eos_token_id(&tokenizer);
     let cfg = GenerationConfig {
         max_new_tokens: a.max_new_tokens,
         sampling,
@@ -107,10 +104,7 @@ pub fn run(a: Args) -> Result<()> {
         (Some(_), _) => super::read_input_text(None)?,
         (None, f) => super::read_input_text(f.as_deref())?,
     };
-    let prompt = tokenizer.encode_ids(prompt_text.as_bytes(), true);
-    if prompt.is_empty() {
-        bail!("the prompt encodes to no tokens: give a non-empty --prompt");
-    }
+    let prompt = lmkit::models::gpt2::Gpt2Engine::prompt_ids(&tokenizer, &prompt_text)?;
 
     let mut stdout = std::io::stdout().lock();
     let mut write_err = None;

@@ -1,11 +1,9 @@
 //! One module per subcommand.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use lmkit::checkpoint::{read_config, resolve_model_dir};
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
-use lmkit::spec::Family;
 use lmkit_tokenizers::BpeTokenizer;
 
 pub mod classify;
@@ -118,23 +116,17 @@ pub(crate) fn read_jsonl_input(
     Ok((name, rows))
 }
 
-/// A GPT-2 model for `generate` / `perplexity`: `model` is a folder or a hub
-/// name, the tokenizer comes from `tokenizer` or the model's folder, and the
-/// weights are loaded as `dtype` (f32, bf16, int8).
+/// A GPT-2 model for `generate` / `perplexity` ([`lmkit::models::load::load_gpt2`]).
 pub(crate) fn load_gpt2(
     command: &str,
     model: &str,
     tokenizer: Option<&Path>,
     dtype: &str,
 ) -> Result<(BpeTokenizer, Gpt2Engine)> {
-    let dtype: WeightDtype = dtype.parse()?;
-    let dir: PathBuf = resolve_model_dir(model)?;
-    // A BERT folder is named as such, not as a tokenizer missing merges.txt.
-    read_config(&dir, Some((Family::Gpt2, command)))?;
-    let tok_dir = tokenizer.unwrap_or(&dir);
-    let tokenizer = BpeTokenizer::from_dir(tok_dir)
-        .with_context(|| format!("loading the tokenizer from {}", tok_dir.display()))?;
-    let engine =
-        Gpt2Engine::load(&dir, dtype).with_context(|| format!("loading {}", dir.display()))?;
-    Ok((tokenizer, engine))
+    Ok(lmkit::models::load::load_gpt2(
+        command,
+        model,
+        tokenizer,
+        dtype.parse::<WeightDtype>()?,
+    )?)
 }

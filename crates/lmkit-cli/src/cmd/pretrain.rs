@@ -8,7 +8,9 @@ use lmkit::recipes::pretrain::{
     self as lib, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use lmkit::spec::{Family, ScheduleKind};
+use lmkit::util::comm::Communicator;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
@@ -143,6 +145,16 @@ pub struct Args {
     /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
     #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
     pub max_shard_size: Option<u64>,
+    /// Data-parallel runs (`mpirun -np N lmkit pretrain ...`, gpt2): each rank
+    /// keeps the AdamW moments of 1/N of the parameters (ZeRO stage 1); the
+    /// same weights.
+    #[arg(long)]
+    pub shard_optimizer: bool,
+    /// Data-parallel runs: a collective that waits longer than this many
+    /// seconds for the other ranks (one died or stalled) ends the job; it must
+    /// exceed the time rank 0 takes to save a checkpoint.
+    #[arg(long, default_value_t = 600.0)]
+    pub comm_timeout: f64,
 }
 
 /// The library options these flags describe.
@@ -198,6 +210,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         sample_tokens: a.sample_tokens,
         overlap_filter: a.overlap_filter,
         max_shard_size: a.max_shard_size,
+        shard_optimizer: a.shard_optimizer,
     })
 }
 
@@ -215,7 +228,22 @@ pub fn run(args: Args) -> Result<()> {
 /// The whole pretraining run, with progress on stderr.
 pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     let opts = options(args)?;
+    if !(args.comm_timeout.is_finite() && args.comm_timeout > 0.0) {
+        bail!("--comm-timeout {}: expected seconds > 0", args.comm_timeout);
+    }
+    let comm = crate::distributed::communicator(Duration::from_secs_f64(args.comm_timeout))?;
+    let r = train_on(args, &opts, comm.as_ref());
+    crate::distributed::or_abort(comm.as_ref(), r)
+}
+
+/// The run as one rank of `comm`: rank 0 prints.
+fn train_on(
+    args: &Args,
+    opts: &PretrainOptions,
+    comm: &dyn Communicator,
+) -> Result<PretrainSummary> {
     crate::interrupt::install();
+    let root = comm.is_root();
     let tok_bar =
         Progress::new("tokenizing {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})");
     let pb = Progress::new("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
@@ -224,6 +252,7 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     };
     let bert = opts.family == Family::Bert;
     let mut on_event = |e: PretrainEvent| match e {
+        _ if !root => {}
         PretrainEvent::Tokenizing { done, total } => {
             tok_bar.set_length(total);
             tok_bar.update(done, || "bytes tokenized".into());
@@ -292,10 +321,13 @@ pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     };
     let should_stop = crate::interrupt::requested;
     let t0 = std::time::Instant::now();
-    let s = lib::pretrain(&opts, &mut on_event, &should_stop);
+    let s = lib::pretrain_on(opts, comm, &mut on_event, &should_stop);
     tok_bar.finish();
     pb.finish();
     let s = s?;
+    if !root {
+        return Ok(s);
+    }
     let loss = |l: Option<f64>| l.map_or("-".to_string(), |l| format!("{l:.4}"));
     eprintln!(
         "{} at step {} after {:.1} s: final loss {}, validation loss {} (first {})",

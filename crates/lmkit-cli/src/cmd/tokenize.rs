@@ -105,7 +105,7 @@ pub fn run(args: TokenizeArgs) -> Result<()> {
                     e.valid_up_to()
                 )
             })?;
-            char_offsets(text, &enc.offsets)
+            lmkit_tokenizers::char_offsets(text, &enc.offsets)
         };
         let json = serde_json::json!({
             "ids": enc.ids,
@@ -171,34 +171,6 @@ fn token_file(tokenizer: &Tokenizer, args: &TokenizeArgs, format: &str) -> Resul
     Ok(bytes)
 }
 
-/// Byte ranges of `text` as character ranges: a range that starts or ends
-/// inside a character (a byte-level token holding part of one) widens to
-/// the whole character.
-fn char_offsets(text: &str, bytes: &[(usize, usize)]) -> Vec<(usize, usize)> {
-    // chars_before[b] = characters that start before byte b.
-    let mut chars_before = vec![0usize; text.len() + 1];
-    let mut n = 0;
-    for (b, slot) in chars_before.iter_mut().enumerate() {
-        *slot = n;
-        if text.is_char_boundary(b) && b < text.len() {
-            n += 1;
-        }
-    }
-    let start_char = |b: usize| {
-        let b = b.min(text.len());
-        // The character containing byte b.
-        if text.is_char_boundary(b) {
-            chars_before[b]
-        } else {
-            chars_before[b] - 1
-        }
-    };
-    bytes
-        .iter()
-        .map(|&(s, e)| (start_char(s), chars_before[e.min(text.len())]))
-        .collect()
-}
-
 /// Token ids from `detokenize`'s input: whitespace-separated numbers, or
 /// JSON — `tokenize --json`'s object (its `ids`), or a list of ids.
 fn parse_ids(input: &str, source: &str) -> Result<Vec<u32>> {
@@ -237,18 +209,4 @@ pub fn run_detokenize(args: DetokenizeArgs) -> Result<()> {
     out.write_all(&bytes)?;
     out.flush()?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::char_offsets;
-
-    #[test]
-    fn byte_ranges_become_character_ranges() {
-        let text = "aé😀b"; // bytes: a 0, é 1..3, 😀 3..7, b 7
-        assert_eq!(
-            char_offsets(text, &[(0, 1), (1, 3), (3, 5), (5, 7), (7, 8)]),
-            [(0, 1), (1, 2), (2, 3), (2, 3), (3, 4)]
-        );
-    }
 }

@@ -417,19 +417,37 @@ impl BpeTokenizer {
     /// Token ids of `text` (any bytes). With `special`, special-token strings
     /// in the text become their ids; without, they are ordinary text.
     pub fn encode_ids(&self, text: &[u8], special: bool) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 3 + 8);
-        if special && !self.specials.is_empty() {
-            let mut start = 0;
-            while let Some((at, len, id)) = self.find_special(text, start) {
-                self.encode_ordinary_into(&text[start..at], &mut out);
-                out.push(id);
-                start = at + len;
-            }
-            self.encode_ordinary_into(&text[start..], &mut out);
+        if special {
+            self.encode_ids_allowing(text, |_| true)
         } else {
-            self.encode_ordinary_into(text, &mut out);
+            self.encode_ordinary(text)
         }
+    }
+
+    /// Token ids of `text` where only the special tokens whose id `allowed`
+    /// accepts become their ids (tiktoken's `allowed_special`); the text of
+    /// the others is encoded as ordinary text.
+    pub fn encode_ids_allowing(&self, text: &[u8], allowed: impl Fn(u32) -> bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 8);
+        let mut start = 0;
+        while let Some((at, len, id)) = self.find_special_among(text, start, &allowed) {
+            self.encode_ordinary_into(&text[start..at], &mut out);
+            out.push(id);
+            start = at + len;
+        }
+        self.encode_ordinary_into(&text[start..], &mut out);
         out
+    }
+
+    /// The first special token written in `text` whose id `among` accepts:
+    /// its byte position and id (tiktoken's check for `disallowed_special`).
+    pub fn find_special_token(
+        &self,
+        text: &[u8],
+        among: impl Fn(u32) -> bool,
+    ) -> Option<(usize, u32)> {
+        self.find_special_among(text, 0, &among)
+            .map(|(at, _, id)| (at, id))
     }
 
     /// [`Self::encode_ids`] on all cores (rayon) for one large text: the text
@@ -511,7 +529,9 @@ impl BpeTokenizer {
 
     /// Token ids of `text`, special-token strings encoded as ordinary text.
     pub fn encode_ordinary(&self, text: &[u8]) -> Vec<u32> {
-        self.encode_ids(text, false)
+        let mut out = Vec::with_capacity(text.len() / 3 + 8);
+        self.encode_ordinary_into(text, &mut out);
+        out
     }
 
     /// A copy that uses the per-thread word cache (`true`, the default) or
@@ -563,12 +583,25 @@ impl BpeTokenizer {
 
     /// First special token at or after `from`: (position, length, id).
     fn find_special(&self, text: &[u8], from: usize) -> Option<(usize, usize, u32)> {
+        self.find_special_among(text, from, &|_| true)
+    }
+
+    /// [`Self::find_special`] among the special tokens `among` accepts.
+    fn find_special_among(
+        &self,
+        text: &[u8],
+        from: usize,
+        among: &dyn Fn(u32) -> bool,
+    ) -> Option<(usize, usize, u32)> {
+        if self.specials.is_empty() {
+            return None;
+        }
         (from..text.len())
             .filter(|&i| self.special_first_byte[text[i] as usize])
             .find_map(|i| {
                 self.specials
                     .iter()
-                    .find(|(c, _)| text[i..].starts_with(c))
+                    .find(|(c, id)| among(*id) && text[i..].starts_with(c))
                     .map(|(c, id)| (i, c.len(), *id))
             })
     }
@@ -578,7 +611,16 @@ impl BpeTokenizer {
     /// keeps its real range and has `special_tokens_mask` 1. GPT-2 adds no
     /// tokens of its own, so `type_ids` are 0 and `attention_mask` is 1.
     pub fn encode(&self, text: &[u8], special: bool) -> Encoding {
-        let ids = self.encode_ids(text, special);
+        self.encoding_of(self.encode_ids(text, special))
+    }
+
+    /// [`Self::encode`] with [`Self::encode_ids_allowing`]'s special tokens.
+    pub fn encode_allowing(&self, text: &[u8], allowed: impl Fn(u32) -> bool) -> Encoding {
+        self.encoding_of(self.encode_ids_allowing(text, allowed))
+    }
+
+    /// The encoding of `ids`, the ids of a whole text: offsets tile it.
+    fn encoding_of(&self, ids: Vec<u32>) -> Encoding {
         let mut offsets = Vec::with_capacity(ids.len());
         let mut special_tokens_mask = Vec::with_capacity(ids.len());
         let mut at = 0;

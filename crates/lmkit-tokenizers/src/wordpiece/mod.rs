@@ -27,8 +27,8 @@ use post::{Piece, Seq, Template};
 use trie::{Trie, WordMap};
 
 pub use post::{
-    Padding, PaddingDirection, PaddingLength, Truncation, TruncationDirection, TruncationStrategy,
-    Window,
+    pad_encodings, Padding, PaddingDirection, PaddingLength, Truncation, TruncationDirection,
+    TruncationStrategy, Window,
 };
 pub use train::{train_wordpiece, train_wordpiece_files, TrainProgress, WordPieceTrainer};
 
@@ -468,10 +468,7 @@ impl WordPieceTokenizer {
 
     fn pad_batch(&self, encs: &mut [Encoding]) {
         if let Some(p) = &self.padding {
-            let len = post::padded_length(p, encs.iter().map(Encoding::len));
-            for e in encs {
-                post::pad(e, None, len, p);
-            }
+            post::pad_encodings(encs, p);
         }
     }
 

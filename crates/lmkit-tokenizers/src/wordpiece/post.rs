@@ -399,6 +399,40 @@ impl Template {
     }
 }
 
+impl Encoding {
+    /// Keeps at most `max_len` tokens, dropping them from the end (`Right`)
+    /// or the start (`Left`): HF's `Encoding::truncate` without overflow, for
+    /// tokenizers that apply truncation after encoding (byte-level BPE).
+    pub fn truncate(&mut self, max_len: usize, direction: TruncationDirection) {
+        let n = self.len();
+        if n <= max_len {
+            return;
+        }
+        let keep = match direction {
+            TruncationDirection::Right => 0..max_len,
+            TruncationDirection::Left => n - max_len..n,
+        };
+        fn cut<T>(v: &mut Vec<T>, keep: &std::ops::Range<usize>) {
+            v.truncate(keep.end);
+            v.drain(..keep.start);
+        }
+        cut(&mut self.ids, &keep);
+        cut(&mut self.type_ids, &keep);
+        cut(&mut self.offsets, &keep);
+        cut(&mut self.special_tokens_mask, &keep);
+        cut(&mut self.attention_mask, &keep);
+    }
+}
+
+/// Pads a batch as `p` says (HF `pad_encodings`): to the longest encoding
+/// or a fixed length, rounded up to `pad_to_multiple_of`.
+pub fn pad_encodings(encs: &mut [Encoding], p: &Padding) {
+    let len = padded_length(p, encs.iter().map(Encoding::len));
+    for e in encs {
+        pad(e, None, len, p);
+    }
+}
+
 /// The length a batch is padded to (HF `pad_encodings`).
 pub(crate) fn padded_length(p: &Padding, mut lengths: impl Iterator<Item = usize>) -> usize {
     let mut n = match p.to {

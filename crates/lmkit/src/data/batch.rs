@@ -125,7 +125,24 @@ impl BatchSampler {
 
     /// Fills `batch` ([B, T]) with the next B windows.
     pub fn next_batch(&mut self, shard: &TokenShard, batch: &mut TokenBatch) {
-        debug_assert_eq!((batch.b, batch.t), (self.b, self.t));
+        self.next_batch_part(shard, batch, 0, 1);
+    }
+
+    /// Data-parallel: draws the next B windows (the global batch) and fills
+    /// `batch` ([B / parts, T]) with part `part` of them, rows
+    /// `[part · B/parts, (part+1) · B/parts)`. Every rank draws the same
+    /// windows and takes its own disjoint rows, so the ranks together see
+    /// exactly the batch one process would, and the position stays global
+    /// (a checkpoint resumes with any number of ranks that divides B).
+    pub fn next_batch_part(
+        &mut self,
+        shard: &TokenShard,
+        batch: &mut TokenBatch,
+        part: usize,
+        parts: usize,
+    ) {
+        debug_assert_eq!((batch.b * parts, batch.t), (self.b, self.t));
+        debug_assert!(part < parts);
         if self.pos.cursor as usize + self.b > self.n_windows {
             self.pos = DataPosition {
                 epoch: self.pos.epoch + 1,
@@ -133,8 +150,9 @@ impl BatchSampler {
             };
             self.shuffle();
         }
-        for row in 0..self.b {
-            let w = self.perm[self.pos.cursor as usize + row] as usize;
+        let first = self.pos.cursor as usize + part * batch.b;
+        for row in 0..batch.b {
+            let w = self.perm[first + row] as usize;
             batch.fill_row(shard, row, w * self.t);
         }
         self.pos.cursor += self.b as u64;
@@ -150,8 +168,13 @@ pub fn eval_batch_count(shard: &TokenShard, b: usize, t: usize, max_batches: usi
 
 /// Fills `batch` with validation batch `index` (see [`eval_batch_count`]).
 pub fn fill_eval_batch(shard: &TokenShard, index: usize, batch: &mut TokenBatch) {
+    fill_eval_rows(shard, index * batch.b, batch);
+}
+
+/// Fills `batch` with the validation windows `first..first + B` (one rank's
+/// rows of a global validation batch: `first = index · B_global + rank · B`).
+pub fn fill_eval_rows(shard: &TokenShard, first: usize, batch: &mut TokenBatch) {
     for row in 0..batch.b {
-        let w = index * batch.b + row;
-        batch.fill_row(shard, row, w * batch.t);
+        batch.fill_row(shard, row, (first + row) * batch.t);
     }
 }

@@ -335,7 +335,7 @@ pub fn read_documents(paths: &[PathBuf]) -> Result<Vec<String>> {
 pub fn read_documents_field(paths: &[PathBuf], field: &str) -> Result<Vec<String>> {
     let mut docs = Vec::new();
     for f in super::shards::list_sources(paths)? {
-        docs.extend(super::source::file_documents(&f, field)?);
+        docs.extend(super::shards::file_documents(&f, field)?);
     }
     Ok(docs)
 }

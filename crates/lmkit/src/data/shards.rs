@@ -358,6 +358,27 @@ fn source_info(path: &Path) -> Result<SourceInfo> {
     })
 }
 
+/// The documents of one data file: the `field` of each row of a JSONL or
+/// Parquet file (one row, one document), else the file's pages
+/// ([`super::source::split_pages`]). Blank documents are dropped.
+pub fn file_documents(path: &Path, field: &str) -> Result<Vec<String>> {
+    if super::source::is_rows(path) {
+        let mut docs = Vec::new();
+        super::classify_data::for_each_jsonl_object(path, |line, row| {
+            let text = super::classify_data::string_field(&row, field, path, line)?;
+            if !text.trim().is_empty() {
+                docs.push(text);
+            }
+            Ok(())
+        })?;
+        return Ok(docs);
+    }
+    let text = super::source::read_source_text(path)?;
+    Ok(super::source::split_pages(&text)
+        .map(str::to_string)
+        .collect())
+}
+
 /// Cuts a document into pieces of about `PIECE_BYTES` at a newline that is
 /// followed by a non-whitespace character. A GPT-2 style pre-tokenizer always
 /// ends a pre-token there, so encoding the pieces separately gives exactly the
@@ -477,7 +498,7 @@ pub fn prepare_shards(
             progress(done_bytes, total_bytes);
             continue;
         }
-        let docs = super::source::file_documents(file, &opts.text_field)?;
+        let docs = file_documents(file, &opts.text_field)?;
         // (starts a document, text)
         let mut pieces: Vec<(bool, &str)> = Vec::new();
         for doc in &docs {

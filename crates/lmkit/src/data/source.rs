@@ -127,22 +127,3 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
-
-/// The documents of one data file: the `field` of each row of a JSONL or
-/// Parquet file (one row, one document), else the file's pages
-/// ([`split_pages`]). Blank documents are dropped.
-pub fn file_documents(path: &Path, field: &str) -> Result<Vec<String>> {
-    if is_rows(path) {
-        let mut docs = Vec::new();
-        super::classify_data::for_each_jsonl_object(path, |line, row| {
-            let text = super::classify_data::string_field(&row, field, path, line)?;
-            if !text.trim().is_empty() {
-                docs.push(text);
-            }
-            Ok(())
-        })?;
-        return Ok(docs);
-    }
-    let text = read_source_text(path)?;
-    Ok(split_pages(&text).map(str::to_string).collect())
-}

@@ -235,6 +235,9 @@ pub struct TaggedEncoding {
 /// Encodes pre-split `words` (each tokenized alone, HF's
 /// `is_split_into_words`) into at most `max_len` tokens, with `tag_ids`
 /// (one per word) on first pieces. `max_len` must leave room for a piece.
+/// The tokenizer's own padding and truncation (sentence-transformers'
+/// `tokenizer.json` pads every encoding to 128) do not apply to the words:
+/// only their real pieces are kept.
 pub fn encode_words(
     tok: &WordPieceTokenizer,
     words: &[String],
@@ -269,7 +272,9 @@ pub fn encode_words(
         let pieces = tok
             .encode(word, false)
             .map_err(|e| DataError::Invalid(format!("word {word:?}: {e}")))?;
-        for (k, &id) in pieces.ids.iter().enumerate() {
+        let real = (0..pieces.ids.len()).filter(|&k| pieces.attention_mask[k] == 1);
+        for (first, k) in real.enumerate() {
+            let id = pieces.ids[k];
             if enc.ids.len() > room {
                 break 'words;
             }
@@ -279,7 +284,7 @@ pub fn encode_words(
                 .push(pieces.offsets.get(k).copied().unwrap_or((0, 0)));
             enc.special_tokens_mask.push(0);
             enc.attention_mask.push(1);
-            labels.push(match (k, tag_ids) {
+            labels.push(match (first, tag_ids) {
                 (0, Some(t)) => t[w] as i32,
                 _ => IGNORE_INDEX,
             });
@@ -298,6 +303,27 @@ pub fn encode_words(
         labels,
         word_of_token,
     })
+}
+
+/// Encodes every sentence of `data` with its tag ids ([`encode_words`]),
+/// in `max_len` tokens: the examples of fine-tuning and evaluation alike.
+pub fn encode_sentences(
+    tok: &WordPieceTokenizer,
+    data: &TaggingData,
+    labels: &LabelMap,
+    max_len: usize,
+) -> Result<Vec<TaggedEncoding>> {
+    // Words are encoded one by one: without the tokenizer's padding, each
+    // would be padded to its fixed length only to be cut back.
+    let mut plain = tok.clone();
+    plain.set_padding(None);
+    plain.set_truncation(None);
+    let ids = data.tag_ids(labels)?;
+    data.sentences
+        .iter()
+        .zip(&ids)
+        .map(|(s, t)| encode_words(&plain, &s.words, Some(t), max_len))
+        .collect()
 }
 
 #[cfg(test)]

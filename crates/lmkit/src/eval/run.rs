@@ -20,7 +20,9 @@ use crate::models::bert::qa::{best_answers, QaOptions, QaWindow};
 use crate::models::bert::Answer;
 use crate::models::bert::{Bert, BertActivations, BertBatch, HeadKind};
 use crate::models::gpt2::classify::{encode_choice, encode_for_classify, task_batch};
-use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, KvCache, SamplingParams};
+use crate::models::gpt2::{
+    GenerationConfig, Gpt2, Gpt2Engine, KvCache, SamplingParams, SequenceRequest,
+};
 
 use super::bleu::{corpus_bleu, Bleu};
 use super::cbt::{cbt_scores, CbtItem, CbtOutcome, CbtScores};
@@ -542,24 +544,22 @@ pub fn eval_squad(
     })
 }
 
-/// Passages per forward pass of [`eval_lambada`].
-const LAMBADA_BATCH: usize = 8;
-
 /// LAMBADA with a GPT-2 engine: per passage, `context + " " + word`
 /// through the model and the log-softmax at the word's positions (see
-/// [`super::lambada`] for the rule), [`LAMBADA_BATCH`] passages per
+/// [`super::lambada`] for the rule), `batch_size` passages per
 /// [`Gpt2Engine::forward_many`] and logits only at the target rows.
 /// Passages longer than the context keep their last `n_positions` tokens.
 pub fn eval_lambada(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
     items: &[LambadaItem],
+    batch_size: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<(LambadaScores, Vec<LambadaOutcome>)> {
     let n_pos = engine.config().n_positions;
     let v = engine.config().vocab_size;
     let mut outcomes = Vec::with_capacity(items.len());
-    for chunk in items.chunks(LAMBADA_BATCH) {
+    for chunk in items.chunks(batch_size.max(1)) {
         // (passage ids after truncation, target ids)
         let mut seqs: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(chunk.len());
         for it in chunk {
@@ -721,6 +721,9 @@ pub struct SummarizeOptions {
     pub seed: u64,
     /// Sentences kept from the continuation (the paper: 3).
     pub sentences: usize,
+    /// Articles decoded together ([`Gpt2Engine::complete_many`]); the
+    /// summaries do not depend on it.
+    pub batch_size: usize,
 }
 
 impl Default for SummarizeOptions {
@@ -730,13 +733,21 @@ impl Default for SummarizeOptions {
             top_k: 2,
             seed: 0,
             sentences: 3,
+            batch_size: GPT2_EVAL_BATCH,
         }
     }
 }
 
-/// Zero-shot TL;DR summaries and their ROUGE against the references.
+/// Default sequences per batch of the GPT-2 evaluations: passages per
+/// forward pass of LAMBADA, sequences decoding together for TL;DR,
+/// translation and QA.
+pub const GPT2_EVAL_BATCH: usize = 8;
+
+/// Zero-shot TL;DR summaries and their ROUGE against the references,
+/// `opts.batch_size` articles decoding together, article `k` sampled with
+/// seed `opts.seed + k` (so its summary is the one it gets alone).
 /// Articles longer than the context lose their beginning (the prompt keeps
-/// room for the generated tokens).
+/// room for the generated tokens). `progress(done, total)` as each finishes.
 pub fn eval_summarize(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
@@ -752,19 +763,31 @@ pub fn eval_summarize(
             ..SamplingParams::default()
         }
     };
-    let mut out = Vec::with_capacity(items.len());
-    for (k, it) in items.iter().enumerate() {
-        let prompt = tok.encode_ordinary(tldr_prompt(&it.article).as_bytes());
-        let cfg = GenerationConfig {
+    let requests = items.iter().enumerate().map(|(k, it)| SequenceRequest {
+        prompt: tok.encode_ordinary(tldr_prompt(&it.article).as_bytes()),
+        cfg: GenerationConfig {
             max_new_tokens: opts.max_new_tokens,
             sampling: sampling.clone(),
             seed: opts.seed.wrapping_add(k as u64),
             eos_token_id: tok.endoftext_id(),
             truncate: true,
             ..GenerationConfig::default()
-        };
-        let gen = engine.generate(&prompt, &cfg, |_| ControlFlow::Continue(()))?;
+        },
+        stops: Vec::new(),
+        logprobs: None,
+        prompt_logprobs: false,
+    });
+    let mut finished = 0;
+    let gens = engine.complete_many(tok, requests, opts.batch_size, |_, _| {
+        finished += 1;
+        progress(finished, items.len());
+    })?;
+    let mut out = Vec::with_capacity(items.len());
+    for (gen, it) in gens.into_iter().zip(items) {
+        // The ids decoded whole (not the streamed text): an incomplete
+        // character anywhere becomes U+FFFD as in `decode`.
         let ids: Vec<u32> = gen
+            .output
             .ids
             .into_iter()
             .filter(|&id| Some(id) != tok.endoftext_id())
@@ -773,46 +796,82 @@ pub fn eval_summarize(
         let summary = first_sentences(&text, opts.sentences);
         let score = rouge(&summary, &it.summary);
         out.push((summary, score));
-        progress(k + 1, items.len());
     }
     let scores: Vec<Rouge> = out.iter().map(|(_, r)| *r).collect();
     Ok((rouge_means(&scores), out))
 }
 
 /// Greedy decoding of `prompt` up to the first newline (or end of text, or
-/// `max_new_tokens`), trimmed: the answer format of the zero-shot
-/// translation and QA prompts. A prompt too long for the context loses its
-/// beginning (room is kept for the new tokens).
+/// `max_new_tokens`): the answer format of the zero-shot translation and QA
+/// prompts. A prompt too long for the context loses its beginning (room is
+/// kept for the new tokens).
+fn line_request(tok: &BpeTokenizer, prompt: &str, max_new_tokens: usize) -> SequenceRequest {
+    SequenceRequest {
+        prompt: tok.encode_ordinary(prompt.as_bytes()),
+        cfg: GenerationConfig {
+            max_new_tokens,
+            sampling: SamplingParams::greedy(),
+            eos_token_id: tok.endoftext_id(),
+            truncate: true,
+            ..GenerationConfig::default()
+        },
+        stops: vec!["\n".to_string()],
+        logprobs: None,
+        prompt_logprobs: false,
+    }
+}
+
+/// [`line_request`] for one prompt alone, its text trimmed: the reference
+/// the batched [`greedy_lines`] equals.
 pub fn greedy_line(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
     prompt: &str,
     max_new_tokens: usize,
 ) -> Result<String> {
-    let ids = tok.encode_ordinary(prompt.as_bytes());
-    let cfg = GenerationConfig {
-        max_new_tokens,
-        sampling: SamplingParams::greedy(),
-        eos_token_id: tok.endoftext_id(),
-        truncate: true,
-        ..GenerationConfig::default()
-    };
-    let done = engine.complete(tok, &ids, &cfg, &["\n".to_string()], |_| {
+    let req = line_request(tok, prompt, max_new_tokens);
+    let done = engine.complete(tok, &req.prompt, &req.cfg, &req.stops, |_| {
         ControlFlow::Continue(())
     })?;
     Ok(done.text.trim().to_string())
 }
 
+/// [`greedy_line`] of every prompt, `batch_size` decoding together
+/// ([`Gpt2Engine::complete_many`]: each line is the one its prompt gets
+/// alone); `progress(done, total)` as each finishes.
+pub fn greedy_lines<'a>(
+    engine: &mut Gpt2Engine,
+    tok: &BpeTokenizer,
+    prompts: impl ExactSizeIterator<Item = &'a str>,
+    max_new_tokens: usize,
+    batch_size: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<String>> {
+    let total = prompts.len();
+    let requests = prompts.map(|p| line_request(tok, p, max_new_tokens));
+    let mut finished = 0;
+    let done = engine.complete_many(tok, requests, batch_size, |_, _| {
+        finished += 1;
+        progress(finished, total);
+    })?;
+    Ok(done
+        .into_iter()
+        .map(|c| c.text.trim().to_string())
+        .collect())
+}
+
 /// Zero-shot translations of `pairs[shots..]` with `pairs[..shots]` as the
-/// example pairs of every prompt ([`super::translate`]), and their corpus
-/// BLEU against the targets. Returns the BLEU and the hypotheses.
+/// example pairs of every prompt ([`super::translate`]), `batch_size`
+/// decoding together ([`greedy_lines`]), and their corpus BLEU against the
+/// targets. Returns the BLEU and the hypotheses.
 pub fn eval_translate(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
     pairs: &[TranslationPair],
     shots: usize,
     max_new_tokens: usize,
-    mut progress: impl FnMut(usize, usize),
+    batch_size: usize,
+    progress: impl FnMut(usize, usize),
 ) -> Result<(Bleu, Vec<String>)> {
     if shots >= pairs.len() {
         return Err(Error::InvalidInput(format!(
@@ -821,12 +880,18 @@ pub fn eval_translate(
         )));
     }
     let (examples, rest) = pairs.split_at(shots);
-    let mut hyps = Vec::with_capacity(rest.len());
-    for (k, p) in rest.iter().enumerate() {
-        let prompt = translate_prompt(examples, &p.source);
-        hyps.push(greedy_line(engine, tok, &prompt, max_new_tokens)?);
-        progress(k + 1, rest.len());
-    }
+    let prompts: Vec<String> = rest
+        .iter()
+        .map(|p| translate_prompt(examples, &p.source))
+        .collect();
+    let hyps = greedy_lines(
+        engine,
+        tok,
+        prompts.iter().map(String::as_str),
+        max_new_tokens,
+        batch_size,
+        progress,
+    )?;
     let refs: Vec<Vec<&str>> = rest.iter().map(|p| vec![p.target.as_str()]).collect();
     Ok((corpus_bleu(&hyps, &refs), hyps))
 }
@@ -839,24 +904,27 @@ pub struct QaAnswer {
     pub f1: f64,
 }
 
-/// Zero-shot answers to every item ([`super::qa`]) and their SQuAD EM / F1.
+/// Zero-shot answers to every item ([`super::qa`]), `batch_size`
+/// decoding together ([`greedy_lines`]), and their SQuAD EM / F1.
 pub fn eval_qa(
     engine: &mut Gpt2Engine,
     tok: &BpeTokenizer,
     items: &[QaItem],
     max_new_tokens: usize,
-    mut progress: impl FnMut(usize, usize),
+    batch_size: usize,
+    progress: impl FnMut(usize, usize),
 ) -> Result<(SquadScores, Vec<QaAnswer>)> {
-    let mut out = Vec::with_capacity(items.len());
-    for (k, it) in items.iter().enumerate() {
-        let answer = greedy_line(engine, tok, &it.prompt, max_new_tokens)?;
-        out.push(QaAnswer {
+    let prompts = items.iter().map(|it| it.prompt.as_str());
+    let answers = greedy_lines(engine, tok, prompts, max_new_tokens, batch_size, progress)?;
+    let out: Vec<QaAnswer> = answers
+        .into_iter()
+        .zip(items)
+        .map(|(answer, it)| QaAnswer {
             exact_match: max_over_gold(exact_match, &answer, &it.golds),
             f1: max_over_gold(f1_score, &answer, &it.golds),
             answer,
-        });
-        progress(k + 1, items.len());
-    }
+        })
+        .collect();
     let scores = squad_scores(
         out.iter()
             .zip(items)

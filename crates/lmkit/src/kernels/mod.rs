@@ -35,7 +35,7 @@ pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use layernorm::{layernorm_backward, layernorm_forward};
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
-pub use optim::{adamw_update, global_norm, AdamW};
+pub use optim::{adamw_update, global_norm, sum_squares, AdamW};
 pub use softmax::{
     cross_entropy_backward, cross_entropy_forward, cross_entropy_fused, softmax_rows,
 };

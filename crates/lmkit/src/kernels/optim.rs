@@ -117,6 +117,12 @@ const NORM_CHUNK: usize = 1 << 14;
 /// `sqrt(Σ g²)`: f32 lane sums within fixed chunks, f64 across chunks in
 /// order: identical for any thread count.
 pub fn global_norm(grads: &[f32]) -> f32 {
+    sum_squares(grads).sqrt() as f32
+}
+
+/// `Σ g²` as [`global_norm`] sums it (data-parallel training adds the sums
+/// of the ranks' blocks).
+pub fn sum_squares(grads: &[f32]) -> f64 {
     let partial = |ch: &[f32]| -> f64 {
         dispatch(
             #[inline(always)]
@@ -141,5 +147,5 @@ pub fn global_norm(grads: &[f32]) -> f32 {
     } else {
         grads.par_chunks(NORM_CHUNK).map(partial).collect()
     };
-    partials.iter().sum::<f64>().sqrt() as f32
+    partials.iter().sum::<f64>()
 }

@@ -7,10 +7,14 @@
 //!   inference), its backward and heads (`BertTrainer`), bf16 weights, and
 //!   the inference pipelines (embed, fill-mask, classify, QA).
 //!
+//! - [`load`]: an inference model by folder or hub name, its family checked
+//!   (what the CLI and the Python package call).
+//!
 //! [`Trainable`] is what a model offers the training loop (`train`).
 
 pub mod bert;
 pub mod gpt2;
+pub mod load;
 
 use std::ops::Range;
 

@@ -45,8 +45,8 @@ use super::{check_vocab, invalid, RecipeError, Result};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::StepStats;
 use crate::train::{
-    latest_checkpoint, load_train_state, MetricsWriter, OptimConfig, OptimState, RunConfig,
-    RunTask, Runner, TrainState,
+    latest_checkpoint, load_train_state, DataParallel, MetricsWriter, OptimConfig, OptimState,
+    RunConfig, RunTask, Runner, TrainState,
 };
 use crate::util::rng::Rng;
 
@@ -648,8 +648,9 @@ pub fn run_bert_pretraining(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: &mut metrics,
+        metrics: Some(&mut metrics),
         config: &config,
+        parallel: DataParallel::SINGLE,
     };
     let mut tb = BertTrainBatch::default();
     runner.run(

@@ -41,7 +41,7 @@ use crate::checkpoint::{
 use crate::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
 use crate::data::multiple_choice::read_multiple_choice;
 use crate::data::squad::{read_squad, SquadExample};
-use crate::data::tagging::{encode_words, read_tagging, tag_map, TaggedEncoding, TaggingData};
+use crate::data::tagging::{encode_sentences, read_tagging, tag_map};
 use crate::data::TokenBatch;
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_regression,
@@ -68,8 +68,8 @@ use crate::data::shards::fingerprint_files;
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
     latest_checkpoint, list_checkpoints, load_train_state, read_train_state, skipped_checkpoints,
-    DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
-    RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
+    DataParallel, DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState,
+    RunConfig, RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
 };
 use crate::util::rng::Rng;
 
@@ -111,6 +111,14 @@ impl std::str::FromStr for FinetuneTask {
 }
 
 impl FinetuneTask {
+    /// `max_seq_len` when none is given: 384 for QA (HF's window), else 128.
+    pub fn default_max_seq_len(self) -> usize {
+        match self {
+            Self::Qa => 384,
+            _ => 128,
+        }
+    }
+
     /// The name `FromStr` reads.
     pub fn name(self) -> &'static str {
         match self {
@@ -161,8 +169,11 @@ impl PartialEq for StopRequest {
     }
 }
 
-/// Hyper-parameters (HF Trainer defaults where it has them).
-#[derive(Debug, Clone, PartialEq)]
+/// Hyper-parameters (HF Trainer defaults where it has them). Deserializes
+/// from the field names (unknown ones are an error, absent ones take
+/// [`Default`]): how the Python package passes its keyword arguments.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FinetuneOptions {
     pub epochs: usize,
     pub batch_size: usize,
@@ -193,6 +204,7 @@ pub struct FinetuneOptions {
     /// Write into a non-empty output folder (its files are replaced).
     pub overwrite: bool,
     /// Write the model in shards of at most this many bytes; `None`: one file.
+    #[serde(deserialize_with = "crate::util::size::deserialize_byte_size")]
     pub max_shard_size: Option<u64>,
     /// GPT-2 classification: λ of GPT-1's L3 = L2 + λ·L1, the weight of the
     /// LM loss on the same inputs (GPT-1 used 0.5); 0 = off.
@@ -208,6 +220,7 @@ pub struct FinetuneOptions {
     /// Checkpoints kept (at least 1).
     pub keep: usize,
     /// Polled after every step; see [`StopRequest`].
+    #[serde(skip)]
     pub stop: StopRequest,
 }
 
@@ -288,6 +301,47 @@ pub struct FinetuneSummary {
     pub interrupted: bool,
     /// The newest checkpoint this run wrote.
     pub checkpoint: Option<PathBuf>,
+}
+
+impl FinetuneSummary {
+    /// The summary as the CLI's `--json` prints it and Python returns it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "steps": self.steps,
+            "epochs": self.epochs_done,
+            "train_examples": self.train_examples,
+            "examples_per_s": self.examples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "train_seconds": self.train_seconds,
+            "final_loss": self.final_loss,
+            "eval": self.last_eval,
+            "output": self.output,
+            "interrupted": self.interrupted,
+            "checkpoint": self.checkpoint,
+        })
+    }
+}
+
+/// Fine-tunes `model_dir` for `task`: the one entry point of every task
+/// (the CLI's `finetune` and Python's `lmkit.finetune` call it).
+pub fn finetune(
+    task: FinetuneTask,
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
+    let run = match task {
+        FinetuneTask::Classify => finetune_classify,
+        FinetuneTask::Qa => finetune_qa,
+        FinetuneTask::Lm => finetune_lm,
+        FinetuneTask::TokenClassify => finetune_token_classify,
+        FinetuneTask::Regression => finetune_regression,
+        FinetuneTask::MultipleChoice => finetune_multiple_choice,
+    };
+    run(model_dir, train, eval, output, opts, on_event)
 }
 
 /// Reads `dir/config.json`, demanding the `family` task `task` needs.
@@ -857,8 +911,9 @@ fn run_loop<'a, M: Trainable>(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: &mut metrics,
+        metrics: Some(&mut metrics),
         config: &config,
+        parallel: DataParallel::SINGLE,
     };
     let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
     let run = runner.run(
@@ -1316,21 +1371,6 @@ fn finetune_gpt2_classify(
     )
 }
 
-/// Encodes every sentence of `data` with its tag ids (first word pieces).
-fn encode_tagging(
-    tok: &WordPieceTokenizer,
-    data: &TaggingData,
-    labels: &LabelMap,
-    max_len: usize,
-) -> Result<Vec<TaggedEncoding>> {
-    let ids = data.tag_ids(labels)?;
-    data.sentences
-        .iter()
-        .zip(&ids)
-        .map(|(s, t)| Ok(encode_words(tok, &s.words, Some(t), max_len)?))
-        .collect()
-}
-
 /// Fine-tunes `BertForTokenClassification` (HF run_ner: tags on the first
 /// word piece of each word, seqeval entity scores after every epoch) from
 /// the BERT checkpoint in `model_dir`. Tags come from the checkpoint when it
@@ -1371,10 +1411,10 @@ pub fn finetune_token_classify(
     config.id2label = labels.names().to_vec();
     let eval_data = eval.map(read_tagging).transpose()?;
     let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let train_encs = encode_tagging(&tok, &train_data, &labels, max_len)?;
+    let train_encs = encode_sentences(&tok, &train_data, &labels, max_len)?;
     let eval_encs = eval_data
         .as_ref()
-        .map(|d| encode_tagging(&tok, d, &labels, max_len))
+        .map(|d| encode_sentences(&tok, d, &labels, max_len))
         .transpose()?;
     let (model, _) = load_bert_as(
         model_dir,
@@ -1964,4 +2004,35 @@ pub fn finetune_lm(
         job,
         on_event,
     )
+}
+
+#[cfg(test)]
+mod options_tests {
+    use super::FinetuneOptions;
+    use crate::recipes::pretrain_options::PretrainOptions;
+
+    /// Options read by field name (how Python passes them): sizes as
+    /// numbers or text, absent fields at their defaults, unknown ones refused.
+    #[test]
+    fn options_deserialize_from_their_field_names() {
+        let f: FinetuneOptions =
+            serde_json::from_str(r#"{"epochs": 2, "max_shard_size": "1MB"}"#).unwrap();
+        assert_eq!((f.epochs, f.max_shard_size), (2, Some(1_000_000)));
+        assert_eq!(f.lr, FinetuneOptions::default().lr);
+        let f: FinetuneOptions = serde_json::from_str(r#"{"max_shard_size": 4096}"#).unwrap();
+        assert_eq!(f.max_shard_size, Some(4096));
+        let e = serde_json::from_str::<FinetuneOptions>(r#"{"epoch": 2}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `epoch`"), "{e}");
+        assert!(serde_json::from_str::<FinetuneOptions>(r#"{"max_shard_size": "5XB"}"#).is_err());
+        let p: PretrainOptions = serde_json::from_str(
+            r#"{"family": "bert", "output": "out", "size": {"preset": "tiny", "n_layer": 3}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.family, crate::spec::Family::Bert);
+        assert_eq!(
+            (p.size.preset.as_deref(), p.size.n_layer),
+            (Some("tiny"), Some(3))
+        );
+        assert!(serde_json::from_str::<PretrainOptions>(r#"{"family": "t5"}"#).is_err());
+    }
 }

@@ -27,9 +27,10 @@ use crate::spec::names::{Architecture, Family};
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
-    load_train_state, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask, Runner,
-    TrainState,
+    load_train_state, DataParallel, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask,
+    Runner, TrainState,
 };
+use crate::util::comm::Communicator;
 
 /// Run settings of a GPT-2 pretraining run after defaults and resume are
 /// applied; stored in the trainer state so `resume` continues with them.
@@ -50,6 +51,46 @@ pub struct Gpt2RunConfig {
     pub seed: u64,
     pub val_fraction: f64,
     pub decay_embeddings: bool,
+    /// Ranks of the data-parallel run (`batch_size` is per rank: the global
+    /// batch is `batch_size × ranks`); 1 in checkpoints from before.
+    #[serde(default = "one")]
+    pub ranks: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The per-rank batch size of a run on `ranks` ranks: as given, else the
+/// default; on resume, what keeps the checkpoint's global batch (an error
+/// when the given size or the number of ranks cannot keep it).
+fn rank_batch_size(
+    given: Option<usize>,
+    saved: Option<&Gpt2RunConfig>,
+    ranks: usize,
+) -> Result<usize> {
+    let Some(s) = saved else {
+        return Ok(given.unwrap_or(8));
+    };
+    let global = s.batch_size * s.ranks.max(1);
+    let was = if s.ranks > 1 {
+        format!("{} = {} x {} ranks", global, s.batch_size, s.ranks)
+    } else {
+        global.to_string()
+    };
+    match given {
+        Some(b) if b * ranks != global => Err(invalid(format!(
+            "`batch_size` {b} on {ranks} rank(s) is a global batch of {}, the checkpoint's is {was}; \
+             an exact resume keeps the global batch",
+            b * ranks
+        ))),
+        Some(b) => Ok(b),
+        None if global % ranks != 0 => Err(invalid(format!(
+            "the checkpoint's global batch {was} does not split over {ranks} ranks; \
+             resume with a number of ranks that divides it"
+        ))),
+        None => Ok(global / ranks),
+    }
 }
 
 fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
@@ -117,31 +158,37 @@ fn load_hf_gpt2(dir: &Path) -> Result<(Gpt2Config, Vec<f32>)> {
     }
 }
 
-/// Mean validation loss over up to `max` batches, `None` when the split
-/// holds less than one batch.
+/// Mean validation loss over up to `max` global batches of `b` × ranks
+/// rows, `None` when the split holds less than one. Each rank scores its
+/// rows of every batch; the sums are added over the ranks.
 fn eval_loss(
     model: &mut Gpt2,
     val: &TokenShard,
     b: usize,
     t: usize,
     max: usize,
+    comm: &dyn Communicator,
 ) -> Result<Option<f64>> {
-    let n = batch::eval_batch_count(val, b, t, max);
+    let global = b * comm.world_size();
+    let n = batch::eval_batch_count(val, global, t, max);
     if n == 0 {
         return Ok(None);
     }
     let mut bt = TokenBatch::new(b, t);
     let mut total = LossParts::default();
     for i in 0..n {
-        batch::fill_eval_batch(val, i, &mut bt);
+        batch::fill_eval_rows(val, i * global + comm.rank() * b, &mut bt);
         total.add(model.evaluate(&bt)?);
     }
-    Ok(Some(total.mean()))
+    let mut l = [total.sum, total.count as f64];
+    comm.all_reduce_sum_f64(&mut l);
+    Ok(Some(l[0] / l[1]))
 }
 
 /// The whole run (see [`super::pretrain::pretrain`]).
 pub(crate) fn run(
     o: &PretrainOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
     should_stop: &dyn Fn() -> bool,
 ) -> Result<PretrainSummary> {
@@ -169,7 +216,10 @@ pub(crate) fn run(
     let sr = saved_run.as_ref();
 
     let seq_len = pick("seq_len", o.seq_len, sr.map(|r| r.seq_len), 256)?;
-    let batch_size = pick("batch_size", o.batch_size, sr.map(|r| r.batch_size), 8)?;
+    let ranks = comm.world_size();
+    let root = comm.is_root();
+    let batch_size = rank_batch_size(o.batch_size, sr, ranks)?;
+    let global_batch = batch_size * ranks;
     let grad_accum = pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?;
     let seed = pick("seed", o.seed, sr.map(|r| r.seed), 1337)?;
     let val_fraction = pick(
@@ -207,6 +257,7 @@ pub(crate) fn run(
         seed,
         val_fraction,
         decay_embeddings: o.decay_embeddings || sr.is_some_and(|r| r.decay_embeddings),
+        ranks,
     };
     if seq_len == 0 || batch_size == 0 || grad_accum == 0 || max_steps == 0 {
         return Err(invalid(
@@ -284,17 +335,28 @@ pub(crate) fn run(
         model.layout.set_decay("wpe.weight", true)?;
     }
 
-    // Data.
+    // Data: rank 0 tokenizes (or checks) the shards, the others open them.
     let data_dir = out.join("data");
-    let data = prepare_data(
-        o,
-        &data_dir,
-        &tokenizer,
-        cfg.vocab_size,
-        eos,
-        val_fraction,
-        on_event,
-    )?;
+    let prepared = if root {
+        Some(prepare_data(
+            o,
+            &data_dir,
+            &tokenizer,
+            cfg.vocab_size,
+            eos,
+            val_fraction,
+            on_event,
+        )?)
+    } else {
+        None
+    };
+    comm.set_watch(false);
+    comm.barrier();
+    comm.set_watch(true);
+    let data = match prepared {
+        Some(d) => d,
+        None => data::open_shards(&data_dir)?,
+    };
     if data.meta.vocab_size as usize != cfg.vocab_size {
         return Err(invalid(format!(
             "{}: shards were made for a vocabulary of {}, the model has {}",
@@ -303,7 +365,7 @@ pub(crate) fn run(
             cfg.vocab_size
         )));
     }
-    let mut sampler = BatchSampler::new(data.train.len(), batch_size, seq_len, seed)?;
+    let mut sampler = BatchSampler::new(data.train.len(), global_batch, seq_len, seed)?;
     if data.val.is_none() {
         on_event(PretrainEvent::Note(if val_fraction == 0.0 {
             "note: no validation split (`val_fraction` 0): validation loss is not measured".into()
@@ -348,7 +410,7 @@ pub(crate) fn run(
             (state, opt)
         }
         None => (
-            TrainState::new(seed, optim, batch_size, seq_len, model.num_params()),
+            TrainState::new(seed, optim, global_batch, seq_len, model.num_params()),
             OptimState::new(model.num_params()),
         ),
     };
@@ -361,8 +423,19 @@ pub(crate) fn run(
     }
 
     let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-        .map_err(io(&metrics_path))?;
+    let mut metrics = if root {
+        Some(
+            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+                .map_err(io(&metrics_path))?,
+        )
+    } else {
+        None
+    };
+    let per_step = if ranks > 1 {
+        format!("{global_batch} ({batch_size} x {ranks} ranks)")
+    } else {
+        batch_size.to_string()
+    };
     on_event(PretrainEvent::Start {
         message: format!(
             "model: GPT-2 {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val tokens | \
@@ -374,7 +447,7 @@ pub(crate) fn run(
             model.num_params() as f64 / 1e6,
             data.meta.train_tokens,
             data.meta.val_tokens,
-            batch_size,
+            per_step,
             seq_len,
             grad_accum,
             max_steps
@@ -389,9 +462,10 @@ pub(crate) fn run(
         tokenizer: &tokenizer,
         run: &run_cfg,
         max_shard_size: o.max_shard_size,
+        comm,
     };
     if let Some(val) = &data.val {
-        if batch::eval_batch_count(val, batch_size, seq_len, run_cfg.eval_batches) == 0 {
+        if batch::eval_batch_count(val, global_batch, seq_len, run_cfg.eval_batches) == 0 {
             on_event(PretrainEvent::Note(
                 "note: the validation split is smaller than one batch; skipping validation".into(),
             ));
@@ -413,8 +487,12 @@ pub(crate) fn run(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: &mut metrics,
+        metrics: metrics.as_mut(),
         config: &config,
+        parallel: DataParallel {
+            comm,
+            shard_optimizer: o.shard_optimizer,
+        },
     };
     let mut batch_buf = TokenBatch::new(batch_size, seq_len);
     runner.run(
@@ -436,13 +514,16 @@ struct Gpt2Task<'a> {
     tokenizer: &'a BpeTokenizer,
     run: &'a Gpt2RunConfig,
     max_shard_size: Option<u64>,
+    comm: &'a dyn Communicator,
 }
 
 impl RunTask<Gpt2> for Gpt2Task<'_> {
     type Error = RecipeError;
 
     fn next_batch(&mut self, batch: &mut TokenBatch) -> Result<()> {
-        self.sampler.next_batch(&self.data.train, batch);
+        let c = self.comm;
+        self.sampler
+            .next_batch_part(&self.data.train, batch, c.rank(), c.world_size());
         Ok(())
     }
 
@@ -455,12 +536,18 @@ impl RunTask<Gpt2> for Gpt2Task<'_> {
             return Ok(None);
         };
         let r = self.run;
-        Ok(
-            eval_loss(model, val, r.batch_size, r.seq_len, r.eval_batches)?.map(|v| {
-                let row = json!({"val_loss": v, "val_ppl": v.exp()});
-                row.as_object().cloned().expect("object")
-            }),
-        )
+        Ok(eval_loss(
+            model,
+            val,
+            r.batch_size,
+            r.seq_len,
+            r.eval_batches,
+            self.comm,
+        )?
+        .map(|v| {
+            let row = json!({"val_loss": v, "val_ppl": v.exp()});
+            row.as_object().cloned().expect("object")
+        }))
     }
 
     fn after_step(&mut self, model: &mut Gpt2, state: &mut TrainState) -> Option<String> {

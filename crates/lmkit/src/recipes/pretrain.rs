@@ -22,6 +22,7 @@ use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 use crate::train::TrainState;
+use crate::util::comm::{Communicator, SingleProcess};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use std::path::{Path, PathBuf};
 
@@ -33,16 +34,42 @@ pub fn pretrain(
     on_event: &mut dyn FnMut(PretrainEvent),
     should_stop: &dyn Fn() -> bool,
 ) -> Result<PretrainSummary> {
+    pretrain_on(o, &SingleProcess, on_event, should_stop)
+}
+
+/// [`pretrain`] as one rank of a data-parallel job over `comm` (every rank
+/// calls it with the same options): `batch_size` is per rank, each rank
+/// trains on its own rows of every global batch of `batch_size` × ranks,
+/// gradients are averaged over the ranks, and rank 0 alone writes files
+/// (events come on every rank; a caller shows rank 0's). A checkpoint
+/// resumes with any number of ranks that keeps the global batch. GPT-2
+/// only for now.
+pub fn pretrain_on(
+    o: &PretrainOptions,
+    comm: &dyn Communicator,
+    on_event: &mut dyn FnMut(PretrainEvent),
+    should_stop: &dyn Fn() -> bool,
+) -> Result<PretrainSummary> {
     if o.overlap_filter {
-        write_overlap_filter(o, on_event)?;
+        if comm.is_root() {
+            write_overlap_filter(o, on_event)?;
+        }
+        // Rank 0 may take a while: not a stalled collective.
+        comm.set_watch(false);
+        comm.barrier();
+        comm.set_watch(true);
     }
     match o.family {
         Family::Gpt2 => {
             if o.whole_word_masking {
                 return Err(invalid("`whole_word_masking` applies to BERT only"));
             }
-            gpt2_pretrain::run(o, on_event, should_stop)
+            gpt2_pretrain::run(o, comm, on_event, should_stop)
         }
+        Family::Bert if comm.world_size() > 1 => Err(invalid(format!(
+            "data-parallel BERT pretraining ({} ranks) is not supported yet: run it as one process",
+            comm.world_size()
+        ))),
         Family::Bert => run_bert(o, on_event, should_stop),
     }
 }

@@ -63,7 +63,8 @@ impl<'a> PretrainEvent<'a> {
 }
 
 /// The size of a new model: a preset, optionally overridden per dimension.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ModelSize {
     /// One of [`GPT2_PRESETS`] (both families) or [`BERT_PRESETS`].
     pub preset: Option<String>,
@@ -105,7 +106,11 @@ pub const BERT_PRESETS: &[(&str, usize, usize, usize, usize)] = &[
 /// checkpoint's value, otherwise the family's default (GPT-2 as nanoGPT:
 /// lr 6e-4 cosine to lr/10, β2 0.95, weight decay 0.1; BERT as the paper:
 /// lr 1e-4 linear to 0, β2 0.999, weight decay 0.01).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Deserializes from the field names (unknown ones are an error, absent ones
+/// take [`Default`]): how the Python package passes its keyword arguments.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PretrainOptions {
     pub family: Family,
     /// Text files, folders or JSONL files (`text` field). GPT-2 with
@@ -157,7 +162,12 @@ pub struct PretrainOptions {
     pub text_field: Option<String>,
     /// Write models in shards of at most this many bytes (HF's
     /// `max_shard_size`); `None`: one file.
+    #[serde(deserialize_with = "crate::util::size::deserialize_byte_size")]
     pub max_shard_size: Option<u64>,
+    /// Data-parallel runs ([`super::pretrain::pretrain_on`] over several
+    /// ranks): each rank keeps the AdamW moments of 1/N of the parameters
+    /// (ZeRO stage 1). The same weights; no effect on one rank.
+    pub shard_optimizer: bool,
 }
 
 impl Default for PretrainOptions {
@@ -198,6 +208,7 @@ impl Default for PretrainOptions {
             overlap_filter: false,
             text_field: None,
             max_shard_size: None,
+            shard_optimizer: false,
         }
     }
 }

@@ -48,7 +48,9 @@ pub struct Gpt2Heads {
 }
 
 /// Which model family a config, layout or checkpoint belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Options name it `gpt2` or `bert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Family {
     Gpt2,
     Bert,

@@ -1,7 +1,7 @@
 //! `metrics.jsonl`: one JSON object per logged step.
 //!
 //! Training rows carry `step`, `loss`, `lr`, `grad_norm`, `tokens_per_s`
-//! (plus `tokens`, `elapsed_s`); validation rows carry `step`, `val_loss`,
+//! (plus `tokens`, `elapsed_s`, and `comm_s` on data-parallel runs); validation rows carry `step`, `val_loss`,
 //! `val_ppl`. Every row is flushed as written, so a killed run keeps its curve.
 
 use serde_json::{Map, Value};

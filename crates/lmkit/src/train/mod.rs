@@ -15,4 +15,4 @@ pub use crate::models::{LossParts, Trainable};
 pub use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 pub use metrics::{read_metrics, MetricsWriter};
 pub use runner::{RunConfig, RunEvent, RunSummary, RunTask, Runner};
-pub use step::{train_step, StepError, StepStats};
+pub use step::{train_step, train_step_parallel, DataParallel, StepError, StepStats};

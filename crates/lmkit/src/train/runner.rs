@@ -1,12 +1,19 @@
 //! The Runner: the loop every step-based training run shares, over any
 //! [`Trainable`] model — optimizer steps (micro-batches, accumulation,
-//! clipping, schedule: [`train_step`]), metric rows, periodic evaluation,
+//! clipping, schedule: [`train_step_parallel`]), metric rows, periodic evaluation,
 //! atomic checkpoints with the exact data position (so a resume is
 //! bit-exact), a stop request (Ctrl-C) or a step budget that saves first,
 //! a clear error naming the last good checkpoint when the loss diverges,
 //! and the final model.
 //!
 //! What to train on and how to score it comes from a [`RunTask`] (a recipe).
+//!
+//! Data-parallel ([`DataParallel`] over several ranks): every rank runs the
+//! loop in lockstep on its slice of each batch (the task's `next_batch`),
+//! evaluates, and decides to stop together (a stop request on any rank
+//! stops all); rank 0 alone writes metrics, samples, checkpoints and the
+//! final model. At every checkpoint the ranks check that their weights are
+//! still bit-identical.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,7 +21,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 
 use super::metrics::MetricsWriter;
-use super::step::{train_step, StepError, StepStats};
+use super::step::{train_step_parallel, DataParallel, StepError, StepStats};
 use crate::checkpoint::state::{
     latest_checkpoint, save_checkpoint, DataPosition, OptimState, StateError, TrainState,
 };
@@ -99,8 +106,8 @@ pub enum RunEvent<'a> {
     Note(String),
 }
 
-/// The outcome of a run.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The outcome of a run (serialized as Python's `lmkit.pretrain` returns it).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RunSummary {
     pub steps: u64,
     pub final_loss: Option<f64>,
@@ -118,8 +125,13 @@ pub struct Runner<'a, M: Trainable> {
     pub opt: &'a mut OptimState,
     pub state: &'a mut TrainState,
     pub optim: &'a OptimConfig,
-    pub metrics: &'a mut MetricsWriter,
+    /// `None` on the ranks other than 0 (which write no files).
+    pub metrics: Option<&'a mut MetricsWriter>,
     pub config: &'a RunConfig,
+    /// The ranks sharing each step ([`DataParallel::SINGLE`]: one process).
+    /// With a sharded optimizer, `opt` may come whole (fresh or from a
+    /// checkpoint) and is cut to this rank's shard.
+    pub parallel: DataParallel<'a>,
 }
 
 impl<M: Trainable> Runner<'_, M> {
@@ -137,15 +149,31 @@ impl<M: Trainable> Runner<'_, M> {
             opt,
             state,
             optim,
-            metrics,
+            mut metrics,
             config: cfg,
+            parallel: dp,
         } = self;
+        let comm = dp.comm;
+        let root = comm.is_root();
+        let num_params = model.params().len();
+        if opt.m.len() == num_params {
+            *opt = dp.take_shard(std::mem::replace(opt, OptimState::new(0)));
+        }
+        // Every rank starts from the same weights (same seed or checkpoint).
+        check_in_sync(&dp, model.params(), state.step)?;
         let mut summary = RunSummary {
             steps: state.step,
             ..Default::default()
         };
         if state.step == 0 && cfg.eval_at_start {
-            evaluate(task, model, 0, metrics, &mut summary, on_event)?;
+            evaluate(
+                task,
+                model,
+                0,
+                metrics.as_deref_mut(),
+                &mut summary,
+                on_event,
+            )?;
         }
         let run_start = Instant::now();
         let elapsed0 = state.elapsed_s;
@@ -153,13 +181,20 @@ impl<M: Trainable> Runner<'_, M> {
         while state.step < cfg.max_steps {
             let t0 = Instant::now();
             let mut data_err = None;
-            let stepped = train_step(model, opt, optim, batch, &mut |b| {
-                if data_err.is_none() {
-                    if let Err(e) = task.next_batch(b) {
-                        data_err = Some(e);
+            let stepped = train_step_parallel(
+                model,
+                opt,
+                optim,
+                batch,
+                &mut |b| {
+                    if data_err.is_none() {
+                        if let Err(e) = task.next_batch(b) {
+                            data_err = Some(e);
+                        }
                     }
-                }
-            });
+                },
+                &dp,
+            );
             if let Some(e) = data_err {
                 return Err(e);
             }
@@ -204,7 +239,12 @@ impl<M: Trainable> Runner<'_, M> {
                 ] {
                     row.insert(k.into(), v);
                 }
-                write_row(metrics, &row)?;
+                if comm.world_size() > 1 {
+                    row.insert("comm_s".into(), json!(stats.comm_s));
+                }
+                if let Some(m) = metrics.as_deref_mut() {
+                    write_row(m, &row)?;
+                }
             }
             on_event(RunEvent::Step {
                 stats: &stats,
@@ -212,30 +252,49 @@ impl<M: Trainable> Runner<'_, M> {
                 row: logged.then_some(&row),
             });
             if cfg.eval_every > 0 && state.step % cfg.eval_every == 0 || last {
-                evaluate(task, model, state.step, metrics, &mut summary, on_event)?;
+                evaluate(
+                    task,
+                    model,
+                    state.step,
+                    metrics.as_deref_mut(),
+                    &mut summary,
+                    on_event,
+                )?;
             }
-            if let Some(text) = task.after_step(model, state) {
-                on_event(RunEvent::Text {
-                    step: state.step,
-                    text: &text,
-                });
+            // Samples (and the trainer RNG draws behind them) on rank 0
+            // only: its state is the one checkpoints keep.
+            if root {
+                if let Some(text) = task.after_step(model, state) {
+                    on_event(RunEvent::Text {
+                        step: state.step,
+                        text: &text,
+                    });
+                }
             }
-            let interrupted = should_stop();
+            let interrupted = comm.any(should_stop());
             let stop_after = cfg.stop_after.is_some_and(|n| steps_this_run >= n);
             let periodic = cfg.save_every > 0 && state.step % cfg.save_every == 0;
-            let root = cfg.checkpoint_dir.as_ref();
-            if let Some(root) = root.filter(|_| periodic || last || interrupted || stop_after) {
-                let mut w = |dir: &Path| task.write_model(model, dir);
-                let dir = save_checkpoint(root, state, opt, &mut w, cfg.keep).map_err(|e| {
-                    StateError::Invalid {
-                        path: root.clone(),
-                        message: format!(
-                            "saving a checkpoint (the previous checkpoint is intact): {e}"
-                        ),
-                    }
-                })?;
-                on_event(RunEvent::Saved { path: &dir });
-                summary.checkpoint = Some(dir);
+            let ckpt_root = cfg.checkpoint_dir.as_ref();
+            if let Some(dir_root) =
+                ckpt_root.filter(|_| periodic || last || interrupted || stop_after)
+            {
+                check_in_sync(&dp, model.params(), state.step)?;
+                let full = dp.sharded().then(|| dp.gather_optim(opt, num_params));
+                if root {
+                    let mut w = |dir: &Path| task.write_model(model, dir);
+                    let saved = full.as_ref().unwrap_or(opt);
+                    let dir =
+                        save_checkpoint(dir_root, state, saved, &mut w, cfg.keep).map_err(|e| {
+                            StateError::Invalid {
+                                path: dir_root.clone(),
+                                message: format!(
+                                    "saving a checkpoint (the previous checkpoint is intact): {e}"
+                                ),
+                            }
+                        })?;
+                    on_event(RunEvent::Saved { path: &dir });
+                    summary.checkpoint = Some(dir);
+                }
             }
             if interrupted || stop_after {
                 summary.interrupted = true;
@@ -243,13 +302,15 @@ impl<M: Trainable> Runner<'_, M> {
             }
         }
         // The final model, loadable straight from its folder.
-        if let Some(dir) = &cfg.final_dir {
+        if let Some(dir) = cfg.final_dir.as_ref().filter(|_| root) {
             task.write_model(model, dir)
                 .map_err(|e| StateError::Model {
                     path: dir.clone(),
                     message: e.to_string(),
                 })?;
         }
+        // No rank reports the run done before the model is written.
+        comm.barrier();
         Ok(summary)
     }
 }
@@ -260,18 +321,43 @@ fn write_row(metrics: &mut MetricsWriter, row: &Row) -> Result<(), crate::Error>
         .map_err(|e| crate::Error::io(metrics.path(), e))
 }
 
-/// Validation: a row to metrics.jsonl and the caller, the summary updated.
+/// Checks that every rank holds the same weights (bit for bit): a hash of
+/// rank 0's parameters against each rank's own.
+fn check_in_sync(dp: &DataParallel, params: &[f32], step: u64) -> Result<(), StepError> {
+    let comm = dp.comm;
+    if comm.world_size() == 1 {
+        return Ok(());
+    }
+    let mine = params_hash(params).to_le_bytes();
+    let mut root = mine;
+    comm.broadcast(&mut root, 0);
+    if comm.any(root != mine) {
+        return Err(StepError::RanksDiffer { step });
+    }
+    Ok(())
+}
+
+/// FNV-1a over the parameters' bits.
+fn params_hash(params: &[f32]) -> u64 {
+    params.iter().fold(0xcbf2_9ce4_8422_2325, |h, x| {
+        (h ^ u64::from(x.to_bits())).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Validation: a row to metrics.jsonl (rank 0) and the caller, the summary updated.
 fn evaluate<M: Trainable, T: RunTask<M>>(
     task: &mut T,
     model: &mut M,
     step: u64,
-    metrics: &mut MetricsWriter,
+    metrics: Option<&mut MetricsWriter>,
     summary: &mut RunSummary,
     on_event: &mut dyn FnMut(RunEvent),
 ) -> Result<(), T::Error> {
     if let Some(mut row) = task.evaluate(model)? {
         row.insert("step".into(), json!(step));
-        write_row(metrics, &row)?;
+        if let Some(m) = metrics {
+            write_row(m, &row)?;
+        }
         if let Some(v) = row.get("val_loss").and_then(Value::as_f64) {
             summary.first_val_loss.get_or_insert(v);
             summary.last_val_loss = Some(v);

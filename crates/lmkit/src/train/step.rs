@@ -1,10 +1,126 @@
 //! The optimizer step over any [`Trainable`] model: gradient accumulation,
-//! global-norm clipping, AdamW with decoupled weight decay, an LR schedule.
+//! global-norm clipping, AdamW with decoupled weight decay, an LR schedule;
+//! data-parallel over the ranks of a [`Communicator`] ([`DataParallel`]).
+
+use std::ops::Range;
 
 use crate::checkpoint::state::OptimState;
 use crate::kernels::{self, AdamW};
 use crate::models::{LossParts, Trainable};
 use crate::spec::optim::OptimConfig;
+use crate::util::comm::{block_range, Communicator, SingleProcess};
+
+/// Gradient elements per all-reduce: the gradients go out in buckets of
+/// 16 MiB, the last layers' first (the order backward finishes them).
+pub const GRAD_BUCKET: usize = 1 << 22;
+
+/// How the ranks of a data-parallel run share an optimizer step. Each rank
+/// runs forward + backward on its own slice of the global batch; the loss
+/// (sum, count) and the gradients are summed over the ranks and the
+/// gradients averaged, so every rank takes the same step as one process
+/// over the whole global batch would, and the weights stay identical.
+///
+/// With `shard_optimizer` (ZeRO stage 1) each rank keeps the AdamW moments
+/// of one block of the parameters ([`DataParallel::shard`]): gradients are
+/// reduce-scattered, each rank updates its block, and the blocks are
+/// all-gathered into every rank's weights — the same weights, with the
+/// optimizer's memory divided by the world size.
+#[derive(Clone, Copy)]
+pub struct DataParallel<'a> {
+    pub comm: &'a dyn Communicator,
+    pub shard_optimizer: bool,
+}
+
+impl std::fmt::Debug for DataParallel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataParallel")
+            .field("rank", &self.comm.rank())
+            .field("world_size", &self.comm.world_size())
+            .field("shard_optimizer", &self.shard_optimizer)
+            .finish()
+    }
+}
+
+impl DataParallel<'static> {
+    /// One process: the plain optimizer step.
+    pub const SINGLE: DataParallel<'static> = DataParallel {
+        comm: &SingleProcess,
+        shard_optimizer: false,
+    };
+}
+
+impl DataParallel<'_> {
+    pub fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// Whether the optimizer state is split across ranks.
+    pub fn sharded(&self) -> bool {
+        self.shard_optimizer && self.world_size() > 1
+    }
+
+    /// The parameters (of `n`) whose AdamW moments this rank keeps and
+    /// updates: all of them, or its block when sharded.
+    pub fn shard(&self, n: usize) -> Range<usize> {
+        if self.sharded() {
+            block_range(n, self.world_size(), self.comm.rank())
+        } else {
+            0..n
+        }
+    }
+
+    /// This rank's part of a full optimizer state (a fresh one or one read
+    /// from a checkpoint); the state itself when not sharded.
+    pub fn take_shard(&self, opt: OptimState) -> OptimState {
+        let r = self.shard(opt.m.len());
+        if r.len() == opt.m.len() {
+            return opt;
+        }
+        OptimState {
+            m: opt.m[r.clone()].to_vec(),
+            v: opt.v[r].to_vec(),
+            step: opt.step,
+        }
+    }
+
+    /// The whole optimizer state of `n` parameters from every rank's shard
+    /// (collective: every rank calls it, every rank gets it).
+    pub fn gather_optim(&self, opt: &OptimState, n: usize) -> OptimState {
+        if !self.sharded() {
+            return opt.clone();
+        }
+        OptimState {
+            m: self.gather(&opt.m, n),
+            v: self.gather(&opt.v, n),
+            step: opt.step,
+        }
+    }
+
+    /// `full` ([n]) from every rank's block `local` (its [`Self::shard`]).
+    fn gather(&self, local: &[f32], n: usize) -> Vec<f32> {
+        let mut full = vec![0.0; n];
+        gather_blocks(self.comm, local, &mut full);
+        full
+    }
+}
+
+/// All-gathers the blocks of [`block_range`] into `full`, `local` being this
+/// rank's block: equal blocks by all-gather, the last rank's tail by a sum
+/// in which the others give zeros.
+fn gather_blocks(comm: &dyn Communicator, local: &[f32], full: &mut [f32]) {
+    let (n, w, rank) = (full.len(), comm.world_size(), comm.rank());
+    let q = n / w;
+    comm.all_gather(&local[..q], &mut full[..w * q]);
+    if n > w * q {
+        let tail = &mut full[w * q..];
+        if rank + 1 == w {
+            tail.copy_from_slice(&local[q..]);
+        } else {
+            tail.fill(0.0);
+        }
+        comm.all_reduce_sum(tail);
+    }
+}
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,6 +133,9 @@ pub struct StepStats {
     /// Global gradient norm before clipping.
     pub grad_norm: f32,
     pub tokens: usize,
+    /// Seconds spent in collectives (loss, gradients, norm, weights) on a
+    /// data-parallel run: waiting for the other ranks included; 0 on one.
+    pub comm_s: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +159,10 @@ pub enum StepError {
         step: u64,
         last_checkpoint: Option<std::path::PathBuf>,
     },
+    /// The ranks of a data-parallel run no longer hold the same weights
+    /// (checked at every checkpoint; nothing was saved).
+    #[error("step {step}: the ranks' weights differ (a rank computed another update); nothing was saved")]
+    RanksDiffer { step: u64 },
     /// A batch the model cannot take (ids outside the vocabulary, too long...).
     #[error(transparent)]
     Model(#[from] crate::Error),
@@ -55,14 +178,46 @@ pub fn train_step<M: Trainable>(
     batch: &mut M::Batch,
     next_batch: &mut dyn FnMut(&mut M::Batch),
 ) -> Result<StepStats, StepError> {
+    train_step_parallel(model, opt, cfg, batch, next_batch, &DataParallel::SINGLE)
+}
+
+/// [`train_step`] on one rank of a data-parallel run: `next_batch` gives
+/// this rank's slice of each global micro-batch; `opt` holds this rank's
+/// [`DataParallel::shard`] of the moments. The stats are the global ones
+/// (loss over every rank's tokens, tokens of the global batch).
+pub fn train_step_parallel<M: Trainable>(
+    model: &mut M,
+    opt: &mut OptimState,
+    cfg: &OptimConfig,
+    batch: &mut M::Batch,
+    next_batch: &mut dyn FnMut(&mut M::Batch),
+    dp: &DataParallel,
+) -> Result<StepStats, StepError> {
     let k = cfg.grad_accum.max(1);
+    let (comm, world) = (dp.comm, dp.world_size());
+    let step = opt.step + 1;
+    comm.set_step(step);
     model.zero_grad();
     let mut loss = LossParts::default();
     for _ in 0..k {
         next_batch(batch);
         loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
     }
-    let step = opt.step + 1;
+    let mut comm_s = 0.0;
+    let mut timed = |f: &mut dyn FnMut()| {
+        let t0 = std::time::Instant::now();
+        f();
+        comm_s += t0.elapsed().as_secs_f64();
+    };
+    if world > 1 {
+        // Every rank then sees the same loss, so all skip a NaN step alike.
+        let mut l = [loss.sum, loss.count as f64];
+        timed(&mut || comm.all_reduce_sum_f64(&mut l));
+        loss = LossParts {
+            sum: l[0],
+            count: l[1] as usize,
+        };
+    }
     let mean = loss.mean();
     if !mean.is_finite() {
         return Err(StepError::NonFinite {
@@ -72,8 +227,24 @@ pub fn train_step<M: Trainable>(
         });
     }
     let spans = model.decay_spans();
+    let tokens = k * model.tokens_per_batch() * world;
     let (params, grads) = model.params_and_grads();
-    let grad_norm = kernels::global_norm(grads);
+    let n = params.len();
+    let shard = dp.shard(n);
+    if world > 1 {
+        timed(&mut || {
+            if dp.sharded() {
+                reduce_scatter_grads(comm, grads, &shard);
+            } else {
+                for bucket in grads.rchunks_mut(GRAD_BUCKET) {
+                    comm.all_reduce_sum(bucket);
+                }
+            }
+        });
+        kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
+    }
+    let mut grad_norm = 0.0;
+    timed(&mut || grad_norm = norm(dp, grads));
     if !grad_norm.is_finite() {
         return Err(StepError::NonFinite {
             what: "gradient norm",
@@ -85,7 +256,7 @@ pub fn train_step<M: Trainable>(
         // As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when < 1.
         let coef = cfg.grad_clip / (grad_norm + 1e-6);
         if coef < 1.0 {
-            kernels::scale_inplace(grads, coef);
+            kernels::scale_inplace(&mut grads[shard.clone()], coef);
         }
     }
     let lr = cfg.schedule.lr(opt.step);
@@ -96,13 +267,77 @@ pub fn train_step<M: Trainable>(
         eps: cfg.eps,
         weight_decay: cfg.weight_decay,
     };
-    kernels::adamw_update(params, grads, &mut opt.m, &mut opt.v, step, &adamw, &spans);
+    assert_eq!(
+        opt.m.len(),
+        shard.len(),
+        "optimizer state is not this rank's shard"
+    );
+    kernels::adamw_update(
+        &mut params[shard.clone()],
+        &grads[shard.clone()],
+        &mut opt.m,
+        &mut opt.v,
+        step,
+        &adamw,
+        &shard_spans(&spans, &shard),
+    );
+    if dp.sharded() {
+        let mine = params[shard].to_vec();
+        timed(&mut || gather_blocks(comm, &mine, params));
+    }
     opt.step = step;
     Ok(StepStats {
         step,
         loss: mean,
         lr,
         grad_norm,
-        tokens: k * model.tokens_per_batch(),
+        tokens,
+        comm_s,
     })
+}
+
+/// The gradients of this rank's block, summed over ranks, into
+/// `grads[shard]` (the rest of `grads` is left as it was: local sums).
+fn reduce_scatter_grads(comm: &dyn Communicator, grads: &mut [f32], shard: &Range<usize>) {
+    let (n, w) = (grads.len(), comm.world_size());
+    let q = n / w;
+    let mut mine = vec![0.0; q];
+    comm.reduce_scatter_sum(&grads[..w * q], &mut mine);
+    grads[shard.start..shard.start + q].copy_from_slice(&mine);
+    if n > w * q {
+        // The tail past the equal blocks belongs to the last rank.
+        comm.all_reduce_sum(&mut grads[w * q..]);
+    }
+}
+
+/// The global gradient norm, summed over the blocks of [`block_range`] in
+/// rank order whether or not the optimizer is sharded, so both give the
+/// same bits (one process: [`kernels::global_norm`]).
+fn norm(dp: &DataParallel, grads: &[f32]) -> f32 {
+    let world = dp.world_size();
+    let mut blocks: Vec<f64> = (0..world)
+        .map(|i| {
+            if dp.sharded() && i != dp.comm.rank() {
+                0.0
+            } else {
+                kernels::sum_squares(&grads[block_range(grads.len(), world, i)])
+            }
+        })
+        .collect();
+    if dp.sharded() {
+        dp.comm.all_reduce_sum_f64(&mut blocks);
+    }
+    blocks.iter().sum::<f64>().sqrt() as f32
+}
+
+/// The weight-decay spans of `spans` (over the whole buffer) inside
+/// `shard`, relative to its start.
+fn shard_spans(spans: &[(Range<usize>, bool)], shard: &Range<usize>) -> Vec<(Range<usize>, bool)> {
+    spans
+        .iter()
+        .filter_map(|(r, decay)| {
+            let (a, b) = (r.start.max(shard.start), r.end.min(shard.end));
+            (a < b).then(|| (a - shard.start..b - shard.start, *decay))
+        })
+        .collect()
 }

@@ -36,6 +36,26 @@ pub fn parse_byte_size(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// Deserializes a byte size given as a number or as a string
+/// [`parse_byte_size`] reads (`"5GB"`), for options read from JSON.
+pub fn deserialize_byte_size<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match <Option<Size> as serde::Deserialize>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Bytes(n)) => Ok(Some(n)),
+        Some(Size::Text(s)) => parse_byte_size(&s)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_byte_size;

@@ -300,3 +300,65 @@ impl ContinuousBatch {
         Ok(events)
     }
 }
+
+impl Gpt2Engine {
+    /// Runs every request to completion, at most `batch_size` (at least 1)
+    /// at a time in one [`ContinuousBatch`]: a finished sequence's place is
+    /// taken by the next request before the following step, so the batch
+    /// stays full until the requests run out. `on_done(i, completion)` is
+    /// called as request `i` finishes (in finishing order, for progress);
+    /// the completions are returned in request order. Each is what
+    /// [`Gpt2Engine::complete`] gives that request alone (see the module
+    /// docs); a request with `max_new_tokens` 0 is answered as `complete`
+    /// answers it, with no tokens. A bad request is an error before any
+    /// step that would include it.
+    pub fn complete_many(
+        &mut self,
+        tokenizer: &BpeTokenizer,
+        requests: impl IntoIterator<Item = SequenceRequest>,
+        batch_size: usize,
+        mut on_done: impl FnMut(usize, &TextCompletion),
+    ) -> Result<Vec<TextCompletion>> {
+        let mut pending = requests.into_iter().enumerate();
+        let mut done: Vec<Option<TextCompletion>> = Vec::new();
+        let mut batch = ContinuousBatch::new();
+        // (sequence, request index) of the sequences in the batch.
+        let mut running: Vec<(SeqId, usize)> = Vec::new();
+        loop {
+            while batch.len() < batch_size.max(1) {
+                let Some((i, req)) = pending.next() else {
+                    break;
+                };
+                done.push(None);
+                if req.cfg.max_new_tokens == 0 {
+                    let c = self.complete(tokenizer, &req.prompt, &req.cfg, &req.stops, |_| {
+                        std::ops::ControlFlow::Continue(())
+                    })?;
+                    on_done(i, &c);
+                    done[i] = Some(c);
+                    continue;
+                }
+                running.push((batch.add(self, req)?, i));
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for ev in batch.step(self, tokenizer)? {
+                if let BatchEvent::Done { seq, completion } = ev {
+                    let at = running.iter().position(|&(s, _)| s == seq).ok_or_else(|| {
+                        Error::InvalidInput(format!("sequence {seq} finished but never joined"))
+                    })?;
+                    let (_, i) = running.swap_remove(at);
+                    on_done(i, &completion);
+                    done[i] = Some(completion);
+                }
+            }
+        }
+        done.into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.ok_or_else(|| Error::InvalidInput(format!("request {i} never finished")))
+            })
+            .collect()
+    }
+}

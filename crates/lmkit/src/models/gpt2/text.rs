@@ -21,6 +21,26 @@ pub struct TextCompletion {
 }
 
 impl Gpt2Engine {
+    /// The end-of-text id generation stops at: the config's
+    /// `eos_token_id`, else the tokenizer's `<|endoftext|>`.
+    pub fn eos_token_id(&self, tokenizer: &BpeTokenizer) -> Option<u32> {
+        self.config()
+            .eos_token_id
+            .or_else(|| tokenizer.endoftext_id())
+    }
+
+    /// The ids of a prompt as HF's tokenizer gives them (special-token text
+    /// such as `<|endoftext|>` becomes its id); an empty prompt is an error.
+    pub fn prompt_ids(tokenizer: &BpeTokenizer, prompt: &str) -> Result<Vec<u32>> {
+        let ids = tokenizer.encode_ids(prompt.as_bytes(), true);
+        if ids.is_empty() {
+            return Err(crate::Error::InvalidInput(
+                "the prompt encodes to no tokens: give a non-empty `prompt`".into(),
+            ));
+        }
+        Ok(ids)
+    }
+
     /// Generates after `prompt` and decodes as it goes: the end-of-text
     /// token (`cfg.eos_token_id`, unless `ignore_eos`) is not text; the text
     /// ends before the first of `stops`. `on_text` gets each piece as soon

@@ -1,0 +1,69 @@
+//! Data-parallel runs: the [`Communicator`] of this process — MPI's world
+//! when started by `mpirun` / `srun` (built with the `mpi` feature), else
+//! one process — and the rule that a rank's error ends the whole job.
+
+use anyhow::{bail, Result};
+use lmkit::util::comm::{launcher_world_size, Communicator, SingleProcess};
+use std::time::Duration;
+
+/// This process's communicator. `timeout`: a collective that waits longer
+/// ends the job (MPI only).
+pub fn communicator(timeout: Duration) -> Result<Box<dyn Communicator>> {
+    let world = launcher_world_size().unwrap_or(1);
+    if world <= 1 {
+        return Ok(Box::new(SingleProcess));
+    }
+    mpi_communicator(world, timeout)
+}
+
+#[cfg(feature = "mpi")]
+fn mpi_communicator(world: usize, timeout: Duration) -> Result<Box<dyn Communicator>> {
+    let comm = lmkit::util::comm::mpi::MpiComm::init(timeout)
+        .map_err(|e| anyhow::anyhow!("starting MPI: {e}"))?;
+    if comm.world_size() != world {
+        bail!(
+            "the launcher says {world} processes, MPI_COMM_WORLD has {}: \
+             is this lmkit built against the MPI that launched it?",
+            comm.world_size()
+        );
+    }
+    Ok(Box::new(comm))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_communicator(world: usize, _timeout: Duration) -> Result<Box<dyn Communicator>> {
+    // Each process would otherwise train alone and all write the same files.
+    bail!(
+        "started by an MPI launcher with {world} processes, but this lmkit was built \
+         without MPI: build it with `cargo build --release -p lmkit-cli --features mpi`"
+    )
+}
+
+/// On a job of several ranks, an error on one ends them all (the others
+/// would wait for it in their next collective): print it naming the rank,
+/// then abort. One process: the error is returned as it is.
+pub fn or_abort<T>(comm: &dyn Communicator, r: Result<T>) -> Result<T> {
+    match r {
+        Err(e) if comm.world_size() > 1 => {
+            eprintln!(
+                "error: rank {} of {}: {e:#}",
+                comm.rank(),
+                comm.world_size()
+            );
+            comm.abort(1)
+        }
+        r => r,
+    }
+}
+
+/// An error when started by an MPI launcher with several processes: the
+/// commands other than `pretrain` run as one process.
+pub fn single_process_only() -> Result<()> {
+    match launcher_world_size() {
+        Some(n) if n > 1 => bail!(
+            "started by an MPI launcher with {n} processes: only `pretrain` (gpt2) trains \
+             data-parallel; run this command as one process"
+        ),
+        _ => Ok(()),
+    }
+}

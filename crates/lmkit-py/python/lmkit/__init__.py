@@ -1,0 +1,124 @@
+"""lmkit: GPT-2 and BERT in Rust, from Python.
+
+Tokenizers (byte-level BPE, WordPiece) with HF tokenizers' API and
+tiktoken's special-token handling, GPT-2 generation / logits / perplexity,
+BERT embeddings (the sentence-transformers pooling of the folder),
+fill-mask, classification and QA, and pretraining / fine-tuning with the
+CLI's options. Heavy calls release the GIL and use every core.
+
+    >>> import lmkit
+    >>> tok = lmkit.Tokenizer.from_pretrained("assets/gpt2")
+    >>> tok.encode("Hello, world").ids
+    [15496, 11, 995]
+"""
+
+import os as _os
+
+from ._lmkit import (  # noqa: F401
+    GPT2,
+    Bert,
+    Classifier,
+    Encoding,
+    GenerationStream,
+    Tokenizer,
+    __version__,
+)
+from . import _lmkit
+
+__all__ = [
+    "Tokenizer",
+    "Encoding",
+    "GPT2",
+    "GenerationStream",
+    "Bert",
+    "Classifier",
+    "pretrain",
+    "finetune",
+    "tiktoken_compat",
+    "__version__",
+]
+
+# Keyword arguments of `pretrain` that describe the size of a new model:
+# `PretrainOptions.size` in the library.
+_SIZE_KEYS = ("preset", "n_layer", "n_embd", "n_head", "n_positions")
+
+
+def _plain(value):
+    """Paths as strings, so that the options serialize as the library reads them."""
+    if isinstance(value, _os.PathLike):
+        return _os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _options_json(options):
+    import json
+
+    return json.dumps({k: _plain(v) for k, v in options.items() if v is not None})
+
+
+def pretrain(*, output, callback=None, progress=True, **options):
+    """Pretrains GPT-2 (causal LM) or BERT (MLM + NSP) as `lmkit pretrain` does.
+
+    The keyword arguments are the fields of the library's `PretrainOptions`
+    (the CLI's flags with `_` for `-`): `family` ("gpt2" or "bert", the CLI's
+    `--arch`), `data` (files or folders), `tokenizer`, `init_from`, `resume`,
+    `preset` / `n_layer` / `n_embd` / `n_head` / `n_positions`, `seq_len`,
+    `batch_size`, `grad_accum`, `max_steps`, `lr`, `min_lr`, `warmup_steps`,
+    `schedule`, `weight_decay`, `beta1`, `beta2`, `grad_clip`, `eval_every`,
+    `eval_batches`, `val_fraction`, `save_every`, `keep`, `log_every`, `seed`,
+    `stop_after`, `sample_every`, `sample_prompt`, `sample_tokens`,
+    `decay_embeddings`, `whole_word_masking`, `overlap_filter`,
+    `max_shard_size`. An unknown name is a `ValueError`.
+
+    Progress goes to stderr (`progress=False` silences it); `callback`, if
+    given, gets a dict per event (`{"event": "step", "row": {...}}`, "eval",
+    "saved", "note", ...). Returns the summary: `steps`, `final_loss`,
+    `first_val_loss`, `last_val_loss`, `checkpoint`, `interrupted`. Ctrl-C
+    finishes the step, saves a checkpoint, then raises `KeyboardInterrupt`
+    (continue with `resume=True`).
+    """
+    if "arch" in options:
+        options["family"] = options.pop("arch")
+    size = {k: options.pop(k) for k in _SIZE_KEYS if options.get(k) is not None}
+    for k in _SIZE_KEYS:
+        options.pop(k, None)
+    if size:
+        options["size"] = size
+    if isinstance(options.get("data"), (str, _os.PathLike)):
+        options["data"] = [options["data"]]
+    options["output"] = output
+    return _lmkit._pretrain(_options_json(options), callback=callback, progress=progress)
+
+
+def finetune(task, model, train, output, eval=None, *, callback=None, progress=True, **options):
+    """Fine-tunes `model` (a folder or a hub name) as `lmkit finetune` does.
+
+    `task`: "classify", "regression", "qa", "token-classify",
+    "multiple-choice" (BERT), "classify", "multiple-choice", "lm" (GPT-2).
+    `train` / `eval` are the CLI's data files, `output` the run's folder.
+    The keyword arguments are the fields of the library's `FinetuneOptions`:
+    `epochs`, `batch_size`, `eval_batch_size`, `lr`, `warmup_ratio`,
+    `max_seq_len` (default 128; qa 384), `seed`, `weight_decay`, `beta1`,
+    `beta2`, `eps`, `grad_clip`, `doc_stride`, `max_answer_len`, `n_best`,
+    `max_steps`, `log_every`, `overwrite`, `max_shard_size`, `lm_coef`,
+    `resume`, `save_every`, `keep`. An unknown name is a `ValueError`.
+
+    Returns the summary (`steps`, `epochs`, `final_loss`, `eval` — the last
+    evaluation row —, `output`, `checkpoint`, `interrupted`, throughput).
+    Progress and Ctrl-C as `pretrain`.
+    """
+    return _lmkit._finetune(
+        task,
+        _os.fspath(model) if isinstance(model, _os.PathLike) else model,
+        _os.fspath(train),
+        _os.fspath(output),
+        None if eval is None else _os.fspath(eval),
+        options_json=_options_json(options),
+        callback=callback,
+        progress=progress,
+    )
+
+
+from . import tiktoken_compat  # noqa: E402,F401

@@ -1,0 +1,285 @@
+//! [`Communicator`] over the system MPI (Open MPI, MPICH: whatever `mpicc`
+//! names), through the `mpi` crate: one rank per process of an `mpirun` /
+//! `srun` job, `MPI_COMM_WORLD`.
+//!
+//! A watchdog thread ends the whole job (`MPI_Abort`) when one collective
+//! waits longer than the timeout — a peer that died without the launcher
+//! noticing, or one that stalled — with a message naming this rank, the
+//! collective and the optimizer step, instead of hanging forever. When
+//! another rank dies, the launcher ends this one with SIGTERM: it says
+//! which step it was at before it goes.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mpi::collective::SystemOperation;
+use mpi::environment::{Threading, Universe};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
+
+use super::Communicator;
+
+/// Elements reduced per MPI call: bounds the send copy MPI needs (no
+/// portable in-place constant in the bindings) to 16 MiB.
+const CHUNK: usize = 1 << 22;
+
+/// What the watchdog sees: the collective under way (since when) and the step.
+struct WatchState {
+    op: Option<(&'static str, Instant)>,
+    step: u64,
+    on: bool,
+    done: bool,
+}
+
+/// `MPI_COMM_WORLD` of this job, with its watchdog.
+pub struct MpiComm {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    watch: Arc<Mutex<WatchState>>,
+    scratch: RefCell<Vec<f32>>,
+    // Last: MPI_Finalize (the universe's drop) after the communicator.
+    _universe: Universe,
+}
+
+impl MpiComm {
+    /// Initializes MPI (once per process). A collective that waits longer
+    /// than `timeout` ends the job. An error when MPI was already
+    /// initialized or does not start.
+    pub fn init(timeout: Duration) -> Result<MpiComm, String> {
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or("MPI is already initialized in this process")?;
+        let world = universe.world();
+        let rank = usize::try_from(world.rank()).map_err(|_| "negative MPI rank")?;
+        let size = usize::try_from(world.size()).map_err(|_| "negative MPI size")?;
+        let watch = Arc::new(Mutex::new(WatchState {
+            op: None,
+            step: 0,
+            on: true,
+            done: false,
+        }));
+        let w = watch.clone();
+        // MPI_Abort from this thread while the main one is inside MPI needs
+        // MPI_THREAD_MULTIPLE; without it, exiting non-zero makes the
+        // launcher end the job instead.
+        let can_abort = threading == Threading::Multiple;
+        on_sigterm::install(rank, size);
+        std::thread::Builder::new()
+            .name("lmkit-mpi-watchdog".into())
+            .spawn(move || watchdog(&w, timeout, rank, size, can_abort))
+            .map_err(|e| format!("starting the MPI watchdog thread: {e}"))?;
+        Ok(MpiComm {
+            world,
+            rank,
+            size,
+            watch,
+            scratch: RefCell::new(Vec::new()),
+            _universe: universe,
+        })
+    }
+
+    /// Runs one collective under the watchdog.
+    fn watched<R>(&self, op: &'static str, f: impl FnOnce() -> R) -> R {
+        self.watch.lock().expect("watch").op = Some((op, Instant::now()));
+        let r = f();
+        self.watch.lock().expect("watch").op = None;
+        r
+    }
+}
+
+fn watchdog(
+    watch: &Mutex<WatchState>,
+    timeout: Duration,
+    rank: usize,
+    size: usize,
+    can_abort: bool,
+) {
+    let tick = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        std::thread::sleep(tick);
+        let w = watch.lock().expect("watch");
+        if w.done {
+            return;
+        }
+        let Some((op, since)) = w.op.filter(|_| w.on) else {
+            continue;
+        };
+        if since.elapsed() < timeout {
+            continue;
+        }
+        eprintln!(
+            "error: rank {rank} of {size}: {op} at step {} waited more than {} s for the other ranks \
+             (one died or stalled); ending the job. Checkpoints saved so far are intact: resume from the last one",
+            w.step,
+            timeout.as_secs_f64()
+        );
+        if can_abort {
+            // SAFETY: MPI is initialized with MPI_THREAD_MULTIPLE, so any
+            // thread may call MPI_Abort; it ends every rank and does not return.
+            unsafe {
+                mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 3);
+            }
+        }
+        std::process::exit(3);
+    }
+}
+
+impl Drop for MpiComm {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.watch.lock() {
+            w.done = true;
+            w.op = None;
+        }
+    }
+}
+
+/// MPI counts are `int`.
+fn count(n: usize) -> usize {
+    assert!(
+        i32::try_from(n).is_ok(),
+        "MPI collective of {n} elements (> 2^31)"
+    );
+    n
+}
+
+impl Communicator for MpiComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.size
+    }
+    fn all_reduce_sum(&self, buf: &mut [f32]) {
+        let mut scratch = self.scratch.borrow_mut();
+        for chunk in buf.chunks_mut(CHUNK) {
+            scratch.clear();
+            scratch.extend_from_slice(chunk);
+            self.watched("all_reduce", || {
+                self.world
+                    .all_reduce_into(&scratch[..], chunk, SystemOperation::sum())
+            });
+        }
+    }
+    fn all_reduce_sum_f64(&self, buf: &mut [f64]) {
+        let send = buf.to_vec();
+        count(buf.len());
+        self.watched("all_reduce", || {
+            self.world
+                .all_reduce_into(&send[..], buf, SystemOperation::sum())
+        });
+    }
+    fn reduce_scatter_sum(&self, send: &[f32], recv: &mut [f32]) {
+        assert_eq!(send.len(), recv.len() * self.size, "reduce_scatter lengths");
+        count(send.len());
+        self.watched("reduce_scatter", || {
+            self.world
+                .reduce_scatter_block_into(send, recv, SystemOperation::sum())
+        });
+    }
+    fn all_gather(&self, send: &[f32], recv: &mut [f32]) {
+        assert_eq!(recv.len(), send.len() * self.size, "all_gather lengths");
+        count(recv.len());
+        self.watched("all_gather", || self.world.all_gather_into(send, recv));
+    }
+    fn broadcast(&self, buf: &mut [u8], root: usize) {
+        count(buf.len());
+        let root = i32::try_from(root).expect("rank fits an int");
+        self.watched("broadcast", || {
+            self.world.process_at_rank(root).broadcast_into(buf)
+        });
+    }
+    fn barrier(&self) {
+        self.watched("barrier", || self.world.barrier());
+    }
+    fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+    fn set_step(&self, step: u64) {
+        self.watch.lock().expect("watch").step = step;
+        STEP.store(step, Ordering::Relaxed);
+    }
+    fn set_watch(&self, on: bool) {
+        self.watch.lock().expect("watch").on = on;
+    }
+}
+
+/// The step for the SIGTERM message (read in a signal handler: an atomic).
+static STEP: AtomicU64 = AtomicU64::new(0);
+
+/// SIGTERM — what `mpirun` / `srun` send the other ranks when one dies —
+/// prints `rank R of N: ended by the launcher at step S` and exits 143.
+#[cfg(unix)]
+mod on_sigterm {
+    use super::STEP;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static RANK: AtomicU64 = AtomicU64::new(0);
+    static SIZE: AtomicU64 = AtomicU64::new(0);
+
+    pub fn install(rank: usize, size: usize) {
+        RANK.store(rank as u64, Ordering::Relaxed);
+        SIZE.store(size as u64, Ordering::Relaxed);
+        let handler: extern "C" fn(libc::c_int) = handle;
+        // SAFETY: installs a handler that only reads atomics, formats on the
+        // stack and calls write(2) and _exit(2), all async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+        }
+    }
+
+    /// Appends the decimal digits of `n` to `buf` at `*at` (no allocation).
+    fn push_num(buf: &mut [u8], at: &mut usize, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut k = 0;
+        loop {
+            digits[k] = b'0' + (n % 10) as u8;
+            k += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        while k > 0 && *at < buf.len() {
+            k -= 1;
+            buf[*at] = digits[k];
+            *at += 1;
+        }
+    }
+
+    fn push(buf: &mut [u8], at: &mut usize, s: &[u8]) {
+        for &b in s {
+            if *at < buf.len() {
+                buf[*at] = b;
+                *at += 1;
+            }
+        }
+    }
+
+    extern "C" fn handle(_: libc::c_int) {
+        let mut buf = [0u8; 256];
+        let mut at = 0;
+        push(&mut buf, &mut at, b"error: rank ");
+        push_num(&mut buf, &mut at, RANK.load(Ordering::Relaxed));
+        push(&mut buf, &mut at, b" of ");
+        push_num(&mut buf, &mut at, SIZE.load(Ordering::Relaxed));
+        push(&mut buf, &mut at, b": ended by the launcher at step ");
+        push_num(&mut buf, &mut at, STEP.load(Ordering::Relaxed));
+        push(
+            &mut buf,
+            &mut at,
+            b" (another rank failed); the last checkpoint is intact\n",
+        );
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; `buf` is ours.
+        unsafe {
+            libc::write(2, buf.as_ptr().cast(), at);
+            libc::_exit(143);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod on_sigterm {
+    pub fn install(_rank: usize, _size: usize) {}
+}

@@ -1,0 +1,244 @@
+//! Data-parallel GPT-2 pretraining on ranks that are threads of this
+//! process (`ThreadGroup`: the same code path as MPI, without MPI):
+//! 2 ranks of batch 2 take the same steps as 1 process of batch 4 (losses
+//! and validation within 1e-5), the sharded optimizer (ZeRO-1) gives
+//! bit-identical weights and checkpoints, and a 2-rank checkpoint resumes on
+//! 1 rank (and on 2) exactly. `mpi_cli.rs` in lmkit-cli runs the same over
+//! `mpirun`.
+
+use lmkit::recipes::pretrain::{pretrain_on, ModelSize, PretrainOptions, PretrainSummary};
+use lmkit::spec::Family;
+use lmkit::util::comm::{Communicator, SingleProcess, ThreadGroup};
+use std::path::{Path, PathBuf};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lmkit-dp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A byte-level BPE tokenizer (no merges, vocab 257) and a small corpus.
+fn inputs(dir: &Path) -> (PathBuf, PathBuf) {
+    let tok = dir.join("tok");
+    std::fs::create_dir_all(&tok).unwrap();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut vocab = serde_json::Map::new();
+    let mut extra = 0;
+    for b in 0..256u32 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        vocab.insert(char::from_u32(c).unwrap().to_string(), (b as u64).into());
+    }
+    vocab.insert("<|endoftext|>".into(), 256u64.into());
+    std::fs::write(
+        tok.join("vocab.json"),
+        serde_json::to_string(&vocab).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(tok.join("merges.txt"), "#version: 0.2\n").unwrap();
+    let text: String = (0..300)
+        .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog.\n"))
+        .collect();
+    let data = dir.join("corpus.txt");
+    std::fs::write(&data, text).unwrap();
+    (tok, data)
+}
+
+fn options(dir: &Path, out: &str, batch: usize) -> PretrainOptions {
+    let (tok, data) = inputs(dir);
+    PretrainOptions {
+        family: Family::Gpt2,
+        data: vec![data],
+        output: dir.join(out),
+        tokenizer: Some(tok),
+        size: ModelSize {
+            n_layer: Some(2),
+            n_embd: Some(32),
+            n_head: Some(4),
+            ..ModelSize::default()
+        },
+        seq_len: Some(16),
+        batch_size: Some(batch),
+        grad_accum: Some(2),
+        max_steps: Some(6),
+        eval_every: Some(3),
+        eval_batches: Some(4),
+        save_every: Some(3),
+        sample_every: Some(0),
+        lr: Some(3e-3),
+        val_fraction: Some(0.1),
+        ..PretrainOptions::default()
+    }
+}
+
+/// Runs `o` on `ranks` threads (1: one process), rank 0's summary.
+fn run(o: &PretrainOptions, ranks: usize) -> PretrainSummary {
+    if ranks == 1 {
+        return pretrain_on(o, &SingleProcess, &mut |_| {}, &|| false).unwrap();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadGroup::new(ranks)
+            .into_iter()
+            .map(|c| s.spawn(move || pretrain_on(o, &c, &mut |_| {}, &|| false).unwrap()))
+            .collect();
+        let mut sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        sums.swap_remove(0)
+    })
+}
+
+/// `(step, key)` → value of every metrics row holding `key`.
+fn series(out: &Path, key: &str) -> Vec<(u64, f64)> {
+    lmkit::train::read_metrics(&out.join("metrics.jsonl"))
+        .unwrap()
+        .iter()
+        .filter_map(|r| Some((r["step"].as_u64()?, r.get(key)?.as_f64()?)))
+        .collect()
+}
+
+fn assert_close(a: &[(u64, f64)], b: &[(u64, f64)], rel: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: {a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.0, y.0, "{what}");
+        assert!(
+            (x.1 - y.1).abs() <= rel * y.1.abs(),
+            "{what} at step {}: {} vs {}",
+            x.0,
+            x.1,
+            y.1
+        );
+    }
+}
+
+fn bytes(p: PathBuf) -> Vec<u8> {
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn two_ranks_match_one_process_and_shard_exactly() {
+    let dir = tmpdir("match");
+    let one = options(&dir, "one", 4);
+    let two = options(&dir, "two", 2);
+    let zero = PretrainOptions {
+        shard_optimizer: true,
+        ..options(&dir, "zero", 2)
+    };
+    let s1 = run(&one, 1);
+    let s2 = run(&two, 2);
+    run(&zero, 2);
+    assert_eq!((s1.steps, s2.steps), (6, 6));
+    let l1 = series(&one.output, "loss");
+    assert_eq!(l1.len(), 6);
+    assert_close(&series(&two.output, "loss"), &l1, 1e-5, "loss");
+    // The gradients themselves (AdamW and clipping would hide a scale).
+    assert_close(
+        &series(&two.output, "grad_norm"),
+        &series(&one.output, "grad_norm"),
+        1e-5,
+        "grad_norm",
+    );
+    assert_close(
+        &series(&two.output, "val_loss"),
+        &series(&one.output, "val_loss"),
+        1e-5,
+        "val_loss",
+    );
+    // The global batch: tokens counted over both ranks.
+    assert_eq!(series(&two.output, "tokens"), series(&one.output, "tokens"),);
+    // ZeRO-1: the same update, so the same bits (moments gathered whole).
+    assert_eq!(series(&zero.output, "loss"), series(&two.output, "loss"),);
+    for f in [
+        "model.safetensors",
+        "checkpoints/step-00000006/optimizer.safetensors",
+    ] {
+        assert!(
+            bytes(zero.output.join(f)) == bytes(two.output.join(f)),
+            "{f} differs with --shard-optimizer"
+        );
+    }
+}
+
+#[test]
+fn two_rank_checkpoint_resumes_on_one_and_two() {
+    let dir = tmpdir("resume");
+    let straight1 = options(&dir, "straight1", 4);
+    run(&straight1, 1);
+    let straight2 = options(&dir, "straight2", 2);
+    run(&straight2, 2);
+    for (name, shard) in [("cut", false), ("cut-zero", true)] {
+        // 3 steps on 2 ranks, then the rest on 1 rank (batch 4 from the checkpoint).
+        let first = PretrainOptions {
+            stop_after: Some(3),
+            shard_optimizer: shard,
+            ..options(&dir, name, 2)
+        };
+        assert!(run(&first, 2).interrupted);
+        let again = PretrainOptions {
+            output: first.output.clone(),
+            resume: true,
+            ..PretrainOptions::default()
+        };
+        let s = run(&again, 1);
+        assert_eq!(s.steps, 6);
+        assert_close(
+            &series(&again.output, "loss"),
+            &series(&straight1.output, "loss"),
+            1e-5,
+            name,
+        );
+        // The first 3 steps are the 2-rank run's own, bit for bit.
+        assert_eq!(
+            series(&again.output, "loss")[..3],
+            series(&straight2.output, "loss")[..3]
+        );
+    }
+    // 2 ranks -> 2 ranks: bit-identical to the run never stopped.
+    let first = PretrainOptions {
+        stop_after: Some(3),
+        ..options(&dir, "cut2", 2)
+    };
+    run(&first, 2);
+    let again = PretrainOptions {
+        resume: true,
+        ..first.clone()
+    };
+    let again = PretrainOptions {
+        stop_after: None,
+        ..again
+    };
+    run(&again, 2);
+    assert_eq!(
+        series(&again.output, "loss"),
+        series(&straight2.output, "loss")
+    );
+    assert!(
+        bytes(again.output.join("model.safetensors"))
+            == bytes(straight2.output.join("model.safetensors"))
+    );
+
+    // A batch size that changes the global batch is refused, naming it.
+    let bad = PretrainOptions {
+        output: dir.join("cut"),
+        resume: true,
+        batch_size: Some(2),
+        max_steps: Some(8),
+        ..PretrainOptions::default()
+    };
+    let e = pretrain_on(&bad, &SingleProcess, &mut |_| {}, &|| false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("global batch"), "{e}");
+}
+
+#[test]
+fn thread_group_reports_its_shape() {
+    let g = ThreadGroup::new(3);
+    assert_eq!(g.len(), 3);
+    assert_eq!((g[2].rank(), g[2].world_size()), (2, 3));
+}
