@@ -61,7 +61,7 @@ pub fn or_abort<T>(comm: &dyn Communicator, r: Result<T>) -> Result<T> {
 pub fn single_process_only() -> Result<()> {
     match launcher_world_size() {
         Some(n) if n > 1 => bail!(
-            "started by an MPI launcher with {n} processes: only `pretrain` (gpt2) trains \
+            "started by an MPI launcher with {n} processes: only `pretrain` trains \
              data-parallel; run this command as one process"
         ),
         _ => Ok(()),

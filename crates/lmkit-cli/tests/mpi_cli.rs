@@ -1,7 +1,8 @@
 //! `mpirun -np 2 lmkit pretrain` over the system MPI on loopback TCP (built
 //! with `--features mpi`; `scripts/test.sh` installs Open MPI and runs these):
 //! 2 ranks of batch 2 train a small GPT-2 with the per-step losses of one
-//! process of batch 4 (relative 1e-5), `--shard-optimizer` gives the same
+//! process of batch 4 (relative 1e-5), and so do 2 ranks of a small BERT
+//! (MLM + NSP); `--shard-optimizer` gives the same
 //! weights, a 2-rank checkpoint resumes on 1 rank, and a rank that is
 //! killed or stalls ends the whole job (naming the rank) with the last
 //! checkpoint intact.
@@ -193,13 +194,77 @@ fn two_ranks_equal_one_process_shard_and_resume() {
     assert_close(&series(&cut, "loss"), &l1, "resumed loss");
 }
 
+/// A WordPiece vocabulary folder and documents (blank-line separated) for
+/// `pretrain --arch bert`.
+fn bert_inputs(dir: &Path) -> (PathBuf, PathBuf) {
+    let tok = dir.join("wordpiece");
+    std::fs::create_dir_all(&tok).unwrap();
+    let words = "the quick brown fox jumps over lazy dog cat sleeps under warm sun bird sings";
+    let mut vocab: Vec<String> = "[PAD] [UNK] [CLS] [SEP] [MASK] . a"
+        .split(' ')
+        .chain(words.split(' '))
+        .map(String::from)
+        .collect();
+    vocab.extend(('0'..='9').flat_map(|d| [d.to_string(), format!("##{d}")]));
+    std::fs::write(tok.join("vocab.txt"), vocab.join("\n") + "\n").unwrap();
+    let w: Vec<&str> = words.split(' ').collect();
+    let mut text = String::new();
+    for d in 0..40 {
+        for s in 0..(3 + d % 4) {
+            let x = |k: usize| w[(d * 7 + s * 3 + k) % w.len()];
+            text += &format!("a {} {} {} {} {d}{s} .\n", x(0), x(1), x(2), x(3));
+        }
+        text += "\n";
+    }
+    let data = dir.join("docs.txt");
+    std::fs::write(&data, text).unwrap();
+    (tok, data)
+}
+
+#[test]
+fn bert_two_ranks_equal_one_process() {
+    let dir = tmpdir("mpi-bert");
+    let (tok, data) = bert_inputs(&dir);
+    let (tok, data) = (tok.to_str().unwrap(), data.to_str().unwrap());
+    let args = |out: &Path, batch: &str| {
+        let mut a = base(tok, data, out, batch, "6");
+        // GPT-2's sampling flag out, BERT's size in.
+        let i = a.iter().position(|x| x == "--sample-every").unwrap();
+        a.drain(i..i + 2);
+        a.extend(["--arch", "bert", "--n-positions", "32"].map(String::from));
+        a
+    };
+    let one = dir.join("one");
+    ok(&lmkit(&strs(&args(&one, "4"))), "BERT, 1 process");
+    let two = dir.join("two");
+    let o = run_mpi(2, &strs(&args(&two, "2")));
+    ok(&o, "BERT, 2 ranks");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("4 (2 x 2 ranks) x 32 tokens"), "{err}");
+    for key in ["loss", "mlm_loss", "nsp_loss", "grad_norm", "val_loss"] {
+        let want = series(&one, key);
+        assert!(!want.is_empty(), "{key}");
+        assert_close(&series(&two, key), &want, key);
+    }
+    // ZeRO-1: the same weights.
+    let zero = dir.join("zero");
+    let mut a = args(&zero, "2");
+    a.push("--shard-optimizer".into());
+    ok(&run_mpi(2, &strs(&a)), "BERT --shard-optimizer");
+    let w = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(
+        w(&zero) == w(&two),
+        "--shard-optimizer changed BERT's weights"
+    );
+}
+
 #[test]
 fn other_commands_refuse_several_processes() {
     let o = run_mpi(2, &["completions", "bash"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("only `pretrain` (gpt2) trains data-parallel"),
+        err.contains("only `pretrain` trains data-parallel"),
         "{err}"
     );
 }

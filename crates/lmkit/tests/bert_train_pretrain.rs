@@ -61,6 +61,7 @@ fn run_cfg(max_steps: u64) -> BertRunConfig {
         save_every: 0,
         keep: 2,
         log_every: 1,
+        ranks: 1,
     }
 }
 
@@ -98,6 +99,7 @@ fn options(dir: &Path, data: PathBuf, max_steps: u64) -> BertPretrainOptions {
         decay_embeddings: false,
         stop_after: None,
         max_shard_size: None,
+        shard_optimizer: false,
     }
 }
 

@@ -63,6 +63,29 @@ pub trait Trainable {
         batch: &Self::Batch,
         grad_scale: f32,
     ) -> crate::Result<LossParts>;
+    /// What each loss term of `batch` is a mean over (labelled tokens,
+    /// rows...), one number per term in a fixed order. A data-parallel step
+    /// sums them over the ranks' batches and trains with
+    /// [`Self::forward_backward_over`], so the ranks' gradients add up to
+    /// those of one process over the global batch, however the labels fall.
+    /// Empty (the default): every rank's batch weighs the same (e.g. GPT-2
+    /// pretraining's full rows), and the ranks' mean gradients are averaged.
+    fn loss_counts(&self, _batch: &Self::Batch) -> Vec<f64> {
+        Vec::new()
+    }
+    /// [`Self::forward_backward`] with each loss term a mean over `counts`
+    /// (from [`Self::loss_counts`], summed over the global batch) instead of
+    /// this batch's own: ACCUMULATES `grad_scale` · d(this batch's share of
+    /// the global loss)/dθ and returns that share as `{ sum, count: 1 }`.
+    fn forward_backward_over(
+        &mut self,
+        batch: &Self::Batch,
+        grad_scale: f32,
+        counts: &[f64],
+    ) -> crate::Result<LossParts> {
+        let _ = counts;
+        self.forward_backward(batch, grad_scale)
+    }
     /// Forward only (validation).
     fn evaluate(&mut self, batch: &Self::Batch) -> crate::Result<LossParts>;
     /// Parameter ranges with whether weight decay applies to each.

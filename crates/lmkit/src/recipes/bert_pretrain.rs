@@ -42,12 +42,14 @@ use super::pretrain_options::{
     check_resumed_family, init_from_record, PretrainEvent, PretrainSummary,
 };
 use super::{check_vocab, invalid, RecipeError, Result};
+use crate::models::LossParts;
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::StepStats;
 use crate::train::{
     latest_checkpoint, load_train_state, DataParallel, MetricsWriter, OptimConfig, OptimState,
     RunConfig, RunTask, Runner, TrainState,
 };
+use crate::util::comm::{Communicator, SingleProcess};
 use crate::util::rng::Rng;
 
 /// Sub-stream tags of the pretraining RNGs.
@@ -71,6 +73,7 @@ pub struct BertDims {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BertRunConfig {
     pub seq_len: usize,
+    /// Per rank: the global batch is `batch_size × ranks`.
     pub batch_size: usize,
     pub grad_accum: usize,
     pub seed: u64,
@@ -83,6 +86,16 @@ pub struct BertRunConfig {
     pub save_every: u64,
     pub keep: usize,
     pub log_every: u64,
+    /// Ranks of the data-parallel run; 1 in checkpoints from before.
+    #[serde(default = "super::pretrain_options::one")]
+    pub ranks: usize,
+}
+
+impl BertRunConfig {
+    /// Pairs per optimizer micro-batch over all ranks.
+    pub fn global_batch(&self) -> usize {
+        self.batch_size * self.ranks.max(1)
+    }
 }
 
 /// Everything `lmkit pretrain --arch bert` decides.
@@ -106,6 +119,8 @@ pub struct BertPretrainOptions {
     pub stop_after: Option<u64>,
     /// Write models in shards of at most this many bytes; `None`: one file.
     pub max_shard_size: Option<u64>,
+    /// ZeRO stage 1 over the ranks of a data-parallel run.
+    pub shard_optimizer: bool,
 }
 
 /// Tokenized documents (sentences of ids), split into training and validation.
@@ -366,9 +381,27 @@ fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer> {
     Ok(tok)
 }
 
-/// The whole run (or its continuation with `resume`).
+/// The whole run (or its continuation with `resume`), as one process.
 pub fn run_bert_pretraining(
     o: &BertPretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+    should_stop: &dyn Fn() -> bool,
+) -> Result<PretrainSummary> {
+    run_bert_pretraining_on(o, &SingleProcess, on_event, should_stop)
+}
+
+/// [`run_bert_pretraining`] as one rank of a data-parallel job over `comm`
+/// (every rank calls it with the same options; `run.ranks` = the world
+/// size): each rank tokenizes the corpus itself (it is deterministic), and
+/// trains on its `batch_size` pairs of every global batch of
+/// `batch_size × ranks` in the epoch's order, masked exactly as one process
+/// would mask them. Each loss term is a mean over the global batch's
+/// labelled tokens or pairs ([`crate::models::Trainable::loss_counts`]), so
+/// the steps equal one process's over the global batch. Rank 0 alone
+/// writes files.
+pub fn run_bert_pretraining_on(
+    o: &BertPretrainOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
     should_stop: &dyn Fn() -> bool,
 ) -> Result<PretrainSummary> {
@@ -377,7 +410,17 @@ pub fn run_bert_pretraining(
         let p = p.to_path_buf();
         move |source| RecipeError::Io { path: p, source }
     };
-    std::fs::create_dir_all(out).map_err(io(out))?;
+    let root = comm.is_root();
+    if o.run.ranks.max(1) != comm.world_size() {
+        return Err(invalid(format!(
+            "`run.ranks` {} is not the job's {} ranks",
+            o.run.ranks,
+            comm.world_size()
+        )));
+    }
+    if root {
+        std::fs::create_dir_all(out).map_err(io(out))?;
+    }
     let ckpt_root = out.join("checkpoints");
     let latest = latest_checkpoint(&ckpt_root).map_err(|e| invalid(e.to_string()))?;
     let run = o.run.clone();
@@ -399,9 +442,20 @@ pub fn run_bert_pretraining(
         check_resumed_family(&dir, &state, Family::Bert)?;
         let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
             .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
+        if run.global_batch() != saved.global_batch() {
+            return Err(invalid(format!(
+                "a global batch of {} ({} x {} ranks) differs from the checkpoint's {} ({} x {}); \
+                 an exact resume keeps the global batch",
+                run.global_batch(),
+                run.batch_size,
+                run.ranks,
+                saved.global_batch(),
+                saved.batch_size,
+                saved.ranks
+            )));
+        }
         for (name, given, had) in [
             ("seq_len", run.seq_len as u64, saved.seq_len as u64),
-            ("batch_size", run.batch_size as u64, saved.batch_size as u64),
             ("grad_accum", run.grad_accum as u64, saved.grad_accum as u64),
             ("seed", run.seed, saved.seed),
         ] {
@@ -568,7 +622,13 @@ pub fn run_bert_pretraining(
             (state, opt)
         }
         None => (
-            TrainState::new(run.seed, o.optim, run.batch_size, run.seq_len, num_params),
+            TrainState::new(
+                run.seed,
+                o.optim,
+                run.global_batch(),
+                run.seq_len,
+                num_params,
+            ),
             OptimState::new(num_params),
         ),
     };
@@ -597,8 +657,24 @@ pub fn run_bert_pretraining(
         )));
     }
     let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-        .map_err(io(&metrics_path))?;
+    let mut metrics = if root {
+        Some(
+            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+                .map_err(io(&metrics_path))?,
+        )
+    } else {
+        None
+    };
+    let per_step = if run.ranks > 1 {
+        format!(
+            "{} ({} x {} ranks)",
+            run.global_batch(),
+            run.batch_size,
+            run.ranks
+        )
+    } else {
+        run.batch_size.to_string()
+    };
     on_event(PretrainEvent::Start {
         message: format!(
             "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
@@ -611,7 +687,7 @@ pub fn run_bert_pretraining(
             corpus.train.len(),
             corpus.val.len(),
             val_pairs.len(),
-            run.batch_size,
+            per_step,
             run.seq_len,
             run.grad_accum,
             run.max_steps,
@@ -630,6 +706,7 @@ pub fn run_bert_pretraining(
         pos: state.data,
         plan: epoch_plan(&corpus, &run, state.data.epoch)?,
         max_shard_size: o.max_shard_size,
+        comm,
     };
     let config = RunConfig {
         max_steps: run.max_steps,
@@ -648,9 +725,12 @@ pub fn run_bert_pretraining(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: Some(&mut metrics),
+        metrics: metrics.as_mut(),
         config: &config,
-        parallel: DataParallel::SINGLE,
+        parallel: DataParallel {
+            comm,
+            shard_optimizer: o.shard_optimizer,
+        },
     };
     let mut tb = BertTrainBatch::default();
     runner.run(
@@ -676,6 +756,35 @@ struct BertTask<'a> {
     pos: DataPosition,
     plan: Epoch,
     max_shard_size: Option<u64>,
+    comm: &'a dyn Communicator,
+}
+
+/// `st` summed over the ranks (a collective): the statistics of the global
+/// batch. Only what the metric rows read.
+fn sum_over_ranks(st: &HeadStats, comm: &dyn Communicator) -> HeadStats {
+    if comm.world_size() == 1 {
+        return st.clone();
+    }
+    let mut v = [
+        st.mlm.sum,
+        st.mlm.count as f64,
+        st.nsp.sum,
+        st.nsp.count as f64,
+        st.nsp_correct as f64,
+    ];
+    comm.all_reduce_sum_f64(&mut v);
+    HeadStats {
+        mlm: LossParts {
+            sum: v[0],
+            count: v[1] as usize,
+        },
+        nsp: LossParts {
+            sum: v[2],
+            count: v[3] as usize,
+        },
+        nsp_correct: v[4] as usize,
+        ..st.clone()
+    }
 }
 
 impl RunTask<BertTrainer> for BertTask<'_> {
@@ -683,20 +792,22 @@ impl RunTask<BertTrainer> for BertTask<'_> {
 
     fn next_batch(&mut self, bt: &mut BertTrainBatch) -> Result<()> {
         let b = self.run.batch_size;
-        if (self.pos.cursor as usize + b) > self.plan.order.len() {
+        let global = b * self.comm.world_size();
+        if (self.pos.cursor as usize + global) > self.plan.order.len() {
             self.pos = DataPosition {
                 epoch: self.pos.epoch + 1,
                 cursor: 0,
             };
             self.plan = epoch_plan(self.corpus, self.run, self.pos.epoch)?;
         }
-        let c = self.pos.cursor as usize;
+        // This rank's pairs of the global batch.
+        let c = self.pos.cursor as usize + self.comm.rank() * b;
         let idx = &self.plan.order[c..c + b];
         let refs: Vec<&NspPair> = idx.iter().map(|&i| &self.plan.pairs[i as usize]).collect();
         let (seed, epoch) = (self.run.seed, self.plan.epoch);
         self.batcher
             .fill(&refs, &|k| mask_rng(seed, epoch, idx[k]), bt);
-        self.pos.cursor += b as u64;
+        self.pos.cursor += global as u64;
         Ok(())
     }
 
@@ -705,7 +816,10 @@ impl RunTask<BertTrainer> for BertTask<'_> {
     }
 
     fn step_row(&mut self, model: &mut BertTrainer, _: &StepStats, _: f64, row: &mut Row) {
-        row.extend(stats_row("", &model.take_stats()));
+        row.extend(stats_row(
+            "",
+            &sum_over_ranks(&model.take_stats(), self.comm),
+        ));
         row.insert("epoch".into(), json!(self.pos.epoch));
     }
 
@@ -714,24 +828,27 @@ impl RunTask<BertTrainer> for BertTask<'_> {
             return Ok(None);
         }
         let run = self.run;
-        let n = (run.eval_batches * run.batch_size).min(self.val_pairs.len());
+        let (b, comm) = (run.batch_size, self.comm);
+        let global = b * comm.world_size();
+        let n = (run.eval_batches * global).min(self.val_pairs.len());
         let mut total = HeadStats::default();
         let mut tb = BertTrainBatch::default();
-        for (ci, chunk) in (0..n)
-            .collect::<Vec<_>>()
-            .chunks(run.batch_size)
-            .enumerate()
-        {
-            let refs: Vec<&NspPair> = chunk.iter().map(|&i| &self.val_pairs[i]).collect();
-            let base = ci * run.batch_size;
+        // Rank r scores its rows of each global batch; the sums are added.
+        for start in (0..n).step_by(global) {
+            let lo = (start + comm.rank() * b).min(n);
+            let hi = (lo + b).min(n);
+            if lo == hi {
+                continue;
+            }
+            let refs: Vec<&NspPair> = (lo..hi).map(|i| &self.val_pairs[i]).collect();
             self.batcher.fill(
                 &refs,
-                &|k| mask_rng(run.seed ^ VAL, 0, (base + k) as u32),
+                &|k| mask_rng(run.seed ^ VAL, 0, (lo + k) as u32),
                 &mut tb,
             );
             total.add(&tr.evaluate_batch(&tb)?);
         }
-        Ok(Some(stats_row("val_", &total)))
+        Ok(Some(stats_row("val_", &sum_over_ranks(&total, comm))))
     }
 
     fn write_model(&self, m: &BertTrainer, dir: &Path) -> std::result::Result<(), ModelWriteError> {

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::pretrain_options::{
     check_resumed_family, check_resumed_init, check_resumed_size, init_from_record, optim_config,
-    pick, preset, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
+    pick, preset, rank_batch_size, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
 };
 use super::{check_vocab, invalid, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
@@ -53,44 +53,8 @@ pub struct Gpt2RunConfig {
     pub decay_embeddings: bool,
     /// Ranks of the data-parallel run (`batch_size` is per rank: the global
     /// batch is `batch_size × ranks`); 1 in checkpoints from before.
-    #[serde(default = "one")]
+    #[serde(default = "super::pretrain_options::one")]
     pub ranks: usize,
-}
-
-fn one() -> usize {
-    1
-}
-
-/// The per-rank batch size of a run on `ranks` ranks: as given, else the
-/// default; on resume, what keeps the checkpoint's global batch (an error
-/// when the given size or the number of ranks cannot keep it).
-fn rank_batch_size(
-    given: Option<usize>,
-    saved: Option<&Gpt2RunConfig>,
-    ranks: usize,
-) -> Result<usize> {
-    let Some(s) = saved else {
-        return Ok(given.unwrap_or(8));
-    };
-    let global = s.batch_size * s.ranks.max(1);
-    let was = if s.ranks > 1 {
-        format!("{} = {} x {} ranks", global, s.batch_size, s.ranks)
-    } else {
-        global.to_string()
-    };
-    match given {
-        Some(b) if b * ranks != global => Err(invalid(format!(
-            "`batch_size` {b} on {ranks} rank(s) is a global batch of {}, the checkpoint's is {was}; \
-             an exact resume keeps the global batch",
-            b * ranks
-        ))),
-        Some(b) => Ok(b),
-        None if global % ranks != 0 => Err(invalid(format!(
-            "the checkpoint's global batch {was} does not split over {ranks} ranks; \
-             resume with a number of ranks that divides it"
-        ))),
-        None => Ok(global / ranks),
-    }
 }
 
 fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
@@ -218,7 +182,7 @@ pub(crate) fn run(
     let seq_len = pick("seq_len", o.seq_len, sr.map(|r| r.seq_len), 256)?;
     let ranks = comm.world_size();
     let root = comm.is_root();
-    let batch_size = rank_batch_size(o.batch_size, sr, ranks)?;
+    let batch_size = rank_batch_size(o.batch_size, sr.map(|s| (s.batch_size, s.ranks)), ranks)?;
     let global_batch = batch_size * ranks;
     let grad_accum = pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?;
     let seed = pick("seed", o.seed, sr.map(|r| r.seed), 1337)?;

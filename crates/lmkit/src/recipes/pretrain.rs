@@ -9,9 +9,10 @@
 //! optimizer moments and trainer state; the newest `keep` are kept), GPT-2's
 //! token shards in `data/`, and at the end the final model in HF layout.
 
-use super::bert_pretrain::{run_bert_pretraining, BertDims, BertPretrainOptions, BertRunConfig};
+use super::bert_pretrain::{run_bert_pretraining_on, BertDims, BertPretrainOptions, BertRunConfig};
 use super::pretrain_options::{
-    check_resumed_family, check_resumed_init, check_resumed_size, optim_config, pick, saved_state,
+    check_resumed_family, check_resumed_init, check_resumed_size, optim_config, pick,
+    rank_batch_size, saved_state,
 };
 pub use super::pretrain_options::{
     has_checkpoint, preset, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
@@ -42,8 +43,7 @@ pub fn pretrain(
 /// trains on its own rows of every global batch of `batch_size` × ranks,
 /// gradients are averaged over the ranks, and rank 0 alone writes files
 /// (events come on every rank; a caller shows rank 0's). A checkpoint
-/// resumes with any number of ranks that keeps the global batch. GPT-2
-/// only for now.
+/// resumes with any number of ranks that keeps the global batch.
 pub fn pretrain_on(
     o: &PretrainOptions,
     comm: &dyn Communicator,
@@ -66,11 +66,7 @@ pub fn pretrain_on(
             }
             gpt2_pretrain::run(o, comm, on_event, should_stop)
         }
-        Family::Bert if comm.world_size() > 1 => Err(invalid(format!(
-            "data-parallel BERT pretraining ({} ranks) is not supported yet: run it as one process",
-            comm.world_size()
-        ))),
-        Family::Bert => run_bert(o, on_event, should_stop),
+        Family::Bert => run_bert(o, comm, on_event, should_stop),
     }
 }
 
@@ -119,6 +115,7 @@ fn write_overlap_filter(
 /// BERT: resolve the options into the BERT recipe's own and run it.
 fn run_bert(
     o: &PretrainOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
     should_stop: &dyn Fn() -> bool,
 ) -> Result<PretrainSummary> {
@@ -142,7 +139,12 @@ fn run_bert(
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let run = BertRunConfig {
         seq_len,
-        batch_size: pick("batch_size", o.batch_size, sr.map(|r| r.batch_size), 8)?,
+        batch_size: rank_batch_size(
+            o.batch_size,
+            sr.map(|r| (r.batch_size, r.ranks)),
+            comm.world_size(),
+        )?,
+        ranks: comm.world_size(),
         grad_accum: pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?,
         seed: pick("seed", o.seed, sr.map(|r| r.seed), 1337)?,
         whole_word_masking: o.whole_word_masking || sr.is_some_and(|r| r.whole_word_masking),
@@ -239,8 +241,9 @@ fn run_bert(
         decay_embeddings: o.decay_embeddings,
         stop_after: o.stop_after,
         max_shard_size: o.max_shard_size,
+        shard_optimizer: o.shard_optimizer,
     };
-    run_bert_pretraining(&opts, on_event, should_stop)
+    run_bert_pretraining_on(&opts, comm, on_event, should_stop)
 }
 
 /// A resumed BERT run given the options of the command that started it:

@@ -452,3 +452,40 @@ pub(crate) fn optim_config(
     c.validate()?;
     Ok(c)
 }
+
+pub(crate) fn one() -> usize {
+    1
+}
+
+/// The per-rank batch size of a run on `ranks` ranks: as given, else the
+/// default (8); on resume from a checkpoint's `(batch_size, ranks)`, what
+/// keeps its global batch (an error when the given size or the number of
+/// ranks cannot keep it).
+pub(crate) fn rank_batch_size(
+    given: Option<usize>,
+    saved: Option<(usize, usize)>,
+    ranks: usize,
+) -> Result<usize> {
+    let Some((saved_batch, saved_ranks)) = saved else {
+        return Ok(given.unwrap_or(8));
+    };
+    let global = saved_batch * saved_ranks.max(1);
+    let was = if saved_ranks > 1 {
+        format!("{global} = {saved_batch} x {saved_ranks} ranks")
+    } else {
+        global.to_string()
+    };
+    match given {
+        Some(b) if b * ranks != global => Err(invalid(format!(
+            "`batch_size` {b} on {ranks} rank(s) is a global batch of {}, the checkpoint's is {was}; \
+             an exact resume keeps the global batch",
+            b * ranks
+        ))),
+        Some(b) => Ok(b),
+        None if global % ranks != 0 => Err(invalid(format!(
+            "the checkpoint's global batch {was} does not split over {ranks} ranks; \
+             resume with a number of ranks that divides it"
+        ))),
+        None => Ok(global / ranks),
+    }
+}

@@ -197,28 +197,50 @@ pub fn train_step_parallel<M: Trainable>(
     let (comm, world) = (dp.comm, dp.world_size());
     let step = opt.step + 1;
     comm.set_step(step);
-    model.zero_grad();
-    let mut loss = LossParts::default();
-    for _ in 0..k {
-        next_batch(batch);
-        loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
-    }
     let mut comm_s = 0.0;
     let mut timed = |f: &mut dyn FnMut()| {
         let t0 = std::time::Instant::now();
         f();
         comm_s += t0.elapsed().as_secs_f64();
     };
-    if world > 1 {
+    model.zero_grad();
+    let mut loss = LossParts::default();
+    // Whether the loss terms are means over the global batch's counts (the
+    // model's `loss_counts`): the ranks' gradients then add up to the
+    // global one, instead of being averaged.
+    let mut weighted = false;
+    for _ in 0..k {
+        next_batch(batch);
+        let mut counts = if world > 1 {
+            model.loss_counts(batch)
+        } else {
+            Vec::new()
+        };
+        if counts.is_empty() {
+            loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
+        } else {
+            weighted = true;
+            timed(&mut || comm.all_reduce_sum_f64(&mut counts));
+            loss.add(model.forward_backward_over(batch, 1.0 / k as f32, &counts)?);
+        }
+    }
+    let mean = if world > 1 {
         // Every rank then sees the same loss, so all skip a NaN step alike.
         let mut l = [loss.sum, loss.count as f64];
         timed(&mut || comm.all_reduce_sum_f64(&mut l));
-        loss = LossParts {
-            sum: l[0],
-            count: l[1] as usize,
-        };
-    }
-    let mean = loss.mean();
+        if weighted {
+            // The ranks' shares of each micro-batch's loss, over k micro-batches.
+            l[0] / k as f64
+        } else {
+            LossParts {
+                sum: l[0],
+                count: l[1] as usize,
+            }
+            .mean()
+        }
+    } else {
+        loss.mean()
+    };
     if !mean.is_finite() {
         return Err(StepError::NonFinite {
             what: "loss",
@@ -241,7 +263,9 @@ pub fn train_step_parallel<M: Trainable>(
                 }
             }
         });
-        kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
+        if !weighted {
+            kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
+        }
     }
     let mut grad_norm = 0.0;
     timed(&mut || grad_norm = norm(dp, grads));

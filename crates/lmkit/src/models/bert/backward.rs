@@ -182,6 +182,37 @@ pub struct BertTrainer {
     outputs: HeadOutputs,
     stats: HeadStats,
     last_tokens: usize,
+    /// What each loss term is a mean over ([`LossTerm`] order), when not
+    /// this batch's own counts: a data-parallel step's global counts.
+    denoms: Option<[f64; LossTerm::COUNT]>,
+}
+
+/// The loss terms of a BERT batch, each a mean over its own count (HF:
+/// CE over labels ≠ −100, MSE over outputs, QA's two sides apart): the
+/// order of [`BertTrainer::loss_counts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossTerm {
+    Mlm,
+    Nsp,
+    Classify,
+    Regression,
+    Choice,
+    Token,
+    QaStart,
+    QaEnd,
+}
+
+impl LossTerm {
+    pub const COUNT: usize = 8;
+}
+
+/// `sum / den`, 0 for an empty term.
+fn over(sum: f64, den: f64) -> f64 {
+    if den > 0.0 {
+        sum / den
+    } else {
+        0.0
+    }
 }
 
 fn argmax(row: &[f32]) -> usize {
@@ -195,7 +226,8 @@ fn argmax(row: &[f32]) -> usize {
 }
 
 /// A classification head's loss over `rows` rows of `k` logits (HF: mean CE
-/// over the labels ≠ −100) and how many rows it gets right. With `backward`
+/// over the labels ≠ −100, or over `den` when given) and how many rows it
+/// gets right. With `backward`
 /// (and a label to learn from) `logits` becomes d loss / d logits, scaled by
 /// `grad_scale`, and the result says so: the caller runs the head's backward.
 /// Returns (loss parts, correct rows, gradient written).
@@ -206,6 +238,7 @@ fn ce_head(
     k: usize,
     backward: bool,
     grad_scale: f32,
+    den: Option<f64>,
 ) -> (LossParts, usize, bool) {
     let correct = (0..rows)
         .filter(|&r| {
@@ -223,7 +256,7 @@ fn ce_head(
             rows,
             k,
             IGNORE_INDEX,
-            grad_scale / labelled as f32,
+            (grad_scale as f64 / den.unwrap_or(labelled as f64)) as f32,
         )
     } else {
         kernels::cross_entropy_forward(&mut losses, logits, labels, rows, k, IGNORE_INDEX)
@@ -252,6 +285,7 @@ impl BertTrainer {
             outputs: HeadOutputs::default(),
             stats: HeadStats::default(),
             last_tokens: 0,
+            denoms: None,
         })
     }
 
@@ -449,6 +483,9 @@ impl BertTrainer {
         self.scratch.resize(n, c, i_sz, b * nh * t * t);
         let s = &mut self.scratch;
         self.last_tokens = n;
+        // What each term is a mean over: the given (global) counts, else this batch's.
+        let denoms = self.denoms;
+        let den = |i: LossTerm, local: usize| denoms.map_or(local as f64, |d| d[i as usize]);
         let mut st = HeadStats {
             batches: 1,
             ..Default::default()
@@ -478,7 +515,7 @@ impl BertTrainer {
                         m,
                         v,
                         IGNORE_INDEX,
-                        grad_scale / m as f32,
+                        (grad_scale as f64 / den(LossTerm::Mlm, m)) as f32,
                     )
                 } else {
                     kernels::cross_entropy_forward(
@@ -491,7 +528,7 @@ impl BertTrainer {
                     )
                 };
                 st.mlm = LossParts { sum, count };
-                st.loss += st.mlm.mean();
+                st.loss += over(sum, den(LossTerm::Mlm, m));
                 if backward {
                     let dx = head.backward(layout, params, grads, gelu, &logits, c, v);
                     for (k, &r) in rows.iter().enumerate() {
@@ -516,6 +553,7 @@ impl BertTrainer {
             let pooled = &pooler.pooled;
             let mut dpooled = vec![0.0; b * c];
             let head = |name: &str,
+                        term: LossTerm,
                         labels: &[i32],
                         k: usize,
                         grads: &mut [f32],
@@ -523,7 +561,9 @@ impl BertTrainer {
              -> (LossParts, usize, Vec<f32>) {
                 let mut logits = linear_head(layout, params, name, pooled, c, k);
                 let kept = logits.clone();
-                let (lp, correct, grad) = ce_head(&mut logits, labels, b, k, backward, grad_scale);
+                let d = denoms.map(|d| d[term as usize]);
+                let (lp, correct, grad) =
+                    ce_head(&mut logits, labels, b, k, backward, grad_scale, d);
                 if grad {
                     linear_bwd(
                         layout,
@@ -541,19 +581,32 @@ impl BertTrainer {
                 (lp, correct, kept)
             };
             if let Some(labels) = &tg.nsp_labels {
-                let (lp, correct, logits) =
-                    head("cls.seq_relationship", labels, 2, grads, &mut dpooled);
+                let (lp, correct, logits) = head(
+                    "cls.seq_relationship",
+                    LossTerm::Nsp,
+                    labels,
+                    2,
+                    grads,
+                    &mut dpooled,
+                );
                 st.nsp = lp;
                 st.nsp_correct = correct;
-                st.loss += lp.mean();
+                st.loss += over(lp.sum, den(LossTerm::Nsp, lp.count));
                 self.outputs.nsp_logits = logits;
             }
             if let Some(labels) = &tg.class_labels {
                 let k = cfg.num_labels();
-                let (lp, correct, logits) = head("classifier", labels, k, grads, &mut dpooled);
+                let (lp, correct, logits) = head(
+                    "classifier",
+                    LossTerm::Classify,
+                    labels,
+                    k,
+                    grads,
+                    &mut dpooled,
+                );
                 st.classify = lp;
                 st.classify_correct = correct;
-                st.loss += lp.mean();
+                st.loss += over(lp.sum, den(LossTerm::Classify, lp.count));
                 self.outputs.class_logits = logits;
             }
             if let Some(y) = &tg.regression_targets {
@@ -563,14 +616,14 @@ impl BertTrainer {
                 // MSE over the B·L outputs; d/d out = 2 (out − y) / (B·L).
                 let m = out.len();
                 let mut sum = 0.0f64;
-                let scale = 2.0 * grad_scale / m as f32;
+                let scale = (2.0 * grad_scale as f64 / den(LossTerm::Regression, m)) as f32;
                 for (o, &t) in out.iter_mut().zip(y) {
                     let d = *o - t;
                     sum += (d as f64) * (d as f64);
                     *o = scale * d;
                 }
                 st.regression = LossParts { sum, count: m };
-                st.loss += st.regression.mean();
+                st.loss += over(sum, den(LossTerm::Regression, m));
                 if backward {
                     linear_bwd(
                         layout,
@@ -592,7 +645,9 @@ impl BertTrainer {
                 let (e, k) = (labels.len(), b / labels.len());
                 let mut logits = linear_head(layout, params, "classifier", pooled, c, 1);
                 self.outputs.choice_logits = logits.clone();
-                let (lp, correct, grad) = ce_head(&mut logits, labels, e, k, backward, grad_scale);
+                let d = denoms.map(|d| d[LossTerm::Choice as usize]);
+                let (lp, correct, grad) =
+                    ce_head(&mut logits, labels, e, k, backward, grad_scale, d);
                 st.choice_correct = correct;
                 if grad {
                     linear_bwd(
@@ -609,7 +664,7 @@ impl BertTrainer {
                     );
                 }
                 st.choice = lp;
-                st.loss += st.choice.mean();
+                st.loss += over(lp.sum, den(LossTerm::Choice, lp.count));
             }
             if backward {
                 pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);
@@ -622,7 +677,8 @@ impl BertTrainer {
             let k = cfg.num_labels();
             let mut logits = linear_head(layout, params, "classifier", h, c, k);
             self.outputs.token_logits = logits.clone();
-            let (lp, correct, grad) = ce_head(&mut logits, labels, n, k, backward, grad_scale);
+            let d = denoms.map(|d| d[LossTerm::Token as usize]);
+            let (lp, correct, grad) = ce_head(&mut logits, labels, n, k, backward, grad_scale, d);
             st.token_correct = correct;
             if grad {
                 linear_bwd(
@@ -639,7 +695,7 @@ impl BertTrainer {
                 );
             }
             st.token = lp;
-            st.loss += st.token.mean();
+            st.loss += over(lp.sum, den(LossTerm::Token, lp.count));
         }
 
         // --- Span QA on every position.
@@ -650,8 +706,9 @@ impl BertTrainer {
             let ignore = t as i32;
             let (ts, te) = (qa_targets(sp, t), qa_targets(ep, t));
             let mut losses = vec![0.0; b];
-            let mut side = |logits: &mut [f32], tgt: &[i32]| -> LossParts {
+            let mut side = |logits: &mut [f32], tgt: &[i32], term: LossTerm| -> LossParts {
                 let count = tgt.iter().filter(|&&x| x != ignore).count();
+                let d = den(term, count);
                 let (sum, count) = if backward && count > 0 {
                     kernels::cross_entropy_fused(
                         logits,
@@ -660,7 +717,7 @@ impl BertTrainer {
                         b,
                         t,
                         ignore,
-                        0.5 * grad_scale / count as f32,
+                        (0.5 * grad_scale as f64 / d) as f32,
                     )
                 } else {
                     kernels::cross_entropy_forward(&mut losses, logits, tgt, b, t, ignore)
@@ -670,13 +727,15 @@ impl BertTrainer {
                 }
                 LossParts { sum, count }
             };
-            let ls = side(&mut start, &ts);
-            let le = side(&mut end, &te);
+            let ls = side(&mut start, &ts, LossTerm::QaStart);
+            let le = side(&mut end, &te, LossTerm::QaEnd);
             st.qa = LossParts {
                 sum: ls.sum + le.sum,
                 count: ls.count + le.count,
             };
-            st.loss += 0.5 * (ls.mean() + le.mean());
+            st.loss += 0.5
+                * (over(ls.sum, den(LossTerm::QaStart, ls.count))
+                    + over(le.sum, den(LossTerm::QaEnd, le.count)));
             if backward {
                 qa_backward(layout, params, grads, &start, &end, h, &mut s.dy, c);
             }
@@ -699,6 +758,52 @@ impl BertTrainer {
         grad_scale: f32,
     ) -> Result<HeadStats> {
         let st = self.run(batch, grad_scale, true)?;
+        self.stats.add(&st);
+        Ok(st)
+    }
+
+    /// What each loss term of `tb` is a mean over, in [`LossTerm`] order
+    /// (0 for a term the batch does not train).
+    pub fn loss_counts(&self, tb: &BertTrainBatch) -> [f64; LossTerm::COUNT] {
+        let tg = &tb.targets;
+        let labelled = |v: &Option<Vec<i32>>, ignore: i32| {
+            v.as_ref()
+                .map_or(0, |x| x.iter().filter(|&&y| y != ignore).count()) as f64
+        };
+        let t = tb.batch.t;
+        let qa = |v: &Option<Vec<i32>>| {
+            v.as_ref().map_or(0, |x| {
+                qa_targets(x, t).iter().filter(|&&y| y != t as i32).count()
+            }) as f64
+        };
+        let mut c = [0.0; LossTerm::COUNT];
+        c[LossTerm::Mlm as usize] = labelled(&tg.mlm_labels, IGNORE_INDEX);
+        c[LossTerm::Nsp as usize] = labelled(&tg.nsp_labels, IGNORE_INDEX);
+        c[LossTerm::Classify as usize] = labelled(&tg.class_labels, IGNORE_INDEX);
+        c[LossTerm::Regression as usize] =
+            tg.regression_targets.as_ref().map_or(0, Vec::len) as f64;
+        c[LossTerm::Choice as usize] = labelled(&tg.choice_labels, IGNORE_INDEX);
+        c[LossTerm::Token as usize] = labelled(&tg.token_labels, IGNORE_INDEX);
+        c[LossTerm::QaStart as usize] = qa(&tg.start_positions);
+        c[LossTerm::QaEnd as usize] = qa(&tg.end_positions);
+        c
+    }
+
+    /// [`Self::forward_backward`] with each loss term a mean over
+    /// `counts` ([`Self::loss_counts`] summed over a global batch) instead
+    /// of this batch's own counts: its `loss` is this batch's share of the
+    /// global loss, and the gradients summed over the batches of the global
+    /// batch are those of the global loss.
+    pub fn forward_backward_over(
+        &mut self,
+        batch: &BertTrainBatch,
+        grad_scale: f32,
+        counts: &[f64; LossTerm::COUNT],
+    ) -> Result<HeadStats> {
+        self.denoms = Some(*counts);
+        let st = self.run(batch, grad_scale, true);
+        self.denoms = None;
+        let st = st?;
         self.stats.add(&st);
         Ok(st)
     }
@@ -735,6 +840,30 @@ impl Trainable for BertTrainer {
     /// The total loss (sum of head means) as `LossParts { sum, count: 1 }`.
     fn forward_backward(&mut self, batch: &BertTrainBatch, grad_scale: f32) -> Result<LossParts> {
         let st = BertTrainer::forward_backward(self, batch, grad_scale)?;
+        Ok(LossParts {
+            sum: st.loss,
+            count: 1,
+        })
+    }
+
+    fn loss_counts(&self, batch: &BertTrainBatch) -> Vec<f64> {
+        BertTrainer::loss_counts(self, batch).to_vec()
+    }
+
+    fn forward_backward_over(
+        &mut self,
+        batch: &BertTrainBatch,
+        grad_scale: f32,
+        counts: &[f64],
+    ) -> Result<LossParts> {
+        let counts: &[f64; LossTerm::COUNT] = counts.try_into().map_err(|_| {
+            Error::InvalidInput(format!(
+                "{} loss counts for BERT's {} terms",
+                counts.len(),
+                LossTerm::COUNT
+            ))
+        })?;
+        let st = BertTrainer::forward_backward_over(self, batch, grad_scale, counts)?;
         Ok(LossParts {
             sum: st.loss,
             count: 1,
