@@ -6,6 +6,41 @@ use anyhow::{bail, Result};
 use lmkit::util::comm::{launcher_world_size, Communicator, SingleProcess};
 use std::time::Duration;
 
+/// The flags of the commands that train data-parallel (`pretrain`,
+/// `finetune`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct DistArgs {
+    /// Data-parallel runs (`mpirun -np N lmkit ...`): each rank keeps the
+    /// AdamW moments of 1/N of the parameters (ZeRO stage 1); the same
+    /// weights.
+    #[arg(long)]
+    pub shard_optimizer: bool,
+    /// Data-parallel runs: a collective that waits longer than this many
+    /// seconds for the other ranks (one died or stalled) ends the job; it must
+    /// exceed the time rank 0 takes to save a checkpoint.
+    #[arg(long, default_value_t = 600.0)]
+    pub comm_timeout: f64,
+}
+
+impl Default for DistArgs {
+    fn default() -> Self {
+        DistArgs {
+            shard_optimizer: false,
+            comm_timeout: 600.0,
+        }
+    }
+}
+
+impl DistArgs {
+    /// This process's communicator, with `--comm-timeout` checked.
+    pub fn communicator(&self) -> Result<Box<dyn Communicator>> {
+        if !(self.comm_timeout.is_finite() && self.comm_timeout > 0.0) {
+            bail!("--comm-timeout {}: expected seconds > 0", self.comm_timeout);
+        }
+        communicator(Duration::from_secs_f64(self.comm_timeout))
+    }
+}
+
 /// This process's communicator. `timeout`: a collective that waits longer
 /// ends the job (MPI only).
 pub fn communicator(timeout: Duration) -> Result<Box<dyn Communicator>> {
@@ -57,12 +92,12 @@ pub fn or_abort<T>(comm: &dyn Communicator, r: Result<T>) -> Result<T> {
 }
 
 /// An error when started by an MPI launcher with several processes: the
-/// commands other than `pretrain` run as one process.
+/// commands other than `pretrain` and `finetune` run as one process.
 pub fn single_process_only() -> Result<()> {
     match launcher_world_size() {
         Some(n) if n > 1 => bail!(
-            "started by an MPI launcher with {n} processes: only `pretrain` trains \
-             data-parallel; run this command as one process"
+            "started by an MPI launcher with {n} processes: only `pretrain` and \
+             `finetune` train data-parallel; run this command as one process"
         ),
         _ => Ok(()),
     }

@@ -144,7 +144,7 @@ fn flag_names(msg: &str, subcommand: &str) -> String {
 }
 
 fn dispatch(command: Command) -> anyhow::Result<()> {
-    if !matches!(command, Command::Pretrain(_)) {
+    if !matches!(command, Command::Pretrain(_) | Command::Finetune(_)) {
         // N copies of one command would race on the same outputs.
         distributed::single_process_only()?;
     }

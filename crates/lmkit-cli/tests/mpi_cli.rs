@@ -2,7 +2,8 @@
 //! with `--features mpi`; `scripts/test.sh` installs Open MPI and runs these):
 //! 2 ranks of batch 2 train a small GPT-2 with the per-step losses of one
 //! process of batch 4 (relative 1e-5), and so do 2 ranks of a small BERT
-//! (MLM + NSP); `--shard-optimizer` gives the same
+//! (MLM + NSP), and `lmkit finetune` (BERT token classification, whose
+//! labelled tokens fall unevenly on the ranks); `--shard-optimizer` gives the same
 //! weights, a 2-rank checkpoint resumes on 1 rank, and a rank that is
 //! killed or stalls ends the whole job (naming the rank) with the last
 //! checkpoint intact.
@@ -259,12 +260,90 @@ fn bert_two_ranks_equal_one_process() {
 }
 
 #[test]
+fn finetune_two_ranks_equal_one_process_and_resume_on_one() {
+    let dir = tmpdir("mpi-finetune");
+    let model =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bert-tiny-bare");
+    let words = ["dog", "cat", "paris", "london", "the", "saw", "was", "old"];
+    let conll = |n: usize, seed: usize| -> String {
+        (0..n)
+            .map(|i| {
+                (0..2 + (i + seed) % 5)
+                    .map(|k| {
+                        let w = words[(i * 3 + k * 5 + seed) % words.len()];
+                        let tag = if matches!(w, "paris" | "london") {
+                            "B-LOC"
+                        } else {
+                            "O"
+                        };
+                        format!("{w} {tag}\n")
+                    })
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect()
+    };
+    let (train, eval) = (dir.join("train.conll"), dir.join("eval.conll"));
+    std::fs::write(&train, conll(10, 0)).unwrap();
+    std::fs::write(&eval, conll(6, 1)).unwrap();
+    let args = |out: &Path, batch: &str| -> Vec<String> {
+        [
+            "finetune",
+            "--task",
+            "token-classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--train",
+            train.to_str().unwrap(),
+            "--eval",
+            eval.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--epochs",
+            "2",
+            "--batch-size",
+            batch,
+            "--lr",
+            "3e-3",
+            "--max-seq-len",
+            "24",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let one = dir.join("one");
+    ok(&lmkit(&strs(&args(&one, "4"))), "finetune, 1 process");
+    let two = dir.join("two");
+    let o = run_mpi(2, &strs(&args(&two, "2")));
+    ok(&o, "finetune, 2 ranks");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("2 ranks x 2 examples = a global batch of 4"),
+        "{err}"
+    );
+    for key in ["loss", "grad_norm", "eval_loss", "eval_f1"] {
+        let want = series(&one, key);
+        assert!(!want.is_empty(), "{key}");
+        assert_close(&series(&two, key), &want, key);
+    }
+    // 3 steps on 2 ranks (sharded), the rest on 1 process with batch 4.
+    let cut = dir.join("cut");
+    let mut a = args(&cut, "2");
+    a.extend(["--max-steps", "3", "--shard-optimizer"].map(String::from));
+    ok(&run_mpi(2, &strs(&a)), "finetune, 2 ranks, 3 steps");
+    let mut a = args(&cut, "4");
+    a.push("--resume".into());
+    ok(&lmkit(&strs(&a)), "finetune resumed on 1");
+    assert_close(&series(&cut, "loss"), &series(&one, "loss"), "resumed loss");
+}
+
+#[test]
 fn other_commands_refuse_several_processes() {
     let o = run_mpi(2, &["completions", "bash"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("only `pretrain` trains data-parallel"),
+        err.contains("only `pretrain` and `finetune` train data-parallel"),
         "{err}"
     );
 }

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use lmkit::models::bert::BertPipeline;
-use lmkit::recipes::finetune::{finetune_classify, FinetuneEvent, FinetuneOptions};
+use lmkit::recipes::finetune::{finetune, FinetuneEvent, FinetuneOptions, FinetuneTask};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,7 +38,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lr: 1e-4,
         ..FinetuneOptions::default()
     };
-    let summary = finetune_classify(
+    let summary = finetune(
+        FinetuneTask::Classify,
         Path::new(model),
         &train,
         Some(&eval),

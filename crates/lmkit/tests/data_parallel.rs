@@ -5,8 +5,12 @@
 //! ranks, so its loss terms are means over the global batch's counts), the
 //! sharded optimizer (ZeRO-1) gives bit-identical weights and checkpoints,
 //! and a 2-rank checkpoint resumes on 1 rank (and on 2) exactly.
+//! Fine-tuning likewise (BERT token classification, whose labelled tokens
+//! differ per rank, and GPT-2 classification with its auxiliary LM loss),
+//! with a last batch of each epoch that leaves rank 1 without examples.
 //! `mpi_cli.rs` in lmkit-cli runs the same over `mpirun`.
 
+use lmkit::recipes::finetune::{finetune_on, FinetuneOptions, FinetuneSummary, FinetuneTask};
 use lmkit::recipes::pretrain::{pretrain_on, ModelSize, PretrainOptions, PretrainSummary};
 use lmkit::spec::Family;
 use lmkit::util::comm::{Communicator, SingleProcess, ThreadGroup};
@@ -347,6 +351,152 @@ fn bert_two_ranks_match_one_process_shard_and_resume() {
         &l1,
         1e-5,
         "resumed BERT loss",
+    );
+}
+
+/// Runs `finetune_on` with `o` on `ranks` threads; rank 0's summary.
+fn finetune_ranks(
+    task: FinetuneTask,
+    model: &Path,
+    train: &Path,
+    eval: &Path,
+    out: &Path,
+    o: &FinetuneOptions,
+    ranks: usize,
+) -> FinetuneSummary {
+    let go = |c: &dyn Communicator| {
+        finetune_on(task, model, train, Some(eval), out, o, c, &mut |_| {}).unwrap()
+    };
+    if ranks == 1 {
+        return go(&SingleProcess);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadGroup::new(ranks)
+            .into_iter()
+            .map(|c| s.spawn(move || go(&c)))
+            .collect();
+        let mut sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        sums.swap_remove(0)
+    })
+}
+
+/// 1 process of batch 4 against 2 ranks of 2 (and sharded), and a 2-rank
+/// run stopped after 3 steps and resumed on 1 process: `keys` of the
+/// metrics equal within 1e-5.
+fn check_finetune(
+    dir: &Path,
+    task: FinetuneTask,
+    model: &Path,
+    (train, eval): (&Path, &Path),
+    keys: &[&str],
+) {
+    let opts = |batch: usize| FinetuneOptions {
+        epochs: 2,
+        batch_size: batch,
+        lr: 3e-3,
+        warmup_ratio: 0.2,
+        weight_decay: 0.01,
+        max_seq_len: 24,
+        lm_coef: 0.5,
+        ..FinetuneOptions::default()
+    };
+    let out = |name: &str| dir.join(name);
+    let one = finetune_ranks(task, model, train, eval, &out("one"), &opts(4), 1);
+    assert!(one.steps >= 6, "{}", one.steps);
+    finetune_ranks(task, model, train, eval, &out("two"), &opts(2), 2);
+    let zero = FinetuneOptions {
+        shard_optimizer: true,
+        ..opts(2)
+    };
+    finetune_ranks(task, model, train, eval, &out("zero"), &zero, 2);
+    for key in keys {
+        let want = series(&out("one"), key);
+        assert!(!want.is_empty(), "{key}");
+        assert_close(&series(&out("two"), key), &want, 1e-5, key);
+    }
+    assert!(
+        bytes(out("zero").join("model.safetensors")) == bytes(out("two").join("model.safetensors")),
+        "shard_optimizer changed the fine-tuned weights"
+    );
+    let cut = FinetuneOptions {
+        max_steps: Some(3),
+        ..opts(2)
+    };
+    finetune_ranks(task, model, train, eval, &out("cut"), &cut, 2);
+    let again = FinetuneOptions {
+        resume: true,
+        ..opts(4)
+    };
+    let s = finetune_ranks(task, model, train, eval, &out("cut"), &again, 1);
+    assert_eq!(s.steps, one.steps);
+    assert_close(
+        &series(&out("cut"), "loss"),
+        &series(&out("one"), "loss"),
+        1e-5,
+        "resumed",
+    );
+}
+
+#[test]
+fn finetuning_two_ranks_match_one_process() {
+    let dir = tmpdir("finetune");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    // BERT token classification: 10 sentences, global batches of 4, 4, 2.
+    let words = ["dog", "cat", "paris", "london", "the", "saw", "was", "old"];
+    let conll = |n: usize, seed: usize| -> String {
+        (0..n)
+            .map(|i| {
+                (0..2 + (i + seed) % 5)
+                    .map(|k| {
+                        let w = words[(i * 3 + k * 5 + seed) % words.len()];
+                        let tag = if matches!(w, "paris" | "london") {
+                            "B-LOC"
+                        } else {
+                            "O"
+                        };
+                        format!("{w} {tag}\n")
+                    })
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect()
+    };
+    let (train, eval) = (dir.join("train.conll"), dir.join("eval.conll"));
+    std::fs::write(&train, conll(10, 0)).unwrap();
+    std::fs::write(&eval, conll(6, 1)).unwrap();
+    check_finetune(
+        &dir.join("ner"),
+        FinetuneTask::TokenClassify,
+        &fixtures.join("bert-tiny-bare"),
+        (&train, &eval),
+        &["loss", "grad_norm", "eval_loss", "eval_f1"],
+    );
+
+    // GPT-2 classification + λ · LM loss: texts of different lengths.
+    let gpt2 = options(&dir, "gpt2", 4);
+    run(&gpt2, 1);
+    let rows = |n: usize, seed: usize| -> String {
+        (0..n)
+            .map(|i| {
+                let label = if (i + seed).is_multiple_of(2) {
+                    "fox"
+                } else {
+                    "dog"
+                };
+                let text = format!("Line {i}: the {label}{}", " jumps".repeat((i + seed) % 4));
+                format!("{{\"text\": \"{text}\", \"label\": \"{label}\"}}\n")
+            })
+            .collect()
+    };
+    let (train, eval) = (dir.join("train.jsonl"), dir.join("eval.jsonl"));
+    std::fs::write(&train, rows(10, 0)).unwrap();
+    std::fs::write(&eval, rows(6, 1)).unwrap();
+    check_finetune(
+        &dir.join("cls"),
+        FinetuneTask::Classify,
+        &gpt2.output,
+        (&train, &eval),
+        &["loss", "grad_norm", "eval_loss", "eval_accuracy"],
     );
 }
 

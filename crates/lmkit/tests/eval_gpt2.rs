@@ -1,7 +1,7 @@
 //! GPT-2 evaluation and LM fine-tuning end to end on a small random GPT-2
 //! with the real GPT-2 vocabulary (assets/gpt2): LAMBADA scoring against a
 //! direct computation from full-sequence logits, TL;DR summaries with
-//! ROUGE, and `finetune_lm` lowering the held-out loss of real text.
+//! ROUGE, and `finetune --task lm` lowering the held-out loss of real text.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ use lmkit::eval::run::{eval_lambada, eval_summarize, SummarizeOptions};
 use lmkit::eval::summarize::{first_sentences, read_summarize};
 use lmkit::models::gpt2::Gpt2;
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
-use lmkit::recipes::finetune::{finetune_lm, FinetuneOptions};
+use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
 use lmkit::spec::{Architecture, Gpt2Config};
 use lmkit_tokenizers::BpeTokenizer;
 
@@ -218,7 +218,8 @@ fn lm_finetuning_lowers_held_out_loss() {
         ..FinetuneOptions::default()
     };
     // Loss of the untouched model on the eval text, from a 0-step run's evaluation...
-    let before = finetune_lm(
+    let before = finetune(
+        FinetuneTask::Lm,
         &model,
         &train,
         Some(&eval),
@@ -232,7 +233,16 @@ fn lm_finetuning_lowers_held_out_loss() {
     )
     .unwrap();
     let l0 = before.last_eval.unwrap()["eval_loss"].as_f64().unwrap();
-    let s = finetune_lm(&model, &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::Lm,
+        &model,
+        &train,
+        Some(&eval),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.epochs_done, 3);
     assert_eq!(s.steps % 3, 0, "{} steps are not 3 equal epochs", s.steps);
     assert!(s.steps >= 12, "{} steps", s.steps);

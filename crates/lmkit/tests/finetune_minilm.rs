@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use lmkit::data::squad::read_squad;
 use lmkit::models::bert::Bert;
 use lmkit::models::bert::BertPipeline;
-use lmkit::recipes::finetune::{
-    finetune_classify, finetune_qa, finetune_token_classify, FinetuneOptions,
-};
+use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
 use lmkit::spec::names::Architecture;
 
 fn root() -> PathBuf {
@@ -57,7 +55,16 @@ fn minilm_learns_prose_vs_code_from_a_slice() {
         max_seq_len: 64,
         ..FinetuneOptions::default()
     };
-    let s = finetune_classify(&minilm(), &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::Classify,
+        &minilm(),
+        &train,
+        Some(&eval),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.steps, 16);
     let ev = s.last_eval.unwrap();
     let acc = ev["eval_accuracy"].as_f64().unwrap();
@@ -115,8 +122,16 @@ fn minilm_learns_to_tag_code_and_numbers_in_prose() {
         max_seq_len: 64,
         ..FinetuneOptions::default()
     };
-    let s =
-        finetune_token_classify(&minilm(), &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::TokenClassify,
+        &minilm(),
+        &train,
+        Some(&eval),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.steps, 75);
     let ev = s.last_eval.unwrap();
     assert_eq!(ev["eval_examples"], 120);
@@ -154,7 +169,16 @@ fn minilm_squad_end_to_end_on_real_paragraphs() {
         max_steps: Some(3),
         ..FinetuneOptions::default()
     };
-    let s = finetune_qa(&minilm(), &data, Some(&data), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::Qa,
+        &minilm(),
+        &data,
+        Some(&data),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.steps, 3);
     let ev = s.last_eval.unwrap();
     assert_eq!(ev["eval_examples"], 51);

@@ -15,8 +15,7 @@ use lmkit::checkpoint::save_params;
 use lmkit::models::bert::Bert;
 use lmkit::models::gpt2::Gpt2;
 use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_qa, finetune_token_classify, FinetuneOptions,
-    FinetuneSummary, StopRequest,
+    finetune, FinetuneOptions, FinetuneSummary, FinetuneTask, StopRequest,
 };
 use lmkit::spec::Gpt2Config;
 use lmkit::train::{list_checkpoints, read_metrics, read_train_state};
@@ -193,7 +192,15 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     std::fs::write(&eval, animal_place_rows(12, 5)).unwrap();
     let model = fixture("bert-tiny-pretraining");
     let run = |out: &Path, o: &FinetuneOptions| {
-        finetune_classify(&model, &train, Some(&eval), out, o, &mut |_| {})
+        finetune(
+            FinetuneTask::Classify,
+            &model,
+            &train,
+            Some(&eval),
+            out,
+            o,
+            &mut |_| {},
+        )
     };
     // 44 examples / 8: 6 steps an epoch (the last batch of 4); stop at 4.
     let split = check_exact_resume(&dir, &run, &small(), 4);
@@ -251,12 +258,13 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
             }),
         )
         .unwrap_err(),
-        "`batch_size` 4 differs",
+        "`batch_size` 4 on 1 rank(s) is a global batch of 4, the run in",
     );
     let other = dir.join("other.jsonl");
     std::fs::write(&other, animal_place_rows(44, 1)).unwrap();
     refused(
-        finetune_classify(
+        finetune(
+            FinetuneTask::Classify,
             &model,
             &other,
             Some(&eval),
@@ -268,11 +276,21 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
         "`train`",
     );
     refused(
-        finetune_classify(&model, &train, None, &out, &resume(small()), &mut |_| {}).unwrap_err(),
+        finetune(
+            FinetuneTask::Classify,
+            &model,
+            &train,
+            None,
+            &out,
+            &resume(small()),
+            &mut |_| {},
+        )
+        .unwrap_err(),
         "`eval`",
     );
     refused(
-        finetune_classify(
+        finetune(
+            FinetuneTask::Classify,
             &fixture("bert-tiny-bare"),
             &train,
             Some(&eval),
@@ -284,7 +302,16 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
         "`model`",
     );
     refused(
-        finetune_qa(&model, &train, None, &out, &resume(small()), &mut |_| {}).unwrap_err(),
+        finetune(
+            FinetuneTask::Qa,
+            &model,
+            &train,
+            None,
+            &out,
+            &resume(small()),
+            &mut |_| {},
+        )
+        .unwrap_err(),
         "`task` qa",
     );
     // Without `resume` the run is not started over unless asked.
@@ -398,7 +425,15 @@ fn gpt2_lm_and_classify_resume_exactly() {
     std::fs::write(&train, &text).unwrap();
     std::fs::write(&eval, &text[..600]).unwrap();
     let lm = |out: &Path, o: &FinetuneOptions| {
-        finetune_lm(&model, &train, Some(&eval), out, o, &mut |_| {})
+        finetune(
+            FinetuneTask::Lm,
+            &model,
+            &train,
+            Some(&eval),
+            out,
+            o,
+            &mut |_| {},
+        )
     };
     // 3,300-odd tokens in blocks of 16: 200-odd blocks, 26 steps an epoch.
     check_exact_resume(&dir.join("lm"), &lm, &small(), 5);
@@ -407,7 +442,15 @@ fn gpt2_lm_and_classify_resume_exactly() {
     std::fs::write(&ctrain, animal_place_rows(36, 0)).unwrap();
     std::fs::write(&ceval, animal_place_rows(10, 3)).unwrap();
     let cls = |out: &Path, o: &FinetuneOptions| {
-        finetune_classify(&model, &ctrain, Some(&ceval), out, o, &mut |_| {})
+        finetune(
+            FinetuneTask::Classify,
+            &model,
+            &ctrain,
+            Some(&ceval),
+            out,
+            o,
+            &mut |_| {},
+        )
     };
     check_exact_resume(&dir.join("cls"), &cls, &small(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -441,7 +484,15 @@ fn bert_qa_and_token_classify_resume_exactly() {
     std::fs::write(&qtrain, tiny_squad(30)).unwrap();
     std::fs::write(&qeval, tiny_squad(6)).unwrap();
     let qa = |out: &Path, o: &FinetuneOptions| {
-        finetune_qa(&model, &qtrain, Some(&qeval), out, o, &mut |_| {})
+        finetune(
+            FinetuneTask::Qa,
+            &model,
+            &qtrain,
+            Some(&qeval),
+            out,
+            o,
+            &mut |_| {},
+        )
     };
     let qa_opts = FinetuneOptions {
         max_seq_len: 24,
@@ -473,7 +524,15 @@ fn bert_qa_and_token_classify_resume_exactly() {
     std::fs::write(&ttrain, conll(40)).unwrap();
     std::fs::write(&teval, conll(10)).unwrap();
     let tag = |out: &Path, o: &FinetuneOptions| {
-        finetune_token_classify(&model, &ttrain, Some(&teval), out, o, &mut |_| {})
+        finetune(
+            FinetuneTask::TokenClassify,
+            &model,
+            &ttrain,
+            Some(&teval),
+            out,
+            o,
+            &mut |_| {},
+        )
     };
     check_exact_resume(&dir.join("ner"), &tag, &small(), 3);
     std::fs::remove_dir_all(&dir).unwrap();

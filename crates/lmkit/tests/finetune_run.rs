@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 
 use lmkit::data::squad::read_squad;
 use lmkit::models::bert::Bert;
-use lmkit::recipes::finetune::{
-    finetune_classify, finetune_lm, finetune_qa, qa_train_features, FinetuneOptions,
-};
+use lmkit::recipes::finetune::{finetune, qa_train_features, FinetuneOptions, FinetuneTask};
 use lmkit::spec::names::Architecture;
 use lmkit::train::read_metrics;
 use lmkit::util::Rng;
@@ -109,7 +107,8 @@ fn tiny_classifier_learns_and_saves_an_hf_checkpoint() {
         ..FinetuneOptions::default()
     };
     let mut events = 0;
-    let s = finetune_classify(
+    let s = finetune(
+        FinetuneTask::Classify,
         &fixture("bert-tiny-pretraining"),
         &train,
         Some(&eval),
@@ -178,7 +177,8 @@ fn wrong_architecture_and_labels_are_clear_errors() {
         ..FinetuneOptions::default()
     };
     // classify takes both families (GPT-2 in gpt2_heads.rs); qa is BERT's.
-    let err = finetune_qa(
+    let err = finetune(
+        FinetuneTask::Qa,
         &fixture("gpt2-tiny"),
         &train,
         None,
@@ -192,7 +192,8 @@ fn wrong_architecture_and_labels_are_clear_errors() {
         err.contains("`task` qa needs a BERT checkpoint") && err.contains("GPT-2"),
         "{err}"
     );
-    let err = finetune_lm(
+    let err = finetune(
+        FinetuneTask::Lm,
         &fixture("bert-tiny-bare"),
         &train,
         None,
@@ -209,7 +210,8 @@ fn wrong_architecture_and_labels_are_clear_errors() {
         "{\"text\": \"a good day\", \"label\": \"pos\"}\n{\"text\": \"a bad day\", \"label\": \"awful\"}\n",
     )
     .unwrap();
-    let err = finetune_classify(
+    let err = finetune(
+        FinetuneTask::Classify,
         &fixture("bert-tiny-classify"),
         &train,
         None,
@@ -269,7 +271,8 @@ fn tiny_qa_trains_and_answers() {
         ..FinetuneOptions::default()
     };
     // From a bare BertModel: the QA head is new, the pooler is dropped.
-    let s = finetune_qa(
+    let s = finetune(
+        FinetuneTask::Qa,
         &fixture("bert-tiny-bare"),
         &train,
         Some(&eval),

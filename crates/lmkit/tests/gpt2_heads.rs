@@ -444,7 +444,7 @@ fn double_heads_config_is_checked() {
 #[test]
 #[ignore = "about 85 s on 2 shared cores (a 50257-token LM head for the auxiliary loss); run with --ignored"]
 fn random_small_gpt2_learns_prose_vs_code() {
-    use lmkit::recipes::finetune::{finetune_classify, FinetuneOptions};
+    use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let vocab = root.join("assets/gpt2");
     assert!(
@@ -487,7 +487,16 @@ fn random_small_gpt2_learns_prose_vs_code() {
         ..FinetuneOptions::default()
     };
     assert_eq!(opts.lm_coef, 0.5, "GPT-1's default");
-    let s = finetune_classify(&base, &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::Classify,
+        &base,
+        &train,
+        Some(&eval),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.steps, 50);
     let ev = s.last_eval.unwrap();
     let acc = ev["eval_accuracy"].as_f64().unwrap();
@@ -532,7 +541,7 @@ fn random_small_gpt2_learns_prose_vs_code() {
 fn random_small_gpt2_learns_multiple_choice_prose_or_code() {
     use lmkit::data::multiple_choice::read_multiple_choice;
     use lmkit::eval::run::eval_multiple_choice_dir;
-    use lmkit::recipes::finetune::{finetune_multiple_choice, FinetuneOptions};
+    use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let vocab = root.join("assets/gpt2");
     assert!(
@@ -573,7 +582,16 @@ fn random_small_gpt2_learns_multiple_choice_prose_or_code() {
         ..FinetuneOptions::default()
     };
     let t0 = std::time::Instant::now();
-    let s = finetune_multiple_choice(&base, &train, Some(&eval), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::MultipleChoice,
+        &base,
+        &train,
+        Some(&eval),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     let ev = s.last_eval.unwrap();
     eprintln!(
         "prose or code, GPT-2 random init: {} steps in {:.0} s, eval {ev:?}",

@@ -11,7 +11,7 @@ use lmkit::data::multiple_choice::{read_multiple_choice, MAX_CHOICES};
 use lmkit::eval::run::eval_multiple_choice_dir;
 use lmkit::models::bert::{Bert, BertActivations, BertBatch};
 use lmkit::models::gpt2::classify::encode_choice;
-use lmkit::recipes::finetune::{finetune_multiple_choice, FinetuneOptions};
+use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
 use lmkit::spec::names::Architecture;
 use lmkit::spec::AnyConfig;
 
@@ -260,12 +260,29 @@ fn bert_recipe_saves_a_multiple_choice_model_that_evaluates_alike() {
     // A sequence classifier's head (2 rows) is no multiple-choice head (1 row):
     // said before anything is written.
     let clf = fixture("bert-tiny-classify");
-    let e = finetune_multiple_choice(&clf, &train, None, &out, &opts, &mut |_| {}).unwrap_err();
+    let e = finetune(
+        FinetuneTask::MultipleChoice,
+        &clf,
+        &train,
+        None,
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("sequence classifier"), "{e}");
     assert!(!out.join("model.safetensors").exists());
     let base = fixture("bert-tiny-bare");
-    let s =
-        finetune_multiple_choice(&base, &train, Some(&train), &out, &opts, &mut |_| {}).unwrap();
+    let s = finetune(
+        FinetuneTask::MultipleChoice,
+        &base,
+        &train,
+        Some(&train),
+        &out,
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(s.steps, 2);
     let ev = s.last_eval.unwrap();
     assert_eq!(ev["eval_examples"], 6);
@@ -323,7 +340,8 @@ fn minilm_picks_the_next_sentence() {
         ..FinetuneOptions::default()
     };
     let t0 = std::time::Instant::now();
-    let s = finetune_multiple_choice(
+    let s = finetune(
+        FinetuneTask::MultipleChoice,
         &minilm,
         &story("train"),
         Some(&story("eval")),

@@ -12,7 +12,7 @@ use lmkit::data::classify_data::{read_classify_jsonl, read_regression_jsonl};
 use lmkit::eval::run::{encode_classify, eval_regression};
 use lmkit::eval::{average_ranks, pearson, regression_scores, spearman};
 use lmkit::models::bert::{Bert, BertPipeline, BertTargets, BertTrainBatch, BertTrainer};
-use lmkit::recipes::finetune::{finetune_regression, FinetuneOptions};
+use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
 use lmkit::spec::names::Architecture;
 use lmkit::train::read_metrics;
 use lmkit::util::Rng;
@@ -287,7 +287,8 @@ fn tiny_regression_learns_and_saves_an_hf_checkpoint() {
         ..FinetuneOptions::default()
     };
     // From a BertForPreTraining checkpoint: a new one-output classifier.
-    let s = finetune_regression(
+    let s = finetune(
+        FinetuneTask::Regression,
         &fixture("bert-tiny-pretraining"),
         &train,
         Some(&eval),
@@ -361,7 +362,16 @@ fn tiny_regression_learns_and_saves_an_hf_checkpoint() {
         max_steps: Some(1),
         ..opts.clone()
     };
-    finetune_regression(&out, &train, None, &again, &one, &mut |_| {}).unwrap();
+    finetune(
+        FinetuneTask::Regression,
+        &out,
+        &train,
+        None,
+        &again,
+        &one,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(
         json(&again.join("config.json"))["problem_type"],
         "regression"
@@ -378,7 +388,8 @@ fn regression_errors_are_clear() {
         ..FinetuneOptions::default()
     };
     // A three-label classifier is not a regression model.
-    let e = finetune_regression(
+    let e = finetune(
+        FinetuneTask::Regression,
         &fixture("bert-tiny-classify"),
         &train,
         None,
@@ -392,7 +403,8 @@ fn regression_errors_are_clear() {
         e.contains("its classifier has 3 outputs (neg, neu, pos); regression needs one"),
         "{e}"
     );
-    let e = finetune_regression(
+    let e = finetune(
+        FinetuneTask::Regression,
         &fixture("gpt2-tiny"),
         &train,
         None,
@@ -464,7 +476,8 @@ fn minilm_learns_sts_like_scores() {
         ..FinetuneOptions::default()
     };
     let t0 = std::time::Instant::now();
-    let s = finetune_regression(
+    let s = finetune(
+        FinetuneTask::Regression,
         &minilm,
         &data.join("replaced.train.jsonl"),
         Some(&data.join("replaced.eval.jsonl")),

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::recipes::finetune::{
-    finetune, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
+    finetune_on, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
 };
 use lmkit::recipes::RecipeError;
 use serde_json::Value;
@@ -112,6 +112,8 @@ pub struct Args {
     /// same inputs (GPT-1's L2 + λ·L1); 0 = off.
     #[arg(long, default_value_t = 0.5)]
     pub lm_coef: f32,
+    #[command(flatten)]
+    pub dist: crate::distributed::DistArgs,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -136,14 +138,20 @@ pub fn run(a: Args) -> Result<()> {
         resume: a.resume,
         save_every: a.save_every,
         keep: a.keep,
+        shard_optimizer: a.dist.shard_optimizer,
         stop: StopRequest::new(crate::interrupt::requested),
         ..FinetuneOptions::default()
     };
+    // `mpirun -np N lmkit finetune ...`: one rank of a data-parallel run;
+    // rank 0 prints and writes.
+    let comm = a.dist.communicator()?;
+    let root = comm.is_root();
     crate::interrupt::install();
     let pb = crate::progress::Progress::new(
         "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
     );
     let mut on_event = |e: FinetuneEvent| match e {
+        _ if !root => {}
         FinetuneEvent::Start {
             description,
             train_examples,
@@ -191,13 +199,14 @@ pub fn run(a: Args) -> Result<()> {
         FinetuneEvent::Note(n) => pb.line(&n),
     };
     let eval = a.eval.as_deref();
-    let summary = finetune(
+    let summary = finetune_on(
         a.task,
         &dir,
         &a.train,
         eval,
         &a.output,
         &opts,
+        comm.as_ref(),
         &mut on_event,
     )
     .map_err(|e| match e {
@@ -208,7 +217,10 @@ pub fn run(a: Args) -> Result<()> {
     })
     .with_context(|| format!("fine-tuning {}", dir.display()));
     pb.finish();
-    let summary = summary?;
+    let summary = crate::distributed::or_abort(comm.as_ref(), summary)?;
+    if !root {
+        return Ok(());
+    }
     if a.json {
         let j = summary.to_json();
         println!("{j}");

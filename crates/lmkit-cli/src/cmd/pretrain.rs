@@ -10,7 +10,6 @@ use lmkit::recipes::pretrain::{
 use lmkit::spec::{Family, ScheduleKind};
 use lmkit::util::comm::Communicator;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
@@ -145,16 +144,8 @@ pub struct Args {
     /// max_shard_size: model-0000K-of-0000N.safetensors + model.safetensors.index.json.
     #[arg(long, value_parser = lmkit::util::size::parse_byte_size)]
     pub max_shard_size: Option<u64>,
-    /// Data-parallel runs (`mpirun -np N lmkit pretrain ...`, gpt2): each rank
-    /// keeps the AdamW moments of 1/N of the parameters (ZeRO stage 1); the
-    /// same weights.
-    #[arg(long)]
-    pub shard_optimizer: bool,
-    /// Data-parallel runs: a collective that waits longer than this many
-    /// seconds for the other ranks (one died or stalled) ends the job; it must
-    /// exceed the time rank 0 takes to save a checkpoint.
-    #[arg(long, default_value_t = 600.0)]
-    pub comm_timeout: f64,
+    #[command(flatten)]
+    pub dist: crate::distributed::DistArgs,
 }
 
 /// The library options these flags describe.
@@ -210,7 +201,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         sample_tokens: a.sample_tokens,
         overlap_filter: a.overlap_filter,
         max_shard_size: a.max_shard_size,
-        shard_optimizer: a.shard_optimizer,
+        shard_optimizer: a.dist.shard_optimizer,
     })
 }
 
@@ -228,10 +219,7 @@ pub fn run(args: Args) -> Result<()> {
 /// The whole pretraining run, with progress on stderr.
 pub fn run_training(args: &Args) -> Result<PretrainSummary> {
     let opts = options(args)?;
-    if !(args.comm_timeout.is_finite() && args.comm_timeout > 0.0) {
-        bail!("--comm-timeout {}: expected seconds > 0", args.comm_timeout);
-    }
-    let comm = crate::distributed::communicator(Duration::from_secs_f64(args.comm_timeout))?;
+    let comm = args.dist.communicator()?;
     let r = train_on(args, &opts, comm.as_ref());
     crate::distributed::or_abort(comm.as_ref(), r)
 }

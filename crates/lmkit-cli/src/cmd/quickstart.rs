@@ -129,8 +129,6 @@ pub fn run(args: Args) -> Result<()> {
         save_every: (!resume).then_some((total / 3).max(1)),
         seed: Some(1337),
         resume,
-        // The flag's own default (Args::default() would give 0).
-        comm_timeout: 600.0,
         ..Default::default()
     };
     let summary = pretrain::run_training(&p)?;

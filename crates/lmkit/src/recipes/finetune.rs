@@ -27,6 +27,7 @@
 //!
 //! Shape legend: B batch, T sequence.
 
+use crate::util::comm::{Communicator, SingleProcess};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -219,6 +220,10 @@ pub struct FinetuneOptions {
     pub save_every: Option<u64>,
     /// Checkpoints kept (at least 1).
     pub keep: usize,
+    /// Data-parallel runs ([`finetune_on`] over several ranks): each rank
+    /// keeps the optimizer moments of its share of the parameters (ZeRO
+    /// stage 1); the same weights as without.
+    pub shard_optimizer: bool,
     /// Polled after every step; see [`StopRequest`].
     #[serde(skip)]
     pub stop: StopRequest,
@@ -250,6 +255,7 @@ impl Default for FinetuneOptions {
             resume: false,
             save_every: None,
             keep: 2,
+            shard_optimizer: false,
             stop: StopRequest::default(),
         }
     }
@@ -333,6 +339,38 @@ pub fn finetune(
     opts: &FinetuneOptions,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
+    finetune_on(
+        task,
+        model_dir,
+        train,
+        eval,
+        output,
+        opts,
+        &SingleProcess,
+        on_event,
+    )
+}
+
+/// [`finetune`] as one rank of a data-parallel job over `comm` (every rank
+/// calls it with the same arguments): `batch_size` is per rank, each rank
+/// trains on its share of every global batch of `batch_size` × ranks
+/// examples (the epoch's order is one process's), every loss term is a mean
+/// over the global batch ([`crate::models::Trainable::loss_counts`]), so the
+/// steps are one process's with the global batch. Every rank evaluates the
+/// whole evaluation set (the same weights give the same scores); rank 0
+/// alone writes the output folder. A checkpoint resumes on any number of
+/// ranks that keeps the global batch.
+#[allow(clippy::too_many_arguments)]
+pub fn finetune_on(
+    task: FinetuneTask,
+    model_dir: &Path,
+    train: &Path,
+    eval: Option<&Path>,
+    output: &Path,
+    opts: &FinetuneOptions,
+    comm: &dyn Communicator,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) -> Result<FinetuneSummary> {
     let run = match task {
         FinetuneTask::Classify => finetune_classify,
         FinetuneTask::Qa => finetune_qa,
@@ -341,7 +379,7 @@ pub fn finetune(
         FinetuneTask::Regression => finetune_regression,
         FinetuneTask::MultipleChoice => finetune_multiple_choice,
     };
-    run(model_dir, train, eval, output, opts, on_event)
+    run(model_dir, train, eval, output, opts, comm, on_event)
 }
 
 /// Reads `dir/config.json`, demanding the `family` task `task` needs.
@@ -459,6 +497,8 @@ fn check_opts(opts: &FinetuneOptions) -> Result<()> {
 /// One fine-tuning run: what it starts from, on what data, into which
 /// folder; recorded in its checkpoints and checked on `resume`.
 struct Job<'a> {
+    /// The ranks of a data-parallel run (one process: [`SingleProcess`]).
+    comm: &'a dyn Communicator,
     model_dir: &'a Path,
     train: &'a Path,
     eval: Option<&'a Path>,
@@ -483,7 +523,11 @@ struct RunRecord {
     train: String,
     eval: Option<String>,
     epochs: usize,
+    /// Per rank.
     batch_size: usize,
+    /// Ranks of the data-parallel run; 1 in checkpoints from before.
+    #[serde(default = "super::pretrain_options::one")]
+    ranks: usize,
     lr: f32,
     warmup_ratio: f64,
     max_seq_len: usize,
@@ -521,9 +565,11 @@ impl<'a> Job<'a> {
         eval: Option<&'a Path>,
         output: &'a Path,
         opts: &FinetuneOptions,
+        comm: &'a dyn Communicator,
     ) -> Result<Self> {
         check_opts(opts)?;
         let mut job = Job {
+            comm,
             model_dir,
             train,
             eval,
@@ -538,6 +584,7 @@ impl<'a> Job<'a> {
                 eval: eval.map(fingerprint).transpose()?,
                 epochs: opts.epochs,
                 batch_size: opts.batch_size,
+                ranks: comm.world_size(),
                 lr: opts.lr,
                 warmup_ratio: opts.warmup_ratio,
                 max_seq_len: opts.max_seq_len,
@@ -608,6 +655,8 @@ impl<'a> Job<'a> {
             })?;
         let given = RunRecord {
             examples: examples.unwrap_or(saved.examples),
+            // Compared as the global batch.
+            ranks: self.record.ranks,
             ..self.record.clone()
         };
         let out = self.output.display();
@@ -638,12 +687,19 @@ impl<'a> Job<'a> {
             )));
         }
         pick("epochs", Some(given.epochs), Some(saved.epochs), 0)?;
-        pick(
-            "batch_size",
-            Some(given.batch_size),
-            Some(saved.batch_size),
-            0,
-        )?;
+        let global = |r: &RunRecord| r.batch_size * r.ranks.max(1);
+        if global(&given) != global(&saved) {
+            return Err(invalid(format!(
+                "`batch_size` {} on {} rank(s) is a global batch of {}, the run in {out} had {} \
+                 ({} x {} ranks); an exact resume keeps the global batch",
+                given.batch_size,
+                given.ranks,
+                global(&given),
+                global(&saved),
+                saved.batch_size,
+                saved.ranks
+            )));
+        }
         pick("lr", Some(given.lr), Some(saved.lr), 0.0)?;
         pick(
             "warmup_ratio",
@@ -721,11 +777,18 @@ fn save_gpt2(
 }
 
 /// Fine-tuning's part of a [`Runner`] run: epochs of a fresh permutation of
-/// the examples drawn from `(seed, epoch)`, `batch_size` at a time (the last
-/// batch of an epoch may be smaller), evaluation after every epoch.
+/// the examples drawn from `(seed, epoch)`, `b` (the global batch) at a time
+/// (the last batch of an epoch may be smaller), evaluation after every
+/// epoch. Rank `rank` of a data-parallel run takes `rank_b` examples of
+/// each batch, from `rank × rank_b` on (none of a short last batch that
+/// ends before).
 struct EpochTask<'a, M: Trainable> {
     n: usize,
     b: usize,
+    rank_b: usize,
+    rank: usize,
+    /// Whether this rank got examples of the batch just drawn.
+    rows: bool,
     seed: u64,
     per_epoch: u64,
     epoch: u64,
@@ -760,10 +823,19 @@ impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
             self.order = Self::order(self.n, self.seed, self.epoch);
         }
         let end = (self.cursor + self.b).min(self.n);
-        (self.fill)(&self.order[self.cursor..end], batch);
+        let lo = (self.cursor + self.rank * self.rank_b).min(end);
+        let hi = (lo + self.rank_b).min(end);
+        self.rows = lo < hi;
+        if self.rows {
+            (self.fill)(&self.order[lo..hi], batch);
+        }
         self.last_batch = end - self.cursor;
         self.cursor = end;
         Ok(())
+    }
+
+    fn has_rows(&self) -> bool {
+        self.rows
     }
 
     fn position(&self) -> DataPosition {
@@ -823,11 +895,14 @@ fn run_loop<'a, M: Trainable>(
     save: &'a SaveFn<'a, M>,
     description: String,
     eval_examples: usize,
-    job: Job,
+    mut job: Job,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     let output = job.output;
-    let b = opts.batch_size;
+    let comm = job.comm;
+    let root = comm.is_root();
+    // `b`: the global batch, `opts.batch_size` per rank.
+    let b = opts.batch_size * comm.world_size();
     let per_epoch = n_examples.div_ceil(b) as u64;
     let schedule_steps = per_epoch * opts.epochs as u64;
     let total = opts
@@ -850,22 +925,40 @@ fn run_loop<'a, M: Trainable>(
     state.optim = optim;
     state.extra = json!({ "finetune": record });
     let ckpt_root = output.join("checkpoints");
-    std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
-        path: output.to_path_buf(),
-        source,
-    })?;
-    if job.resume.is_none() {
-        // `overwrite`: an earlier run's checkpoints would pass for this one's.
-        for (_, d) in list_checkpoints(&ckpt_root)? {
-            std::fs::remove_dir_all(&d).map_err(|source| RecipeError::Io { path: d, source })?;
+    // Every rank has checked (and on resume read) the folder before rank 0,
+    // alone, writes it.
+    comm.barrier();
+    let mut metrics = if root {
+        std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
+            path: output.to_path_buf(),
+            source,
+        })?;
+        if job.resume.is_none() {
+            // `overwrite`: an earlier run's checkpoints would pass for this one's.
+            for (_, d) in list_checkpoints(&ckpt_root)? {
+                std::fs::remove_dir_all(&d)
+                    .map_err(|source| RecipeError::Io { path: d, source })?;
+            }
         }
+        let metrics_path = output.join("metrics.jsonl");
+        Some(
+            MetricsWriter::open(&metrics_path, job.resume.as_ref().map(|_| state.step)).map_err(
+                |source| RecipeError::Io {
+                    path: metrics_path,
+                    source,
+                },
+            )?,
+        )
+    } else {
+        None
+    };
+    if comm.world_size() > 1 {
+        job.notes.push(format!(
+            "data-parallel: {} ranks x {} examples = a global batch of {b}",
+            comm.world_size(),
+            opts.batch_size
+        ));
     }
-    let metrics_path = output.join("metrics.jsonl");
-    let mut metrics = MetricsWriter::open(&metrics_path, job.resume.as_ref().map(|_| state.step))
-        .map_err(|source| RecipeError::Io {
-        path: metrics_path,
-        source,
-    })?;
     for n in job.notes {
         on_event(FinetuneEvent::Note(n));
     }
@@ -880,6 +973,9 @@ fn run_loop<'a, M: Trainable>(
     let mut task = EpochTask::<M> {
         n: n_examples,
         b,
+        rank_b: opts.batch_size,
+        rank: comm.rank(),
+        rows: true,
         seed: opts.seed,
         per_epoch,
         epoch,
@@ -911,9 +1007,12 @@ fn run_loop<'a, M: Trainable>(
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
-        metrics: Some(&mut metrics),
+        metrics: metrics.as_mut(),
         config: &config,
-        parallel: DataParallel::SINGLE,
+        parallel: DataParallel {
+            comm,
+            shard_optimizer: opts.shard_optimizer,
+        },
     };
     let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
     let run = runner.run(
@@ -1032,15 +1131,24 @@ fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
 /// from a GPT-2 (the family is read from its config.json). Labels come from
 /// the checkpoint when it already has a classifier (its `id2label`), else
 /// from the training file.
-pub fn finetune_classify(
+fn finetune_classify(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    let job = Job::start(FinetuneTask::Classify, model_dir, train, eval, output, opts)?;
+    let job = Job::start(
+        FinetuneTask::Classify,
+        model_dir,
+        train,
+        eval,
+        output,
+        opts,
+        comm,
+    )?;
     let mut config = match read_config(model_dir, None)? {
         AnyConfig::Bert(c) => c,
         AnyConfig::Gpt2(c) => {
@@ -1131,12 +1239,13 @@ pub fn finetune_classify(
 /// `{0: "LABEL_0"}` unless the checkpoint already names its one output)
 /// and `problem_type` regression. A checkpoint whose classifier has more
 /// than one output is an error.
-pub fn finetune_regression(
+fn finetune_regression(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     let job = Job::start(
@@ -1146,6 +1255,7 @@ pub fn finetune_regression(
         eval,
         output,
         opts,
+        comm,
     )?;
     let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "regression")? else {
         unreachable!("task_config checked the family")
@@ -1376,12 +1486,13 @@ fn finetune_gpt2_classify(
 /// the BERT checkpoint in `model_dir`. Tags come from the checkpoint when it
 /// is already a token classifier (its `id2label`), else from the training
 /// file (sorted).
-pub fn finetune_token_classify(
+fn finetune_token_classify(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     let job = Job::start(
@@ -1391,6 +1502,7 @@ pub fn finetune_token_classify(
         eval,
         output,
         opts,
+        comm,
     )?;
     let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "token-classify")?
     else {
@@ -1487,12 +1599,13 @@ pub fn finetune_token_classify(
 /// `classifier` [1, C], cross-entropy over the K scores), or
 /// `GPT2DoubleHeadsModel` from a GPT-2 (see [`finetune_gpt2_multiple_choice`]).
 /// The evaluation file may have another K than the training file.
-pub fn finetune_multiple_choice(
+fn finetune_multiple_choice(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
     let job = Job::start(
@@ -1502,6 +1615,7 @@ pub fn finetune_multiple_choice(
         eval,
         output,
         opts,
+        comm,
     )?;
     let config = match read_config(model_dir, None)? {
         AnyConfig::Bert(c) => c,
@@ -1803,15 +1917,16 @@ pub fn qa_train_features(
 }
 
 /// Fine-tunes `BertForQuestionAnswering` on SQuAD v1.1 data.
-pub fn finetune_qa(
+fn finetune_qa(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    let job = Job::start(FinetuneTask::Qa, model_dir, train, eval, output, opts)?;
+    let job = Job::start(FinetuneTask::Qa, model_dir, train, eval, output, opts, comm)?;
     let AnyConfig::Bert(config) = task_config(model_dir, Family::Bert, "qa")? else {
         unreachable!("task_config checked the family")
     };
@@ -1918,15 +2033,16 @@ fn lm_blocks(path: &Path, tok: &BpeTokenizer, t: usize) -> Result<Vec<Vec<u32>>>
 
 /// Causal-LM fine-tuning of a GPT-2 checkpoint (HF `run_clm`: text grouped
 /// into blocks of `max_seq_len`).
-pub fn finetune_lm(
+fn finetune_lm(
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
     output: &Path,
     opts: &FinetuneOptions,
+    comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    let job = Job::start(FinetuneTask::Lm, model_dir, train, eval, output, opts)?;
+    let job = Job::start(FinetuneTask::Lm, model_dir, train, eval, output, opts, comm)?;
     let AnyConfig::Gpt2(config) = task_config(model_dir, Family::Gpt2, "lm")? else {
         unreachable!("task_config checked the family")
     };

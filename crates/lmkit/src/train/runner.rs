@@ -41,6 +41,12 @@ pub trait RunTask<M: Trainable> {
 
     /// Fills `batch` with the next micro-batch and advances the data position.
     fn next_batch(&mut self, batch: &mut M::Batch) -> Result<(), Self::Error>;
+    /// Whether the batch just drawn holds rows for this rank: a data-parallel
+    /// task whose last global batch of an epoch does not reach every rank
+    /// says `false` there (and leaves `batch` as it was).
+    fn has_rows(&self) -> bool {
+        true
+    }
     /// Where the data stands after the batches drawn so far (saved in checkpoints).
     fn position(&self) -> DataPosition;
     /// Adds recipe-specific fields to the row of the step just taken (e.g.
@@ -192,6 +198,7 @@ impl<M: Trainable> Runner<'_, M> {
                             data_err = Some(e);
                         }
                     }
+                    data_err.is_none() && task.has_rows()
                 },
                 &dp,
             );

@@ -178,11 +178,24 @@ pub fn train_step<M: Trainable>(
     batch: &mut M::Batch,
     next_batch: &mut dyn FnMut(&mut M::Batch),
 ) -> Result<StepStats, StepError> {
-    train_step_parallel(model, opt, cfg, batch, next_batch, &DataParallel::SINGLE)
+    train_step_parallel(
+        model,
+        opt,
+        cfg,
+        batch,
+        &mut |b| {
+            next_batch(b);
+            true
+        },
+        &DataParallel::SINGLE,
+    )
 }
 
 /// [`train_step`] on one rank of a data-parallel run: `next_batch` gives
-/// this rank's slice of each global micro-batch; `opt` holds this rank's
+/// this rank's slice of each global micro-batch, and says `false` when the
+/// slice is empty (the short last batch of an epoch; the rank then adds
+/// nothing to that micro-batch, which needs the model's
+/// [`Trainable::loss_counts`]); `opt` holds this rank's
 /// [`DataParallel::shard`] of the moments. The stats are the global ones
 /// (loss over every rank's tokens, tokens of the global batch).
 pub fn train_step_parallel<M: Trainable>(
@@ -190,7 +203,7 @@ pub fn train_step_parallel<M: Trainable>(
     opt: &mut OptimState,
     cfg: &OptimConfig,
     batch: &mut M::Batch,
-    next_batch: &mut dyn FnMut(&mut M::Batch),
+    next_batch: &mut dyn FnMut(&mut M::Batch) -> bool,
     dp: &DataParallel,
 ) -> Result<StepStats, StepError> {
     let k = cfg.grad_accum.max(1);
@@ -210,18 +223,31 @@ pub fn train_step_parallel<M: Trainable>(
     // global one, instead of being averaged.
     let mut weighted = false;
     for _ in 0..k {
-        next_batch(batch);
+        let rows = next_batch(batch);
         let mut counts = if world > 1 {
             model.loss_counts(batch)
         } else {
             Vec::new()
         };
         if counts.is_empty() {
+            if !rows {
+                return Err(crate::Error::InvalidInput(
+                    "a rank has no rows of a micro-batch, and the model's loss cannot be weighted \
+                     by its labels (no loss_counts): give every rank rows"
+                        .into(),
+                )
+                .into());
+            }
             loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
         } else {
             weighted = true;
+            if !rows {
+                counts.fill(0.0);
+            }
             timed(&mut || comm.all_reduce_sum_f64(&mut counts));
-            loss.add(model.forward_backward_over(batch, 1.0 / k as f32, &counts)?);
+            if rows {
+                loss.add(model.forward_backward_over(batch, 1.0 / k as f32, &counts)?);
+            }
         }
     }
     let mean = if world > 1 {

@@ -812,6 +812,36 @@ impl Trainable for Gpt2 {
         )
     }
 
+    fn loss_counts(&self, batch: &TokenBatch) -> Vec<f64> {
+        let n = batch.targets.iter().filter(|&&x| x != IGNORE_INDEX).count();
+        vec![n as f64]
+    }
+
+    /// The LM mean over `counts[0]` targets: the batch's own mean, rescaled.
+    fn forward_backward_over(
+        &mut self,
+        batch: &TokenBatch,
+        grad_scale: f32,
+        counts: &[f64],
+    ) -> crate::Result<LossParts> {
+        let &[global] = counts else {
+            return Err(crate::Error::InvalidInput(format!(
+                "{} loss counts for GPT-2's 1",
+                counts.len()
+            )));
+        };
+        let local = Trainable::loss_counts(self, batch)[0];
+        if local == 0.0 {
+            return Ok(LossParts { sum: 0.0, count: 1 });
+        }
+        let lp =
+            Trainable::forward_backward(self, batch, (grad_scale as f64 * local / global) as f32)?;
+        Ok(LossParts {
+            sum: lp.sum / global,
+            count: 1,
+        })
+    }
+
     fn evaluate(&mut self, batch: &TokenBatch) -> crate::Result<LossParts> {
         self.forward(&batch.inputs, Some(&batch.targets), batch.b, batch.t)
     }
@@ -918,11 +948,15 @@ impl Gpt2 {
     /// Forward (and with `grad_scale`, backward) of a task head plus
     /// `lm_coef` times the LM loss on the same rows; gradients ACCUMULATE
     /// d(`grad_scale` · (task mean + `lm_coef` · LM mean)).
+    ///
+    /// `den`: what the task and LM losses are means over, when not this
+    /// batch's own counts ([`Gpt2::task_loss_counts`] of a global batch).
     fn task_pass(
         &mut self,
         batch: &Gpt2TaskBatch,
         lm_coef: f32,
         grad_scale: Option<f32>,
+        den: Option<[f64; 2]>,
     ) -> crate::Result<TaskOutput> {
         let classes = self.check_task_batch(batch)?;
         if !(lm_coef >= 0.0 && lm_coef.is_finite()) {
@@ -958,7 +992,10 @@ impl Gpt2 {
                     targets[r * t + i] = batch.inputs[r * t + i + 1] as i32;
                 }
             }
-            out.lm = self.lm_loss(&targets, grad_scale.map(|g| g * lm_coef));
+            // lm_loss means over this batch's targets: rescale to `den`'s.
+            let local = batch.lens.iter().map(|&l| l - 1).sum::<usize>() as f64;
+            let adj = den.map_or(1.0, |d| if d[1] > 0.0 { local / d[1] } else { 0.0 });
+            out.lm = self.lm_loss(&targets, grad_scale.map(|g| g * lm_coef * adj as f32));
         }
         // Head: pooled [rows, C] → logits [rows, OC] (OC = L, or 1 per choice).
         let c = self.config.n_embd;
@@ -1010,7 +1047,7 @@ impl Gpt2 {
             examples,
             classes,
             IGNORE_INDEX,
-            grad_scale / examples as f32,
+            (grad_scale as f64 / den.map_or(examples as f64, |d| d[0])) as f32,
         );
         out.task = LossParts { sum, count };
         let mut dpooled = vec![0.0f32; rows * c];
@@ -1053,7 +1090,22 @@ impl Gpt2 {
         batch: &Gpt2TaskBatch,
         lm_coef: f32,
     ) -> crate::Result<TaskOutput> {
-        self.task_pass(batch, lm_coef, None)
+        self.task_pass(batch, lm_coef, None, None)
+    }
+
+    /// What the task loss and the LM loss of `batch` are means over: its
+    /// examples and (with `lm_coef` > 0) its LM targets.
+    pub fn task_loss_counts(batch: &Gpt2TaskBatch, lm_coef: f32) -> [f64; 2] {
+        let lm = if lm_coef > 0.0 {
+            batch
+                .lens
+                .iter()
+                .map(|&l| l.saturating_sub(1))
+                .sum::<usize>()
+        } else {
+            0
+        };
+        [batch.labels.len() as f64, lm as f64]
     }
 
     /// [`Gpt2::forward_task`] and its backward: ACCUMULATES into `grads`
@@ -1064,7 +1116,7 @@ impl Gpt2 {
         lm_coef: f32,
         grad_scale: f32,
     ) -> crate::Result<TaskOutput> {
-        self.task_pass(batch, lm_coef, Some(grad_scale))
+        self.task_pass(batch, lm_coef, Some(grad_scale), None)
     }
 }
 
@@ -1108,6 +1160,32 @@ impl Trainable for Gpt2TaskTrainer {
             .model
             .forward_backward_task(batch, self.lm_coef, grad_scale)?;
         Ok(combined(&out, self.lm_coef))
+    }
+
+    fn loss_counts(&self, batch: &Gpt2TaskBatch) -> Vec<f64> {
+        Gpt2::task_loss_counts(batch, self.lm_coef).to_vec()
+    }
+
+    fn forward_backward_over(
+        &mut self,
+        batch: &Gpt2TaskBatch,
+        grad_scale: f32,
+        counts: &[f64],
+    ) -> crate::Result<LossParts> {
+        let &[task, lm] = counts else {
+            return Err(crate::Error::InvalidInput(format!(
+                "{} loss counts for a GPT-2 task's 2",
+                counts.len()
+            )));
+        };
+        let out = self
+            .model
+            .task_pass(batch, self.lm_coef, Some(grad_scale), Some([task, lm]))?;
+        let over = |l: &LossParts, d: f64| if d > 0.0 { l.sum / d } else { 0.0 };
+        Ok(LossParts {
+            sum: over(&out.task, task) + self.lm_coef as f64 * over(&out.lm, lm),
+            count: 1,
+        })
     }
 
     fn evaluate(&mut self, batch: &Gpt2TaskBatch) -> crate::Result<LossParts> {
