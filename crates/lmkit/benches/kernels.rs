@@ -330,6 +330,87 @@ fn vocab(c: &mut Criterion) {
     g.finish();
 }
 
+/// The LM head + cross-entropy of a GPT-2 small training step's rows (a
+/// quarter of 4 × 512, to keep one iteration near a second on 2 cores):
+/// unfused (the whole `[N, V]` logits, `cross_entropy_fused`, then the two
+/// products of `matmul_backward`, as training ran before) against the
+/// fused kernel at several chunk sizes (`LM_HEAD_CHUNK_ROWS` is 256), and
+/// the fused loss alone.
+fn lm_head(c: &mut Criterion) {
+    let mut g = c.benchmark_group(GROUP);
+    let (n, cc, v) = (512usize, 768usize, 50257usize);
+    let x = data(n * cc, 18, 1.0);
+    let w = data(v * cc, 19, 0.1);
+    let targets: Vec<i32> = (0..n).map(|i| (i * 31 % v) as i32).collect();
+    let (mut dx, mut dw, mut losses) = (vec![0.0; n * cc], vec![0.0; v * cc], vec![0.0; n]);
+    // Three products of 2·N·C·V flops each (logits, dx, dW).
+    let train = Unit::Flops(6 * (n * cc * v) as u64);
+    let mut logits = vec![0.0; n * v];
+    bench(&mut g, "lm_head_unfused_train_512x768x50257", train, || {
+        kernels::matmul_forward(&mut logits, &x, &w, None, n, cc, v, WeightLayout::OutIn);
+        kernels::cross_entropy_fused(&mut logits, &mut losses, &targets, n, v, -100, 1e-3);
+        kernels::matmul_backward(
+            Some(&mut dx),
+            Some(&mut dw),
+            None,
+            &logits,
+            &x,
+            &w,
+            n,
+            cc,
+            v,
+            WeightLayout::OutIn,
+        );
+        black_box(&dw);
+    });
+    drop(logits);
+    // 512 rows is one chunk: the fused kernel's own overhead.
+    for rows in [64, 128, 256, 512] {
+        let mut scratch = vec![0.0; rows * v];
+        bench(
+            &mut g,
+            &format!("lm_head_fused_train_512x768x50257_r{rows}"),
+            train,
+            || {
+                black_box(kernels::lm_head_loss_backward(
+                    &mut scratch,
+                    &mut losses,
+                    &mut dx,
+                    &mut dw,
+                    &x,
+                    &w,
+                    &targets,
+                    n,
+                    cc,
+                    v,
+                    -100,
+                    1e-3,
+                ));
+            },
+        );
+    }
+    let mut scratch = vec![0.0; kernels::lm_head_scratch_len(n, v)];
+    bench(
+        &mut g,
+        "lm_head_fused_loss_512x768x50257",
+        Unit::Flops(2 * (n * cc * v) as u64),
+        || {
+            black_box(kernels::lm_head_loss(
+                &mut scratch,
+                &mut losses,
+                &x,
+                &w,
+                &targets,
+                n,
+                cc,
+                v,
+                -100,
+            ));
+        },
+    );
+    g.finish();
+}
+
 fn attention(c: &mut Criterion) {
     let mut g = c.benchmark_group(GROUP);
     let shape = AttentionShape {
@@ -427,7 +508,7 @@ fn output_dir() -> PathBuf {
 criterion_group! {
     name = benches;
     config = config();
-    targets = peaks, matmuls, rowwise, vocab, attention, optimizer
+    targets = peaks, matmuls, rowwise, vocab, lm_head, attention, optimizer
 }
 
 /// Median time of one benchmark from criterion's saved estimates, if they

@@ -119,6 +119,15 @@ fn loss_logits_and_every_gradient_match_pytorch() {
         r.scalar("loss")
     );
     assert_close("logits", m.logits(), &r.f32("logits"), 1e-5);
+    // The loss alone: the LM head fused with the loss, no [N, V] logits.
+    let fused = m.loss(&bt.inputs, &bt.targets, 2, 12).unwrap();
+    assert_eq!(fused.count, fwd.count);
+    assert!((fused.mean() - r.scalar("loss")).abs() < 1e-5);
+    assert_eq!(
+        m.evaluate(&bt).unwrap(),
+        fused,
+        "validation uses the fused loss"
+    );
 
     m.zero_grad();
     let lp = m

@@ -510,6 +510,225 @@ fn cross_entropy_backward_finite_differences() {
     fd_check("cross entropy fused", &logits, &fused, loss, &mut rng);
 }
 
+/// Targets for the LM head tests: every third row ignored (-100), the rest
+/// random classes; a run of ignored rows makes later chunks non-contiguous.
+fn lm_targets(n: usize, v: usize, rng: &mut Rng) -> Vec<i32> {
+    (0..n)
+        .map(|i| {
+            if i % 3 == 1 || (5..9).contains(&i) {
+                -100
+            } else {
+                rng.below(v) as i32
+            }
+        })
+        .collect()
+}
+
+/// The unfused path the model used before: materialised logits,
+/// `cross_entropy_fused`, then `matmul_backward` into dx and dW.
+#[allow(clippy::too_many_arguments)]
+fn lm_head_unfused(
+    x: &[f32],
+    w: &[f32],
+    targets: &[i32],
+    n: usize,
+    c: usize,
+    v: usize,
+    scale: f32,
+    dx: &mut [f32],
+    dw: &mut [f32],
+) -> (Vec<f32>, (f64, usize)) {
+    let mut logits = vec![0.0; n * v];
+    kernels::matmul_forward(&mut logits, x, w, None, n, c, v, WeightLayout::OutIn);
+    let mut losses = vec![0.0; n];
+    let r = kernels::cross_entropy_fused(&mut logits, &mut losses, targets, n, v, -100, scale);
+    kernels::matmul_backward(
+        Some(dx),
+        Some(dw),
+        None,
+        &logits,
+        x,
+        w,
+        n,
+        c,
+        v,
+        WeightLayout::OutIn,
+    );
+    (losses, r)
+}
+
+#[test]
+fn lm_head_fused_matches_unfused_and_reference() {
+    let mut rng = Rng(21);
+    // (N, C, V, rows per chunk): N not a multiple of the chunk, one chunk
+    // larger than N, one row per chunk, a GPT-2-sized vocabulary.
+    for &(n, c, v, rows) in &[
+        (37, 16, 53, 8),
+        (10, 8, 7, 64),
+        (9, 5, 11, 1),
+        (130, 24, 50_257, 128),
+    ] {
+        let tag = format!("lm_head n={n} c={c} v={v} rows={rows}");
+        let x = rng.vec(n * c, 1.0);
+        let w = rng.vec(v * c, 0.5);
+        let targets = lm_targets(n, v, &mut rng);
+        let count = targets.iter().filter(|&&t| t != -100).count();
+        let scale = 0.7 / count as f32;
+        let mut scratch = vec![f32::NAN; rows * v];
+
+        // Forward only.
+        let mut l = vec![f32::NAN; n];
+        let (s, k) = kernels::lm_head_loss(&mut scratch, &mut l, &x, &w, &targets, n, c, v, -100);
+        let mut logits = vec![0.0; n * v];
+        kernels::matmul_forward(&mut logits, &x, &w, None, n, c, v, WeightLayout::OutIn);
+        let mut ul = vec![0.0; n];
+        let (us, uk) = kernels::cross_entropy_forward(&mut ul, &logits, &targets, n, v, -100);
+        assert_eq!(k, uk, "{tag}: count");
+        assert_eq!(k, count);
+        assert_close(&format!("{tag} losses"), &l, &ul, 1e-5, 1e-5);
+        assert!(
+            (s - us).abs() <= 1e-5 * (1.0 + us.abs()),
+            "{tag}: {s} vs {us}"
+        );
+        assert!(
+            targets.iter().zip(&l).all(|(&t, &x)| t != -100 || x == 0.0),
+            "{tag}: ignored rows have loss 0"
+        );
+
+        // Training: accumulates onto what dx and dW already hold.
+        let dx0 = rng.vec(n * c, 0.1);
+        let dw0 = rng.vec(v * c, 0.1);
+        let (mut dx, mut dw) = (dx0.clone(), dw0.clone());
+        let mut fl = vec![f32::NAN; n];
+        let (fs, fk) = kernels::lm_head_loss_backward(
+            &mut scratch,
+            &mut fl,
+            &mut dx,
+            &mut dw,
+            &x,
+            &w,
+            &targets,
+            n,
+            c,
+            v,
+            -100,
+            scale,
+        );
+        let (mut udx, mut udw) = (dx0.clone(), dw0.clone());
+        let (ufl, (ufs, ufk)) =
+            lm_head_unfused(&x, &w, &targets, n, c, v, scale, &mut udx, &mut udw);
+        assert_eq!(fk, ufk, "{tag}: training count");
+        assert_close(&format!("{tag} training losses"), &fl, &ufl, 1e-5, 1e-5);
+        // The two variants' log-sum-exps combine their partial sums in
+        // another order (as cross_entropy_forward and _fused do): ≤ 1 ulp.
+        assert_close(&format!("{tag} both variants"), &fl, &l, 0.0, 2e-7);
+        assert!(
+            (fs - ufs).abs() <= 1e-5 * (1.0 + ufs.abs()),
+            "{tag}: {fs} vs {ufs}"
+        );
+        assert_close(&format!("{tag} dx"), &dx, &udx, 1e-6, 1e-4);
+        assert_close(&format!("{tag} dW"), &dw, &udw, 1e-6, 1e-4);
+        for (i, &t) in targets.iter().enumerate() {
+            if t == -100 {
+                assert_eq!(
+                    bits(&dx[i * c..(i + 1) * c]),
+                    bits(&dx0[i * c..(i + 1) * c]),
+                    "{tag}: ignored row {i} gets no gradient"
+                );
+            }
+        }
+
+        // The f64 reference twin, on the small shapes.
+        if v < 1000 {
+            let (mut rdx, mut rdw, mut rl) = (dx0.clone(), dw0.clone(), vec![0.0; n]);
+            let (rs, rk) = reference::lm_head_loss_backward(
+                &mut [],
+                &mut rl,
+                &mut rdx,
+                &mut rdw,
+                &x,
+                &w,
+                &targets,
+                n,
+                c,
+                v,
+                -100,
+                scale,
+            );
+            assert_eq!(fk, rk);
+            assert_close(&format!("{tag} ref losses"), &fl, &rl, 1e-5, 1e-5);
+            assert!(
+                (fs - rs).abs() <= 1e-5 * (1.0 + rs.abs()),
+                "{tag}: {fs} vs ref {rs}"
+            );
+            assert_close(&format!("{tag} ref dx"), &dx, &rdx, 1e-6, 1e-4);
+            assert_close(&format!("{tag} ref dW"), &dw, &rdw, 1e-6, 1e-4);
+            let mut rl2 = vec![0.0; n];
+            reference::lm_head_loss(&mut [], &mut rl2, &x, &w, &targets, n, c, v, -100);
+            assert_close(&format!("{tag} ref fwd losses"), &l, &rl2, 1e-5, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn lm_head_with_every_row_ignored_is_zero() {
+    let (n, c, v) = (4, 3, 5);
+    let mut rng = Rng(22);
+    let (x, w) = (rng.vec(n * c, 1.0), rng.vec(v * c, 1.0));
+    let targets = [-100; 4];
+    let (mut dx, mut dw, mut l) = (vec![0.0; n * c], vec![0.0; v * c], vec![f32::NAN; n]);
+    let r = kernels::lm_head_loss_backward(
+        &mut [],
+        &mut l,
+        &mut dx,
+        &mut dw,
+        &x,
+        &w,
+        &targets,
+        n,
+        c,
+        v,
+        -100,
+        1.0,
+    );
+    assert_eq!(r, (0.0, 0));
+    assert!(l.iter().chain(&dx).chain(&dw).all(|&x| x == 0.0));
+}
+
+#[test]
+fn lm_head_finite_differences() {
+    let mut rng = Rng(23);
+    let (n, c, v) = (7, 4, 9);
+    let x = rng.vec(n * c, 1.0);
+    let w = rng.vec(v * c, 1.0);
+    let targets = lm_targets(n, v, &mut rng);
+    // Mean loss over the scored rows; chunks of 2 rows.
+    let count = targets.iter().filter(|&&t| t != -100).count();
+    let mean = |x: &[f32], w: &[f32]| {
+        let mut l = vec![0.0; n];
+        let mut scratch = vec![0.0; 2 * v];
+        kernels::lm_head_loss(&mut scratch, &mut l, x, w, &targets, n, c, v, -100).0 / count as f64
+    };
+    let (mut dx, mut dw, mut l) = (vec![0.0; n * c], vec![0.0; v * c], vec![0.0; n]);
+    let mut scratch = vec![0.0; 2 * v];
+    kernels::lm_head_loss_backward(
+        &mut scratch,
+        &mut l,
+        &mut dx,
+        &mut dw,
+        &x,
+        &w,
+        &targets,
+        n,
+        c,
+        v,
+        -100,
+        1.0 / count as f32,
+    );
+    fd_check("lm_head dx", &x, &dx, |xp| mean(xp, &w), &mut rng);
+    fd_check("lm_head dW", &w, &dw, |wp| mean(&x, wp), &mut rng);
+}
+
 #[test]
 fn embeddings_match_reference_and_finite_differences() {
     let mut rng = Rng(10);
@@ -741,6 +960,41 @@ fn run_all(seed: u64) -> Vec<Vec<u32>> {
     let (s, _) = kernels::cross_entropy_fused(&mut logits, &mut losses, &targets, n, v, -100, 0.1);
     res.extend([
         bits(&logits),
+        bits(&losses),
+        vec![s.to_bits() as u32, (s.to_bits() >> 32) as u32],
+    ]);
+    // The fused LM head: several chunks, one non-contiguous, dW over them all.
+    let (n, c, v) = (300, 64, 1003);
+    let x = rng.vec(n * c, 1.0);
+    let w = rng.vec(v * c, 0.3);
+    let targets: Vec<i32> = (0..n)
+        .map(|i| {
+            if i % 7 == 3 {
+                -100
+            } else {
+                (i * 13 % v) as i32
+            }
+        })
+        .collect();
+    let mut scratch = vec![0.0; kernels::lm_head_scratch_len(n, v)];
+    let (mut dx, mut dw, mut losses) = (vec![0.0; n * c], vec![0.0; v * c], vec![0.0; n]);
+    let (s, _) = kernels::lm_head_loss_backward(
+        &mut scratch,
+        &mut losses,
+        &mut dx,
+        &mut dw,
+        &x,
+        &w,
+        &targets,
+        n,
+        c,
+        v,
+        -100,
+        0.01,
+    );
+    res.extend([
+        bits(&dx),
+        bits(&dw),
         bits(&losses),
         vec![s.to_bits() as u32, (s.to_bits() >> 32) as u32],
     ]);

@@ -21,6 +21,7 @@ mod embedding;
 pub mod gemm;
 pub mod kv_cache;
 mod layernorm;
+mod lm_head;
 mod matmul;
 pub mod matvec;
 mod optim;
@@ -34,6 +35,7 @@ pub use attention::{attention_backward, attention_forward, AttentionShape};
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use layernorm::{layernorm_backward, layernorm_forward};
+pub use lm_head::{lm_head_loss, lm_head_loss_backward, lm_head_scratch_len, LM_HEAD_CHUNK_ROWS};
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
 pub use optim::{adamw_update, global_norm, sum_squares, AdamW};
 pub use softmax::{

@@ -372,6 +372,60 @@ pub fn cross_entropy_fused(
     r
 }
 
+/// The unfused LM head: the whole `[N, V]` logits, then the loss. `scratch`
+/// is unused (kept for the fast kernel's signature).
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head_loss(
+    _scratch: &mut [f32],
+    losses: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    targets: &[i32],
+    n: usize,
+    c: usize,
+    v: usize,
+    ignore_index: i32,
+) -> (f64, usize) {
+    let mut logits = vec![0.0f32; n * v];
+    matmul_forward(&mut logits, x, weight, None, n, c, v, WeightLayout::OutIn);
+    cross_entropy_forward(losses, &logits, targets, n, v, ignore_index)
+}
+
+/// The unfused LM head and its backward: whole logits, their gradient, then
+/// `dx += dlogits·W`, `dweight += dlogitsᵀ·x`.
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head_loss_backward(
+    _scratch: &mut [f32],
+    losses: &mut [f32],
+    dx: &mut [f32],
+    dweight: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    targets: &[i32],
+    n: usize,
+    c: usize,
+    v: usize,
+    ignore_index: i32,
+    scale: f32,
+) -> (f64, usize) {
+    let mut logits = vec![0.0f32; n * v];
+    matmul_forward(&mut logits, x, weight, None, n, c, v, WeightLayout::OutIn);
+    let r = cross_entropy_fused(&mut logits, losses, targets, n, v, ignore_index, scale);
+    matmul_backward(
+        Some(dx),
+        Some(dweight),
+        None,
+        &logits,
+        x,
+        weight,
+        n,
+        c,
+        v,
+        WeightLayout::OutIn,
+    );
+    r
+}
+
 pub fn softmax_rows(out: &mut [f32], inp: &[f32], n: usize, v: usize) {
     for i in 0..n {
         let row = &inp[i * v..(i + 1) * v];

@@ -215,7 +215,7 @@ pub fn softmax_rows(out: &mut [f32], inp: &[f32], n: usize, v: usize) {
 }
 
 /// Sums losses in row order in f64 and counts non-ignored rows.
-fn total(losses: &[f32], targets: &[i32], ignore_index: i32) -> (f64, usize) {
+pub(super) fn total(losses: &[f32], targets: &[i32], ignore_index: i32) -> (f64, usize) {
     let mut sum = 0.0f64;
     let mut count = 0usize;
     for (l, t) in losses.iter().zip(targets) {

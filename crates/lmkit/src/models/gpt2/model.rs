@@ -144,8 +144,12 @@ pub struct Gpt2Activations {
     lnf: Vec<f32>,
     lnf_mean: Vec<f32>,
     lnf_rstd: Vec<f32>,
-    /// [N, V] logits; the fused loss overwrites them with dlogits.
+    /// [N, V] logits of the last [`Gpt2::forward`]; empty until one runs
+    /// (training and [`Gpt2::loss`] never materialise them).
     logits: Vec<f32>,
+    /// [R, V] chunk of logits for the fused LM head + loss
+    /// (`kernels::lm_head_loss*`); allocated at the first loss.
+    lm_scratch: Vec<f32>,
     /// [N] per-token losses.
     losses: Vec<f32>,
     // Backward scratch, shared by all layers.
@@ -166,7 +170,7 @@ pub struct Gpt2Activations {
 
 impl Gpt2Activations {
     fn new(cfg: &Gpt2Config, b: usize, t: usize) -> Self {
-        let (c, nh, i, v) = (cfg.n_embd, cfg.n_head, cfg.inner(), cfg.vocab_size);
+        let (c, nh, i) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let n = b * t;
         let z = |len: usize| vec![0.0f32; len];
         let blocks = (0..cfg.n_layer)
@@ -196,7 +200,8 @@ impl Gpt2Activations {
             lnf: z(n * c),
             lnf_mean: z(n),
             lnf_rstd: z(n),
-            logits: z(n * v),
+            logits: Vec::new(),
+            lm_scratch: Vec::new(),
             losses: z(n),
             dresidual: z(n * c),
             dc: z(n * c),
@@ -343,9 +348,10 @@ impl Gpt2 {
         Ok(())
     }
 
-    /// Forward pass over `inputs` [B, T]; saves every activation. With
-    /// `targets` [B, T] (`IGNORE_INDEX` = not scored) returns the summed loss
-    /// and the logits stay in the activations ([`Gpt2::logits`]).
+    /// Forward pass over `inputs` [B, T]; saves every activation and the
+    /// logits [B, T, V] ([`Gpt2::logits`]). With `targets` [B, T]
+    /// (`IGNORE_INDEX` = not scored) also returns the summed loss. For the
+    /// loss alone, [`Gpt2::loss`] never holds the logits.
     /// A batch that does not fit the model is an error (see [`Gpt2::check_batch`]).
     pub fn forward(
         &mut self,
@@ -365,6 +371,7 @@ impl Gpt2 {
             .expect("activations allocated by forward_body");
         let n = b * t;
         let lnf = &acts.lnf;
+        acts.logits.resize(n * v, 0.0);
         kernels::matmul_forward(
             &mut acts.logits,
             lnf,
@@ -391,10 +398,26 @@ impl Gpt2 {
         }
     }
 
-    /// Logits [B, T, V] of the last [`Gpt2::forward`] (not after a training step,
-    /// whose fused loss overwrites them with their gradient).
+    /// Logits [B, T, V] of the last [`Gpt2::forward`] (training steps,
+    /// [`Gpt2::loss`] and the task passes do not compute them).
     pub fn logits(&self) -> &[f32] {
         self.acts.as_ref().map_or(&[], |a| &a.logits)
+    }
+
+    /// The summed LM loss of `targets` [B, T] (`IGNORE_INDEX` = not scored)
+    /// given `inputs` [B, T], without materialising the [B, T, V] logits
+    /// (the LM head runs fused with the loss, a chunk of rows at a time).
+    /// Same errors as [`Gpt2::forward`].
+    pub fn loss(
+        &mut self,
+        inputs: &[u32],
+        targets: &[i32],
+        b: usize,
+        t: usize,
+    ) -> crate::Result<LossParts> {
+        self.check_targets(targets, b, t)?;
+        self.forward_body(inputs, b, t)?;
+        Ok(self.lm_loss(targets, None))
     }
 
     /// Embeddings, blocks and ln_f: everything up to the logits.
@@ -557,31 +580,28 @@ impl Gpt2 {
         Ok(loss)
     }
 
-    /// The LM loss of `targets` [N] on the last forward_body: logits = lnf ·
-    /// lm_headᵀ into the activations; with `grad_scale`, ADDS to `acts.dc`
-    /// (dlnf) and to the LM head's gradient d(`grad_scale` · mean loss).
+    /// The LM loss of `targets` [N] on the last forward_body, with the LM
+    /// head fused into it (no [N, V] logits); with `grad_scale`, ADDS to
+    /// `acts.dc` (dlnf) and to the LM head's gradient d(`grad_scale` · mean
+    /// loss) (the head is `wte` when tied).
     fn lm_loss(&mut self, targets: &[i32], grad_scale: Option<f32>) -> LossParts {
         let (c, v) = (self.config.n_embd, self.config.vocab_size);
-        let p = &self.params;
-        let idx = &self.idx;
+        let w = &self.params[self.idx.lm_head.clone()];
         let acts = self.acts.as_mut().expect("allocated by forward_body");
         let n = acts.b * acts.t;
-        kernels::matmul_forward(
-            &mut acts.logits,
-            &acts.lnf,
-            &p[idx.lm_head.clone()],
-            None,
-            n,
-            c,
-            v,
-            WeightLayout::OutIn,
-        );
+        let scratch_len = kernels::lm_head_scratch_len(n, v);
+        if acts.lm_scratch.len() != scratch_len {
+            acts.lm_scratch = vec![0.0; scratch_len];
+        }
         let Some(grad_scale) = grad_scale else {
-            let (sum, count) = kernels::cross_entropy_forward(
+            let (sum, count) = kernels::lm_head_loss(
+                &mut acts.lm_scratch,
                 &mut acts.losses,
-                &acts.logits,
+                &acts.lnf,
+                w,
                 targets,
                 n,
+                c,
                 v,
                 IGNORE_INDEX,
             );
@@ -593,27 +613,19 @@ impl Gpt2 {
         } else {
             0.0
         };
-        let (sum, count) = kernels::cross_entropy_fused(
-            &mut acts.logits,
+        let (sum, count) = kernels::lm_head_loss_backward(
+            &mut acts.lm_scratch,
             &mut acts.losses,
-            targets,
-            n,
-            v,
-            IGNORE_INDEX,
-            scale,
-        );
-        // dlnf += dlogits · W, dW += dlogitsᵀ · lnf (W = wte when tied).
-        kernels::matmul_backward(
-            Some(&mut acts.dc),
-            Some(&mut self.grads[idx.lm_head.clone()]),
-            None,
-            &acts.logits,
+            &mut acts.dc,
+            &mut self.grads[self.idx.lm_head.clone()],
             &acts.lnf,
-            &p[idx.lm_head.clone()],
+            w,
+            targets,
             n,
             c,
             v,
-            WeightLayout::OutIn,
+            IGNORE_INDEX,
+            scale,
         );
         LossParts { sum, count }
     }
@@ -843,7 +855,7 @@ impl Trainable for Gpt2 {
     }
 
     fn evaluate(&mut self, batch: &TokenBatch) -> crate::Result<LossParts> {
-        self.forward(&batch.inputs, Some(&batch.targets), batch.b, batch.t)
+        self.loss(&batch.inputs, &batch.targets, batch.b, batch.t)
     }
 
     fn decay_spans(&self) -> Vec<(Range<usize>, bool)> {
