@@ -79,7 +79,9 @@ fn bf16_loss_and_gradients_follow_f32() {
     let bt = batch_at(&ids, 0, b, t);
     let run = |m: &mut Gpt2| {
         m.zero_grad();
-        let l = m.forward_backward(&bt.inputs, &bt.targets, b, t, 1.0).unwrap();
+        let l = m
+            .forward_backward(&bt.inputs, &bt.targets, b, t, 1.0)
+            .unwrap();
         (l.mean(), m.grads.clone())
     };
     let (l32, g32) = run(&mut m);

@@ -155,8 +155,8 @@ pub struct Args {
     /// exceed the time rank 0 takes to save a checkpoint.
     #[arg(long, default_value_t = 600.0)]
     pub comm_timeout: f64,
-    /// gpt2: f32 (exact against HF), or bf16: mixed precision, the block
-    /// matmuls with bf16 operands and f32 sums (weights, gradients and
+    /// gpt2: f32 (exact against HF), or bf16: mixed precision, the block and
+    /// LM-head matmuls with bf16 operands and f32 sums (weights, gradients and
     /// AdamW state stay f32) [default: f32; with --resume, the run's].
     #[arg(long)]
     pub dtype: Option<String>,

@@ -467,7 +467,7 @@ pub(crate) fn run(
             max_steps,
             match dtype {
                 Precision::F32 => "",
-                Precision::Bf16 => " | bf16 block matmuls (f32 weights, sums, optimizer)",
+                Precision::Bf16 => " | bf16 matmuls (f32 weights, sums, optimizer)",
             }
         ),
         start_step,

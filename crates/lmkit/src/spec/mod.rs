@@ -26,7 +26,7 @@ pub enum Precision {
     /// Everything in f32: exact against HF transformers.
     #[default]
     F32,
-    /// Mixed precision: the transformer blocks' matmuls take bf16 operands
+    /// Mixed precision: the matmuls of the blocks and the LM head take bf16 operands
     /// (rounded to nearest even) and sum in f32; weights, gradients,
     /// optimizer state and every reduction stay f32.
     Bf16,

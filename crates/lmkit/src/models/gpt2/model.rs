@@ -16,9 +16,10 @@
 //! the last non-pad token of each row with `score` [L, C];
 //! With [`Precision::Bf16`] (mixed precision) the four matmuls of every
 //! block (c_attn, attn.c_proj, c_fc, mlp.c_proj) take bf16 operands and sum
-//! in f32, forward and backward, their weights packed once per optimizer
-//! step; the LM head, attention, LayerNorm, GELU, the loss and the residual
-//! stream stay f32, as do the weights and gradients.
+//! in f32, forward and backward, and so does the LM head (logits and its
+//! two gradients), their weights packed once per optimizer step;
+//! attention, LayerNorm, GELU, the loss and the residual stream stay f32,
+//! as do the weights and gradients.
 //!
 //! `GPT2DoubleHeadsModel` scores each choice's last token with
 //! `multiple_choice_head.summary` [1, C] + [1]. Either may add GPT-1's
@@ -63,6 +64,14 @@ struct BlockBf16 {
     attn_c_proj: Bf16Weight,
     c_fc: Bf16Weight,
     mlp_c_proj: Bf16Weight,
+}
+
+/// The bf16 copies of the weights a step uses.
+struct Bf16Packs {
+    /// [L]
+    blocks: Vec<BlockBf16>,
+    /// `[V, C]` (`nn.Linear` layout): `lm_head.weight` or `wte`.
+    lm_head: Bf16Weight,
 }
 
 #[derive(Debug, Clone)]
@@ -240,9 +249,9 @@ pub struct Gpt2 {
     idx: Index,
     acts: Option<Gpt2Activations>,
     precision: Precision,
-    /// [L] bf16 copies of the block weights (`Precision::Bf16`), packed at
-    /// the first forward after the weights changed.
-    bf16: Option<Vec<BlockBf16>>,
+    /// bf16 copies of the matmul weights (`Precision::Bf16`), packed at the
+    /// first forward after the weights changed.
+    bf16: Option<Bf16Packs>,
 }
 
 fn gelu_kind(cfg: &Gpt2Config) -> Gelu {
@@ -355,13 +364,18 @@ impl Gpt2 {
         if self.precision != Precision::Bf16 || self.bf16.is_some() {
             return;
         }
-        let (c, inner) = (self.config.n_embd, self.config.inner());
+        let (c, inner, v) = (
+            self.config.n_embd,
+            self.config.inner(),
+            self.config.vocab_size,
+        );
         let p = &self.params;
         let pack = |r: &Range<usize>, ic: usize, oc: usize| {
             Bf16Weight::pack(&p[r.clone()], ic, oc, WeightLayout::InOut)
         };
-        self.bf16 = Some(
-            self.idx
+        self.bf16 = Some(Bf16Packs {
+            blocks: self
+                .idx
                 .blocks
                 .iter()
                 .map(|w| BlockBf16 {
@@ -371,7 +385,8 @@ impl Gpt2 {
                     mlp_c_proj: pack(&w.mlp_c_proj_w, inner, c),
                 })
                 .collect(),
-        );
+            lm_head: Bf16Weight::pack(&p[self.idx.lm_head.clone()], c, v, WeightLayout::OutIn),
+        });
     }
 
     fn ensure_acts(&mut self, b: usize, t: usize) {
@@ -429,16 +444,14 @@ impl Gpt2 {
             .as_mut()
             .expect("activations allocated by forward_body");
         let n = b * t;
-        let lnf = &acts.lnf;
-        kernels::matmul_forward(
+        lm_head_forward(
             &mut acts.logits,
-            lnf,
+            &acts.lnf,
             &self.params[self.idx.lm_head.clone()],
-            None,
+            self.bf16.as_ref().map(|x| &x.lm_head),
             n,
             self.config.n_embd,
             v,
-            WeightLayout::OutIn,
         );
         match targets {
             Some(tg) => {
@@ -467,7 +480,7 @@ impl Gpt2 {
         self.check_batch(inputs, b, t)?;
         self.ensure_acts(b, t);
         self.ensure_bf16();
-        let packs = self.bf16.as_deref();
+        let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let cfg = &self.config;
         let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let eps = cfg.layer_norm_epsilon as f32;
@@ -630,15 +643,15 @@ impl Gpt2 {
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
         let n = acts.b * acts.t;
-        kernels::matmul_forward(
+        let packed = self.bf16.as_ref().map(|x| &x.lm_head);
+        lm_head_forward(
             &mut acts.logits,
             &acts.lnf,
             &p[idx.lm_head.clone()],
-            None,
+            packed,
             n,
             c,
             v,
-            WeightLayout::OutIn,
         );
         let Some(grad_scale) = grad_scale else {
             let (sum, count) = kernels::cross_entropy_forward(
@@ -667,18 +680,30 @@ impl Gpt2 {
             scale,
         );
         // dlnf += dlogits · W, dW += dlogitsᵀ · lnf (W = wte when tied).
-        kernels::matmul_backward(
-            Some(&mut acts.dc),
-            Some(&mut self.grads[idx.lm_head.clone()]),
-            None,
-            &acts.logits,
-            &acts.lnf,
-            &p[idx.lm_head.clone()],
-            n,
-            c,
-            v,
-            WeightLayout::OutIn,
-        );
+        let gw = &mut self.grads[idx.lm_head.clone()];
+        match packed {
+            Some(pw) => kernels::matmul_backward_bf16(
+                Some(&mut acts.dc),
+                Some(gw),
+                None,
+                &acts.logits,
+                &acts.lnf,
+                pw,
+                n,
+            ),
+            None => kernels::matmul_backward(
+                Some(&mut acts.dc),
+                Some(gw),
+                None,
+                &acts.logits,
+                &acts.lnf,
+                &p[idx.lm_head.clone()],
+                n,
+                c,
+                v,
+                WeightLayout::OutIn,
+            ),
+        }
         LossParts { sum, count }
     }
 
@@ -692,7 +717,7 @@ impl Gpt2 {
         let g = &mut self.grads;
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
-        let packs = self.bf16.as_deref();
+        let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let (b, t) = (acts.b, acts.t);
         let n = b * t;
         acts.dresidual.fill(0.0);
@@ -833,6 +858,22 @@ impl Gpt2 {
         // dresidual = d encoded = d(wte[ids] + wpe[pos]).
         kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
         kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
+    }
+}
+
+/// The logits `[N,V] = lnf[N,C]·Wᵀ` (W `[V,C]`): bf16 operands when `packed`.
+fn lm_head_forward(
+    logits: &mut [f32],
+    lnf: &[f32],
+    w: &[f32],
+    packed: Option<&Bf16Weight>,
+    n: usize,
+    c: usize,
+    v: usize,
+) {
+    match packed {
+        Some(pw) => kernels::matmul_forward_bf16(logits, lnf, pw, None, n),
+        None => kernels::matmul_forward(logits, lnf, w, None, n, c, v, WeightLayout::OutIn),
     }
 }
 
