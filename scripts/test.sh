@@ -64,7 +64,7 @@ cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
 cargo test -p lmkit --locked --test gpt2_heads -- --ignored
 
 # Mixed-precision GPT-2 training (--dtype bf16): a tiny GPT-2 on the Rust books,
-# bf16's per-step loss within 3% of f32's, the final within 1% (about 25 s).
+# bf16's per-step loss within 3% of f32's, the final within 1% (about 50 s on 2 cores).
 cargo test -p lmkit --locked --test gpt2_bf16 -- --ignored
 
 # HF round trips of every fine-tuned head (classify, regression, qa, BERT

@@ -143,10 +143,10 @@ fn bf16_packed_weights_follow_the_weights() {
 /// books for `LMKIT_BF16_STEPS` steps (default 40) in f32 and in bf16 from
 /// the same initialisation and batches: every step's bf16 loss within 3% of
 /// f32's and the final loss (mean of the last 5 steps) within 1%.
-/// Measured on the 2-core dev machine: 40 steps ≈ 25 s for both runs;
-/// 300 steps by hand: see CHANGELOG / docs/design-notes.md.
+/// Measured on the shared 2-core dev machine: 40 steps, both runs, 52 s
+/// (loaded); 300 steps by hand: 12 min, figures in CHANGELOG.md.
 #[test]
-#[ignore = "trains two models on real text (about 25 s); scripts/test.sh runs it"]
+#[ignore = "trains two models on real text (52 s on 2 loaded cores); scripts/test.sh runs it"]
 fn bf16_training_loss_tracks_f32() {
     let steps: usize = std::env::var("LMKIT_BF16_STEPS")
         .ok()
