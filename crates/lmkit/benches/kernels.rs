@@ -7,6 +7,10 @@
 //! Bytes are the minimum traffic a kernel must move (each input read once,
 //! each output written once, read-modify-write counted twice).
 //!
+//! `matmul_bf16_*` are the mixed-precision products (bf16 operands, f32
+//! sums: AVX-512 BF16 where the CPU has it), against the f32 `matmul_*` of
+//! the same shapes.
+//!
 //! Run: `cargo bench -p lmkit --bench kernels` (a criterion filter such as
 //! `-- matmul` runs a subset). The last lines print every result as a
 //! percentage of the peaks.
@@ -170,6 +174,35 @@ fn matmuls(c: &mut Criterion) {
                     cc,
                     oc,
                     layout,
+                );
+                black_box(&dw);
+            },
+        );
+        // The same products with bf16 operands and f32 sums (mixed-precision
+        // training): the weight packed once, as per optimizer step.
+        let pw = kernels::Bf16Weight::pack(&w, cc, oc, layout);
+        bench(
+            &mut g,
+            &format!("matmul_bf16_fwd_{tag}"),
+            Unit::Flops(flops),
+            || {
+                kernels::matmul_forward_bf16(&mut out, &inp, &pw, Some(&bias), n);
+                black_box(&out);
+            },
+        );
+        bench(
+            &mut g,
+            &format!("matmul_bf16_bwd_{tag}"),
+            Unit::Flops(2 * flops),
+            || {
+                kernels::matmul_backward_bf16(
+                    Some(&mut dinp),
+                    Some(&mut dw),
+                    Some(&mut db),
+                    &dout,
+                    &inp,
+                    &pw,
+                    n,
                 );
                 black_box(&dw);
             },

@@ -1015,3 +1015,217 @@ fn kernels_are_deterministic() {
         );
     }
 }
+
+// ---- bf16 matmuls with f32 accumulation (mixed-precision training) ----
+
+/// Every bf16 kernel this CPU runs: the portable one, and AVX-512 BF16 where present.
+fn bf16_kernels() -> Vec<kernels::Bf16Kernel> {
+    let mut k = vec![kernels::Bf16Kernel::Portable];
+    if kernels::Bf16Kernel::detect() == kernels::Bf16Kernel::Avx512 {
+        k.push(kernels::Bf16Kernel::Avx512);
+    }
+    k
+}
+
+fn round_bf16(v: &[f32]) -> Vec<f32> {
+    use lmkit::util::bf16::{bf16_to_f32, f32_to_bf16};
+    v.iter().map(|&x| bf16_to_f32(f32_to_bf16(x))).collect()
+}
+
+/// `base + lhs[m,k]·rhs[k,n]` in f64 (element (i, j) of each operand at
+/// `get(i, j)`), and `Σ|terms|` per element: the scale of the rounding error.
+fn product_f64(
+    m: usize,
+    n: usize,
+    k: usize,
+    base: &[f32],
+    lhs: impl Fn(usize, usize) -> f32,
+    rhs: impl Fn(usize, usize) -> f32,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut out = vec![0.0; m * n];
+    let mut mag = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut a) = (base[i * n + j] as f64, 0.0f64);
+            for kk in 0..k {
+                let t = lhs(i, kk) as f64 * rhs(kk, j) as f64;
+                s += t;
+                a += t.abs();
+            }
+            out[i * n + j] = s;
+            mag[i * n + j] = a;
+        }
+    }
+    (out, mag)
+}
+
+/// `got` within `rel · Σ|terms| + 1e-6` of `want`.
+#[track_caller]
+fn assert_within(what: &str, got: &[f32], want: &[f64], mag: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, ((&g, &w), &m)) in got.iter().zip(want).zip(mag).enumerate() {
+        let tol = rel * m + 1e-6;
+        assert!(
+            (g as f64 - w).abs() <= tol,
+            "{what}[{i}]: got {g}, want {w} (|diff| {:e} > {tol:e})",
+            (g as f64 - w).abs()
+        );
+    }
+}
+
+/// Forward, input gradient and weight gradient of the bf16 matmul, each
+/// against (a) the f64 product of the bf16-rounded operands within f32
+/// accumulation error and (b) the f64 product of the f32 operands within
+/// bf16 rounding error (operands carry 2⁻⁹ relative error each), for both
+/// weight layouts and every kernel this CPU has; shapes off the 14×32 tile
+/// and across the K block (512). Gradients accumulate onto what was there;
+/// the bias gradient is the unrounded f32 column sum.
+#[test]
+fn bf16_matmul_matches_rounded_and_f32_products() {
+    const F32_ACC: f64 = 1e-5;
+    const BF16: f64 = 1.0 / 128.0;
+    let mut rng = Rng(71);
+    for &(n, c, oc) in &[
+        (1, 1, 1),
+        (14, 32, 32),
+        (29, 37, 70),
+        (3, 130, 33),
+        (17, 600, 45),
+        (600, 20, 66),
+    ] {
+        let inp = rng.vec(n * c, 1.0);
+        let dout = rng.vec(n * oc, 1.0);
+        let bias = rng.vec(oc, 0.5);
+        let (inp_r, dout_r) = (round_bf16(&inp), round_bf16(&dout));
+        for layout in LAYOUTS {
+            let w = rng.vec(c * oc, 0.3);
+            let w_r = round_bf16(&w);
+            // W[c_idx, o] in either layout.
+            let wat = |wv: &[f32], ci: usize, o: usize| match layout {
+                WeightLayout::InOut => wv[ci * oc + o],
+                WeightLayout::OutIn => wv[o * c + ci],
+            };
+            let dinp0 = rng.vec(n * c, 0.5);
+            let dw0 = rng.vec(c * oc, 0.5);
+            let db0 = rng.vec(oc, 0.5);
+            // References: forward [N,OC], dX [N,C], dW in W's layout.
+            let bias_base: Vec<f32> = (0..n * oc).map(|i| bias[i % oc]).collect();
+            let refs = |x: &[f32], dy: &[f32], wv: &[f32]| {
+                let fwd = product_f64(
+                    n,
+                    oc,
+                    c,
+                    &bias_base,
+                    |i, k| x[i * c + k],
+                    |k, j| wat(wv, k, j),
+                );
+                let dx = product_f64(
+                    n,
+                    c,
+                    oc,
+                    &dinp0,
+                    |i, k| dy[i * oc + k],
+                    |k, j| wat(wv, j, k),
+                );
+                let dw = match layout {
+                    WeightLayout::InOut => {
+                        product_f64(c, oc, n, &dw0, |i, k| x[k * c + i], |k, j| dy[k * oc + j])
+                    }
+                    WeightLayout::OutIn => {
+                        product_f64(oc, c, n, &dw0, |i, k| dy[k * oc + i], |k, j| x[k * c + j])
+                    }
+                };
+                (fwd, dx, dw)
+            };
+            let rounded_refs = refs(&inp_r, &dout_r, &w_r);
+            let f32_refs = refs(&inp, &dout, &w);
+            let mut outs = Vec::new();
+            for kernel in bf16_kernels() {
+                let what = format!("{n}x{c}x{oc} {layout:?} {kernel:?}");
+                let pw = kernels::Bf16Weight::pack_with(&w, c, oc, layout, kernel, true);
+                assert_eq!(pw.kernel(), kernel);
+                let mut out = vec![f32::NAN; n * oc];
+                kernels::matmul_forward_bf16(&mut out, &inp, &pw, Some(&bias), n);
+                let (mut dinp, mut dw, mut db) = (dinp0.clone(), dw0.clone(), db0.clone());
+                kernels::matmul_backward_bf16(
+                    Some(&mut dinp),
+                    Some(&mut dw),
+                    Some(&mut db),
+                    &dout,
+                    &inp,
+                    &pw,
+                    n,
+                );
+                for (name, got, (want, mag), (want32, mag32)) in [
+                    ("forward", &out, &rounded_refs.0, &f32_refs.0),
+                    ("dinp", &dinp, &rounded_refs.1, &f32_refs.1),
+                    ("dweight", &dw, &rounded_refs.2, &f32_refs.2),
+                ] {
+                    assert_within(
+                        &format!("{what} {name} vs rounded"),
+                        got,
+                        want,
+                        mag,
+                        F32_ACC,
+                    );
+                    assert_within(&format!("{what} {name} vs f32"), got, want32, mag32, BF16);
+                }
+                let mut db_want = db0.clone();
+                for row in dout.chunks_exact(oc) {
+                    for (d, x) in db_want.iter_mut().zip(row) {
+                        *d += x;
+                    }
+                }
+                assert_close(&format!("{what} dbias"), &db, &db_want, 1e-5, 1e-5);
+                outs.push((out, dinp, dw));
+            }
+            // The AVX-512 kernel agrees with the portable one (summation order aside).
+            if let [(o0, x0, w0), (o1, x1, w1)] = &outs[..] {
+                assert_close("avx512 vs portable forward", o1, o0, 1e-5, 1e-5);
+                assert_close("avx512 vs portable dinp", x1, x0, 1e-5, 1e-5);
+                assert_close("avx512 vs portable dweight", w1, w0, 1e-5, 1e-5);
+            }
+        }
+    }
+}
+
+/// The bf16 products are bit-identical for any thread count, and without a
+/// bias the forward overwrites whatever `out` held.
+#[test]
+fn bf16_matmul_is_deterministic() {
+    let mut rng = Rng(5);
+    let (n, c, oc) = (200, 96, 700);
+    let inp = rng.vec(n * c, 1.0);
+    let dout = rng.vec(n * oc, 1.0);
+    let w = rng.vec(c * oc, 0.1);
+    for kernel in bf16_kernels() {
+        let run = || {
+            let pw = kernels::Bf16Weight::pack_with(&w, c, oc, WeightLayout::InOut, kernel, true);
+            let mut out = vec![f32::NAN; n * oc];
+            kernels::matmul_forward_bf16(&mut out, &inp, &pw, None, n);
+            let (mut dinp, mut dw) = (vec![0.0; n * c], vec![0.0; c * oc]);
+            kernels::matmul_backward_bf16(
+                Some(&mut dinp),
+                Some(&mut dw),
+                None,
+                &dout,
+                &inp,
+                &pw,
+                n,
+            );
+            assert!(
+                out.iter().all(|x| x.is_finite()),
+                "{kernel:?}: NaN left in out"
+            );
+            [bits(&out), bits(&dinp), bits(&dw)]
+        };
+        let one = with_threads(1, run);
+        for threads in [2, 3] {
+            assert_eq!(
+                one,
+                with_threads(threads, run),
+                "{kernel:?}: {threads} threads differ"
+            );
+        }
+    }
+}

@@ -146,6 +146,11 @@ pub struct Args {
     pub max_shard_size: Option<u64>,
     #[command(flatten)]
     pub dist: crate::distributed::DistArgs,
+    /// gpt2: f32 (exact against HF), or bf16: mixed precision, the block
+    /// matmuls with bf16 operands and f32 sums (weights, gradients and
+    /// AdamW state stay f32) [default: f32; with --resume, the run's].
+    #[arg(long)]
+    pub dtype: Option<String>,
 }
 
 /// The library options these flags describe.
@@ -202,6 +207,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         overlap_filter: a.overlap_filter,
         max_shard_size: a.max_shard_size,
         shard_optimizer: a.dist.shard_optimizer,
+        dtype: a.dtype.as_deref().map(str::parse).transpose()?,
     })
 }
 

@@ -70,7 +70,8 @@ def pretrain(*, output, callback=None, progress=True, **options):
     `eval_batches`, `val_fraction`, `save_every`, `keep`, `log_every`, `seed`,
     `stop_after`, `sample_every`, `sample_prompt`, `sample_tokens`,
     `decay_embeddings`, `whole_word_masking`, `overlap_filter`,
-    `max_shard_size`. An unknown name is a `ValueError`.
+    `max_shard_size`, `dtype` ("f32" or "bf16": mixed-precision GPT-2 training).
+    An unknown name is a `ValueError`.
 
     Progress goes to stderr (`progress=False` silences it); `callback`, if
     given, gets a dict per event (`{"event": "step", "row": {...}}`, "eval",

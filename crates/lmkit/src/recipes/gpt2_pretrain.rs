@@ -25,6 +25,7 @@ use crate::models::{LossParts, Trainable};
 use crate::spec::config::{AnyConfig, Gpt2Config};
 use crate::spec::names::{Architecture, Family};
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::spec::Precision;
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
     load_train_state, DataParallel, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask,
@@ -55,6 +56,9 @@ pub struct Gpt2RunConfig {
     /// batch is `batch_size × ranks`); 1 in checkpoints from before.
     #[serde(default = "super::pretrain_options::one")]
     pub ranks: usize,
+    /// The block matmuls' number format; f32 in checkpoints from before.
+    #[serde(default)]
+    pub dtype: Precision,
 }
 
 fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
@@ -194,6 +198,14 @@ pub(crate) fn run(
     )?;
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let eval_every = o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100);
+    let dtype = match (o.dtype, sr.map(|r| r.dtype)) {
+        (Some(g), Some(s)) if g != s => {
+            return Err(invalid(format!(
+            "`dtype` {g} differs from the checkpoint's {s}; an exact resume needs the same value"
+        )))
+        }
+        (g, s) => g.or(s).unwrap_or_default(),
+    };
     let run_cfg = Gpt2RunConfig {
         seq_len,
         batch_size,
@@ -222,6 +234,7 @@ pub(crate) fn run(
         val_fraction,
         decay_embeddings: o.decay_embeddings || sr.is_some_and(|r| r.decay_embeddings),
         ranks,
+        dtype,
     };
     if seq_len == 0 || batch_size == 0 || grad_accum == 0 || max_steps == 0 {
         return Err(invalid(
@@ -283,6 +296,7 @@ pub(crate) fn run(
             (tok, model)
         }
     };
+    model.set_precision(dtype);
     let cfg = model.config.clone();
     check_vocab(tokenizer.vocab_size(), cfg.vocab_size)?;
     if seq_len > cfg.n_positions {
@@ -403,7 +417,7 @@ pub(crate) fn run(
     on_event(PretrainEvent::Start {
         message: format!(
             "model: GPT-2 {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val tokens | \
-             {} x {} tokens x {} accum per step, {} steps",
+             {} x {} tokens x {} accum per step, {} steps{}",
             cfg.n_layer,
             cfg.n_embd,
             cfg.n_head,
@@ -414,7 +428,11 @@ pub(crate) fn run(
             per_step,
             seq_len,
             grad_accum,
-            max_steps
+            max_steps,
+            match dtype {
+                Precision::F32 => "",
+                Precision::Bf16 => " | bf16 matmuls (f32 weights, sums, optimizer)",
+            }
         ),
         start_step,
         max_steps,

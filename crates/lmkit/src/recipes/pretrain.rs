@@ -22,6 +22,7 @@ use super::{gpt2_pretrain, invalid, Result};
 use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::spec::Precision;
 use crate::train::TrainState;
 use crate::util::comm::{Communicator, SingleProcess};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
@@ -66,6 +67,9 @@ pub fn pretrain_on(
             }
             gpt2_pretrain::run(o, comm, on_event, should_stop)
         }
+        Family::Bert if o.dtype == Some(Precision::Bf16) => Err(invalid(
+            "`dtype` bf16 is for GPT-2 pretraining; BERT pretraining runs in f32",
+        )),
         Family::Bert => run_bert(o, comm, on_event, should_stop),
     }
 }

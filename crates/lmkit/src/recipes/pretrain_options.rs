@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use super::{invalid, Result};
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::spec::Precision;
 use crate::train::{
     latest_checkpoint, read_train_state, skipped_checkpoints, RunEvent, TrainState,
 };
@@ -168,6 +169,10 @@ pub struct PretrainOptions {
     /// ranks): each rank keeps the AdamW moments of 1/N of the parameters
     /// (ZeRO stage 1). The same weights; no effect on one rank.
     pub shard_optimizer: bool,
+    /// GPT-2: the number format of the block matmuls, f32 (exact against HF)
+    /// or bf16 (mixed precision: bf16 operands, f32 sums, weights and
+    /// optimizer state); `None`: the resumed run's, else f32.
+    pub dtype: Option<Precision>,
 }
 
 impl Default for PretrainOptions {
@@ -209,6 +214,7 @@ impl Default for PretrainOptions {
             text_field: None,
             max_shard_size: None,
             shard_optimizer: false,
+            dtype: None,
         }
     }
 }

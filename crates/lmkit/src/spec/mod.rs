@@ -18,3 +18,45 @@ pub use optim::{LrSchedule, OptimConfig, ScheduleKind};
 
 /// Targets (labels) equal to this carry no loss: HF's `-100`.
 pub const IGNORE_INDEX: i32 = -100;
+
+/// The number format of a training run's matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in f32: exact against HF transformers.
+    #[default]
+    F32,
+    /// Mixed precision: the matmuls of the blocks and the LM head take bf16 operands
+    /// (rounded to nearest even) and sum in f32; weights, gradients,
+    /// optimizer state and every reduction stay f32.
+    Bf16,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(Precision::F32),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            _ => Err(crate::Error::InvalidInput(format!(
+                "unknown training `dtype` `{s}` (expected f32 or bf16)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -14,17 +14,25 @@
 //!
 //! Task heads (the model's `arch`): `GPT2ForSequenceClassification` scores
 //! the last non-pad token of each row with `score` [L, C];
+//! With [`Precision::Bf16`] (mixed precision) the four matmuls of every
+//! block (c_attn, attn.c_proj, c_fc, mlp.c_proj) take bf16 operands and sum
+//! in f32, forward and backward, and so does the LM head (logits and its
+//! two gradients), their weights packed once per optimizer step;
+//! attention, LayerNorm, GELU, the loss and the residual stream stay f32,
+//! as do the weights and gradients.
+//!
 //! `GPT2DoubleHeadsModel` scores each choice's last token with
 //! `multiple_choice_head.summary` [1, C] + [1]. Either may add GPT-1's
 //! auxiliary LM loss on the same inputs: loss = task + `lm_coef` · LM
 //! ([`Gpt2::forward_backward_task`]).
 
 use crate::data::TokenBatch;
-use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
+use crate::kernels::{self, AttentionShape, Bf16Weight, Gelu, WeightLayout};
 use crate::models::{LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
 use crate::spec::layout::{gpt2_layout_for, ParamLayout};
 use crate::spec::names::Architecture;
+use crate::spec::Precision;
 use crate::util::rng::Rng;
 use crate::util::slice::two_mut;
 use std::ops::Range;
@@ -48,6 +56,22 @@ struct BlockIndex {
     c_fc_b: Range<usize>,
     mlp_c_proj_w: Range<usize>,
     mlp_c_proj_b: Range<usize>,
+}
+
+/// One block's matmul weights in bf16, packed for forward and backward.
+struct BlockBf16 {
+    c_attn: Bf16Weight,
+    attn_c_proj: Bf16Weight,
+    c_fc: Bf16Weight,
+    mlp_c_proj: Bf16Weight,
+}
+
+/// The bf16 copies of the weights a step uses.
+struct Bf16Packs {
+    /// [L]
+    blocks: Vec<BlockBf16>,
+    /// `[V, C]` (`nn.Linear` layout): `lm_head.weight` or `wte`.
+    lm_head: Bf16Weight,
 }
 
 #[derive(Debug, Clone)]
@@ -221,12 +245,18 @@ pub struct Gpt2 {
     /// The HF class: decides the layout's heads.
     pub arch: Architecture,
     pub layout: ParamLayout,
-    /// All parameters, laid out by `layout`.
+    /// All parameters, laid out by `layout`. With [`Precision::Bf16`],
+    /// code that writes them other than through
+    /// [`Trainable::params_and_grads`] calls [`Gpt2::weights_changed`].
     pub params: Vec<f32>,
     /// Gradients, same layout; accumulated by backward, cleared by `zero_grad`.
     pub grads: Vec<f32>,
     idx: Index,
     acts: Option<Gpt2Activations>,
+    precision: Precision,
+    /// bf16 copies of the matmul weights (`Precision::Bf16`), packed at the
+    /// first forward after the weights changed.
+    bf16: Option<Bf16Packs>,
 }
 
 fn gelu_kind(cfg: &Gpt2Config) -> Gelu {
@@ -268,6 +298,8 @@ impl Gpt2 {
             grads,
             idx,
             acts: None,
+            precision: Precision::F32,
+            bf16: None,
         })
     }
 
@@ -312,6 +344,54 @@ impl Gpt2 {
 
     pub fn num_params(&self) -> usize {
         self.params.len()
+    }
+
+    /// The number format of the block matmuls (f32 unless set).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Trains (and evaluates) with `precision` from the next forward on.
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
+        self.bf16 = None;
+    }
+
+    /// Drops the bf16 copies of the weights: the next forward packs them
+    /// again from `params`. [`Trainable::params_and_grads`] calls it.
+    pub fn weights_changed(&mut self) {
+        self.bf16 = None;
+    }
+
+    /// Packs every block's matmul weights in bf16 when training in bf16 and
+    /// they are not packed yet (once per optimizer step).
+    fn ensure_bf16(&mut self) {
+        if self.precision != Precision::Bf16 || self.bf16.is_some() {
+            return;
+        }
+        let (c, inner, v) = (
+            self.config.n_embd,
+            self.config.inner(),
+            self.config.vocab_size,
+        );
+        let p = &self.params;
+        let pack = |r: &Range<usize>, ic: usize, oc: usize| {
+            Bf16Weight::pack(&p[r.clone()], ic, oc, WeightLayout::InOut)
+        };
+        self.bf16 = Some(Bf16Packs {
+            blocks: self
+                .idx
+                .blocks
+                .iter()
+                .map(|w| BlockBf16 {
+                    c_attn: pack(&w.c_attn_w, c, 3 * c),
+                    attn_c_proj: pack(&w.attn_c_proj_w, c, c),
+                    c_fc: pack(&w.c_fc_w, c, inner),
+                    mlp_c_proj: pack(&w.mlp_c_proj_w, inner, c),
+                })
+                .collect(),
+            lm_head: Bf16Weight::pack(&p[self.idx.lm_head.clone()], c, v, WeightLayout::OutIn),
+        });
     }
 
     fn ensure_acts(&mut self, b: usize, t: usize) {
@@ -370,17 +450,15 @@ impl Gpt2 {
             .as_mut()
             .expect("activations allocated by forward_body");
         let n = b * t;
-        let lnf = &acts.lnf;
         acts.logits.resize(n * v, 0.0);
-        kernels::matmul_forward(
+        lm_head_forward(
             &mut acts.logits,
-            lnf,
+            &acts.lnf,
             &self.params[self.idx.lm_head.clone()],
-            None,
+            self.bf16.as_ref().map(|x| &x.lm_head),
             n,
             self.config.n_embd,
             v,
-            WeightLayout::OutIn,
         );
         match targets {
             Some(tg) => {
@@ -424,6 +502,8 @@ impl Gpt2 {
     fn forward_body(&mut self, inputs: &[u32], b: usize, t: usize) -> crate::Result<()> {
         self.check_batch(inputs, b, t)?;
         self.ensure_acts(b, t);
+        self.ensure_bf16();
+        let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let cfg = &self.config;
         let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let eps = cfg.layer_norm_epsilon as f32;
@@ -451,6 +531,7 @@ impl Gpt2 {
                 &before[l - 1].residual3
             };
             let a = &mut rest[0];
+            let pk = packs.map(|v| &v[l]);
             kernels::layernorm_forward(
                 &mut a.ln1,
                 &mut a.ln1_mean,
@@ -462,26 +543,24 @@ impl Gpt2 {
                 c,
                 eps,
             );
-            kernels::matmul_forward(
+            linear_forward(
                 &mut a.qkv,
                 &a.ln1,
-                &p[w.c_attn_w.clone()],
-                Some(&p[w.c_attn_b.clone()]),
+                (&p[w.c_attn_w.clone()], &p[w.c_attn_b.clone()]),
+                pk.map(|k| &k.c_attn),
                 n,
                 c,
                 3 * c,
-                WeightLayout::InOut,
             );
             kernels::attention_forward(&mut a.atty, &mut a.att, &a.qkv, shape, true, None);
-            kernels::matmul_forward(
+            linear_forward(
                 &mut acts.proj,
                 &a.atty,
-                &p[w.attn_c_proj_w.clone()],
-                Some(&p[w.attn_c_proj_b.clone()]),
+                (&p[w.attn_c_proj_w.clone()], &p[w.attn_c_proj_b.clone()]),
+                pk.map(|k| &k.attn_c_proj),
                 n,
                 c,
                 c,
-                WeightLayout::InOut,
             );
             kernels::residual_forward(&mut a.residual2, residual, &acts.proj);
             kernels::layernorm_forward(
@@ -495,26 +574,24 @@ impl Gpt2 {
                 c,
                 eps,
             );
-            kernels::matmul_forward(
+            linear_forward(
                 &mut a.fch,
                 &a.ln2,
-                &p[w.c_fc_w.clone()],
-                Some(&p[w.c_fc_b.clone()]),
+                (&p[w.c_fc_w.clone()], &p[w.c_fc_b.clone()]),
+                pk.map(|k| &k.c_fc),
                 n,
                 c,
                 inner,
-                WeightLayout::InOut,
             );
             kernels::gelu_forward(&mut a.fch_gelu, &a.fch, gelu);
-            kernels::matmul_forward(
+            linear_forward(
                 &mut acts.proj,
                 &a.fch_gelu,
-                &p[w.mlp_c_proj_w.clone()],
-                Some(&p[w.mlp_c_proj_b.clone()]),
+                (&p[w.mlp_c_proj_w.clone()], &p[w.mlp_c_proj_b.clone()]),
+                pk.map(|k| &k.mlp_c_proj),
                 n,
                 inner,
                 c,
-                WeightLayout::InOut,
             );
             kernels::residual_forward(&mut a.residual3, &a.residual2, &acts.proj);
         }
@@ -640,6 +717,7 @@ impl Gpt2 {
         let g = &mut self.grads;
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
+        let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let (b, t) = (acts.b, acts.t);
         let n = b * t;
         acts.dresidual.fill(0.0);
@@ -672,21 +750,21 @@ impl Gpt2 {
                 &before[l - 1].residual3
             };
             let a = &rest[0];
+            let pk = packs.map(|v| &v[l]);
             // dresidual = d residual3. MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln2))).
             acts.dfch_gelu.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.mlp_c_proj_w.clone(), w.mlp_c_proj_b.clone());
-                kernels::matmul_backward(
-                    Some(&mut acts.dfch_gelu),
-                    Some(gw),
-                    Some(gb),
+                linear_backward(
+                    &mut acts.dfch_gelu,
+                    (gw, gb),
                     &acts.dresidual,
                     &a.fch_gelu,
                     &p[w.mlp_c_proj_w.clone()],
+                    pk.map(|k| &k.mlp_c_proj),
                     n,
                     inner,
                     c,
-                    WeightLayout::InOut,
                 );
             }
             acts.dfch.fill(0.0);
@@ -694,17 +772,16 @@ impl Gpt2 {
             acts.dc.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.c_fc_w.clone(), w.c_fc_b.clone());
-                kernels::matmul_backward(
-                    Some(&mut acts.dc),
-                    Some(gw),
-                    Some(gb),
+                linear_backward(
+                    &mut acts.dc,
+                    (gw, gb),
                     &acts.dfch,
                     &a.ln2,
                     &p[w.c_fc_w.clone()],
+                    pk.map(|k| &k.c_fc),
                     n,
                     c,
                     inner,
-                    WeightLayout::InOut,
                 );
             }
             {
@@ -726,17 +803,16 @@ impl Gpt2 {
             acts.dc.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.attn_c_proj_w.clone(), w.attn_c_proj_b.clone());
-                kernels::matmul_backward(
-                    Some(&mut acts.dc),
-                    Some(gw),
-                    Some(gb),
+                linear_backward(
+                    &mut acts.dc,
+                    (gw, gb),
                     &acts.dresidual,
                     &a.atty,
                     &p[w.attn_c_proj_w.clone()],
+                    pk.map(|k| &k.attn_c_proj),
                     n,
                     c,
                     c,
-                    WeightLayout::InOut,
                 );
             }
             acts.dqkv.fill(0.0);
@@ -751,17 +827,16 @@ impl Gpt2 {
             acts.dc.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.c_attn_w.clone(), w.c_attn_b.clone());
-                kernels::matmul_backward(
-                    Some(&mut acts.dc),
-                    Some(gw),
-                    Some(gb),
+                linear_backward(
+                    &mut acts.dc,
+                    (gw, gb),
                     &acts.dqkv,
                     &a.ln1,
                     &p[w.c_attn_w.clone()],
+                    pk.map(|k| &k.c_attn),
                     n,
                     c,
                     3 * c,
-                    WeightLayout::InOut,
                 );
             }
             {
@@ -786,6 +861,70 @@ impl Gpt2 {
     }
 }
 
+/// The logits `[N,V] = lnf[N,C]·Wᵀ` (W `[V,C]`): bf16 operands when `packed`.
+fn lm_head_forward(
+    logits: &mut [f32],
+    lnf: &[f32],
+    w: &[f32],
+    packed: Option<&Bf16Weight>,
+    n: usize,
+    c: usize,
+    v: usize,
+) {
+    match packed {
+        Some(pw) => kernels::matmul_forward_bf16(logits, lnf, pw, None, n),
+        None => kernels::matmul_forward(logits, lnf, w, None, n, c, v, WeightLayout::OutIn),
+    }
+}
+
+/// A block matmul `out[N,OC] = inp[N,IC]·W[IC,OC] + b` (`wb` = (W, b)):
+/// bf16 operands when `packed`, else f32.
+fn linear_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    wb: (&[f32], &[f32]),
+    packed: Option<&Bf16Weight>,
+    n: usize,
+    ic: usize,
+    oc: usize,
+) {
+    match packed {
+        Some(pw) => kernels::matmul_forward_bf16(out, inp, pw, Some(wb.1), n),
+        None => kernels::matmul_forward(out, inp, wb.0, Some(wb.1), n, ic, oc, WeightLayout::InOut),
+    }
+}
+
+/// The backward of [`linear_forward`]: ACCUMULATES `dinp` [N,IC] and the
+/// gradients `(dW, db)`.
+#[allow(clippy::too_many_arguments)]
+fn linear_backward(
+    dinp: &mut [f32],
+    (gw, gb): (&mut [f32], &mut [f32]),
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    packed: Option<&Bf16Weight>,
+    n: usize,
+    ic: usize,
+    oc: usize,
+) {
+    match packed {
+        Some(pw) => kernels::matmul_backward_bf16(Some(dinp), Some(gw), Some(gb), dout, inp, pw, n),
+        None => kernels::matmul_backward(
+            Some(dinp),
+            Some(gw),
+            Some(gb),
+            dout,
+            inp,
+            w,
+            n,
+            ic,
+            oc,
+            WeightLayout::InOut,
+        ),
+    }
+}
+
 impl Trainable for Gpt2 {
     type Batch = TokenBatch;
 
@@ -798,6 +937,7 @@ impl Trainable for Gpt2 {
     }
 
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.weights_changed();
         (&mut self.params, &mut self.grads)
     }
 
@@ -1151,6 +1291,7 @@ impl Trainable for Gpt2TaskTrainer {
     }
 
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.model.weights_changed();
         (&mut self.model.params, &mut self.model.grads)
     }
 
