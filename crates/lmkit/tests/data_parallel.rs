@@ -83,18 +83,26 @@ fn options(dir: &Path, out: &str, batch: usize) -> PretrainOptions {
     }
 }
 
-/// Runs `o` on `ranks` threads (1: one process), rank 0's summary.
-fn run(o: &PretrainOptions, ranks: usize) -> PretrainSummary {
+/// `job` on `ranks` threads (1: one process), rank 0's result.
+fn on_ranks<T: Send>(ranks: usize, job: impl Fn(&dyn Communicator) -> T + Sync) -> T {
     if ranks == 1 {
-        return pretrain_on(o, &SingleProcess, &mut |_| {}, &|| false).unwrap();
+        return job(&SingleProcess);
     }
+    let job = &job;
     std::thread::scope(|s| {
         let handles: Vec<_> = ThreadGroup::new(ranks)
             .into_iter()
-            .map(|c| s.spawn(move || pretrain_on(o, &c, &mut |_| {}, &|| false).unwrap()))
+            .map(|c| s.spawn(move || job(&c)))
             .collect();
-        let mut sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        sums.swap_remove(0)
+        let mut all: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        all.swap_remove(0)
+    })
+}
+
+/// Runs `o` on `ranks` threads (1: one process), rank 0's summary.
+fn run(o: &PretrainOptions, ranks: usize) -> PretrainSummary {
+    on_ranks(ranks, |c| {
+        pretrain_on(o, c, &mut |_| {}, &|| false).unwrap()
     })
 }
 
@@ -364,19 +372,8 @@ fn finetune_ranks(
     o: &FinetuneOptions,
     ranks: usize,
 ) -> FinetuneSummary {
-    let go = |c: &dyn Communicator| {
+    on_ranks(ranks, |c| {
         finetune_on(task, model, train, Some(eval), out, o, c, &mut |_| {}).unwrap()
-    };
-    if ranks == 1 {
-        return go(&SingleProcess);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = ThreadGroup::new(ranks)
-            .into_iter()
-            .map(|c| s.spawn(move || go(&c)))
-            .collect();
-        let mut sums: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        sums.swap_remove(0)
     })
 }
 
