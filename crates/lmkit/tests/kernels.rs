@@ -670,6 +670,74 @@ fn lm_head_fused_matches_unfused_and_reference() {
     }
 }
 
+/// Mixed precision: the fused head on a packed bf16 weight equals the
+/// unfused bf16 products (logits, then dx and dW) on the same rounded
+/// operands, chunk by chunk.
+#[test]
+fn lm_head_fused_bf16_matches_unfused_bf16() {
+    let mut rng = Rng(23);
+    for &(n, c, v, rows) in &[(37, 16, 53, 8), (130, 24, 1000, 64)] {
+        let tag = format!("lm_head bf16 n={n} c={c} v={v} rows={rows}");
+        let x = rng.vec(n * c, 1.0);
+        let w = rng.vec(v * c, 0.5);
+        let pw = kernels::Bf16Weight::pack(&w, c, v, WeightLayout::OutIn);
+        let targets = lm_targets(n, v, &mut rng);
+        let count = targets.iter().filter(|&&t| t != -100).count();
+        let scale = 0.7 / count as f32;
+        let mut scratch = vec![f32::NAN; rows * v];
+        let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.0; v * c]);
+        let mut fl = vec![f32::NAN; n];
+        let (fs, fk) = kernels::lm_head_loss_backward_packed(
+            &mut scratch,
+            &mut fl,
+            &mut dx,
+            &mut dw,
+            &x,
+            (&w, Some(&pw)),
+            &targets,
+            [n, c, v],
+            -100,
+            scale,
+        );
+        let mut logits = vec![0.0; n * v];
+        kernels::matmul_forward_bf16(&mut logits, &x, &pw, None, n);
+        let mut ul = vec![0.0; n];
+        let (us, uk) =
+            kernels::cross_entropy_fused(&mut logits, &mut ul, &targets, n, v, -100, scale);
+        let (mut udx, mut udw) = (vec![0.0; n * c], vec![0.0; v * c]);
+        kernels::matmul_backward_bf16(Some(&mut udx), Some(&mut udw), None, &logits, &x, &pw, n);
+        assert_eq!(fk, uk, "{tag}: count");
+        assert!(
+            (fs - us).abs() <= 1e-5 * (1.0 + us.abs()),
+            "{tag}: {fs} vs {us}"
+        );
+        assert_close(&format!("{tag} losses"), &fl, &ul, 1e-5, 1e-5);
+        assert_close(&format!("{tag} dx"), &dx, &udx, 1e-6, 1e-4);
+        assert_close(&format!("{tag} dW"), &dw, &udw, 1e-6, 1e-4);
+        // And the f32 head within bf16's tolerance.
+        let (mut fdx, mut fdw) = (vec![0.0; n * c], vec![0.0; v * c]);
+        let mut l32 = vec![0.0; n];
+        let (s32, _) = kernels::lm_head_loss_backward(
+            &mut scratch,
+            &mut l32,
+            &mut fdx,
+            &mut fdw,
+            &x,
+            &w,
+            &targets,
+            n,
+            c,
+            v,
+            -100,
+            scale,
+        );
+        assert!(
+            (fs - s32).abs() <= 2e-2 * (1.0 + s32.abs()),
+            "{tag}: bf16 {fs} vs f32 {s32}"
+        );
+    }
+}
+
 #[test]
 fn lm_head_with_every_row_ignored_is_zero() {
     let (n, c, v) = (4, 3, 5);

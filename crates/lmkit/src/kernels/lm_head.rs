@@ -15,6 +15,7 @@
 //!
 //! Shape legend: N rows (B·T), C channels, V vocabulary, R rows per chunk.
 
+use super::bf16_gemm::{matmul_backward_bf16, matmul_forward_bf16, Bf16Weight};
 use super::matmul::{matmul_backward, matmul_forward, WeightLayout};
 use super::softmax::{cross_entropy_forward, cross_entropy_fused, total};
 
@@ -64,7 +65,7 @@ pub fn lm_head_loss(
         scratch,
         losses,
         x,
-        weight,
+        (weight, None),
         targets,
         [n, c, v],
         ignore_index,
@@ -90,12 +91,46 @@ pub fn lm_head_loss_backward(
     ignore_index: i32,
     scale: f32,
 ) -> (f64, usize) {
+    lm_head_loss_backward_packed(
+        scratch,
+        losses,
+        dx,
+        dweight,
+        x,
+        (weight, None),
+        targets,
+        [n, c, v],
+        ignore_index,
+        scale,
+    )
+}
+
+/// [`lm_head_loss_backward`] with the weight's three products in bf16
+/// (operands rounded, f32 sums; mixed-precision training) when `weight.1`
+/// holds its packed copy ([`Bf16Weight`] of `weight.0`, `[V, C]`,
+/// [`WeightLayout::OutIn`]); the softmax and the loss stay f32.
+#[allow(clippy::too_many_arguments)]
+pub fn lm_head_loss_backward_packed(
+    scratch: &mut [f32],
+    losses: &mut [f32],
+    dx: &mut [f32],
+    dweight: &mut [f32],
+    x: &[f32],
+    weight: (&[f32], Option<&Bf16Weight>),
+    targets: &[i32],
+    [n, c, v]: [usize; 3],
+    ignore_index: i32,
+    scale: f32,
+) -> (f64, usize) {
     assert_eq!(dx.len(), n * c, "lm_head_loss_backward: dx must be [N,C]");
     assert_eq!(
         dweight.len(),
         v * c,
         "lm_head_loss_backward: dweight must be [V,C]"
     );
+    if let Some(p) = weight.1 {
+        assert_eq!(p.shape(), (c, v), "lm_head: the packed weight is not [V,C]");
+    }
     run(
         scratch,
         losses,
@@ -113,7 +148,7 @@ fn run(
     scratch: &mut [f32],
     losses: &mut [f32],
     x: &[f32],
-    weight: &[f32],
+    (weight, packed): (&[f32], Option<&Bf16Weight>),
     targets: &[i32],
     [n, c, v]: [usize; 3],
     ignore_index: i32,
@@ -158,7 +193,10 @@ fn run(
         }
         let (tg, lg) = (&tg[..r], &mut lg[..r]);
         let logits = &mut scratch[..r * v];
-        matmul_forward(logits, xs, weight, None, r, c, v, WeightLayout::OutIn);
+        match packed {
+            Some(pw) => matmul_forward_bf16(logits, xs, pw, None, r),
+            None => matmul_forward(logits, xs, weight, None, r, c, v, WeightLayout::OutIn),
+        }
         match grads.as_mut() {
             None => {
                 cross_entropy_forward(lg, logits, tg, r, v, ignore_index);
@@ -172,18 +210,29 @@ fn run(
                     dxg.resize(r * c, 0.0);
                     &mut dxg
                 };
-                matmul_backward(
-                    Some(dxs),
-                    Some(&mut *g.dweight),
-                    None,
-                    logits,
-                    xs,
-                    weight,
-                    r,
-                    c,
-                    v,
-                    WeightLayout::OutIn,
-                );
+                match packed {
+                    Some(pw) => matmul_backward_bf16(
+                        Some(dxs),
+                        Some(&mut *g.dweight),
+                        None,
+                        logits,
+                        xs,
+                        pw,
+                        r,
+                    ),
+                    None => matmul_backward(
+                        Some(dxs),
+                        Some(&mut *g.dweight),
+                        None,
+                        logits,
+                        xs,
+                        weight,
+                        r,
+                        c,
+                        v,
+                        WeightLayout::OutIn,
+                    ),
+                }
                 if !contiguous {
                     for (&i, d) in rows.iter().zip(dxg.chunks_exact(c)) {
                         for (o, d) in g.dx[i * c..(i + 1) * c].iter_mut().zip(d) {

@@ -36,7 +36,10 @@ pub use bf16_gemm::{matmul_backward_bf16, matmul_forward_bf16, Bf16Kernel, Bf16W
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use layernorm::{layernorm_backward, layernorm_forward};
-pub use lm_head::{lm_head_loss, lm_head_loss_backward, lm_head_scratch_len, LM_HEAD_CHUNK_ROWS};
+pub use lm_head::{
+    lm_head_loss, lm_head_loss_backward, lm_head_loss_backward_packed, lm_head_scratch_len,
+    LM_HEAD_CHUNK_ROWS,
+};
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
 pub use optim::{adamw_update, global_norm, sum_squares, AdamW};
 pub use softmax::{

@@ -690,17 +690,17 @@ impl Gpt2 {
         } else {
             0.0
         };
-        let (sum, count) = kernels::lm_head_loss_backward(
+        // Mixed precision: the head's products on its packed bf16 copy.
+        let packed = self.bf16.as_ref().map(|x| &x.lm_head);
+        let (sum, count) = kernels::lm_head_loss_backward_packed(
             &mut acts.lm_scratch,
             &mut acts.losses,
             &mut acts.dc,
             &mut self.grads[self.idx.lm_head.clone()],
             &acts.lnf,
-            w,
+            (w, packed),
             targets,
-            n,
-            c,
-            v,
+            [n, c, v],
             IGNORE_INDEX,
             scale,
         );
