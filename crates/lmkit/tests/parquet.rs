@@ -75,13 +75,26 @@ fn damaged_parquet_is_an_error() {
 
 /// A file the fuzzer made: a data page says it is dictionary-encoded but its
 /// column chunk has no dictionary page, on which the parquet crate's decoder
-/// panics ("Decoder for dict should have been set"). The reader catches it:
-/// an error naming the damage, not a crash.
+/// panics ("Decoder for dict should have been set"). The reader's page check
+/// meets the damaged page header first (a decoder panic past it is caught
+/// too): an error naming the row group and column, not a crash.
 #[test]
-fn a_panicking_decoder_is_an_error() {
+fn a_damaged_dictionary_page_is_an_error() {
     let bytes = std::fs::read(dir().join("dict-page-missing.parquet")).unwrap();
     assert!(parse_parquet_rows(bytes.clone(), None).is_err());
-    // Its `text` column alone is the one whose decoder panics.
     let e = parse_parquet_rows(bytes, Some(&["text"])).unwrap_err();
-    assert!(e.contains("malformed Parquet"), "{e}");
+    assert!(e.contains("row group 1, column `text`"), "{e}");
+}
+
+/// A dictionary page whose header claims ~1.1 billion strings in a few bytes
+/// (found by `scripts/fuzz.sh`): the decoder would size the dictionary first
+/// and abort on a 35 GB allocation. The reader checks the count against the
+/// page's bytes before decoding.
+#[test]
+fn a_dictionary_larger_than_its_page_is_an_error() {
+    let bytes = std::fs::read(dir().join("dict-count-huge.parquet")).unwrap();
+    for columns in [None, Some(&["text"][..])] {
+        let e = parse_parquet_rows(bytes.clone(), columns).unwrap_err();
+        assert!(e.contains("dictionary page claims"), "{e}");
+    }
 }

@@ -11,9 +11,12 @@
 
 use std::path::Path;
 
+use ::parquet::basic::Type as Physical;
+use ::parquet::column::page::Page;
 use ::parquet::column::reader::{ColumnReader, ColumnReaderImpl};
 use ::parquet::data_type::DataType;
-use ::parquet::file::reader::{ChunkReader, FileReader, SerializedFileReader};
+use ::parquet::file::reader::{ChunkReader, FileReader, RowGroupReader, SerializedFileReader};
+use ::parquet::schema::types::ColumnDescriptor;
 use serde_json::{Map, Value};
 
 use super::{io_err, DataError, Result};
@@ -97,6 +100,7 @@ fn read_rows<R: ChunkReader + 'static>(
         let mut group_rows: Vec<Map<String, Value>> = Vec::new();
         for &&(col, ref name, max_def) in &chosen {
             let bad = |e: String| format!("row group {g}, column `{name}`: {e}");
+            check_dictionaries(&*group, col, schema.column(col).as_ref()).map_err(bad)?;
             let reader = group
                 .get_column_reader(col)
                 .map_err(|e| bad(e.to_string()))?;
@@ -145,6 +149,47 @@ fn read_rows<R: ChunkReader + 'static>(
     Ok(rows)
 }
 
+/// Checks every dictionary page of column `col` of a row group against its
+/// bytes. The decoder sizes a dictionary by its page header's value count
+/// before reading a value, so a hostile count (4 bytes of the file) asks for
+/// tens of gigabytes and aborts the process; a plain-encoded dictionary
+/// takes at least a value's fixed width (4 bytes of length for a string, one
+/// bit for a boolean) per value. Only headers are read for data pages.
+fn check_dictionaries(
+    group: &dyn RowGroupReader,
+    col: usize,
+    descr: &ColumnDescriptor,
+) -> std::result::Result<(), String> {
+    let least_bits: u64 = match descr.physical_type() {
+        Physical::BOOLEAN => 1,
+        Physical::INT32 | Physical::FLOAT | Physical::BYTE_ARRAY => 32,
+        Physical::INT64 | Physical::DOUBLE => 64,
+        Physical::INT96 => 96,
+        Physical::FIXED_LEN_BYTE_ARRAY => 8 * descr.type_length().max(1) as u64,
+    };
+    let mut pages = group
+        .get_column_page_reader(col)
+        .map_err(|e| e.to_string())?;
+    while let Some(page) = pages.peek_next_page().map_err(|e| e.to_string())? {
+        if !page.is_dict {
+            pages.skip_next_page().map_err(|e| e.to_string())?;
+            continue;
+        }
+        if let Some(Page::DictionaryPage {
+            buf, num_values, ..
+        }) = pages.get_next_page().map_err(|e| e.to_string())?
+        {
+            if u64::from(num_values) * least_bits > buf.len() as u64 * 8 {
+                return Err(format!(
+                    "a dictionary page claims {num_values} values in {} bytes",
+                    buf.len()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `rows` values of one column chunk (null where the definition level
 /// says so), each converted by `convert`.
 fn read_column<T: DataType>(
@@ -168,6 +213,10 @@ fn read_column<T: DataType>(
                 out.len()
             ));
         }
+        // A run-length-encoded page can claim more rows than memory holds:
+        // an error, not an abort.
+        out.try_reserve(records)
+            .map_err(|_| format!("{rows} rows do not fit in memory"))?;
         if max_def == 0 {
             for v in values.iter().take(records) {
                 out.push(convert(v)?);
