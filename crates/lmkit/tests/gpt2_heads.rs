@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 
 use lmkit::checkpoint::{load_pretrained, save_params, LoadOptions, SafeTensors};
-use lmkit::models::gpt2::{Gpt2, Gpt2Engine, Gpt2TaskBatch, WeightDtype};
+use lmkit::data::TokenBatch;
+use lmkit::models::gpt2::{Gpt2, Gpt2Engine, Gpt2TaskBatch, Gpt2TaskTrainer, WeightDtype};
+use lmkit::models::Trainable;
 use lmkit::spec::{AnyConfig, Architecture, Gpt2Config, HasLayout};
 
 fn fixture_dir(case: &str) -> PathBuf {
@@ -189,6 +191,43 @@ fn untied_lm_head_logits_loss_and_gradients_match_pytorch() {
     assert!((fused.mean() - r.scalar("loss")).abs() < 1e-5);
     m.forward_backward(&ids, &targets, b, t, 1.0).unwrap();
     assert_every_gradient(&r, &m);
+    let batch = TokenBatch {
+        b,
+        t,
+        inputs: ids,
+        targets,
+    };
+    check_streamed("untied LM", load("gpt2-tiny-untied"), &batch, &m.grads);
+}
+
+/// The streamed backward (what a data-parallel step all-reduces while it
+/// runs) hands out ln_f with the heads, each block, then the embeddings,
+/// from the end of the buffer down, and computes the same gradients.
+fn check_streamed<M: Trainable>(what: &str, mut m: M, batch: &M::Batch, want: &[f32]) {
+    let layers = m
+        .layout()
+        .specs()
+        .iter()
+        .filter(|s| s.name.ends_with(".ln_1.weight"))
+        .count();
+    let (base, n) = (m.grads().as_ptr() as usize, m.grads().len());
+    let mut pieces = Vec::new();
+    m.forward_backward_streamed(batch, 1.0, None, &mut |p| {
+        pieces.push(((p.as_ptr() as usize - base) / 4, p.len()))
+    })
+    .unwrap();
+    assert_eq!(pieces.len(), layers + 2, "{what}: pieces {pieces:?}");
+    let mut end = n;
+    for &(at, len) in &pieces {
+        assert_eq!(
+            at + len,
+            end,
+            "{what}: pieces {pieces:?} are not contiguous"
+        );
+        end = at;
+    }
+    assert_eq!(end, 0, "{what}: pieces cover the buffer");
+    assert!(m.grads() == want, "{what}: streamed gradients differ");
 }
 
 #[test]
@@ -267,6 +306,11 @@ fn classify_logits_losses_and_every_gradient_match_pytorch() {
     let again = m.forward_backward_task(&bt, lm_coef, 1.0).unwrap();
     assert_eq!(again.logits, out.logits);
     assert_every_gradient(&r, &m);
+    let trainer = Gpt2TaskTrainer {
+        model: load("gpt2-tiny-classify"),
+        lm_coef,
+    };
+    check_streamed("classify", trainer, &bt, &m.grads);
 }
 
 /// d loss / d θ of the head (and a shared embedding) by central differences
@@ -408,6 +452,11 @@ fn multiple_choice_logits_losses_and_every_gradient_match_pytorch() {
     m.grads.fill(0.0);
     m.forward_backward_task(&bt, lm_coef, 1.0).unwrap();
     assert_every_gradient(&r, &m);
+    let trainer = Gpt2TaskTrainer {
+        model: load("gpt2-tiny-mc"),
+        lm_coef,
+    };
+    check_streamed("multiple choice", trainer, &bt, &m.grads);
 }
 
 #[test]

@@ -86,10 +86,85 @@ pub trait Trainable {
         let _ = counts;
         self.forward_backward(batch, grad_scale)
     }
+    /// [`Self::forward_backward`] (`counts` `None`) or
+    /// [`Self::forward_backward_over`], handing the gradient buffer to
+    /// `ready` in pieces as backward finishes with them: disjoint, from the
+    /// end of the buffer down, together the whole buffer, each once no later
+    /// part of backward writes it (a data-parallel step all-reduces a layer's
+    /// gradients while backward runs through the layers below). The default
+    /// hands the whole buffer over at the end.
+    fn forward_backward_streamed<'g>(
+        &'g mut self,
+        batch: &Self::Batch,
+        grad_scale: f32,
+        counts: Option<&[f64]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> crate::Result<LossParts> {
+        let loss = match counts {
+            Some(c) => self.forward_backward_over(batch, grad_scale, c)?,
+            None => self.forward_backward(batch, grad_scale)?,
+        };
+        ready(self.params_and_grads().1);
+        Ok(loss)
+    }
     /// Forward only (validation).
     fn evaluate(&mut self, batch: &Self::Batch) -> crate::Result<LossParts>;
     /// Parameter ranges with whether weight decay applies to each.
     fn decay_spans(&self) -> Vec<(Range<usize>, bool)>;
     /// Tokens consumed per micro-batch (for throughput).
     fn tokens_per_batch(&self) -> usize;
+}
+
+/// A gradient buffer handed out in pieces while backward runs
+/// ([`Trainable::forward_backward_streamed`]): backward writes through
+/// [`Self::rest`] with the buffer's own offsets, and says with
+/// [`Self::done_from`] where its remaining writes end.
+pub struct GradPieces<'g, 'r> {
+    /// `[0, frontier)` of the buffer: what backward may still write.
+    rest: &'g mut [f32],
+    ready: &'r mut dyn FnMut(&'g mut [f32]),
+}
+
+impl<'g, 'r> GradPieces<'g, 'r> {
+    pub fn new(grads: &'g mut [f32], ready: &'r mut dyn FnMut(&'g mut [f32])) -> Self {
+        GradPieces { rest: grads, ready }
+    }
+
+    /// The part of the buffer backward may still write (indices are the
+    /// whole buffer's; it ends at the last [`Self::done_from`]).
+    pub fn rest(&mut self) -> &mut [f32] {
+        self.rest
+    }
+
+    /// Backward writes nothing at or past `frontier` any more: hands
+    /// `[frontier, end of rest)` to `ready`.
+    pub fn done_from(&mut self, frontier: usize) {
+        if frontier < self.rest.len() {
+            let (lo, hi) = std::mem::take(&mut self.rest).split_at_mut(frontier);
+            (self.ready)(hi);
+            self.rest = lo;
+        }
+    }
+
+    /// Backward is over: hands out the rest.
+    pub fn finish(self) {
+        if !self.rest.is_empty() {
+            (self.ready)(self.rest);
+        }
+    }
+}
+
+/// The end of the furthest parameter of `layout` that `pending` names
+/// (what backward still writes): [`GradPieces::done_from`]'s frontier.
+pub fn pending_end(
+    layout: &crate::spec::layout::ParamLayout,
+    pending: impl Fn(&str) -> bool,
+) -> usize {
+    layout
+        .specs()
+        .iter()
+        .filter(|s| pending(&s.name))
+        .map(|s| s.range().end)
+        .max()
+        .unwrap_or(0)
 }

@@ -1,8 +1,10 @@
 //! `metrics.jsonl`: one JSON object per logged step.
 //!
 //! Training rows carry `step`, `loss`, `lr`, `grad_norm`, `tokens_per_s`
-//! (plus `tokens`, `elapsed_s`, and `comm_s` on data-parallel runs); validation rows carry `step`, `val_loss`,
-//! `val_ppl`. Every row is flushed as written, so a killed run keeps its curve.
+//! (plus `tokens`, `elapsed_s`, and on data-parallel runs `comm_s`, the
+//! seconds in collectives, and `comm_wait_s`, the part the step waited
+//! for); validation rows carry `step`, `val_loss`, `val_ppl`. Every row is
+//! flushed as written, so a killed run keeps its curve.
 
 use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};

@@ -248,6 +248,7 @@ impl<M: Trainable> Runner<'_, M> {
                 }
                 if comm.world_size() > 1 {
                     row.insert("comm_s".into(), json!(stats.comm_s));
+                    row.insert("comm_wait_s".into(), json!(stats.comm_wait_s));
                 }
                 if let Some(m) = metrics.as_deref_mut() {
                     write_row(m, &row)?;

@@ -135,7 +135,11 @@ pub struct StepStats {
     pub tokens: usize,
     /// Seconds spent in collectives (loss, gradients, norm, weights) on a
     /// data-parallel run: waiting for the other ranks included; 0 on one.
+    /// The gradient all-reduce runs beside backward, so part of it is hidden.
     pub comm_s: f64,
+    /// The part of `comm_s` the step waited for: collectives on the step's
+    /// own thread, and the gradient all-reduce left when backward ended.
+    pub comm_wait_s: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -210,19 +214,25 @@ pub fn train_step_parallel<M: Trainable>(
     let (comm, world) = (dp.comm, dp.world_size());
     let step = opt.step + 1;
     comm.set_step(step);
-    let mut comm_s = 0.0;
+    // Seconds in collectives; of them, seconds this thread waited.
+    let (mut comm_s, mut comm_wait_s) = (0.0, 0.0);
     let mut timed = |f: &mut dyn FnMut()| {
         let t0 = std::time::Instant::now();
         f();
         comm_s += t0.elapsed().as_secs_f64();
+        comm_wait_s += t0.elapsed().as_secs_f64();
     };
+    // Unsharded: the last micro-batch's backward hands its finished
+    // gradients to a thread that all-reduces them while it goes on.
+    let overlap = world > 1 && !dp.sharded();
+    let (mut beside_s, mut beside_wait_s) = (0.0, 0.0);
     model.zero_grad();
     let mut loss = LossParts::default();
     // Whether the loss terms are means over the global batch's counts (the
     // model's `loss_counts`): the ranks' gradients then add up to the
     // global one, instead of being averaged.
     let mut weighted = false;
-    for _ in 0..k {
+    for i in 0..k {
         let rows = next_batch(batch);
         let mut counts = if world > 1 {
             model.loss_counts(batch)
@@ -238,16 +248,25 @@ pub fn train_step_parallel<M: Trainable>(
                 )
                 .into());
             }
-            loss.add(model.forward_backward(batch, 1.0 / k as f32)?);
         } else {
             weighted = true;
             if !rows {
                 counts.fill(0.0);
             }
             timed(&mut || comm.all_reduce_sum_f64(&mut counts));
-            if rows {
-                loss.add(model.forward_backward_over(batch, 1.0 / k as f32, &counts)?);
-            }
+        }
+        let counts = (!counts.is_empty()).then_some(&counts[..]);
+        let scale = 1.0 / k as f32;
+        if overlap && i + 1 == k {
+            let (part, busy, wait) = reduced_backward(model, batch, scale, counts, rows, comm)?;
+            loss.add(part);
+            beside_s += busy;
+            beside_wait_s += wait;
+        } else if rows {
+            loss.add(match counts {
+                Some(c) => model.forward_backward_over(batch, scale, c)?,
+                None => model.forward_backward(batch, scale)?,
+            });
         }
     }
     let mean = if world > 1 {
@@ -280,15 +299,9 @@ pub fn train_step_parallel<M: Trainable>(
     let n = params.len();
     let shard = dp.shard(n);
     if world > 1 {
-        timed(&mut || {
-            if dp.sharded() {
-                reduce_scatter_grads(comm, grads, &shard);
-            } else {
-                for bucket in grads.rchunks_mut(GRAD_BUCKET) {
-                    comm.all_reduce_sum(bucket);
-                }
-            }
-        });
+        if dp.sharded() {
+            timed(&mut || reduce_scatter_grads(comm, grads, &shard));
+        }
         if !weighted {
             kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
         }
@@ -342,8 +355,130 @@ pub fn train_step_parallel<M: Trainable>(
         lr,
         grad_norm,
         tokens,
-        comm_s,
+        comm_s: comm_s + beside_s,
+        comm_wait_s: comm_wait_s + beside_wait_s,
     })
+}
+
+/// The last micro-batch's forward + backward (when this rank has `rows`)
+/// with the gradients all-reduced on a second thread as backward finishes
+/// them. Returns the loss part, the seconds that thread spent in
+/// collectives, and the seconds this one then waited for it.
+fn reduced_backward<M: Trainable>(
+    model: &mut M,
+    batch: &M::Batch,
+    scale: f32,
+    counts: Option<&[f64]>,
+    rows: bool,
+    comm: &dyn Communicator,
+) -> crate::Result<(LossParts, f64, f64)> {
+    let n = model.grads().len();
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<&mut [f32]>();
+        let reducer = s.spawn(move || {
+            let mut r = BucketReducer::new(n, GRAD_BUCKET, comm);
+            for piece in rx {
+                r.push(piece);
+            }
+            r.busy_s
+        });
+        let loss = if rows {
+            model.forward_backward_streamed(batch, scale, counts, &mut |piece| {
+                // The reducer only stops early by panicking, which join() re-raises.
+                let _ = tx.send(piece);
+            })
+        } else {
+            // Nothing to add; the other ranks' sums still need this one.
+            let _ = tx.send(model.params_and_grads().1);
+            Ok(LossParts::default())
+        };
+        drop(tx);
+        let t0 = std::time::Instant::now();
+        let busy = reducer
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        Ok((loss?, busy, t0.elapsed().as_secs_f64()))
+    })
+}
+
+/// All-reduces a gradient buffer of `n` floats in fixed buckets of
+/// `bucket` floats ([`GRAD_BUCKET`]) from the end down, each as soon as the pieces that
+/// cover it have arrived (pieces come from the end down): every rank calls
+/// the same collectives, however its backward cut the buffer.
+struct BucketReducer<'g, 'c> {
+    comm: &'c dyn Communicator,
+    /// Pieces not yet wholly reduced, with their offsets, highest first.
+    pieces: Vec<(usize, &'g mut [f32])>,
+    /// Offset where the received pieces begin.
+    low: usize,
+    /// End of the next bucket to reduce.
+    next: usize,
+    bucket: usize,
+    scratch: Vec<f32>,
+    busy_s: f64,
+}
+
+impl<'g, 'c> BucketReducer<'g, 'c> {
+    fn new(n: usize, bucket: usize, comm: &'c dyn Communicator) -> Self {
+        BucketReducer {
+            comm,
+            pieces: Vec::new(),
+            low: n,
+            next: n,
+            bucket: bucket.max(1),
+            scratch: Vec::new(),
+            busy_s: 0.0,
+        }
+    }
+
+    fn push(&mut self, piece: &'g mut [f32]) {
+        assert!(
+            piece.len() <= self.low,
+            "gradient pieces overrun the buffer"
+        );
+        self.low -= piece.len();
+        self.pieces.push((self.low, piece));
+        // Bucket `[start, next)`: the last one is short (rchunks' order).
+        while self.next > 0 {
+            let start = self.next.saturating_sub(self.bucket);
+            if start < self.low {
+                break;
+            }
+            self.reduce(start, self.next);
+            self.next = start;
+            self.pieces.retain(|(at, _)| *at < start);
+        }
+    }
+
+    /// All-reduces `[start, end)`: in place when one piece holds it, else
+    /// through `scratch`.
+    fn reduce(&mut self, start: usize, end: usize) {
+        let t0 = std::time::Instant::now();
+        let whole = self
+            .pieces
+            .iter_mut()
+            .find(|(at, p)| *at <= start && end <= *at + p.len());
+        if let Some((at, p)) = whole {
+            self.comm.all_reduce_sum(&mut p[start - *at..end - *at]);
+        } else {
+            self.scratch.clear();
+            self.scratch.resize(end - start, 0.0);
+            for (at, p) in &self.pieces {
+                let (a, b) = (start.max(*at), end.min(*at + p.len()));
+                if a < b {
+                    self.scratch[a - start..b - start].copy_from_slice(&p[a - at..b - at]);
+                }
+            }
+            self.comm.all_reduce_sum(&mut self.scratch);
+            for (at, p) in &mut self.pieces {
+                let (a, b) = (start.max(*at), end.min(*at + p.len()));
+                if a < b {
+                    p[a - *at..b - *at].copy_from_slice(&self.scratch[a - start..b - start]);
+                }
+            }
+        }
+        self.busy_s += t0.elapsed().as_secs_f64();
+    }
 }
 
 /// The gradients of this rank's block, summed over ranks, into
@@ -390,4 +525,48 @@ fn shard_spans(spans: &[(Range<usize>, bool)], shard: &Range<usize>) -> Vec<(Ran
             (a < b).then(|| (a - shard.start..b - shard.start, *decay))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::comm::ThreadGroup;
+
+    /// Ranks whose backward cut the buffer differently (one piece; pieces
+    /// inside a bucket and across bucket ends) call the same collectives
+    /// and all get the sums.
+    #[test]
+    fn bucket_reducer_sums_whatever_the_pieces() {
+        let n = 23;
+        let cuts: [&[usize]; 3] = [&[], &[20, 13, 5, 4], &[22, 1]];
+        let out: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = ThreadGroup::new(3)
+                .into_iter()
+                .zip(cuts)
+                .map(|(c, cut)| {
+                    s.spawn(move || {
+                        let r = c.rank() as f32;
+                        let mut g: Vec<f32> = (0..n).map(|i| i as f32 + 100.0 * r).collect();
+                        let mut red = BucketReducer::new(n, 4, &c);
+                        let mut rest = &mut g[..];
+                        for &at in cut {
+                            let (lo, hi) = rest.split_at_mut(at);
+                            red.push(hi);
+                            rest = lo;
+                        }
+                        red.push(rest);
+                        assert_eq!(red.next, 0, "every bucket reduced");
+                        drop(red);
+                        g
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for g in out {
+            for (i, &x) in g.iter().enumerate() {
+                assert_eq!(x, 3.0 * i as f32 + 300.0, "element {i}");
+            }
+        }
+    }
 }

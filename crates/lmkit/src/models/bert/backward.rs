@@ -39,7 +39,7 @@ use super::heads::{
 use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
-use crate::models::{LossParts, Trainable};
+use crate::models::{pending_end, GradPieces, LossParts, Trainable};
 use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
@@ -182,9 +182,6 @@ pub struct BertTrainer {
     outputs: HeadOutputs,
     stats: HeadStats,
     last_tokens: usize,
-    /// What each loss term is a mean over ([`LossTerm`] order), when not
-    /// this batch's own counts: a data-parallel step's global counts.
-    denoms: Option<[f64; LossTerm::COUNT]>,
 }
 
 /// The loss terms of a BERT batch, each a mean over its own count (HF:
@@ -285,7 +282,6 @@ impl BertTrainer {
             outputs: HeadOutputs::default(),
             stats: HeadStats::default(),
             last_tokens: 0,
-            denoms: None,
         })
     }
 
@@ -464,8 +460,19 @@ impl BertTrainer {
     }
 
     /// Forward (and with `backward`, backward accumulating `grad_scale` ×
-    /// d loss / dθ into `grads`). Returns this batch's head statistics.
-    fn run(&mut self, tb: &BertTrainBatch, grad_scale: f32, backward: bool) -> Result<HeadStats> {
+    /// d loss / dθ into `grads`, handed to `ready` as it is finished (see
+    /// [`GradPieces`]), and the statistics added to [`Self::take_stats`]'s).
+    /// Returns this batch's head statistics. `denoms`: what each loss term
+    /// is a mean over ([`LossTerm`] order) when not this batch's own counts
+    /// (a data-parallel step's global counts).
+    fn run<'g>(
+        &'g mut self,
+        tb: &BertTrainBatch,
+        grad_scale: f32,
+        backward: bool,
+        denoms: Option<[f64; LossTerm::COUNT]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> Result<HeadStats> {
         self.check(tb)?;
         let batch = &tb.batch;
         let tg = &tb.targets;
@@ -484,7 +491,6 @@ impl BertTrainer {
         let s = &mut self.scratch;
         self.last_tokens = n;
         // What each term is a mean over: the given (global) counts, else this batch's.
-        let denoms = self.denoms;
         let den = |i: LossTerm, local: usize| denoms.map_or(local as f64, |d| d[i as usize]);
         let mut st = HeadStats {
             batches: 1,
@@ -745,7 +751,8 @@ impl BertTrainer {
             return Ok(st);
         }
 
-        encoder_backward(&self.model, acts, s, grads, batch)?;
+        encoder_backward(&self.model, acts, s, GradPieces::new(grads, ready), batch)?;
+        self.stats.add(&st);
         Ok(st)
     }
 
@@ -757,9 +764,7 @@ impl BertTrainer {
         batch: &BertTrainBatch,
         grad_scale: f32,
     ) -> Result<HeadStats> {
-        let st = self.run(batch, grad_scale, true)?;
-        self.stats.add(&st);
-        Ok(st)
+        self.run(batch, grad_scale, true, None, &mut |_| {})
     }
 
     /// What each loss term of `tb` is a mean over, in [`LossTerm`] order
@@ -800,17 +805,12 @@ impl BertTrainer {
         grad_scale: f32,
         counts: &[f64; LossTerm::COUNT],
     ) -> Result<HeadStats> {
-        self.denoms = Some(*counts);
-        let st = self.run(batch, grad_scale, true);
-        self.denoms = None;
-        let st = st?;
-        self.stats.add(&st);
-        Ok(st)
+        self.run(batch, grad_scale, true, Some(*counts), &mut |_| {})
     }
 
     /// Forward only: losses and [`Self::outputs`].
     pub fn evaluate_batch(&mut self, batch: &BertTrainBatch) -> Result<HeadStats> {
-        self.run(batch, 0.0, false)
+        self.run(batch, 0.0, false, None, &mut |_| {})
     }
 }
 
@@ -870,6 +870,31 @@ impl Trainable for BertTrainer {
         })
     }
 
+    fn forward_backward_streamed<'g>(
+        &'g mut self,
+        batch: &BertTrainBatch,
+        grad_scale: f32,
+        counts: Option<&[f64]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> Result<LossParts> {
+        let denoms = counts
+            .map(|c| {
+                <[f64; LossTerm::COUNT]>::try_from(c).map_err(|_| {
+                    Error::InvalidInput(format!(
+                        "{} loss counts for BERT's {} terms",
+                        c.len(),
+                        LossTerm::COUNT
+                    ))
+                })
+            })
+            .transpose()?;
+        let st = self.run(batch, grad_scale, true, denoms, ready)?;
+        Ok(LossParts {
+            sum: st.loss,
+            count: 1,
+        })
+    }
+
     fn evaluate(&mut self, batch: &BertTrainBatch) -> Result<LossParts> {
         let st = self.evaluate_batch(batch)?;
         Ok(LossParts {
@@ -894,7 +919,7 @@ fn encoder_backward(
     model: &Bert,
     acts: &BertActivations,
     s: &mut Grads,
-    grads: &mut [f32],
+    mut pieces: GradPieces<'_, '_>,
     batch: &BertBatch,
 ) -> Result<()> {
     let cfg = &model.config;
@@ -902,9 +927,19 @@ fn encoder_backward(
     let (n, i_sz, nh) = (b * t, cfg.intermediate_size, cfg.num_attention_heads);
     let gelu = model.gelu();
     let (layout, params) = (&model.layout, &model.params[..]);
+    // Where the writes still to come end once layers `l..` are done: the
+    // layers below `l` and the embeddings.
+    let prefixes: Vec<String> = (0..cfg.num_hidden_layers).map(bert_layer_prefix).collect();
+    let pending = |l: usize| {
+        pending_end(layout, |name| {
+            name.starts_with("embeddings.") || prefixes[..l].iter().any(|p| name.starts_with(p))
+        })
+    };
+    pieces.done_from(pending(cfg.num_hidden_layers));
     // --- Encoder, last layer first. s.dy = d(output of layer l).
     let shape = AttentionShape { b, t, c, nh };
     for l in (0..cfg.num_hidden_layers).rev() {
+        let grads = pieces.rest();
         let la = &acts.layers[l];
         let x = acts
             .hidden_state(l)
@@ -1004,8 +1039,10 @@ fn encoder_backward(
             );
         }
         std::mem::swap(&mut s.dy, &mut s.dx);
+        pieces.done_from(pending(l));
     }
     // Embeddings: hidden_state(0) = LN(word + position + token type).
+    let grads = pieces.rest();
     s.dres.fill(0.0);
     layernorm_bwd(
         layout,
@@ -1040,6 +1077,7 @@ fn encoder_backward(
     }
     let wemb = range(layout, "embeddings.word_embeddings.weight");
     kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
+    pieces.finish();
     Ok(())
 }
 

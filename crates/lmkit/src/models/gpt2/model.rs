@@ -28,7 +28,7 @@
 
 use crate::data::TokenBatch;
 use crate::kernels::{self, AttentionShape, Bf16Weight, Gelu, WeightLayout};
-use crate::models::{LossParts, Trainable};
+use crate::models::{GradPieces, LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
 use crate::spec::layout::{gpt2_layout_for, ParamLayout};
 use crate::spec::names::Architecture;
@@ -81,6 +81,9 @@ struct Index {
     blocks: Vec<BlockIndex>,
     ln_f_w: Range<usize>,
     ln_f_b: Range<usize>,
+    /// `[L + 1]`: where backward's writes end once blocks `l..` (and ln_f)
+    /// are done (blocks below `l`, `wte`, `wpe` still to come).
+    pending: Vec<usize>,
     /// `[V, C]`: `lm_head.weight` when untied, else `wte`.
     lm_head: Range<usize>,
     /// `[L, C]` sequence-classification head.
@@ -116,7 +119,17 @@ impl Index {
             });
         }
         let wte = r("wte.weight")?;
+        let pending = (0..=n_layer)
+            .map(|l| {
+                super::super::pending_end(layout, |name| {
+                    name == "wte.weight"
+                        || name == "wpe.weight"
+                        || (0..l).any(|j| name.starts_with(&format!("h.{j}.")))
+                })
+            })
+            .collect();
         Ok(Index {
+            pending,
             lm_head: layout.range("lm_head.weight").unwrap_or(wte.clone()),
             wte,
             wpe: r("wpe.weight")?,
@@ -645,6 +658,20 @@ impl Gpt2 {
         t: usize,
         grad_scale: f32,
     ) -> crate::Result<LossParts> {
+        self.lm_backward(inputs, targets, b, t, grad_scale, &mut |_| {})
+    }
+
+    /// [`Gpt2::forward_backward`], handing finished gradients to `ready`
+    /// ([`Trainable::forward_backward_streamed`]).
+    fn lm_backward<'g>(
+        &'g mut self,
+        inputs: &[u32],
+        targets: &[i32],
+        b: usize,
+        t: usize,
+        grad_scale: f32,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> crate::Result<LossParts> {
         self.check_targets(targets, b, t)?;
         self.forward_body(inputs, b, t)?;
         self.acts
@@ -653,7 +680,7 @@ impl Gpt2 {
             .dc
             .fill(0.0);
         let loss = self.lm_loss(targets, Some(grad_scale));
-        self.backward_body();
+        self.backward_body(ready);
         Ok(loss)
     }
 
@@ -708,13 +735,14 @@ impl Gpt2 {
     }
 
     /// Backward from `acts.dc` = dloss/dlnf [N, C] of the last forward_body
-    /// through ln_f, the blocks and the embeddings; ACCUMULATES into `grads`.
-    fn backward_body(&mut self) {
+    /// through ln_f, the blocks and the embeddings; ACCUMULATES into `grads`,
+    /// handing each finished part to `ready` (see [`GradPieces`]).
+    fn backward_body<'g>(&'g mut self, ready: &mut dyn FnMut(&'g mut [f32])) {
         let cfg = &self.config;
         let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let gelu = gelu_kind(cfg);
         let p = &self.params;
-        let g = &mut self.grads;
+        let mut pieces = GradPieces::new(&mut self.grads, ready);
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
@@ -726,7 +754,7 @@ impl Gpt2 {
                 Some(bl) => &bl.residual3,
                 None => &acts.encoded,
             };
-            let (gw, gb) = two_mut(g, idx.ln_f_w.clone(), idx.ln_f_b.clone());
+            let (gw, gb) = two_mut(pieces.rest(), idx.ln_f_w.clone(), idx.ln_f_b.clone());
             kernels::layernorm_backward(
                 &mut acts.dresidual,
                 gw,
@@ -740,8 +768,10 @@ impl Gpt2 {
                 c,
             );
         }
+        pieces.done_from(idx.pending[cfg.n_layer]);
         let shape = AttentionShape { b, t, c, nh };
         for l in (0..cfg.n_layer).rev() {
+            let g = pieces.rest();
             let w = &idx.blocks[l];
             let (before, rest) = acts.blocks.split_at(l);
             let residual: &[f32] = if l == 0 {
@@ -854,10 +884,13 @@ impl Gpt2 {
                     c,
                 );
             }
+            pieces.done_from(idx.pending[l]);
         }
         // dresidual = d encoded = d(wte[ids] + wpe[pos]).
+        let g = pieces.rest();
         kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
         kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
+        pieces.finish();
     }
 }
 
@@ -954,14 +987,7 @@ impl Trainable for Gpt2 {
         batch: &TokenBatch,
         grad_scale: f32,
     ) -> crate::Result<LossParts> {
-        Gpt2::forward_backward(
-            self,
-            &batch.inputs,
-            &batch.targets,
-            batch.b,
-            batch.t,
-            grad_scale,
-        )
+        Trainable::forward_backward_streamed(self, batch, grad_scale, None, &mut |_| {})
     }
 
     fn loss_counts(&self, batch: &TokenBatch) -> Vec<f64> {
@@ -976,6 +1002,20 @@ impl Trainable for Gpt2 {
         grad_scale: f32,
         counts: &[f64],
     ) -> crate::Result<LossParts> {
+        Trainable::forward_backward_streamed(self, batch, grad_scale, Some(counts), &mut |_| {})
+    }
+
+    fn forward_backward_streamed<'g>(
+        &'g mut self,
+        batch: &TokenBatch,
+        grad_scale: f32,
+        counts: Option<&[f64]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> crate::Result<LossParts> {
+        let (inputs, targets, b, t) = (&batch.inputs, &batch.targets, batch.b, batch.t);
+        let Some(counts) = counts else {
+            return self.lm_backward(inputs, targets, b, t, grad_scale, ready);
+        };
         let &[global] = counts else {
             return Err(crate::Error::InvalidInput(format!(
                 "{} loss counts for GPT-2's 1",
@@ -984,10 +1024,11 @@ impl Trainable for Gpt2 {
         };
         let local = Trainable::loss_counts(self, batch)[0];
         if local == 0.0 {
+            ready(&mut self.grads);
             return Ok(LossParts { sum: 0.0, count: 1 });
         }
-        let lp =
-            Trainable::forward_backward(self, batch, (grad_scale as f64 * local / global) as f32)?;
+        let scale = (grad_scale as f64 * local / global) as f32;
+        let lp = self.lm_backward(inputs, targets, b, t, scale, ready)?;
         Ok(LossParts {
             sum: lp.sum / global,
             count: 1,
@@ -1103,12 +1144,15 @@ impl Gpt2 {
     ///
     /// `den`: what the task and LM losses are means over, when not this
     /// batch's own counts ([`Gpt2::task_loss_counts`] of a global batch).
-    fn task_pass(
-        &mut self,
+    /// `ready` gets the gradients as backward finishes them
+    /// ([`Trainable::forward_backward_streamed`]).
+    fn task_pass<'g>(
+        &'g mut self,
         batch: &Gpt2TaskBatch,
         lm_coef: f32,
         grad_scale: Option<f32>,
         den: Option<[f64; 2]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
     ) -> crate::Result<TaskOutput> {
         let classes = self.check_task_batch(batch)?;
         if !(lm_coef >= 0.0 && lm_coef.is_finite()) {
@@ -1230,7 +1274,7 @@ impl Gpt2 {
                 *d += s;
             }
         }
-        self.backward_body();
+        self.backward_body(ready);
         Ok(out)
     }
 
@@ -1242,7 +1286,7 @@ impl Gpt2 {
         batch: &Gpt2TaskBatch,
         lm_coef: f32,
     ) -> crate::Result<TaskOutput> {
-        self.task_pass(batch, lm_coef, None, None)
+        self.task_pass(batch, lm_coef, None, None, &mut |_| {})
     }
 
     /// What the task loss and the LM loss of `batch` are means over: its
@@ -1268,7 +1312,7 @@ impl Gpt2 {
         lm_coef: f32,
         grad_scale: f32,
     ) -> crate::Result<TaskOutput> {
-        self.task_pass(batch, lm_coef, Some(grad_scale), None)
+        self.task_pass(batch, lm_coef, Some(grad_scale), None, &mut |_| {})
     }
 }
 
@@ -1309,10 +1353,7 @@ impl Trainable for Gpt2TaskTrainer {
         batch: &Gpt2TaskBatch,
         grad_scale: f32,
     ) -> crate::Result<LossParts> {
-        let out = self
-            .model
-            .forward_backward_task(batch, self.lm_coef, grad_scale)?;
-        Ok(combined(&out, self.lm_coef))
+        Trainable::forward_backward_streamed(self, batch, grad_scale, None, &mut |_| {})
     }
 
     fn loss_counts(&self, batch: &Gpt2TaskBatch) -> Vec<f64> {
@@ -1325,18 +1366,35 @@ impl Trainable for Gpt2TaskTrainer {
         grad_scale: f32,
         counts: &[f64],
     ) -> crate::Result<LossParts> {
+        Trainable::forward_backward_streamed(self, batch, grad_scale, Some(counts), &mut |_| {})
+    }
+
+    fn forward_backward_streamed<'g>(
+        &'g mut self,
+        batch: &Gpt2TaskBatch,
+        grad_scale: f32,
+        counts: Option<&[f64]>,
+        ready: &mut dyn FnMut(&'g mut [f32]),
+    ) -> crate::Result<LossParts> {
+        let lm_coef = self.lm_coef;
+        let Some(counts) = counts else {
+            let out = self
+                .model
+                .task_pass(batch, lm_coef, Some(grad_scale), None, ready)?;
+            return Ok(combined(&out, lm_coef));
+        };
         let &[task, lm] = counts else {
             return Err(crate::Error::InvalidInput(format!(
                 "{} loss counts for a GPT-2 task's 2",
                 counts.len()
             )));
         };
-        let out = self
-            .model
-            .task_pass(batch, self.lm_coef, Some(grad_scale), Some([task, lm]))?;
+        let out =
+            self.model
+                .task_pass(batch, lm_coef, Some(grad_scale), Some([task, lm]), ready)?;
         let over = |l: &LossParts, d: f64| if d > 0.0 { l.sum / d } else { 0.0 };
         Ok(LossParts {
-            sum: over(&out.task, task) + self.lm_coef as f64 * over(&out.lm, lm),
+            sum: over(&out.task, task) + lm_coef as f64 * over(&out.lm, lm),
             count: 1,
         })
     }

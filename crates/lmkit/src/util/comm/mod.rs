@@ -20,8 +20,10 @@ pub mod mpi;
 
 use std::sync::{Arc, Barrier, Mutex};
 
-/// The collectives data-parallel training needs.
-pub trait Communicator {
+/// The collectives data-parallel training needs. `Sync`: a step's
+/// gradient all-reduce runs on a second thread while backward still runs
+/// (the two threads never call collectives at once).
+pub trait Communicator: Sync {
     /// This process's index, `0..world_size()`.
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;

@@ -9,7 +9,6 @@
 //! another rank dies, the launcher ends this one with SIGTERM: it says
 //! which step it was at before it goes.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,7 +38,9 @@ pub struct MpiComm {
     rank: usize,
     size: usize,
     watch: Arc<Mutex<WatchState>>,
-    scratch: RefCell<Vec<f32>>,
+    /// Held through every MPI call: the send copy of `all_reduce_sum`, and
+    /// the lock that keeps calls from two threads one after the other.
+    serial: Mutex<Vec<f32>>,
     // Last: MPI_Finalize (the universe's drop) after the communicator.
     _universe: Universe,
 }
@@ -51,6 +52,14 @@ impl MpiComm {
     pub fn init(timeout: Duration) -> Result<MpiComm, String> {
         let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or("MPI is already initialized in this process")?;
+        // Training all-reduces gradients from a second thread while backward
+        // runs; `serial` keeps the calls one at a time, which SERIALIZED allows.
+        if threading < Threading::Serialized {
+            return Err(format!(
+                "this MPI gives threading level {threading:?}; lmkit needs MPI_THREAD_SERIALIZED \
+                 or MULTIPLE (an MPI built with thread support)"
+            ));
+        }
         let world = universe.world();
         let rank = usize::try_from(world.rank()).map_err(|_| "negative MPI rank")?;
         let size = usize::try_from(world.size()).map_err(|_| "negative MPI size")?;
@@ -75,15 +84,17 @@ impl MpiComm {
             rank,
             size,
             watch,
-            scratch: RefCell::new(Vec::new()),
+            serial: Mutex::new(Vec::new()),
             _universe: universe,
         })
     }
 
-    /// Runs one collective under the watchdog.
-    fn watched<R>(&self, op: &'static str, f: impl FnOnce() -> R) -> R {
+    /// Runs one collective under the watchdog, holding `serial` (given to
+    /// `f` as the send scratch).
+    fn watched<R>(&self, op: &'static str, f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+        let mut scratch = self.serial.lock().unwrap_or_else(|e| e.into_inner());
         self.watch.lock().expect("watch").op = Some((op, Instant::now()));
-        let r = f();
+        let r = f(&mut scratch);
         self.watch.lock().expect("watch").op = None;
         r
     }
@@ -126,6 +137,14 @@ fn watchdog(
     }
 }
 
+// SAFETY: `SimpleCommunicator` is a handle to MPI_COMM_WORLD, which MPI
+// lets any thread use at the threading level `init` checked (SERIALIZED or
+// MULTIPLE) as long as calls do not overlap; every MPI call through an
+// `MpiComm` holds `serial`, so calls from several threads run one at a time.
+// (`abort` and the watchdog's MPI_Abort need no lock: MPI allows them from
+// any thread under MULTIPLE, and the watchdog only calls it then.)
+unsafe impl Sync for MpiComm {}
+
 impl Drop for MpiComm {
     fn drop(&mut self) {
         if let Ok(mut w) = self.watch.lock() {
@@ -152,11 +171,10 @@ impl Communicator for MpiComm {
         self.size
     }
     fn all_reduce_sum(&self, buf: &mut [f32]) {
-        let mut scratch = self.scratch.borrow_mut();
         for chunk in buf.chunks_mut(CHUNK) {
-            scratch.clear();
-            scratch.extend_from_slice(chunk);
-            self.watched("all_reduce", || {
+            self.watched("all_reduce", |scratch| {
+                scratch.clear();
+                scratch.extend_from_slice(chunk);
                 self.world
                     .all_reduce_into(&scratch[..], chunk, SystemOperation::sum())
             });
@@ -165,7 +183,7 @@ impl Communicator for MpiComm {
     fn all_reduce_sum_f64(&self, buf: &mut [f64]) {
         let send = buf.to_vec();
         count(buf.len());
-        self.watched("all_reduce", || {
+        self.watched("all_reduce", |_| {
             self.world
                 .all_reduce_into(&send[..], buf, SystemOperation::sum())
         });
@@ -173,7 +191,7 @@ impl Communicator for MpiComm {
     fn reduce_scatter_sum(&self, send: &[f32], recv: &mut [f32]) {
         assert_eq!(send.len(), recv.len() * self.size, "reduce_scatter lengths");
         count(send.len());
-        self.watched("reduce_scatter", || {
+        self.watched("reduce_scatter", |_| {
             self.world
                 .reduce_scatter_block_into(send, recv, SystemOperation::sum())
         });
@@ -181,17 +199,17 @@ impl Communicator for MpiComm {
     fn all_gather(&self, send: &[f32], recv: &mut [f32]) {
         assert_eq!(recv.len(), send.len() * self.size, "all_gather lengths");
         count(recv.len());
-        self.watched("all_gather", || self.world.all_gather_into(send, recv));
+        self.watched("all_gather", |_| self.world.all_gather_into(send, recv));
     }
     fn broadcast(&self, buf: &mut [u8], root: usize) {
         count(buf.len());
         let root = i32::try_from(root).expect("rank fits an int");
-        self.watched("broadcast", || {
+        self.watched("broadcast", |_| {
             self.world.process_at_rank(root).broadcast_into(buf)
         });
     }
     fn barrier(&self) {
-        self.watched("barrier", || self.world.barrier());
+        self.watched("barrier", |_| self.world.barrier());
     }
     fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
