@@ -20,6 +20,11 @@ pub struct DistArgs {
     /// exceed the time rank 0 takes to save a checkpoint.
     #[arg(long, default_value_t = 600.0)]
     pub comm_timeout: f64,
+    /// Data-parallel runs: all-reduce the gradients after backward instead
+    /// of beside it (faster where the ranks share a machine's cores, whose
+    /// time the all-reduce would take from backward).
+    #[arg(long)]
+    pub no_comm_overlap: bool,
 }
 
 impl Default for DistArgs {
@@ -27,6 +32,7 @@ impl Default for DistArgs {
         DistArgs {
             shard_optimizer: false,
             comm_timeout: 600.0,
+            no_comm_overlap: false,
         }
     }
 }
@@ -37,23 +43,31 @@ impl DistArgs {
         if !(self.comm_timeout.is_finite() && self.comm_timeout > 0.0) {
             bail!("--comm-timeout {}: expected seconds > 0", self.comm_timeout);
         }
-        communicator(Duration::from_secs_f64(self.comm_timeout))
+        communicator(
+            Duration::from_secs_f64(self.comm_timeout),
+            !self.no_comm_overlap,
+        )
     }
 }
 
 /// This process's communicator. `timeout`: a collective that waits longer
-/// ends the job (MPI only).
-pub fn communicator(timeout: Duration) -> Result<Box<dyn Communicator>> {
+/// ends the job; `overlap`: the gradient all-reduce runs beside backward
+/// (MPI only).
+pub fn communicator(timeout: Duration, overlap: bool) -> Result<Box<dyn Communicator>> {
     let world = launcher_world_size().unwrap_or(1);
     if world <= 1 {
         return Ok(Box::new(SingleProcess));
     }
-    mpi_communicator(world, timeout)
+    mpi_communicator(world, timeout, overlap)
 }
 
 #[cfg(feature = "mpi")]
-fn mpi_communicator(world: usize, timeout: Duration) -> Result<Box<dyn Communicator>> {
-    let comm = lmkit::util::comm::mpi::MpiComm::init(timeout)
+fn mpi_communicator(
+    world: usize,
+    timeout: Duration,
+    overlap: bool,
+) -> Result<Box<dyn Communicator>> {
+    let comm = lmkit::util::comm::mpi::MpiComm::init(timeout, overlap)
         .map_err(|e| anyhow::anyhow!("starting MPI: {e}"))?;
     if comm.world_size() != world {
         bail!(
@@ -66,7 +80,11 @@ fn mpi_communicator(world: usize, timeout: Duration) -> Result<Box<dyn Communica
 }
 
 #[cfg(not(feature = "mpi"))]
-fn mpi_communicator(world: usize, _timeout: Duration) -> Result<Box<dyn Communicator>> {
+fn mpi_communicator(
+    world: usize,
+    _timeout: Duration,
+    _overlap: bool,
+) -> Result<Box<dyn Communicator>> {
     // Each process would otherwise train alone and all write the same files.
     bail!(
         "started by an MPI launcher with {world} processes, but this lmkit was built \

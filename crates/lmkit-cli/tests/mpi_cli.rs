@@ -167,6 +167,12 @@ fn two_ranks_equal_one_process_shard_and_resume() {
     );
     let comm = series(&two, "comm_s");
     assert_eq!(comm.len(), 8, "comm_s on every row of a 2-rank run");
+    // The gradient all-reduce runs beside backward: the step waits for part.
+    let wait = series(&two, "comm_wait_s");
+    assert_eq!(wait.len(), 8, "comm_wait_s on every row");
+    for ((_, w), (_, c)) in wait.iter().zip(&comm) {
+        assert!((0.0..=c + 1e-9).contains(w), "comm_wait_s {w} > comm_s {c}");
+    }
 
     // ZeRO-1: the same weights.
     let zero = dir.join("zero");
@@ -257,6 +263,22 @@ fn bert_two_ranks_equal_one_process() {
         w(&zero) == w(&two),
         "--shard-optimizer changed BERT's weights"
     );
+    // The all-reduce after backward instead of beside it: the same buckets,
+    // the same weights.
+    let after = dir.join("after");
+    let mut a = args(&after, "2");
+    a.push("--no-comm-overlap".into());
+    ok(&run_mpi(2, &strs(&a)), "BERT --no-comm-overlap");
+    assert!(
+        w(&after) == w(&two),
+        "--no-comm-overlap changed BERT's weights"
+    );
+    for ((_, wait), (_, comm)) in series(&after, "comm_wait_s")
+        .iter()
+        .zip(&series(&after, "comm_s"))
+    {
+        assert_eq!(wait, comm, "without overlap the step waits for all of it");
+    }
 }
 
 #[test]

@@ -219,12 +219,14 @@ pub fn train_step_parallel<M: Trainable>(
     let mut timed = |f: &mut dyn FnMut()| {
         let t0 = std::time::Instant::now();
         f();
-        comm_s += t0.elapsed().as_secs_f64();
-        comm_wait_s += t0.elapsed().as_secs_f64();
+        let dt = t0.elapsed().as_secs_f64();
+        comm_s += dt;
+        comm_wait_s += dt;
     };
     // Unsharded: the last micro-batch's backward hands its finished
-    // gradients to a thread that all-reduces them while it goes on.
-    let overlap = world > 1 && !dp.sharded();
+    // gradients to a thread that all-reduces them while it goes on (else
+    // they are all-reduced after it, in the same buckets).
+    let overlap = world > 1 && !dp.sharded() && comm.overlap_backward();
     let (mut beside_s, mut beside_wait_s) = (0.0, 0.0);
     model.zero_grad();
     let mut loss = LossParts::default();
@@ -301,6 +303,12 @@ pub fn train_step_parallel<M: Trainable>(
     if world > 1 {
         if dp.sharded() {
             timed(&mut || reduce_scatter_grads(comm, grads, &shard));
+        } else if !overlap {
+            timed(&mut || {
+                for bucket in grads.rchunks_mut(GRAD_BUCKET) {
+                    comm.all_reduce_sum(bucket);
+                }
+            });
         }
         if !weighted {
             kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
@@ -397,7 +405,9 @@ fn reduced_backward<M: Trainable>(
         let busy = reducer
             .join()
             .unwrap_or_else(|e| std::panic::resume_unwind(e));
-        Ok((loss?, busy, t0.elapsed().as_secs_f64()))
+        // Waiting longer than the collectives took is scheduling, not them.
+        let wait = t0.elapsed().as_secs_f64().min(busy);
+        Ok((loss?, busy, wait))
     })
 }
 

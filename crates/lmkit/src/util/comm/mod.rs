@@ -45,6 +45,13 @@ pub trait Communicator: Sync {
     /// Turns the stall watchdog off (`false`) while ranks wait on purpose
     /// for rank 0 (preparing data), and back on.
     fn set_watch(&self, _on: bool) {}
+    /// Whether a training step all-reduces its gradients beside backward,
+    /// on a thread of its own (the default), rather than after it. Off
+    /// pays where the transport's work takes the cores backward needs
+    /// (ranks sharing a machine's cores, over TCP or shared memory).
+    fn overlap_backward(&self) -> bool {
+        true
+    }
 
     /// Ends every rank of the job now, with exit status `code` (after an
     /// error on this rank, which the others would otherwise wait on).

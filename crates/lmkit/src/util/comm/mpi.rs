@@ -41,15 +41,17 @@ pub struct MpiComm {
     /// Held through every MPI call: the send copy of `all_reduce_sum`, and
     /// the lock that keeps calls from two threads one after the other.
     serial: Mutex<Vec<f32>>,
+    overlap: bool,
     // Last: MPI_Finalize (the universe's drop) after the communicator.
     _universe: Universe,
 }
 
 impl MpiComm {
     /// Initializes MPI (once per process). A collective that waits longer
-    /// than `timeout` ends the job. An error when MPI was already
+    /// than `timeout` ends the job; `overlap`: see
+    /// [`Communicator::overlap_backward`]. An error when MPI was already
     /// initialized or does not start.
-    pub fn init(timeout: Duration) -> Result<MpiComm, String> {
+    pub fn init(timeout: Duration, overlap: bool) -> Result<MpiComm, String> {
         let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or("MPI is already initialized in this process")?;
         // Training all-reduces gradients from a second thread while backward
@@ -85,6 +87,7 @@ impl MpiComm {
             size,
             watch,
             serial: Mutex::new(Vec::new()),
+            overlap,
             _universe: universe,
         })
     }
@@ -220,6 +223,9 @@ impl Communicator for MpiComm {
     }
     fn set_watch(&self, on: bool) {
         self.watch.lock().expect("watch").on = on;
+    }
+    fn overlap_backward(&self) -> bool {
+        self.overlap
     }
 }
 
