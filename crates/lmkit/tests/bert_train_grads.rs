@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 use lmkit::kernels::AdamW;
 use lmkit::models::bert::{Bert, BertBatch};
 use lmkit::models::bert::{BertTargets, BertTrainBatch, BertTrainer};
-use lmkit::models::Trainable;
+
+#[path = "support/streamed.rs"]
+mod streamed;
 use lmkit::spec::names::{canonical_name, Family};
 use serde_json::Value;
+use streamed::check_streamed;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -172,34 +175,15 @@ fn check_case(case: &str) -> (BertTrainer, Reference) {
             2e-4,
         );
     }
-    check_streamed(case, &tb, &tr);
+    check_streamed_case(case, &tb, &tr);
     (tr, r)
 }
 
-/// The streamed backward (what a data-parallel step all-reduces while it
-/// runs) hands out the heads' part, each layer, then the embeddings' part,
-/// from the end of the buffer down, and computes the same gradients.
-fn check_streamed(case: &str, tb: &BertTrainBatch, want: &BertTrainer) {
-    let mut tr = BertTrainer::new(Bert::from_dir(fixture(case)).unwrap()).unwrap();
-    let (base, n) = (tr.grads.as_ptr() as usize, tr.grads.len());
-    let mut pieces = Vec::new();
-    Trainable::forward_backward_streamed(&mut tr, tb, 1.0, None, &mut |p| {
-        pieces.push(((p.as_ptr() as usize - base) / 4, p.len()))
-    })
-    .unwrap();
+/// The streamed backward of a fresh trainer gives `want`'s gradients.
+fn check_streamed_case(case: &str, tb: &BertTrainBatch, want: &BertTrainer) {
+    let tr = BertTrainer::new(Bert::from_dir(fixture(case)).unwrap()).unwrap();
     let layers = tr.model.config.num_hidden_layers;
-    assert_eq!(pieces.len(), layers + 2, "{case}: pieces {pieces:?}");
-    let mut end = n;
-    for &(at, len) in &pieces {
-        assert_eq!(
-            at + len,
-            end,
-            "{case}: pieces {pieces:?} are not contiguous"
-        );
-        end = at;
-    }
-    assert_eq!(end, 0, "{case}: pieces cover the buffer");
-    assert!(tr.grads == want.grads, "{case}: streamed gradients differ");
+    check_streamed(case, tr, tb, layers, &want.grads);
 }
 
 #[test]

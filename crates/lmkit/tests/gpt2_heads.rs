@@ -10,7 +10,11 @@ use lmkit::checkpoint::{load_pretrained, save_params, LoadOptions, SafeTensors};
 use lmkit::data::TokenBatch;
 use lmkit::models::gpt2::{Gpt2, Gpt2Engine, Gpt2TaskBatch, Gpt2TaskTrainer, WeightDtype};
 use lmkit::models::Trainable;
+
+#[path = "support/streamed.rs"]
+mod streamed;
 use lmkit::spec::{AnyConfig, Architecture, Gpt2Config, HasLayout};
+use streamed::check_streamed;
 
 fn fixture_dir(case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -197,37 +201,17 @@ fn untied_lm_head_logits_loss_and_gradients_match_pytorch() {
         inputs: ids,
         targets,
     };
-    check_streamed("untied LM", load("gpt2-tiny-untied"), &batch, &m.grads);
+    let l = layers(&m);
+    check_streamed("untied LM", load("gpt2-tiny-untied"), &batch, l, &m.grads);
 }
 
-/// The streamed backward (what a data-parallel step all-reduces while it
-/// runs) hands out ln_f with the heads, each block, then the embeddings,
-/// from the end of the buffer down, and computes the same gradients.
-fn check_streamed<M: Trainable>(what: &str, mut m: M, batch: &M::Batch, want: &[f32]) {
-    let layers = m
-        .layout()
+/// The layers of a GPT-2 task model.
+fn layers<M: Trainable>(m: &M) -> usize {
+    m.layout()
         .specs()
         .iter()
         .filter(|s| s.name.ends_with(".ln_1.weight"))
-        .count();
-    let (base, n) = (m.grads().as_ptr() as usize, m.grads().len());
-    let mut pieces = Vec::new();
-    m.forward_backward_streamed(batch, 1.0, None, &mut |p| {
-        pieces.push(((p.as_ptr() as usize - base) / 4, p.len()))
-    })
-    .unwrap();
-    assert_eq!(pieces.len(), layers + 2, "{what}: pieces {pieces:?}");
-    let mut end = n;
-    for &(at, len) in &pieces {
-        assert_eq!(
-            at + len,
-            end,
-            "{what}: pieces {pieces:?} are not contiguous"
-        );
-        end = at;
-    }
-    assert_eq!(end, 0, "{what}: pieces cover the buffer");
-    assert!(m.grads() == want, "{what}: streamed gradients differ");
+        .count()
 }
 
 #[test]
@@ -310,7 +294,8 @@ fn classify_logits_losses_and_every_gradient_match_pytorch() {
         model: load("gpt2-tiny-classify"),
         lm_coef,
     };
-    check_streamed("classify", trainer, &bt, &m.grads);
+    let l = layers(&trainer);
+    check_streamed("classify", trainer, &bt, l, &m.grads);
 }
 
 /// d loss / d θ of the head (and a shared embedding) by central differences
@@ -456,7 +441,8 @@ fn multiple_choice_logits_losses_and_every_gradient_match_pytorch() {
         model: load("gpt2-tiny-mc"),
         lm_coef,
     };
-    check_streamed("multiple choice", trainer, &bt, &m.grads);
+    let l = layers(&trainer);
+    check_streamed("multiple choice", trainer, &bt, l, &m.grads);
 }
 
 #[test]
