@@ -275,3 +275,114 @@ fn pretrain_dtype_is_kept_on_resume() {
     assert!(err.contains("`dtype` bf16 is for GPT-2"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `finetune --dtype bf16` on GPT-2 (classification with the auxiliary LM
+/// loss): its losses follow f32's without equalling them, a resume with
+/// another dtype is an error, and BERT refuses bf16 before it writes.
+#[test]
+fn finetune_dtype_follows_f32_and_is_kept_on_resume() {
+    use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
+    use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
+    use lmkit::spec::Family;
+    let dir = std::env::temp_dir().join(format!("lmkit-bf16-ft-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(root().join("assets/books/corpus.txt")).unwrap();
+    let data = dir.join("text.txt");
+    std::fs::write(&data, text.chars().take(40_000).collect::<String>()).unwrap();
+    let base = dir.join("base");
+    let pre = PretrainOptions {
+        family: Family::Gpt2,
+        data: vec![data],
+        output: base.clone(),
+        tokenizer: Some(root().join("assets/gpt2")),
+        size: ModelSize {
+            n_layer: Some(2),
+            n_embd: Some(32),
+            n_head: Some(4),
+            ..ModelSize::default()
+        },
+        seq_len: Some(32),
+        batch_size: Some(2),
+        max_steps: Some(2),
+        eval_every: Some(0),
+        save_every: Some(0),
+        sample_every: Some(0),
+        ..PretrainOptions::default()
+    };
+    pretrain(&pre, &mut |_| {}, &|| false).unwrap();
+    let rows: String = (0..24)
+        .map(|i| {
+            let label = if i % 2 == 0 { "prose" } else { "code" };
+            let text = if i % 2 == 0 {
+                format!("The river ran past the old mill number {i}.")
+            } else {
+                format!("fn f{i}(x: u32) -> u32 {{ x + {i} }}")
+            };
+            format!("{}\n", serde_json::json!({"text": text, "label": label}))
+        })
+        .collect();
+    let train = dir.join("train.jsonl");
+    std::fs::write(&train, rows).unwrap();
+    let opts = |dtype: Precision| FinetuneOptions {
+        epochs: 1,
+        batch_size: 4,
+        lr: 1e-3,
+        max_seq_len: 24,
+        dtype,
+        ..FinetuneOptions::default()
+    };
+    let run = |out: &str, o: &FinetuneOptions| {
+        finetune(
+            FinetuneTask::Classify,
+            &base,
+            &train,
+            None,
+            &dir.join(out),
+            o,
+            &mut |_| {},
+        )
+    };
+    let losses = |out: &str| -> Vec<f64> {
+        lmkit::train::read_metrics(&dir.join(out).join("metrics.jsonl"))
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
+            .collect()
+    };
+    run("f32", &opts(Precision::F32)).unwrap();
+    run("bf16", &opts(Precision::Bf16)).unwrap();
+    let (f, b) = (losses("f32"), losses("bf16"));
+    assert_eq!(f.len(), 6);
+    assert_eq!(b.len(), f.len());
+    assert_ne!(b, f, "bf16 is not f32");
+    for (x, y) in b.iter().zip(&f) {
+        assert!((x - y).abs() <= 0.02 * y.abs(), "bf16 {b:?} vs f32 {f:?}");
+    }
+    let again = FinetuneOptions {
+        resume: true,
+        max_steps: Some(6),
+        ..opts(Precision::F32)
+    };
+    let err = run("bf16", &again).unwrap_err().to_string();
+    assert!(
+        err.contains("`dtype` f32 differs from the run's bf16"),
+        "{err}"
+    );
+    let bert = root().join("tests/fixtures/bert-tiny-bare");
+    let out = dir.join("bert");
+    let err = finetune(
+        FinetuneTask::Classify,
+        &bert,
+        &train,
+        None,
+        &out,
+        &opts(Precision::Bf16),
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`dtype` bf16 is for GPT-2"), "{err}");
+    assert!(!out.exists(), "nothing written");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

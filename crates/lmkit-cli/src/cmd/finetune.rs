@@ -114,6 +114,11 @@ pub struct Args {
     pub lm_coef: f32,
     #[command(flatten)]
     pub dist: crate::distributed::DistArgs,
+    /// GPT-2: f32 (exact against HF), or bf16: mixed precision, the block and
+    /// LM-head matmuls with bf16 operands and f32 sums (weights, gradients and
+    /// AdamW state stay f32); BERT trains in f32. --resume needs the run's.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -139,6 +144,7 @@ pub fn run(a: Args) -> Result<()> {
         save_every: a.save_every,
         keep: a.keep,
         shard_optimizer: a.dist.shard_optimizer,
+        dtype: a.dtype.parse()?,
         stop: StopRequest::new(crate::interrupt::requested),
         ..FinetuneOptions::default()
     };

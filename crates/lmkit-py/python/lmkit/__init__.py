@@ -104,7 +104,8 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
     `max_seq_len` (default 128; qa 384), `seed`, `weight_decay`, `beta1`,
     `beta2`, `eps`, `grad_clip`, `doc_stride`, `max_answer_len`, `n_best`,
     `max_steps`, `log_every`, `overwrite`, `max_shard_size`, `lm_coef`,
-    `resume`, `save_every`, `keep`. An unknown name is a `ValueError`.
+    `resume`, `save_every`, `keep`, `dtype` ("f32" or "bf16", GPT-2). An
+    unknown name is a `ValueError`.
 
     Returns the summary (`steps`, `epochs`, `final_loss`, `eval` — the last
     evaluation row —, `output`, `checkpoint`, `interrupted`, throughput).

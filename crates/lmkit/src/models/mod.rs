@@ -107,6 +107,17 @@ pub trait Trainable {
         ready(self.params_and_grads().1);
         Ok(loss)
     }
+    /// The number format of the matmuls from now on: f32 (exact against
+    /// HF, every model) or bf16 mixed precision where the model has it
+    /// (an error otherwise).
+    fn set_precision(&mut self, precision: crate::spec::Precision) -> crate::Result<()> {
+        match precision {
+            crate::spec::Precision::F32 => Ok(()),
+            p => Err(crate::Error::InvalidInput(format!(
+                "`dtype` {p}: this model trains in f32 only"
+            ))),
+        }
+    }
     /// Forward only (validation).
     fn evaluate(&mut self, batch: &Self::Batch) -> crate::Result<LossParts>;
     /// Parameter ranges with whether weight decay applies to each.

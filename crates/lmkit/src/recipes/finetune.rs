@@ -61,7 +61,7 @@ use crate::spec::config::{AnyConfig, BertConfig, ModelConfig};
 use crate::spec::layout::{bert_layout, gpt2_layout_for};
 use crate::spec::names::BertHeads;
 use crate::spec::names::{Architecture, Family};
-use crate::spec::IGNORE_INDEX;
+use crate::spec::{Precision, IGNORE_INDEX};
 
 use super::pretrain_options::{init_from_record, pick};
 use super::{check_output, check_vocab, invalid, RecipeError, Result};
@@ -224,6 +224,11 @@ pub struct FinetuneOptions {
     /// keeps the optimizer moments of its share of the parameters (ZeRO
     /// stage 1); the same weights as without.
     pub shard_optimizer: bool,
+    /// GPT-2: the number format of the block and LM-head matmuls, f32
+    /// (exact against HF) or bf16 (mixed precision: bf16 operands, f32
+    /// sums, weights and optimizer state); BERT trains in f32. A resumed
+    /// run must give the run's.
+    pub dtype: Precision,
     /// Polled after every step; see [`StopRequest`].
     #[serde(skip)]
     pub stop: StopRequest,
@@ -256,6 +261,7 @@ impl Default for FinetuneOptions {
             save_every: None,
             keep: 2,
             shard_optimizer: false,
+            dtype: Precision::F32,
             stop: StopRequest::default(),
         }
     }
@@ -543,6 +549,9 @@ struct RunRecord {
     lm_coef: Option<f32>,
     /// Training items (examples, windows or blocks) the data made.
     examples: usize,
+    /// The matmuls' number format; f32 in checkpoints from before.
+    #[serde(default)]
+    dtype: Precision,
 }
 
 fn fingerprint(path: &Path) -> Result<String> {
@@ -598,6 +607,7 @@ impl<'a> Job<'a> {
                 lm_coef: matches!(task, FinetuneTask::Classify | FinetuneTask::MultipleChoice)
                     .then_some(opts.lm_coef),
                 examples: 0,
+                dtype: opts.dtype,
             },
             resume: None,
             notes: Vec::new(),
@@ -731,6 +741,12 @@ impl<'a> Job<'a> {
         )?;
         pick("doc_stride", given.doc_stride, saved.doc_stride, 0)?;
         pick("lm_coef", given.lm_coef, saved.lm_coef, 0.0)?;
+        if given.dtype != saved.dtype {
+            return Err(invalid(format!(
+                "`dtype` {} differs from the run's {}; an exact resume needs the same value",
+                given.dtype, saved.dtype
+            )));
+        }
         if given.examples != saved.examples {
             return Err(invalid(format!(
                 "the data now makes {} training items, the run in {out} had {}: \
@@ -910,6 +926,7 @@ fn run_loop<'a, M: Trainable>(
         .map_or(schedule_steps, |m| m.min(schedule_steps));
     let optim = linear_schedule(opts, schedule_steps);
     let num_params = model.params().len();
+    model.set_precision(opts.dtype)?;
     let record = RunRecord {
         examples: n_examples,
         ..job.record.clone()
@@ -952,6 +969,10 @@ fn run_loop<'a, M: Trainable>(
     } else {
         None
     };
+    if opts.dtype == Precision::Bf16 {
+        job.notes
+            .push("bf16 matmuls (f32 weights, sums and optimizer state)".into());
+    }
     if comm.world_size() > 1 {
         job.notes.push(format!(
             "data-parallel: {} ranks x {} examples = a global batch of {b}",

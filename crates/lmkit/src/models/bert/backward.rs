@@ -895,6 +895,15 @@ impl Trainable for BertTrainer {
         })
     }
 
+    fn set_precision(&mut self, precision: crate::spec::Precision) -> Result<()> {
+        match precision {
+            crate::spec::Precision::F32 => Ok(()),
+            p => Err(Error::InvalidInput(format!(
+                "`dtype` {p} is for GPT-2 for now; BERT trains in f32"
+            ))),
+        }
+    }
+
     fn evaluate(&mut self, batch: &BertTrainBatch) -> Result<LossParts> {
         let st = self.evaluate_batch(batch)?;
         Ok(LossParts {

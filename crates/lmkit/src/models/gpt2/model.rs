@@ -1035,6 +1035,11 @@ impl Trainable for Gpt2 {
         })
     }
 
+    fn set_precision(&mut self, precision: Precision) -> crate::Result<()> {
+        Gpt2::set_precision(self, precision);
+        Ok(())
+    }
+
     fn evaluate(&mut self, batch: &TokenBatch) -> crate::Result<LossParts> {
         self.loss(&batch.inputs, &batch.targets, batch.b, batch.t)
     }
@@ -1397,6 +1402,11 @@ impl Trainable for Gpt2TaskTrainer {
             sum: over(&out.task, task) + lm_coef as f64 * over(&out.lm, lm),
             count: 1,
         })
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> crate::Result<()> {
+        self.model.set_precision(precision);
+        Ok(())
     }
 
     fn evaluate(&mut self, batch: &Gpt2TaskBatch) -> crate::Result<LossParts> {
