@@ -101,7 +101,9 @@ def test_ctrl_c_saves_a_checkpoint_and_raises(tmp_path):
 
     def interrupt_at_step_3(event):
         if event["event"] == "step" and event["step"] == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            # To this (the main) thread, at once: os.kill lets the kernel pick
+            # any thread of the process, rayon's workers included.
+            signal.raise_signal(signal.SIGINT)
 
     with pytest.raises(KeyboardInterrupt):
         lmkit.finetune("classify", model, train, tmp_path / "run", callback=interrupt_at_step_3, **opts)
