@@ -12,6 +12,7 @@ use lmkit::models::bert::{BertTargets, BertTrainBatch, BertTrainer};
 
 #[path = "support/streamed.rs"]
 mod streamed;
+use lmkit::models::Trainable;
 use lmkit::spec::names::{canonical_name, Family};
 use serde_json::Value;
 use streamed::check_streamed;
@@ -399,5 +400,72 @@ fn targets_without_a_head_are_an_error() {
     assert!(
         err.contains("classification targets given but the model has no such head"),
         "{err}"
+    );
+}
+
+/// bf16 training (the encoder's four matmuls per layer on bf16 operands,
+/// f32 sums): the loss and every gradient follow f32's on the pretraining
+/// fixture, within what rounding the operands to 8 bits of mantissa allows;
+/// after the weights change the packed copy follows them.
+#[test]
+fn bf16_loss_and_gradients_follow_f32() {
+    let case = "bert-tiny-pretraining";
+    let r = Reference::load(case);
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: targets(case, &r),
+    };
+    let mut f = BertTrainer::new(Bert::from_dir(fixture(case)).unwrap()).unwrap();
+    let mut b = BertTrainer::new(Bert::from_dir(fixture(case)).unwrap()).unwrap();
+    Trainable::set_precision(&mut b, lmkit::spec::Precision::Bf16).unwrap();
+    let sf = f.forward_backward(&tb, 1.0).unwrap();
+    let sb = b.forward_backward(&tb, 1.0).unwrap();
+    assert!(sb.loss != sf.loss, "bf16 is not f32");
+    assert!(
+        (sb.loss - sf.loss).abs() < 5e-3 * sf.loss,
+        "{} vs {}",
+        sb.loss,
+        sf.loss
+    );
+    for spec in f.model.layout.specs() {
+        let (x, y) = (&b.grads[spec.range()], &f.grads[spec.range()]);
+        let dot: f64 = x
+            .iter()
+            .zip(y)
+            .map(|(a, c)| (*a as f64) * (*c as f64))
+            .sum();
+        let nx: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+        let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
+        if ny > 1e-6 {
+            assert!(
+                dot / (nx * ny) > 0.999,
+                "{}: cosine {}",
+                spec.name,
+                dot / (nx * ny)
+            );
+            assert!(
+                (nx - ny).abs() < 0.03 * ny,
+                "{}: norm {nx} vs {ny}",
+                spec.name
+            );
+        }
+    }
+    // New weights (as an optimizer step writes them): both follow.
+    for t in [&mut f, &mut b] {
+        let (p, g) = Trainable::params_and_grads(t);
+        for x in p.iter_mut() {
+            *x *= 0.5;
+        }
+        g.fill(0.0);
+    }
+    let (sf, sb) = (
+        f.forward_backward(&tb, 1.0).unwrap(),
+        b.forward_backward(&tb, 1.0).unwrap(),
+    );
+    assert!(
+        (sb.loss - sf.loss).abs() < 5e-3 * sf.loss,
+        "{} vs {}",
+        sb.loss,
+        sf.loss
     );
 }

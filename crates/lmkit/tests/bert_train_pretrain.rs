@@ -13,6 +13,7 @@ use lmkit::recipes::bert_pretrain::{
     BertRunConfig,
 };
 use lmkit::spec::names::Architecture;
+use lmkit::spec::Precision;
 use lmkit::train::{read_metrics, LrSchedule, OptimConfig, ScheduleKind};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 
@@ -62,6 +63,7 @@ fn run_cfg(max_steps: u64) -> BertRunConfig {
         keep: 2,
         log_every: 1,
         ranks: 1,
+        dtype: Precision::F32,
     }
 }
 
@@ -316,5 +318,55 @@ fn pretraining_checkpoint_has_hf_keys() {
         })
         .collect();
     assert_eq!(got, want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `dtype` bf16 (the encoder's matmuls on bf16 operands): the losses follow
+/// f32's without equalling them, a stopped bf16 run resumes exactly, and a
+/// resume with another dtype is refused.
+#[test]
+fn bf16_pretraining_tracks_f32_and_resumes_exactly() {
+    let dir = tmpdir("bf16");
+    let data = corpus_slice(&dir, 30);
+    let opts = |out: &str, dtype: Precision| {
+        let mut o = options(&dir.join(out), data.clone(), 8);
+        o.run.dtype = dtype;
+        o
+    };
+    let losses = |out: &str| -> Vec<f64> {
+        read_metrics(&dir.join(out).join("metrics.jsonl"))
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
+            .collect()
+    };
+    run_bert_pretraining(&opts("f32", Precision::F32), &mut |_| {}, &|| false).unwrap();
+    run_bert_pretraining(&opts("bf16", Precision::Bf16), &mut |_| {}, &|| false).unwrap();
+    let (f, b) = (losses("f32"), losses("bf16"));
+    assert_eq!((f.len(), b.len()), (8, 8));
+    assert_ne!(f, b, "bf16 is not f32");
+    for (x, y) in b.iter().zip(&f) {
+        assert!((x - y).abs() <= 0.01 * y, "bf16 {b:?} vs f32 {f:?}");
+    }
+    let mut cut = opts("cut", Precision::Bf16);
+    cut.stop_after = Some(3);
+    assert!(
+        run_bert_pretraining(&cut, &mut |_| {}, &|| false)
+            .unwrap()
+            .interrupted
+    );
+    let mut wrong = opts("cut", Precision::F32);
+    wrong.resume = true;
+    let err = run_bert_pretraining(&wrong, &mut |_| {}, &|| false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`dtype` f32 differs from the checkpoint's bf16"),
+        "{err}"
+    );
+    let mut again = opts("cut", Precision::Bf16);
+    again.resume = true;
+    run_bert_pretraining(&again, &mut |_| {}, &|| false).unwrap();
+    assert_eq!(losses("cut"), b, "a resumed bf16 run continues exactly");
     std::fs::remove_dir_all(&dir).unwrap();
 }

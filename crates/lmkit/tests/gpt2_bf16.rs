@@ -1,6 +1,7 @@
 //! Mixed-precision (bf16) GPT-2 training: bf16 block matmuls against f32 on
 //! the same model, the packed weights following every optimizer step, and
-//! a tiny GPT-2 trained on real text whose bf16 loss tracks f32's.
+//! a tiny GPT-2 trained on real text whose bf16 loss tracks f32's, and
+//! bf16 fine-tuning of both families.
 //!
 //! Shape legend: B batch, T sequence length, C channels, V vocabulary.
 
@@ -267,20 +268,14 @@ fn pretrain_dtype_is_kept_on_resume() {
     assert_eq!(w.len(), 6);
     assert_eq!(c, w, "a resumed bf16 run continues exactly, in bf16");
     assert_ne!(w, f, "bf16 is not f32");
-    let bert = PretrainOptions {
-        family: Family::Bert,
-        ..opts("bert", Some(Precision::Bf16))
-    };
-    let err = run(&bert).unwrap_err().to_string();
-    assert!(err.contains("`dtype` bf16 is for GPT-2"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `finetune --dtype bf16` on GPT-2 (classification with the auxiliary LM
-/// loss): its losses follow f32's without equalling them, a resume with
-/// another dtype is an error, and BERT refuses bf16 before it writes.
+/// loss) and on BERT: the losses follow f32's without equalling them, and a
+/// resume with another dtype is an error.
 #[test]
-fn finetune_dtype_follows_f32_and_is_kept_on_resume() {
+fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
     use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
     use lmkit::spec::Family;
@@ -350,15 +345,18 @@ fn finetune_dtype_follows_f32_and_is_kept_on_resume() {
             .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
             .collect()
     };
+    let follows = |f32_run: &str, bf16_run: &str| {
+        let (f, b) = (losses(f32_run), losses(bf16_run));
+        assert_eq!(f.len(), 6);
+        assert_eq!(b.len(), f.len());
+        assert_ne!(b, f, "bf16 is not f32");
+        for (x, y) in b.iter().zip(&f) {
+            assert!((x - y).abs() <= 0.02 * y.abs(), "bf16 {b:?} vs f32 {f:?}");
+        }
+    };
     run("f32", &opts(Precision::F32)).unwrap();
     run("bf16", &opts(Precision::Bf16)).unwrap();
-    let (f, b) = (losses("f32"), losses("bf16"));
-    assert_eq!(f.len(), 6);
-    assert_eq!(b.len(), f.len());
-    assert_ne!(b, f, "bf16 is not f32");
-    for (x, y) in b.iter().zip(&f) {
-        assert!((x - y).abs() <= 0.02 * y.abs(), "bf16 {b:?} vs f32 {f:?}");
-    }
+    follows("f32", "bf16");
     let again = FinetuneOptions {
         resume: true,
         max_steps: Some(6),
@@ -370,19 +368,19 @@ fn finetune_dtype_follows_f32_and_is_kept_on_resume() {
         "{err}"
     );
     let bert = root().join("tests/fixtures/bert-tiny-bare");
-    let out = dir.join("bert");
-    let err = finetune(
-        FinetuneTask::Classify,
-        &bert,
-        &train,
-        None,
-        &out,
-        &opts(Precision::Bf16),
-        &mut |_| {},
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("`dtype` bf16 is for GPT-2"), "{err}");
-    assert!(!out.exists(), "nothing written");
+    for (out, dtype) in [("bert-f32", Precision::F32), ("bert-bf16", Precision::Bf16)] {
+        let o = opts(dtype);
+        finetune(
+            FinetuneTask::Classify,
+            &bert,
+            &train,
+            None,
+            &dir.join(out),
+            &o,
+            &mut |_| {},
+        )
+        .unwrap();
+    }
+    follows("bert-f32", "bert-bf16");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -114,9 +114,9 @@ pub struct Args {
     pub lm_coef: f32,
     #[command(flatten)]
     pub dist: crate::distributed::DistArgs,
-    /// GPT-2: f32 (exact against HF), or bf16: mixed precision, the block and
-    /// LM-head matmuls with bf16 operands and f32 sums (weights, gradients and
-    /// AdamW state stay f32); BERT trains in f32. --resume needs the run's.
+    /// f32 (exact against HF), or bf16: mixed precision, the matmuls of every
+    /// block (GPT-2: and the LM head) with bf16 operands and f32 sums (weights,
+    /// gradients and AdamW state stay f32). --resume needs the run's.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
 }

@@ -146,9 +146,9 @@ pub struct Args {
     pub max_shard_size: Option<u64>,
     #[command(flatten)]
     pub dist: crate::distributed::DistArgs,
-    /// gpt2: f32 (exact against HF), or bf16: mixed precision, the block and
-    /// LM-head matmuls with bf16 operands and f32 sums (weights, gradients and
-    /// AdamW state stay f32) [default: f32; with --resume, the run's].
+    /// f32 (exact against HF), or bf16: mixed precision, the matmuls of every
+    /// block (GPT-2: and the LM head) with bf16 operands and f32 sums (weights,
+    /// gradients and AdamW state stay f32) [default: f32; with --resume, the run's].
     #[arg(long)]
     pub dtype: Option<String>,
 }

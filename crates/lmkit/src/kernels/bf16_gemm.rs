@@ -585,14 +585,38 @@ pub struct PackedBf16 {
 impl PackedBf16 {
     /// Packs `w[OC,K]` (row-major, `nn.Linear` layout) and its bias.
     pub fn pack(w: &[f32], bias: Option<&[f32]>, oc: usize, k: usize) -> PackedBf16 {
+        Self::pack_for(w, bias, oc, k, false)
+    }
+
+    /// [`Self::pack`], also for the input gradient with `backward`
+    /// (training: [`Self::weight`] goes to [`matmul_backward_bf16`]).
+    pub fn pack_for(
+        w: &[f32],
+        bias: Option<&[f32]>,
+        oc: usize,
+        k: usize,
+        backward: bool,
+    ) -> PackedBf16 {
         assert_eq!(w.len(), oc * k, "PackedBf16::pack: weight must be [OC,K]");
         if let Some(b) = bias {
             assert_eq!(b.len(), oc, "PackedBf16::pack: bias must be [OC]");
         }
         PackedBf16 {
-            w: Bf16Weight::pack_with(w, k, oc, WeightLayout::OutIn, Bf16Kernel::detect(), false),
+            w: Bf16Weight::pack_with(
+                w,
+                k,
+                oc,
+                WeightLayout::OutIn,
+                Bf16Kernel::detect(),
+                backward,
+            ),
             bias: bias.map(<[f32]>::to_vec),
         }
+    }
+
+    /// The packed weight.
+    pub fn weight(&self) -> &Bf16Weight {
+        &self.w
     }
 
     /// `out[N,OC] = bf16(inp[N,K])·Wᵀ + b`.

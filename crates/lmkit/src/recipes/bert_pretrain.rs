@@ -36,13 +36,14 @@ use crate::models::bert::{Bert, BertBatch};
 use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
 use crate::spec::layout::bert_layout;
 use crate::spec::names::{Architecture, Family};
+use crate::spec::Precision;
 
 use super::finetune::load_bert_as;
 use super::pretrain_options::{
     check_resumed_family, init_from_record, PretrainEvent, PretrainSummary,
 };
 use super::{check_vocab, invalid, RecipeError, Result};
-use crate::models::LossParts;
+use crate::models::{LossParts, Trainable};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::StepStats;
 use crate::train::{
@@ -89,6 +90,9 @@ pub struct BertRunConfig {
     /// Ranks of the data-parallel run; 1 in checkpoints from before.
     #[serde(default = "super::pretrain_options::one")]
     pub ranks: usize,
+    /// The encoder matmuls' number format; f32 in checkpoints from before.
+    #[serde(default)]
+    pub dtype: Precision,
 }
 
 impl BertRunConfig {
@@ -465,6 +469,12 @@ pub fn run_bert_pretraining_on(
                 )));
             }
         }
+        if run.dtype != saved.dtype {
+            return Err(invalid(format!(
+                "`dtype` {} differs from the checkpoint's {}; an exact resume needs the same value",
+                run.dtype, saved.dtype
+            )));
+        }
         if run.whole_word_masking != saved.whole_word_masking {
             return Err(invalid(format!(
                 "`whole_word_masking` {} differs from the checkpoint's {}; an exact resume needs the same masking",
@@ -590,6 +600,7 @@ pub fn run_bert_pretraining_on(
     };
 
     let mut trainer = BertTrainer::new(model)?;
+    Trainable::set_precision(&mut trainer, run.dtype)?;
     if o.decay_embeddings {
         for n in [
             "embeddings.word_embeddings.weight",
@@ -678,7 +689,7 @@ pub fn run_bert_pretraining_on(
     on_event(PretrainEvent::Start {
         message: format!(
             "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
-             {} x {} tokens x {} accum per step, {} steps{}",
+             {} x {} tokens x {} accum per step, {} steps{}{}",
             cfg.num_hidden_layers,
             cfg.hidden_size,
             cfg.num_attention_heads,
@@ -691,7 +702,11 @@ pub fn run_bert_pretraining_on(
             run.seq_len,
             run.grad_accum,
             run.max_steps,
-            if run.whole_word_masking { ", whole-word masking" } else { "" }
+            if run.whole_word_masking { ", whole-word masking" } else { "" },
+            match run.dtype {
+                Precision::F32 => "",
+                Precision::Bf16 => " | bf16 matmuls (f32 weights, sums, optimizer)",
+            }
         ),
         start_step,
         max_steps: run.max_steps,

@@ -224,10 +224,10 @@ pub struct FinetuneOptions {
     /// keeps the optimizer moments of its share of the parameters (ZeRO
     /// stage 1); the same weights as without.
     pub shard_optimizer: bool,
-    /// GPT-2: the number format of the block and LM-head matmuls, f32
-    /// (exact against HF) or bf16 (mixed precision: bf16 operands, f32
-    /// sums, weights and optimizer state); BERT trains in f32. A resumed
-    /// run must give the run's.
+    /// The number format of the matmuls of every block (GPT-2: and the LM
+    /// head): f32 (exact against HF) or bf16 (mixed precision: bf16
+    /// operands, f32 sums, weights and optimizer state). A resumed run must
+    /// give the run's.
     pub dtype: Precision,
     /// Polled after every step; see [`StopRequest`].
     #[serde(skip)]

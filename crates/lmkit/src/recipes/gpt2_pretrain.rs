@@ -198,14 +198,7 @@ pub(crate) fn run(
     )?;
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let eval_every = o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100);
-    let dtype = match (o.dtype, sr.map(|r| r.dtype)) {
-        (Some(g), Some(s)) if g != s => {
-            return Err(invalid(format!(
-            "`dtype` {g} differs from the checkpoint's {s}; an exact resume needs the same value"
-        )))
-        }
-        (g, s) => g.or(s).unwrap_or_default(),
-    };
+    let dtype = super::pretrain_options::pick_dtype(o.dtype, sr.map(|r| r.dtype))?;
     let run_cfg = Gpt2RunConfig {
         seq_len,
         batch_size,

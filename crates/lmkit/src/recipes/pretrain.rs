@@ -22,7 +22,6 @@ use super::{gpt2_pretrain, invalid, Result};
 use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
-use crate::spec::Precision;
 use crate::train::TrainState;
 use crate::util::comm::{Communicator, SingleProcess};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
@@ -67,9 +66,6 @@ pub fn pretrain_on(
             }
             gpt2_pretrain::run(o, comm, on_event, should_stop)
         }
-        Family::Bert if o.dtype == Some(Precision::Bf16) => Err(invalid(
-            "`dtype` bf16 is for GPT-2 pretraining; BERT pretraining runs in f32",
-        )),
         Family::Bert => run_bert(o, comm, on_event, should_stop),
     }
 }
@@ -165,6 +161,7 @@ fn run_bert(
         save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
         keep: super::check_keep(o.keep.or(sr.map(|r| r.keep)).unwrap_or(2))?,
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
+        dtype: super::pretrain_options::pick_dtype(o.dtype, sr.map(|r| r.dtype))?,
     };
     // The data of a resumed run: as given, else the files it was started on.
     let data = match (&saved, o.data.is_empty()) {

@@ -169,9 +169,10 @@ pub struct PretrainOptions {
     /// ranks): each rank keeps the AdamW moments of 1/N of the parameters
     /// (ZeRO stage 1). The same weights; no effect on one rank.
     pub shard_optimizer: bool,
-    /// GPT-2: the number format of the block matmuls, f32 (exact against HF)
-    /// or bf16 (mixed precision: bf16 operands, f32 sums, weights and
-    /// optimizer state); `None`: the resumed run's, else f32.
+    /// The number format of every block's matmuls (GPT-2: and the LM
+    /// head), f32 (exact against HF) or bf16 (mixed precision: bf16
+    /// operands, f32 sums, weights and optimizer state); `None`: the resumed
+    /// run's, else f32.
     pub dtype: Option<Precision>,
 }
 
@@ -383,6 +384,16 @@ pub(crate) fn pick<T: PartialEq + Copy + std::fmt::Debug>(
             "`{name}` {g:?} differs from the checkpoint's {s:?}; an exact resume needs the same value"
         ))),
         (g, s) => Ok(g.or(s).unwrap_or(default)),
+    }
+}
+
+/// The run's matmul number format: as [`pick`], f32 by default.
+pub(crate) fn pick_dtype(given: Option<Precision>, saved: Option<Precision>) -> Result<Precision> {
+    match (given, saved) {
+        (Some(g), Some(s)) if g != s => Err(invalid(format!(
+            "`dtype` {g} differs from the checkpoint's {s}; an exact resume needs the same value"
+        ))),
+        (g, s) => Ok(g.or(s).unwrap_or_default()),
     }
 }
 

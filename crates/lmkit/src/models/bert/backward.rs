@@ -38,11 +38,13 @@ use super::heads::{
 };
 use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
+use crate::kernels::bf16_gemm::PackedBf16;
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
 use crate::models::{pending_end, GradPieces, LossParts, Trainable};
 use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
+use crate::spec::Precision;
 use crate::util::rng::Rng;
 use crate::util::slice::two_mut;
 
@@ -182,6 +184,8 @@ pub struct BertTrainer {
     outputs: HeadOutputs,
     stats: HeadStats,
     last_tokens: usize,
+    /// The encoder matmuls' number format ([`Trainable::set_precision`]).
+    precision: Precision,
 }
 
 /// The loss terms of a BERT batch, each a mean over its own count (HF:
@@ -282,6 +286,7 @@ impl BertTrainer {
             outputs: HeadOutputs::default(),
             stats: HeadStats::default(),
             last_tokens: 0,
+            precision: Precision::F32,
         })
     }
 
@@ -474,6 +479,9 @@ impl BertTrainer {
         ready: &mut dyn FnMut(&'g mut [f32]),
     ) -> Result<HeadStats> {
         self.check(tb)?;
+        if self.precision == Precision::Bf16 {
+            self.model.pack_bf16_for_training();
+        }
         let batch = &tb.batch;
         let tg = &tb.targets;
         self.model.forward(batch, &mut self.acts)?;
@@ -825,7 +833,10 @@ impl Trainable for BertTrainer {
         &self.model.layout
     }
 
+    /// The caller may change the weights: the bf16 copy is packed again
+    /// at the next forward.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.model.unpack_bf16();
         (&mut self.model.params, &mut self.grads)
     }
 
@@ -895,13 +906,13 @@ impl Trainable for BertTrainer {
         })
     }
 
-    fn set_precision(&mut self, precision: crate::spec::Precision) -> Result<()> {
-        match precision {
-            crate::spec::Precision::F32 => Ok(()),
-            p => Err(Error::InvalidInput(format!(
-                "`dtype` {p} is for GPT-2 for now; BERT trains in f32"
-            ))),
-        }
+    /// bf16: the four matmuls of every encoder layer, forward and
+    /// backward, on bf16 operands with f32 sums; embeddings, LayerNorm,
+    /// attention, the heads and the loss stay f32.
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        self.precision = precision;
+        self.model.unpack_bf16();
+        Ok(())
     }
 
     fn evaluate(&mut self, batch: &BertTrainBatch) -> Result<LossParts> {
@@ -936,6 +947,7 @@ fn encoder_backward(
     let (n, i_sz, nh) = (b * t, cfg.intermediate_size, cfg.num_attention_heads);
     let gelu = model.gelu();
     let (layout, params) = (&model.layout, &model.params[..]);
+    let packed = model.bf16_weights();
     // Where the writes still to come end once layers `l..` are done: the
     // layers below `l` and the embeddings.
     let prefixes: Vec<String> = (0..cfg.num_hidden_layers).map(bert_layer_prefix).collect();
@@ -970,32 +982,26 @@ fn encoder_backward(
             c,
         );
         s.dfch_gelu.fill(0.0);
-        linear_bwd(
-            layout,
-            params,
-            grads,
+        dense_bwd(
+            packed.map(|w| w.out(l)),
+            (layout, params, grads),
             &format!("{p}output.dense"),
             Some(&mut s.dfch_gelu),
             &s.dres,
             &la.fch_gelu,
-            n,
-            i_sz,
-            c,
+            (n, i_sz, c),
         );
         s.dfch.fill(0.0);
         kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
         s.dln1.copy_from_slice(&s.dres);
-        linear_bwd(
-            layout,
-            params,
-            grads,
+        dense_bwd(
+            packed.map(|w| w.inter(l)),
+            (layout, params, grads),
             &format!("{p}intermediate.dense"),
             Some(&mut s.dln1),
             &s.dfch,
             &la.ln1,
-            n,
-            c,
-            i_sz,
+            (n, c, i_sz),
         );
         // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
         s.dres.fill(0.0);
@@ -1013,17 +1019,14 @@ fn encoder_backward(
             c,
         );
         s.datty.fill(0.0);
-        linear_bwd(
-            layout,
-            params,
-            grads,
+        dense_bwd(
+            packed.map(|w| w.attn_out(l)),
+            (layout, params, grads),
             &format!("{p}attention.output.dense"),
             Some(&mut s.datty),
             &s.dres,
             &la.atty,
-            n,
-            c,
-            c,
+            (n, c, c),
         );
         s.dqkv.fill(0.0);
         kernels::attention_backward(&mut s.dqkv, &mut s.datt, &s.datty, &la.qkv, &la.att, shape);
@@ -1034,18 +1037,29 @@ fn encoder_backward(
             .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v biases not packed")))?;
         {
             let (gw, gb) = two_mut(grads, wr.clone(), br);
-            kernels::matmul_backward(
-                Some(&mut s.dx),
-                Some(gw),
-                Some(gb),
-                &s.dqkv,
-                x,
-                &params[wr],
-                n,
-                c,
-                3 * c,
-                WeightLayout::OutIn,
-            );
+            match packed {
+                Some(w) => kernels::matmul_backward_bf16(
+                    Some(&mut s.dx),
+                    Some(gw),
+                    Some(gb),
+                    &s.dqkv,
+                    x,
+                    w.qkv(l).weight(),
+                    n,
+                ),
+                None => kernels::matmul_backward(
+                    Some(&mut s.dx),
+                    Some(gw),
+                    Some(gb),
+                    &s.dqkv,
+                    x,
+                    &params[wr],
+                    n,
+                    c,
+                    3 * c,
+                    WeightLayout::OutIn,
+                ),
+            }
         }
         std::mem::swap(&mut s.dy, &mut s.dx);
         pieces.done_from(pending(l));
@@ -1088,6 +1102,28 @@ fn encoder_backward(
     kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
     pieces.finish();
     Ok(())
+}
+
+/// [`linear_bwd`] of the `nn.Linear` `name` (`dims`: N, in, out), on its
+/// packed bf16 weight when training in bf16.
+fn dense_bwd(
+    packed: Option<&PackedBf16>,
+    (layout, params, grads): (&ParamLayout, &[f32], &mut [f32]),
+    name: &str,
+    dinp: Option<&mut [f32]>,
+    dout: &[f32],
+    inp: &[f32],
+    (n, c, k): (usize, usize, usize),
+) {
+    match packed {
+        Some(w) => {
+            let wr = range(layout, &format!("{name}.weight"));
+            let br = range(layout, &format!("{name}.bias"));
+            let (gw, gb) = two_mut(grads, wr, br);
+            kernels::matmul_backward_bf16(dinp, Some(gw), Some(gb), dout, inp, w.weight(), n);
+        }
+        None => linear_bwd(layout, params, grads, name, dinp, dout, inp, n, c, k),
+    }
 }
 
 /// HF's `BertPreTrainedModel._init_weights` for the parameters `names`

@@ -191,7 +191,30 @@ impl Bert {
     /// in bf16 (f32 accumulation); embeddings, LayerNorm, attention and the
     /// heads stay f32. `false` returns to f32.
     pub fn set_bf16(&mut self, on: bool) {
-        self.bf16 = on.then(|| Bf16Weights::new(&self.config, &self.layout, &self.params));
+        self.bf16 = on.then(|| Bf16Weights::new(&self.config, &self.layout, &self.params, false));
+    }
+
+    /// Training in bf16: packs the encoder weights for forward and backward
+    /// when they are not packed (after every optimizer step, [`Self::unpack_bf16`]).
+    pub(crate) fn pack_bf16_for_training(&mut self) {
+        if self.bf16.is_none() {
+            self.bf16 = Some(Bf16Weights::new(
+                &self.config,
+                &self.layout,
+                &self.params,
+                true,
+            ));
+        }
+    }
+
+    /// Drops the packed copy (the weights changed, or f32 from now on).
+    pub(crate) fn unpack_bf16(&mut self) {
+        self.bf16 = None;
+    }
+
+    /// The packed encoder weights, when bf16 is on.
+    pub(crate) fn bf16_weights(&self) -> Option<&Bf16Weights> {
+        self.bf16.as_ref()
     }
 
     pub fn is_bf16(&self) -> bool {

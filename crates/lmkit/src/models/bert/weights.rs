@@ -23,8 +23,14 @@ pub(crate) struct Bf16Weights {
 }
 
 impl Bf16Weights {
-    /// Packs the encoder weights of `params` (laid out by `layout` for `cfg`).
-    pub(crate) fn new(cfg: &BertConfig, layout: &ParamLayout, params: &[f32]) -> Bf16Weights {
+    /// Packs the encoder weights of `params` (laid out by `layout` for `cfg`),
+    /// for the input gradients too with `backward` (training).
+    pub(crate) fn new(
+        cfg: &BertConfig,
+        layout: &ParamLayout,
+        params: &[f32],
+        backward: bool,
+    ) -> Bf16Weights {
         let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
@@ -33,15 +39,16 @@ impl Bf16Weights {
                 let wr = bert_qkv_weight_range(layout, l).unwrap_or_default();
                 let br = bert_qkv_bias_range(layout, l).unwrap_or_default();
                 let lin = |name: &str, oc: usize, k: usize| {
-                    PackedBf16::pack(
+                    PackedBf16::pack_for(
                         layout.view(params, &format!("{p}{name}.weight")),
                         Some(layout.view(params, &format!("{p}{name}.bias"))),
                         oc,
                         k,
+                        backward,
                     )
                 };
                 LayerBf16 {
-                    qkv: PackedBf16::pack(&params[wr], Some(&params[br]), 3 * c, c),
+                    qkv: PackedBf16::pack_for(&params[wr], Some(&params[br]), 3 * c, c, backward),
                     attn_out: lin("attention.output.dense", c, c),
                     inter: lin("intermediate.dense", i, c),
                     out: lin("output.dense", c, i),
