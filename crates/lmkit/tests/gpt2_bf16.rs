@@ -7,7 +7,8 @@
 
 use lmkit::data::TokenBatch;
 use lmkit::models::gpt2::Gpt2;
-use lmkit::spec::{Gpt2Config, Precision};
+use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
+use lmkit::spec::{Family, Gpt2Config, Precision};
 use lmkit::train::{train_step, LrSchedule, OptimConfig, OptimState, ScheduleKind, Trainable};
 use lmkit_tokenizers::BpeTokenizer;
 use std::path::PathBuf;
@@ -198,24 +199,24 @@ fn bf16_training_loss_tracks_f32() {
     assert!(((h - f) / f).abs() < 0.01, "final loss bf16 {h} vs f32 {f}");
 }
 
-/// `dtype` in a pretraining run: bf16 is recorded in the checkpoint, a resume
-/// without it continues in bf16 exactly (the losses of an uninterrupted bf16
-/// run, which differ from f32's), another `dtype` on resume is an error
-/// naming it, and BERT refuses bf16.
-#[test]
-fn pretrain_dtype_is_kept_on_resume() {
-    use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
-    use lmkit::spec::Family;
-    let dir = std::env::temp_dir().join(format!("lmkit-bf16-{}", std::process::id()));
+/// A fresh folder `name` holding `text.txt`, the first `chars` characters
+/// of the books corpus.
+fn scratch(name: &str, chars: usize) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("lmkit-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let text = std::fs::read_to_string(root().join("assets/books/corpus.txt")).unwrap();
     let data = dir.join("text.txt");
-    std::fs::write(&data, text.chars().take(60_000).collect::<String>()).unwrap();
-    let opts = |out: &str, dtype: Option<Precision>| PretrainOptions {
+    std::fs::write(&data, text.chars().take(chars).collect::<String>()).unwrap();
+    (dir, data)
+}
+
+/// 6 pretraining steps of a 2-layer d32 GPT-2 with the real vocabulary.
+fn tiny_gpt2(data: &std::path::Path, output: PathBuf) -> PretrainOptions {
+    PretrainOptions {
         family: Family::Gpt2,
-        data: vec![data.clone()],
-        output: dir.join(out),
+        data: vec![data.to_path_buf()],
+        output,
         tokenizer: Some(root().join("assets/gpt2")),
         size: ModelSize {
             n_layer: Some(2),
@@ -230,17 +231,32 @@ fn pretrain_dtype_is_kept_on_resume() {
         save_every: Some(0),
         sample_every: Some(0),
         lr: Some(3e-3),
-        dtype,
         ..PretrainOptions::default()
+    }
+}
+
+/// The training losses in `out`'s metrics.
+fn losses(out: &std::path::Path) -> Vec<f64> {
+    lmkit::train::read_metrics(&out.join("metrics.jsonl"))
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
+        .collect()
+}
+
+/// `dtype` in a pretraining run: bf16 is recorded in the checkpoint, a resume
+/// without it continues in bf16 exactly (the losses of an uninterrupted bf16
+/// run, which differ from f32's), and another `dtype` on resume is an error
+/// naming it.
+#[test]
+fn pretrain_dtype_is_kept_on_resume() {
+    let (dir, data) = scratch("bf16", 60_000);
+    let opts = |out: &str, dtype: Option<Precision>| PretrainOptions {
+        dtype,
+        ..tiny_gpt2(&data, dir.join(out))
     };
     let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &|| false);
-    let losses = |out: &str| -> Vec<f64> {
-        lmkit::train::read_metrics(&dir.join(out).join("metrics.jsonl"))
-            .unwrap()
-            .iter()
-            .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
-            .collect()
-    };
+    let losses = |out: &str| losses(&dir.join(out));
     run(&opts("f32", None)).unwrap();
     run(&opts("whole", Some(Precision::Bf16))).unwrap();
     let cut = PretrainOptions {
@@ -277,33 +293,12 @@ fn pretrain_dtype_is_kept_on_resume() {
 #[test]
 fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
-    use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
-    use lmkit::spec::Family;
-    let dir = std::env::temp_dir().join(format!("lmkit-bf16-ft-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let text = std::fs::read_to_string(root().join("assets/books/corpus.txt")).unwrap();
-    let data = dir.join("text.txt");
-    std::fs::write(&data, text.chars().take(40_000).collect::<String>()).unwrap();
+    let (dir, data) = scratch("bf16-ft", 40_000);
     let base = dir.join("base");
     let pre = PretrainOptions {
-        family: Family::Gpt2,
-        data: vec![data],
-        output: base.clone(),
-        tokenizer: Some(root().join("assets/gpt2")),
-        size: ModelSize {
-            n_layer: Some(2),
-            n_embd: Some(32),
-            n_head: Some(4),
-            ..ModelSize::default()
-        },
-        seq_len: Some(32),
-        batch_size: Some(2),
         max_steps: Some(2),
-        eval_every: Some(0),
-        save_every: Some(0),
-        sample_every: Some(0),
-        ..PretrainOptions::default()
+        lr: None,
+        ..tiny_gpt2(&data, base.clone())
     };
     pretrain(&pre, &mut |_| {}, &|| false).unwrap();
     let rows: String = (0..24)
@@ -338,13 +333,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
             &mut |_| {},
         )
     };
-    let losses = |out: &str| -> Vec<f64> {
-        lmkit::train::read_metrics(&dir.join(out).join("metrics.jsonl"))
-            .unwrap()
-            .iter()
-            .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
-            .collect()
-    };
+    let losses = |out: &str| losses(&dir.join(out));
     let follows = |f32_run: &str, bf16_run: &str| {
         let (f, b) = (losses(f32_run), losses(bf16_run));
         assert_eq!(f.len(), 6);
