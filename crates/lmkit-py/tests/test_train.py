@@ -105,8 +105,15 @@ def test_ctrl_c_saves_a_checkpoint_and_raises(tmp_path):
             # any thread of the process, rayon's workers included.
             signal.raise_signal(signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        lmkit.finetune("classify", model, train, tmp_path / "run", callback=interrupt_at_step_3, **opts)
+    # Python raises KeyboardInterrupt only if SIGINT was not ignored when it
+    # started (a job started in the background with `&` inherits SIG_IGN):
+    # install the handler a terminal's Ctrl-C reaches.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lmkit.finetune("classify", model, train, tmp_path / "run", callback=interrupt_at_step_3, **opts)
+    finally:
+        signal.signal(signal.SIGINT, before)
     steps = [int(p.name.split("-")[1]) for p in (tmp_path / "run" / "checkpoints").iterdir()]
     assert steps == [3], steps
     done = lmkit.finetune("classify", model, train, tmp_path / "run", resume=True, **opts)
