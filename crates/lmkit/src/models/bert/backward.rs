@@ -40,7 +40,7 @@ use super::model::{Bert, BertActivations, BertBatch};
 use crate::error::{Error, Result};
 use crate::kernels::bf16_gemm::PackedBf16;
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
-use crate::models::{pending_end, GradPieces, LossParts, Trainable};
+use crate::models::{GradPieces, LossParts, Trainable};
 use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
@@ -950,13 +950,25 @@ fn encoder_backward(
     let packed = model.bf16_weights();
     // Where the writes still to come end once layers `l..` are done: the
     // layers below `l` and the embeddings.
-    let prefixes: Vec<String> = (0..cfg.num_hidden_layers).map(bert_layer_prefix).collect();
-    let pending = |l: usize| {
-        pending_end(layout, |name| {
-            name.starts_with("embeddings.") || prefixes[..l].iter().any(|p| name.starts_with(p))
-        })
-    };
-    pieces.done_from(pending(cfg.num_hidden_layers));
+    // One pass over the layout: `pending[l]` for l = 0..=L.
+    let nl = cfg.num_hidden_layers;
+    let mut pending = vec![0; nl + 1];
+    for spec in layout.specs() {
+        let end = spec.range().end;
+        let layer = spec
+            .name
+            .strip_prefix("encoder.layer.")
+            .and_then(|r| r.split('.').next()?.parse::<usize>().ok());
+        match layer {
+            Some(j) if j < nl => pending[j + 1] = pending[j + 1].max(end),
+            _ if spec.name.starts_with("embeddings.") => pending[0] = pending[0].max(end),
+            _ => {}
+        }
+    }
+    for l in 1..=nl {
+        pending[l] = pending[l].max(pending[l - 1]);
+    }
+    pieces.done_from(pending[nl]);
     // --- Encoder, last layer first. s.dy = d(output of layer l).
     let shape = AttentionShape { b, t, c, nh };
     for l in (0..cfg.num_hidden_layers).rev() {
@@ -1062,7 +1074,7 @@ fn encoder_backward(
             }
         }
         std::mem::swap(&mut s.dy, &mut s.dx);
-        pieces.done_from(pending(l));
+        pieces.done_from(pending[l]);
     }
     // Embeddings: hidden_state(0) = LN(word + position + token type).
     let grads = pieces.rest();
