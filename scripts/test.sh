@@ -2,6 +2,9 @@
 # The project's whole test run: what CI runs and what a contributor runs before pushing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Disk: a one-shot run gains nothing from incremental caches (3 GB) or from
+# pip keeping PyTorch's wheels after installing them (3 GB more).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}" PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
 scripts/fetch-assets.sh
 # Imports inside the library point down the layers (docs/architecture.md).
 python3 scripts/check_layers.py --self-test
@@ -11,6 +14,9 @@ python3 scripts/bench_report.py --self-test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The examples as built here (`cargo run -p lmkit` would resolve features for
+# lmkit alone and build the library a second time), run at the end.
+cargo build --workspace --examples --locked
 
 # Data-parallel training over MPI (issue 19): the `mpi` feature against the
 # distribution's Open MPI (bindgen needs libclang), then `mpirun -np 2` on
@@ -57,15 +63,15 @@ python3 scripts/check_overlap.py target/debug/lmkit
 # The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
 # assets/big exists, so build it (PyTorch from PyPI, a few minutes) and run them.
 scripts/fetch-big-assets.sh
-cargo test -p lmkit --locked --test gpt2_infer --test bert_fixtures -- --ignored
+cargo test --workspace --locked --test gpt2_infer --test bert_fixtures -- --ignored
 
 # A random-init GPT-2 fine-tuned end to end on real text: as a classifier (about
 # 15 s) and as GPT2DoubleHeadsModel on prose-or-code multiple choice (about 20 s).
-cargo test -p lmkit --locked --test gpt2_heads -- --ignored
+cargo test --workspace --locked --test gpt2_heads -- --ignored
 
 # Mixed-precision GPT-2 training (--dtype bf16): a tiny GPT-2 on the Rust books,
 # bf16's per-step loss within 3% of f32's, the final within 1% (about 50 s on 2 cores).
-cargo test -p lmkit --locked --test gpt2_bf16 -- --ignored
+cargo test --workspace --locked --test gpt2_bf16 -- --ignored
 
 # HF round trips of every fine-tuned head (classify, regression, qa, BERT
 # pretraining, multiple choice for both families): what `lmkit finetune` writes,
@@ -79,7 +85,7 @@ LMKIT=target/debug/lmkit "$fx" scripts/check_finetune_hf.py
 ex="$(mktemp -d)"
 trap 'rm -rf "$ex"' EXIT
 head -c 300000 assets/books/corpus.txt >"$ex/text.txt"
-cargo run -q --locked -p lmkit --example pretrain_gpt2 -- "$ex/text.txt" "$ex/gpt2" 200
-cargo run -q --locked -p lmkit --example generate -- "$ex/gpt2/model" "The Rust programming language" 16
-cargo run -q --locked -p lmkit --example finetune_classifier -- assets/minilm \
+target/debug/examples/pretrain_gpt2 "$ex/text.txt" "$ex/gpt2" 200
+target/debug/examples/generate "$ex/gpt2/model" "The Rust programming language" 16
+target/debug/examples/finetune_classifier assets/minilm \
   tests/data/classify/prose_code.train.jsonl tests/data/classify/prose_code.eval.jsonl "$ex/classifier" 128
