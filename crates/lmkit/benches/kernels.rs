@@ -181,6 +181,16 @@ fn matmuls(c: &mut Criterion) {
         // The same products with bf16 operands and f32 sums (mixed-precision
         // training): the weight packed once, as per optimizer step.
         let pw = kernels::Bf16Weight::pack(&w, cc, oc, layout);
+        // Packing itself (f32 read, two bf16 copies written), once per
+        // optimizer step per weight.
+        bench(
+            &mut g,
+            &format!("bf16_pack_weight_{tag}"),
+            Unit::Bytes(8 * (cc * oc) as u64),
+            || {
+                black_box(kernels::Bf16Weight::pack(&w, cc, oc, layout));
+            },
+        );
         bench(
             &mut g,
             &format!("matmul_bf16_fwd_{tag}"),

@@ -88,7 +88,11 @@ impl Src<'_> {
 struct PackedA {
     m: usize,
     kp: usize,
-    /// `[ceil(M/MR)·MR][kp]`.
+    /// Strips `[kp/2][MR][2]` (pair-major) instead of `[MR][kp]`: the layout
+    /// a transposed source (a weight gradient's `Xᵀ`, rows contiguous for
+    /// each k) packs into with vector loads.
+    pair_major: bool,
+    /// `ceil(M/MR)` strips of `MR·kp`.
     data: Vec<u16>,
 }
 
@@ -96,27 +100,61 @@ impl PackedA {
     fn pack(src: Src<'_>, m: usize, k: usize) -> PackedA {
         src.check(m, k, "A");
         let kp = k + (k & 1);
+        let pair_major = src.cs != 1;
         let mut data = vec![0u16; m.div_ceil(MR) * MR * kp];
+        let simd = has_avx512bf16();
         data.par_chunks_mut(MR * kp)
             .enumerate()
             .for_each(|(s, strip)| {
                 let rows = MR.min(m - s * MR);
-                if src.cs == 1 {
+                if !pair_major {
                     for r in 0..rows {
                         let at = (s * MR + r) * src.rs;
                         convert_row(&mut strip[r * kp..r * kp + k], &src.data[at..at + k]);
                     }
-                } else {
-                    // Transposed source (columns contiguous): walk it by its rows.
-                    for kk in 0..k {
-                        for r in 0..rows {
-                            let x = src.data[(s * MR + r) * src.rs + kk * src.cs];
-                            strip[r * kp + kk] = f32_to_bf16(x);
-                        }
-                    }
+                    return;
                 }
+                #[cfg(target_arch = "x86_64")]
+                if simd && src.rs == 1 {
+                    // SAFETY: the feature was detected; `check` bounds the source.
+                    unsafe { pack_a_pairs_avx512(strip, src, s * MR, rows, k) };
+                    return;
+                }
+                let _ = simd;
+                Self::pack_strip_pairs(strip, src, s * MR, rows, k);
             });
-        PackedA { m, kp, data }
+        PackedA {
+            m,
+            kp,
+            pair_major,
+            data,
+        }
+    }
+
+    /// One pair-major strip, element by element (the twin of the vector path).
+    fn pack_strip_pairs(strip: &mut [u16], src: Src<'_>, r0: usize, rows: usize, k: usize) {
+        for kk in 0..k {
+            for r in 0..rows {
+                let x = src.data[(r0 + r) * src.rs + kk * src.cs];
+                strip[(kk / 2) * MR * 2 + r * 2 + (kk & 1)] = f32_to_bf16(x);
+            }
+        }
+    }
+
+    /// `(row stride, pair stride)` of a strip in 32-bit pairs, and the offset
+    /// of K block `k0` (even) in a strip, in bf16s.
+    fn strides(&self) -> (usize, usize, impl Fn(usize) -> usize) {
+        let pair_major = self.pair_major;
+        let (rs, ps) = if pair_major {
+            (1, MR)
+        } else {
+            (self.kp / 2, 1)
+        };
+        (
+            rs,
+            ps,
+            move |k0: usize| if pair_major { k0 * MR } else { k0 },
+        )
     }
 }
 
@@ -134,28 +172,162 @@ impl PackedB {
         src.check(k, n, "B");
         let kp = k + (k & 1);
         let mut data = vec![0u16; n.div_ceil(NR) * kp * NR];
+        let simd = has_avx512bf16();
         data.par_chunks_mut(kp * NR)
             .enumerate()
             .for_each(|(p, panel)| {
                 let cols = NR.min(n - p * NR);
-                let at = |kk: usize, j: usize| (kk / 2) * NR * 2 + j * 2 + (kk & 1);
-                if src.cs == 1 {
-                    for kk in 0..k {
-                        let row = &src.data[kk * src.rs + p * NR..][..cols];
-                        for (j, &x) in row.iter().enumerate() {
-                            panel[at(kk, j)] = f32_to_bf16(x);
+                #[cfg(target_arch = "x86_64")]
+                if simd && (src.cs == 1 || src.rs == 1) {
+                    // SAFETY: the feature was detected; `check` bounds the source.
+                    unsafe {
+                        if src.cs == 1 {
+                            pack_b_rows_avx512(panel, src, p * NR, cols, k)
+                        } else {
+                            pack_b_cols_avx512(panel, src, p * NR, cols, k)
                         }
-                    }
-                } else {
-                    for j in 0..cols {
-                        for kk in 0..k {
-                            let x = src.data[kk * src.rs + (p * NR + j) * src.cs];
-                            panel[at(kk, j)] = f32_to_bf16(x);
-                        }
-                    }
+                    };
+                    return;
                 }
+                let _ = simd;
+                Self::pack_panel(panel, src, p * NR, cols, k);
             });
         PackedB { n, kp, data }
+    }
+
+    /// One panel, element by element (the twin of the vector paths).
+    fn pack_panel(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize) {
+        for kk in 0..k {
+            for j in 0..cols {
+                let x = src.data[kk * src.rs + (j0 + j) * src.cs];
+                panel[(kk / 2) * NR * 2 + j * 2 + (kk & 1)] = f32_to_bf16(x);
+            }
+        }
+    }
+}
+
+/// 16 floats of `lo` and of `hi` → 32 bf16s `lo0, hi0, lo1, hi1, …`: the
+/// K pairs the kernel multiplies.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn interleave_bf16(
+    lo: std::arch::x86_64::__m512,
+    hi: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    // After the conversion lanes 0..16 hold `lo`, 16..32 `hi`.
+    const IDX: [u16; 32] = {
+        let mut idx = [0u16; 32];
+        let mut i = 0;
+        while i < 16 {
+            idx[2 * i] = i as u16;
+            idx[2 * i + 1] = 16 + i as u16;
+            i += 1;
+        }
+        idx
+    };
+    let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+    _mm512_permutexvar_epi16(_mm512_loadu_si512(IDX.as_ptr() as *const _), v)
+}
+
+/// Up to 16 floats at `p` (lanes past `lanes` are zero, not read).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn load_lanes(p: *const f32, lanes: usize) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    if lanes >= 16 {
+        _mm512_loadu_ps(p)
+    } else {
+        _mm512_maskz_loadu_ps(((1u32 << lanes) - 1) as u16, p)
+    }
+}
+
+/// A pair-major strip of A rows `r0..r0+rows` from a source whose rows are
+/// contiguous for each k (`src.rs == 1`): per K pair, two masked loads.
+///
+/// # Safety
+/// AVX-512 BF16 must be present; `src` must hold the `rows × k` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn pack_a_pairs_avx512(strip: &mut [u16], src: Src<'_>, r0: usize, rows: usize, k: usize) {
+    use std::arch::x86_64::*;
+    debug_assert!(src.rs == 1 && rows <= MR && strip.len() >= k.div_ceil(2) * MR * 2);
+    let base = src.data.as_ptr().add(r0);
+    for q in 0..k.div_ceil(2) {
+        let kk = 2 * q;
+        let lo = load_lanes(base.add(kk * src.cs), rows);
+        let hi = if kk + 1 < k {
+            load_lanes(base.add((kk + 1) * src.cs), rows)
+        } else {
+            _mm512_setzero_ps()
+        };
+        // MR rows = 2·MR bf16s of the 32.
+        _mm512_mask_storeu_epi16(
+            strip.as_mut_ptr().add(q * MR * 2) as *mut i16,
+            (1u32 << (2 * MR)) - 1,
+            interleave_bf16(lo, hi),
+        );
+    }
+}
+
+/// A B panel (columns `j0..j0+cols`) from a row-major source (`src.cs ==
+/// 1`): per K pair, the two rows' 16-column halves interleaved.
+///
+/// # Safety
+/// AVX-512 BF16 must be present; `src` must hold the `k × cols` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn pack_b_rows_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize) {
+    use std::arch::x86_64::*;
+    debug_assert!(src.cs == 1 && cols <= NR && panel.len() >= k.div_ceil(2) * NR * 2);
+    let base = src.data.as_ptr().add(j0);
+    for q in 0..k.div_ceil(2) {
+        let kk = 2 * q;
+        for c0 in (0..cols).step_by(16) {
+            let lanes = cols - c0;
+            let lo = load_lanes(base.add(kk * src.rs + c0), lanes);
+            let hi = if kk + 1 < k {
+                load_lanes(base.add((kk + 1) * src.rs + c0), lanes)
+            } else {
+                _mm512_setzero_ps()
+            };
+            _mm512_storeu_si512(
+                panel.as_mut_ptr().add(q * NR * 2 + c0 * 2) as *mut _,
+                interleave_bf16(lo, hi),
+            );
+        }
+    }
+}
+
+/// A B panel from a source whose columns are contiguous (`src.rs == 1`, a
+/// weight seen transposed): each column's K run converts to its pairs in
+/// order, which go to the column's slot of every pair row.
+///
+/// # Safety
+/// AVX-512 BF16 must be present; `src` must hold the `k × cols` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn pack_b_cols_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize) {
+    use std::arch::x86_64::*;
+    debug_assert!(src.rs == 1 && cols <= NR && panel.len() >= k.div_ceil(2) * NR * 2);
+    let words = panel.as_mut_ptr() as *mut u32;
+    let mut tmp = [0u32; 16];
+    for j in 0..cols {
+        let col = src.data.as_ptr().add((j0 + j) * src.cs);
+        for k0 in (0..k).step_by(32) {
+            let left = k - k0;
+            let lo = load_lanes(col.add(k0), left);
+            let hi = if left > 16 {
+                load_lanes(col.add(k0 + 16), left - 16)
+            } else {
+                _mm512_setzero_ps()
+            };
+            let v = _mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_storeu_si512(tmp.as_mut_ptr() as *mut _, std::mem::transmute(v));
+            for (i, &w) in tmp.iter().enumerate().take(left.div_ceil(2).min(16)) {
+                *words.add((k0 / 2 + i) * NR + j) = w;
+            }
+        }
     }
 }
 
@@ -185,6 +357,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
         strips.div_ceil(STRIPS_PER_TASK),
         panels.div_ceil(PANELS_PER_TASK),
     );
+    let (a_rs, a_ps, a_at) = a.strides();
     let c_ptr = SendPtr(c.as_mut_ptr());
     (0..rgroups * cgroups).into_par_iter().for_each(|task| {
         let (rg, cg) = (task / cgroups, task % cgroups);
@@ -200,7 +373,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
                 for s in s_range.clone() {
                     let r0 = s * MR;
                     let rows = MR.min(m - r0);
-                    let strip = &a.data[r0 * kp + k0..];
+                    let strip = &a.data[r0 * kp + a_at(k0)..];
                     // SAFETY: the tile's rows r0.. and columns p·NR.. lie
                     // inside C (checked above, or narrowed through `tmp`),
                     // and only this task writes them; `strip` and `panel`
@@ -208,7 +381,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
                     unsafe {
                         let dst = c_ptr.get().add(r0 * ldc + p * NR);
                         if rows == MR && cols == NR {
-                            tile_kernel(strip, kp, panel, (k1 - k0) / 2, dst, ldc, load);
+                            tile_kernel(strip, a_rs, a_ps, panel, (k1 - k0) / 2, dst, ldc, load);
                         } else {
                             for r in 0..rows {
                                 for j in 0..cols {
@@ -218,7 +391,8 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
                             }
                             tile_kernel(
                                 strip,
-                                kp,
+                                a_rs,
+                                a_ps,
                                 panel,
                                 (k1 - k0) / 2,
                                 tmp.as_mut_ptr(),
@@ -244,14 +418,15 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
 /// + Σ_k a[r,k]·panel[k,j]`.
 ///
 /// # Safety
-/// AVX-512 BF16 must be present; `a` holds MR rows with row stride `kp`
-/// bf16s (each with `2·pairs` values), `panel` `2·pairs·NR` bf16s, `c` an
-/// MR×NR tile with row stride `ldc` floats.
+/// AVX-512 BF16 must be present; `a` holds MR rows of `pairs` K pairs, the
+/// pair (r, p) at 32-bit word `r·rs + p·ps`; `panel` `2·pairs·NR` bf16s, `c`
+/// an MR×NR tile with row stride `ldc` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
 unsafe fn tile_kernel(
     a: &[u16],
-    kp: usize,
+    rs: usize,
+    ps: usize,
     panel: &[u16],
     pairs: usize,
     c: *mut f32,
@@ -259,7 +434,14 @@ unsafe fn tile_kernel(
     load: bool,
 ) {
     use std::arch::x86_64::*;
-    debug_assert!(a.len() >= (MR - 1) * kp + 2 * pairs && panel.len() >= 2 * pairs * NR);
+    debug_assert!(
+        pairs == 0 || a.len() >= 2 * ((MR - 1) * rs + (pairs - 1) * ps + 1),
+        "bf16 tile: A strip too short"
+    );
+    debug_assert!(
+        panel.len() >= 2 * pairs * NR,
+        "bf16 tile: B panel too short"
+    );
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     if load {
         for (r, acc_r) in acc.iter_mut().enumerate() {
@@ -269,14 +451,14 @@ unsafe fn tile_kernel(
     }
     let ap = a.as_ptr() as *const i32;
     let bp = panel.as_ptr();
-    let lda = kp / 2; // in i32 (pairs)
     for p in 0..pairs {
         let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2) as *const _));
         let w1: __m512bh =
             std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2 + 32) as *const _));
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let x: __m512bh =
-                std::mem::transmute(_mm512_set1_epi32((ap.add(r * lda + p)).read_unaligned()));
+            let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(
+                (ap.add(r * rs + p * ps)).read_unaligned(),
+            ));
             acc_r[0] = _mm512_dpbf16_ps(acc_r[0], x, w0);
             acc_r[1] = _mm512_dpbf16_ps(acc_r[1], x, w1);
         }
@@ -628,6 +810,56 @@ impl PackedBf16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both operands' packed layouts, element by element from their index
+    /// formulas, from row-major and transposed sources, with row, column and
+    /// K tails (on AVX-512 BF16 the vector packers, elsewhere the scalar
+    /// ones); padding is zero.
+    #[test]
+    fn packing_places_every_element() {
+        for &(rows, cols) in &[(1, 1), (14, 32), (15, 33), (29, 37), (3, 70), (40, 17)] {
+            let data: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0 + 0.001 * i as f32)
+                .collect();
+            // (rs, cs): the source row-major, or its transpose read back.
+            for (rs, cs, m, k) in [(cols, 1, rows, cols), (1, cols, cols, rows)] {
+                let src = Src {
+                    data: &data,
+                    rs,
+                    cs,
+                };
+                let at = |r: usize, c: usize| f32_to_bf16(data[r * rs + c * cs]);
+                let a = PackedA::pack(src, m, k);
+                let kp = a.kp;
+                assert_eq!(a.pair_major, cs != 1);
+                let mut want = vec![0u16; a.data.len()];
+                for r in 0..m {
+                    for kk in 0..k {
+                        let (s, rr) = (r / MR, r % MR);
+                        let pos = s * MR * kp
+                            + if a.pair_major {
+                                (kk / 2) * MR * 2 + rr * 2 + (kk & 1)
+                            } else {
+                                rr * kp + kk
+                            };
+                        want[pos] = at(r, kk);
+                    }
+                }
+                assert_eq!(a.data, want, "A {m}x{k} rs {rs} cs {cs}");
+                // The same source as B[K=m, N'=k].
+                let b = PackedB::pack(src, m, k);
+                let kp = b.kp;
+                let mut want = vec![0u16; b.data.len()];
+                for kk in 0..m {
+                    for j in 0..k {
+                        let pos = (j / NR) * kp * NR + (kk / 2) * NR * 2 + (j % NR) * 2 + (kk & 1);
+                        want[pos] = at(kk, j);
+                    }
+                }
+                assert_eq!(b.data, want, "B {m}x{k} rs {rs} cs {cs}");
+            }
+        }
+    }
 
     /// The packed forward against a plain f64 product of the bf16-rounded
     /// operands, over shapes with row, column and K tails.
