@@ -66,6 +66,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    lmkit::util::alloc::keep_freed_memory();
     let matches = Cli::command().get_matches();
     let sub = matches.subcommand_name().unwrap_or_default().to_string();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

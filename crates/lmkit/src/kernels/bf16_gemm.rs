@@ -323,7 +323,10 @@ unsafe fn pack_b_cols_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: u
                 _mm512_setzero_ps()
             };
             let v = _mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(tmp.as_mut_ptr() as *mut _, std::mem::transmute(v));
+            _mm512_storeu_si512(
+                tmp.as_mut_ptr() as *mut _,
+                std::mem::transmute::<__m512bh, __m512i>(v),
+            );
             for (i, &w) in tmp.iter().enumerate().take(left.div_ceil(2).min(16)) {
                 *words.add((k0 / 2 + i) * NR + j) = w;
             }
@@ -381,7 +384,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
                     unsafe {
                         let dst = c_ptr.get().add(r0 * ldc + p * NR);
                         if rows == MR && cols == NR {
-                            tile_kernel(strip, a_rs, a_ps, panel, (k1 - k0) / 2, dst, ldc, load);
+                            tile_kernel(strip, (a_rs, a_ps), panel, (k1 - k0) / 2, dst, ldc, load);
                         } else {
                             for r in 0..rows {
                                 for j in 0..cols {
@@ -391,8 +394,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
                             }
                             tile_kernel(
                                 strip,
-                                a_rs,
-                                a_ps,
+                                (a_rs, a_ps),
                                 panel,
                                 (k1 - k0) / 2,
                                 tmp.as_mut_ptr(),
@@ -425,8 +427,7 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
 unsafe fn tile_kernel(
     a: &[u16],
-    rs: usize,
-    ps: usize,
+    (rs, ps): (usize, usize),
     panel: &[u16],
     pairs: usize,
     c: *mut f32,

@@ -8,7 +8,9 @@
 //! - [`comm`]: the [`comm::Communicator`] of data-parallel training (one
 //!   process, threads, or MPI with the `mpi` feature).
 //! - [`size`]: byte sizes as written on a command line (`4GiB`, `5GB`).
+//! - [`alloc`]: malloc kept from returning memory between training steps.
 
+pub mod alloc;
 pub mod bf16;
 pub mod comm;
 pub mod fs;
