@@ -8,7 +8,8 @@ of assets/books/corpus.txt, from lmkit's shard), --threads (default 2) each:
     torch.set_num_threads(2); and the same with forward and loss under
     torch.autocast("cpu", dtype=torch.bfloat16) (bf16 autocast: f32 weights and
     optimizer, bf16 matmuls), in a second process.
-  - lmkit: `lmkit pretrain` with the same shape, RAYON_NUM_THREADS=2.
+  - lmkit: `lmkit pretrain` with the same shape, RAYON_NUM_THREADS=2, in f32 and
+    with --dtype bf16 (f32 master weights and optimizer, bf16 matmul operands).
 Each runs in its own process; peak RSS is that process' ru_maxrss (wait4).
 Tokens/s is the median over the timed steps (after warmup steps).
 MFU = model FLOP/s (6·N + 12·L·C·T per token, N = matmul parameters incl. the
@@ -122,16 +123,20 @@ def main():
     # Tokenize once (not timed), then the timed run reuses the shards.
     prep = os.path.join(work, "prep")
     run_measured(base + ["--output", prep, "--max-steps", "1"], env)
-    run = os.path.join(work, "run")
-    shutil.copytree(os.path.join(prep, "data"), os.path.join(run, "data"))
-    _, lm_rss = run_measured(base + ["--output", run, "--max-steps", str(args.warmup + args.steps)], env)
-    rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
-    tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > args.warmup]
-    lm = {"tokens_per_s": statistics.median(tps), "rss_mib": lm_rss}
+    lms = {}
+    for dt in ("f32", "bf16"):
+        run = os.path.join(work, f"run-{dt}")
+        shutil.copytree(os.path.join(prep, "data"), os.path.join(run, "data"))
+        _, rss = run_measured(base + ["--output", run, "--dtype", dt,
+                                      "--max-steps", str(args.warmup + args.steps)], env)
+        rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+        tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > args.warmup]
+        lms[dt] = {"tokens_per_s": statistics.median(tps), "rss_mib": rss}
+    lm, lm16 = lms["f32"], lms["bf16"]
     peers = {}
     for ac in ("f32", "bf16"):
         out, rss = run_measured([sys.executable, __file__, "--torch-child", "--shard",
-                                 os.path.join(run, "data/train.bin"), "--steps", str(args.steps),
+                                 os.path.join(work, "prep/data/train.bin"), "--steps", str(args.steps),
                                  "--warmup", str(args.warmup), "--threads", str(args.threads),
                                  "--autocast", ac])
         peers[ac] = json.loads(out.strip().splitlines()[-1])
@@ -143,11 +148,13 @@ def main():
     peak = pt["matmul_gflops"] * 1e9
     print(f"GPT-2 L{L} d{C} h{NH} V{V}, batch {B}x{T}, AdamW, {args.threads} threads, {args.steps} timed steps")
     print(f"{'':10}{'tokens/s':>12}{'peak RSS MiB':>14}{'MFU':>8}")
-    for name, r in (("lmkit", lm), ("pytorch", pt), ("pytorch bf16", pt16)):
+    for name, r in (("lmkit", lm), ("lmkit bf16", lm16), ("pytorch", pt), ("pytorch bf16", pt16)):
         print(f"{name:10}{r['tokens_per_s']:12.0f}{r['rss_mib']:14.0f}{r['tokens_per_s'] * fpt / peak:8.1%}")
     print(f"ratios lmkit/pytorch: tokens/s {lm['tokens_per_s'] / pt['tokens_per_s']:.2f}x, "
           f"peak RSS {lm['rss_mib'] / pt['rss_mib']:.2f}x; "
           f"tokens/s over PyTorch bf16 autocast {lm['tokens_per_s'] / pt16['tokens_per_s']:.2f}x")
+    print(f"lmkit bf16: {lm16['tokens_per_s'] / lm['tokens_per_s']:.2f}x lmkit f32, "
+          f"{lm16['tokens_per_s'] / pt16['tokens_per_s']:.2f}x PyTorch bf16 autocast")
     print(f"matmul peak (torch.mm 2048^3 f32, {args.threads} threads): {pt['matmul_gflops']:.0f} GFLOP/s; "
           f"model FLOPs/token {fpt / 1e6:.1f} M")
     if args.json:
@@ -157,6 +164,11 @@ def main():
                    {"pytorch f32": pt["tokens_per_s"],
                     "pytorch bf16 autocast": peer(pt16["tokens_per_s"], dtype="bf16")},
                    threads=args.threads, flops_per_item=fpt, note=f"{args.steps} timed steps, median"),
+            figure(f"{what}, bf16", "tokens/s", lm16["tokens_per_s"],
+                   {"pytorch bf16 autocast": pt16["tokens_per_s"],
+                    "lmkit f32": peer(lm["tokens_per_s"], dtype="f32")},
+                   dtype="bf16", threads=args.threads, flops_per_item=fpt,
+                   note=f"{args.steps} timed steps, median; --dtype bf16"),
             figure(f"{what}, peak RSS", "MiB", lm["rss_mib"],
                    {"pytorch f32": pt["rss_mib"], "pytorch bf16 autocast": pt16["rss_mib"]},
                    better="lower", threads=args.threads),
