@@ -13,6 +13,9 @@ data loading, tokenisation or evaluation), then both are scored on the held-out 
     cargo build --release -p lmkit-cli
     python3 scripts/bench_finetune.py [--threads 2] [--limit N] [--epochs 1] [--json FILE]
 
+lmkit runs twice: float32, and `--dtype bf16` (mixed precision: bf16 matmul operands, f32
+sums, weights and optimizer), each against PyTorch float32.
+
 Prints examples/s of each and the ratio lmkit / PyTorch, plus held-out accuracy.
 --json FILE writes the figures in scripts/bench_common.py's format (work: 3x the
 forward FLOPs per example at the padded lengths of PyTorch's batches) for scripts/bench.sh.
@@ -28,7 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import bert_forward_flops, figure, write_json  # noqa: E402
+from bench_common import bert_forward_flops, figure, peer, write_json  # noqa: E402
 
 
 def read_jsonl(path, limit=None):
@@ -89,7 +92,7 @@ def bench_torch(args, train, held, labels):
             "flops_per_example": flops}
 
 
-def bench_lmkit(args, train_path, held_path):
+def bench_lmkit(args, train_path, held_path, dtype="f32"):
     exe = args.lmkit
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: run `cargo build --release -p lmkit-cli` first")
@@ -98,7 +101,7 @@ def bench_lmkit(args, train_path, held_path):
                "--train", train_path, "--eval", held_path, "--output", out,
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
                "--max-seq-len", str(args.max_seq_len), "--lr", "5e-5", "--seed", str(args.seed),
-               "--threads", str(args.threads), "--json"]
+               "--threads", str(args.threads), "--dtype", dtype, "--json"]
         res = subprocess.run(cmd, check=True, capture_output=True, text=True)
         s = json.loads(res.stdout.strip().splitlines()[-1])
     return {"examples_per_s": s["examples_per_s"], "train_seconds": s["train_seconds"],
@@ -127,23 +130,29 @@ def main():
         sliced = f.name
     try:
         lm = bench_lmkit(args, sliced, held_path)
+        lm16 = bench_lmkit(args, sliced, held_path, "bf16")
         pt = bench_torch(args, train, held, labels)
     finally:
         os.unlink(sliced)
     print(f"MiniLM-L6 classification fine-tune, {len(train)} examples x {args.epochs} epoch(s), "
           f"batch {args.batch_size}, max len {args.max_seq_len}, {args.threads} threads")
-    for name, r in (("lmkit", lm), ("pytorch", pt)):
-        print(f"  {name:8s} {r['examples_per_s']:8.2f} examples/s  ({r['train_seconds']:.1f} s)  "
+    for name, r in (("lmkit", lm), ("lmkit bf16", lm16), ("pytorch", pt)):
+        print(f"  {name:10s} {r['examples_per_s']:8.2f} examples/s  ({r['train_seconds']:.1f} s)  "
               f"held-out accuracy {r['eval_accuracy']:.4f}")
-    print(f"  ratio lmkit/pytorch: {lm['examples_per_s'] / pt['examples_per_s']:.2f}x")
+    print(f"  ratio lmkit/pytorch: {lm['examples_per_s'] / pt['examples_per_s']:.2f}x, "
+          f"lmkit bf16/pytorch: {lm16['examples_per_s'] / pt['examples_per_s']:.2f}x")
     if args.json:
-        write_json(args.json, [figure(
-            f"MiniLM-L6 fine-tuning (classification, batch {args.batch_size}, max len {args.max_seq_len})",
-            "examples/s", lm["examples_per_s"], {"pytorch f32": pt["examples_per_s"]}, threads=args.threads,
-            flops_per_item=pt["flops_per_example"],
-            note=f"{len(train)} examples x {args.epochs} epoch(s); held-out accuracy lmkit "
-                 f"{lm['eval_accuracy']:.3f}, PyTorch {pt['eval_accuracy']:.3f}")])
-
+        what = f"MiniLM-L6 fine-tuning (classification, batch {args.batch_size}, max len {args.max_seq_len})"
+        note = f"{len(train)} examples x {args.epochs} epoch(s); held-out accuracy lmkit "
+        write_json(args.json, [
+            figure(what, "examples/s", lm["examples_per_s"], {"pytorch f32": pt["examples_per_s"]},
+                   threads=args.threads, flops_per_item=pt["flops_per_example"],
+                   note=note + f"{lm['eval_accuracy']:.3f}, PyTorch {pt['eval_accuracy']:.3f}"),
+            figure(f"{what}, bf16", "examples/s", lm16["examples_per_s"],
+                   {"pytorch f32": peer(pt["examples_per_s"], dtype="f32")}, dtype="bf16",
+                   threads=args.threads, flops_per_item=pt["flops_per_example"],
+                   note=note + f"bf16 {lm16['eval_accuracy']:.3f}, PyTorch f32 {pt['eval_accuracy']:.3f}"),
+        ])
 
 if __name__ == "__main__":
     main()

@@ -181,6 +181,29 @@ fn matmuls(c: &mut Criterion) {
         // The same products with bf16 operands and f32 sums (mixed-precision
         // training): the weight packed once, as per optimizer step.
         let pw = kernels::Bf16Weight::pack(&w, cc, oc, layout);
+        // The inference engines' bf16 prefill: weights stored as bf16
+        // [OC,C] rows, packed per call (a copy), activations rounded.
+        let w_rows: Vec<u16> = (0..oc * cc)
+            .map(|i| {
+                let (o, ci) = (i / cc, i % cc);
+                let v = match layout {
+                    WeightLayout::InOut => w[ci * oc + o],
+                    WeightLayout::OutIn => w[o * cc + ci],
+                };
+                lmkit::util::bf16::f32_to_bf16(v)
+            })
+            .collect();
+        if kernels::matmul_bf16_rows(&mut out, &inp, &w_rows, n, cc, oc, usize::MAX) {
+            bench(
+                &mut g,
+                &format!("matmul_bf16_rows_{n}x{cc}x{oc}"),
+                Unit::Flops(flops),
+                || {
+                    kernels::matmul_bf16_rows(&mut out, &inp, &w_rows, n, cc, oc, 1 << 12);
+                    black_box(&out);
+                },
+            );
+        }
         // Packing itself (f32 read, two bf16 copies written), once per
         // optimizer step per weight.
         bench(

@@ -1257,6 +1257,49 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
     }
 }
 
+/// The engines' bf16 prefill: `bf16(x)·Wᵀ` straight from bf16 `[OC,IC]` rows,
+/// against the f64 product of the rounded operands, over output tiles that
+/// split the channels unevenly (tile 7 rounds up to one 32-column panel) and
+/// odd IC. Where the CPU lacks AVX-512 BF16 it declines and writes nothing.
+#[test]
+fn bf16_rows_gemm_matches_rounded_product() {
+    use lmkit::util::bf16::f32_to_bf16;
+    let mut rng = Rng(17);
+    for &(n, ic, oc, tile) in &[(5, 37, 70, 7), (29, 64, 33, 64), (6, 1100, 40, 1 << 20)] {
+        let x = rng.vec(n * ic, 1.0);
+        let w32 = rng.vec(oc * ic, 0.3);
+        let w: Vec<u16> = w32.iter().map(|&v| f32_to_bf16(v)).collect();
+        let (x_r, w_r) = (round_bf16(&x), round_bf16(&w32));
+        let mut out = vec![f32::NAN; n * oc];
+        let done = kernels::matmul_bf16_rows(&mut out, &x, &w, n, ic, oc, tile);
+        assert_eq!(
+            done,
+            !bf16_kernels()
+                .iter()
+                .all(|k| *k == kernels::Bf16Kernel::Portable)
+        );
+        if !done {
+            assert!(out.iter().all(|v| v.is_nan()), "declined but wrote");
+            continue;
+        }
+        let (want, mag) = product_f64(
+            n,
+            oc,
+            ic,
+            &vec![0.0; n * oc],
+            |i, k| x_r[i * ic + k],
+            |k, j| w_r[j * ic + k],
+        );
+        assert_within(
+            &format!("rows gemm {n}x{ic}x{oc} tile {tile}"),
+            &out,
+            &want,
+            &mag,
+            1e-5,
+        );
+    }
+}
+
 /// The bf16 products are bit-identical for any thread count, and without a
 /// bias the forward overwrites whatever `out` held.
 #[test]

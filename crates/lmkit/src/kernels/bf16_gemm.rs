@@ -15,10 +15,18 @@
 //! Packed layouts (K padded to even with zeros):
 //! - A ([`PackedA`]): strips of MR rows, row-major within a strip (each row
 //!   `kp` bf16s, so the pair `(A[r,k], A[r,k+1])` is one 32-bit word the
-//!   kernel broadcasts); rows padded to a multiple of MR with zeros.
+//!   kernel broadcasts); rows padded to a multiple of MR with zeros. A
+//!   transposed source (a weight gradient's `Xᵀ` or `dYᵀ`, whose MR rows are
+//!   contiguous for each k) packs pair-major instead, `[kp/2][MR][2]`: two
+//!   masked loads and one interleave per K pair rather than a transpose; the
+//!   kernel reads either through a (row, pair) stride.
 //! - B ([`PackedB`]): panels of NR columns; within a panel, for each pair of
 //!   K (k, k+1), NR pairs `(B[k,j], B[k+1,j])` — the operand `vdpbf16ps`
 //!   multiplies against a broadcast pair of A. Columns padded with zeros.
+//!
+//! Packing converts 32 floats per instruction (`vcvtne2ps2bf16`: the
+//! rounding of [`f32_to_bf16`], but f32 denormals, below 1.2e-38, become
+//! zero) on CPUs with the kernel; the scalar twins lay out the same bits.
 //!
 //! Every output element is summed by one task in K order: results do not
 //! depend on the thread count.
@@ -505,8 +513,9 @@ unsafe fn convert_row_avx512(dst: &mut [u16], src: &[f32]) {
     }
 }
 
-/// `x` rounded to bf16 and back to f32 (the portable path's operands).
-fn rounded(x: &[f32]) -> Vec<f32> {
+/// `x` rounded to bf16 and back to f32: the operands of the portable path,
+/// and of any product that must equal the bf16 gemm's up to summation order.
+pub fn rounded(x: &[f32]) -> Vec<f32> {
     let mut out = vec![0.0f32; x.len()];
     out.par_chunks_mut(1 << 14)
         .zip(x.par_chunks(1 << 14))
@@ -754,6 +763,71 @@ pub fn matmul_backward_bf16(
         }
         #[cfg(not(target_arch = "x86_64"))]
         Packed::Avx512 { .. } => unreachable!("Avx512 weights are x86-64 only"),
+    }
+}
+
+/// `out[N,OC] = bf16(x[N,IC])·Wᵀ` for a weight already in bf16 as `[OC,IC]`
+/// rows (the inference engines' format), summed in f32; no bias. The
+/// weight's K pairs are already the packed words, so packing it is a copy,
+/// done `tile` output channels at a time (bounding the packed copy).
+/// Returns `false`, touching nothing, where the CPU lacks AVX-512 BF16:
+/// the caller widens the weight to f32 instead.
+pub fn matmul_bf16_rows(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u16],
+    n: usize,
+    ic: usize,
+    oc: usize,
+    tile: usize,
+) -> bool {
+    assert_eq!(out.len(), n * oc, "matmul_bf16_rows: out must be [N,OC]");
+    assert_eq!(x.len(), n * ic, "matmul_bf16_rows: x must be [N,IC]");
+    assert_eq!(w.len(), oc * ic, "matmul_bf16_rows: w must be [OC,IC]");
+    if !has_avx512bf16() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let a = PackedA::pack(
+            Src {
+                data: x,
+                rs: ic,
+                cs: 1,
+            },
+            n,
+            ic,
+        );
+        let tile = tile.max(1).next_multiple_of(NR);
+        for o0 in (0..oc).step_by(tile) {
+            let o1 = (o0 + tile).min(oc);
+            let b = PackedB::from_bf16_rows(&w[o0 * ic..o1 * ic], o1 - o0, ic);
+            // SAFETY: the feature was detected above.
+            unsafe { gemm_packed(&mut out[o0..], oc, false, &a, &b) };
+        }
+    }
+    true
+}
+
+impl PackedB {
+    /// `B[K=ic, N'=rows] = Wᵀ` from bf16 rows `w[rows, ic]`: the pair
+    /// `(W[j,k], W[j,k+1])` is the 32-bit word at `w[j·ic + k]`.
+    fn from_bf16_rows(w: &[u16], rows: usize, ic: usize) -> PackedB {
+        let kp = ic + (ic & 1);
+        let mut data = vec![0u16; rows.div_ceil(NR) * kp * NR];
+        data.par_chunks_mut(kp * NR)
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for j in 0..NR.min(rows - p * NR) {
+                    let row = &w[(p * NR + j) * ic..][..ic];
+                    for (q, pair) in row.chunks(2).enumerate() {
+                        let at = q * NR * 2 + j * 2;
+                        panel[at] = pair[0];
+                        panel[at + 1] = pair.get(1).copied().unwrap_or(0);
+                    }
+                }
+            });
+        PackedB { n: rows, kp, data }
     }
 }
 

@@ -26,7 +26,7 @@ use crate::kernels::matvec::{
 use crate::kernels::quant::{
     bf16_rows_to_f32, dequantize_int8_rows, quantize_int8_out_in, to_bf16_out_in, SourceLayout,
 };
-use crate::kernels::{matmul_forward, WeightLayout};
+use crate::kernels::{bf16_rounded, matmul_bf16_rows, matmul_forward, WeightLayout};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -269,8 +269,11 @@ impl Matrix {
     }
 
     /// `out[N, OC] = x[N, IC] · W + bias`. Small N goes through the
-    /// matrix-vector kernels; larger N through a matmul (bf16/int8 weights
-    /// are widened to f32 one tile of rows at a time).
+    /// matrix-vector kernels; larger N through a matmul: bf16 weights through
+    /// the bf16 gemm where the CPU has it, else (and int8 weights) widened to
+    /// f32 one tile of rows at a time. A bf16 matrix multiplies bf16-rounded
+    /// activations on every path (as the bf16 gemm must), so decode and
+    /// prefill agree up to summation order.
     pub(crate) fn forward(
         &self,
         out: &mut [f32],
@@ -282,6 +285,13 @@ impl Matrix {
         let (ic, oc) = (self.ic(), self.oc());
         debug_assert_eq!(x.len(), n * ic);
         debug_assert_eq!(out.len(), n * oc);
+        let x_bf16;
+        let x = if let Matrix::Bf16 { .. } = self {
+            x_bf16 = bf16_rounded(x);
+            &x_bf16[..]
+        } else {
+            x
+        };
         if n <= MATVEC_MAX_ROWS {
             match self {
                 Matrix::F32InOut { w, .. } => {
@@ -300,6 +310,21 @@ impl Matrix {
             }
             Matrix::F32OutIn { w, .. } => {
                 matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
+            }
+            // bf16 weights straight into the bf16 gemm (activations rounded to
+            // bf16 as in any bf16 model), where the CPU has it.
+            Matrix::Bf16 { w, .. }
+                if matmul_bf16_rows(
+                    out,
+                    x,
+                    w,
+                    n,
+                    ic,
+                    oc,
+                    (DEQUANT_TILE_MAX / ic.max(1)).max(1),
+                ) =>
+            {
+                add_bias_rows(out, bias, oc);
             }
             Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
