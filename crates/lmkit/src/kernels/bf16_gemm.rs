@@ -798,7 +798,7 @@ pub fn matmul_bf16_rows(
             n,
             ic,
         );
-        let tile = tile.max(1).next_multiple_of(NR);
+        let tile = tile.clamp(1, oc.max(1)).next_multiple_of(NR);
         for o0 in (0..oc).step_by(tile) {
             let o1 = (o0 + tile).min(oc);
             let b = PackedB::from_bf16_rows(&w[o0 * ic..o1 * ic], o1 - o0, ic);
