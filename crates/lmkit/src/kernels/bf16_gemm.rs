@@ -250,6 +250,26 @@ unsafe fn load_lanes(p: *const f32, lanes: usize) -> std::arch::x86_64::__m512 {
     }
 }
 
+/// Rows `kk` and `kk + 1` (zeros past `k`) of up to 16 floats each, row `r`
+/// at `p + r·stride`: one K pair of a packed operand.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn load_k_pair(
+    p: *const f32,
+    stride: usize,
+    kk: usize,
+    k: usize,
+    lanes: usize,
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    let lo = load_lanes(p.add(kk * stride), lanes);
+    let hi = if kk + 1 < k {
+        load_lanes(p.add((kk + 1) * stride), lanes)
+    } else {
+        std::arch::x86_64::_mm512_setzero_ps()
+    };
+    (lo, hi)
+}
+
 /// A pair-major strip of A rows `r0..r0+rows` from a source whose rows are
 /// contiguous for each k (`src.rs == 1`): per K pair, two masked loads.
 ///
@@ -262,13 +282,7 @@ unsafe fn pack_a_pairs_avx512(strip: &mut [u16], src: Src<'_>, r0: usize, rows: 
     debug_assert!(src.rs == 1 && rows <= MR && strip.len() >= k.div_ceil(2) * MR * 2);
     let base = src.data.as_ptr().add(r0);
     for q in 0..k.div_ceil(2) {
-        let kk = 2 * q;
-        let lo = load_lanes(base.add(kk * src.cs), rows);
-        let hi = if kk + 1 < k {
-            load_lanes(base.add((kk + 1) * src.cs), rows)
-        } else {
-            _mm512_setzero_ps()
-        };
+        let (lo, hi) = load_k_pair(base, src.cs, 2 * q, k, rows);
         // MR rows = 2·MR bf16s of the 32.
         _mm512_mask_storeu_epi16(
             strip.as_mut_ptr().add(q * MR * 2) as *mut i16,
@@ -290,15 +304,8 @@ unsafe fn pack_b_rows_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: u
     debug_assert!(src.cs == 1 && cols <= NR && panel.len() >= k.div_ceil(2) * NR * 2);
     let base = src.data.as_ptr().add(j0);
     for q in 0..k.div_ceil(2) {
-        let kk = 2 * q;
         for c0 in (0..cols).step_by(16) {
-            let lanes = cols - c0;
-            let lo = load_lanes(base.add(kk * src.rs + c0), lanes);
-            let hi = if kk + 1 < k {
-                load_lanes(base.add((kk + 1) * src.rs + c0), lanes)
-            } else {
-                _mm512_setzero_ps()
-            };
+            let (lo, hi) = load_k_pair(base.add(c0), src.rs, 2 * q, k, cols - c0);
             _mm512_storeu_si512(
                 panel.as_mut_ptr().add(q * NR * 2 + c0 * 2) as *mut _,
                 interleave_bf16(lo, hi),

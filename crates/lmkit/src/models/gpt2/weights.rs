@@ -285,6 +285,15 @@ impl Matrix {
         let (ic, oc) = (self.ic(), self.oc());
         debug_assert_eq!(x.len(), n * ic);
         debug_assert_eq!(out.len(), n * oc);
+        if let Matrix::Bf16 { w, .. } = self {
+            // bf16 weights straight into the bf16 gemm (it rounds the
+            // activations as it packs them), where the CPU has it.
+            let tile = (DEQUANT_TILE_MAX / ic.max(1)).max(1);
+            if n > MATVEC_MAX_ROWS && matmul_bf16_rows(out, x, w, n, ic, oc, tile) {
+                add_bias_rows(out, bias, oc);
+                return;
+            }
+        }
         let x_bf16;
         let x = if let Matrix::Bf16 { .. } = self {
             x_bf16 = bf16_rounded(x);
@@ -310,21 +319,6 @@ impl Matrix {
             }
             Matrix::F32OutIn { w, .. } => {
                 matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
-            }
-            // bf16 weights straight into the bf16 gemm (activations rounded to
-            // bf16 as in any bf16 model), where the CPU has it.
-            Matrix::Bf16 { w, .. }
-                if matmul_bf16_rows(
-                    out,
-                    x,
-                    w,
-                    n,
-                    ic,
-                    oc,
-                    (DEQUANT_TILE_MAX / ic.max(1)).max(1),
-                ) =>
-            {
-                add_bias_rows(out, bias, oc);
             }
             Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
