@@ -63,8 +63,8 @@ pub struct ServeOptions {
     pub max_tokens: usize,
     /// Longest wait in a queue before a request is answered 503.
     pub timeout: Duration,
-    /// Weights of GPT-2 models (f32, bf16, int8); BERT models run bf16
-    /// matmuls for anything but f32.
+    /// Weights of GPT-2 models (f32, bf16, int8); BERT models run their
+    /// encoder's matmuls in the same format.
     pub dtype: WeightDtype,
     /// Largest request body, bytes.
     pub body_limit: usize,

@@ -344,7 +344,7 @@ impl BertModel {
         metrics: Arc<Metrics>,
     ) -> lmkit::Result<Self> {
         let mut p = BertPipeline::from_dir(dir)?;
-        p.model.set_bf16(limits.dtype != WeightDtype::F32);
+        p.model.set_dtype(limits.dtype)?;
         let pipeline = Arc::new(p);
         let (jobs, rx) = sync_channel(limits.max_queue);
         let queued = Arc::new(AtomicUsize::new(0));

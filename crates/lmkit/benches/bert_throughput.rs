@@ -3,8 +3,8 @@
 //! prints ratios). Not a criterion bench: it prints one JSON object.
 //!
 //! ```text
-//! cargo bench -p lmkit --bench bert_throughput -- forward --model DIR [--batch 32] [--seq 128] [--reps 3] [--bf16]
-//! cargo bench -p lmkit --bench bert_throughput -- embed --model DIR --input FILE [--batch 32] [--reps 3] [--bf16]
+//! cargo bench -p lmkit --bench bert_throughput -- forward --model DIR [--batch 32] [--seq 128] [--reps 3] [--dtype f32|bf16|int8]
+//! cargo bench -p lmkit --bench bert_throughput -- embed --model DIR --input FILE [--batch 32] [--reps 3] [--dtype f32|bf16|int8]
 //! ```
 //! `forward`: encoder on B×T random ids (all real tokens), best of `reps`
 //! after one warm-up. `embed`: `BertPipeline::embed` over the lines of
@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use lmkit::models::bert::{Bert, BertActivations, BertBatch};
 use lmkit::models::bert::{BertPipeline, EmbedOptions};
+use lmkit::models::gpt2::WeightDtype;
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
@@ -39,14 +40,17 @@ fn main() {
         .cloned()
         .unwrap_or_default();
     let model = arg(&args, "--model").expect("--model DIR");
-    let bf16 = args.iter().any(|a| a == "--bf16");
+    let dtype: WeightDtype = arg(&args, "--dtype")
+        .unwrap_or("f32")
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
     let reps = num(&args, "--reps", 3).max(1);
     let threads = rayon::current_num_threads();
     match mode.as_str() {
         "forward" => {
             let (b, t) = (num(&args, "--batch", 32), num(&args, "--seq", 128));
             let mut m = Bert::from_dir(model).unwrap_or_else(|e| panic!("{e}"));
-            m.set_bf16(bf16);
+            m.set_dtype(dtype).unwrap_or_else(|e| panic!("{e}"));
             let v = m.config.vocab_size as u64;
             // Deterministic pseudo-random ids away from the special tokens.
             let ids: Vec<u32> = (0..(b * t) as u64)
@@ -62,7 +66,7 @@ fn main() {
                 best = best.min(t0.elapsed().as_secs_f64());
             }
             println!(
-                "{{\"mode\":\"forward\",\"bf16\":{bf16},\"batch\":{b},\"seq\":{t},\"threads\":{threads},\"seconds\":{best},\"sentences_per_s\":{}}}",
+                "{{\"mode\":\"forward\",\"dtype\":\"{dtype}\",\"batch\":{b},\"seq\":{t},\"threads\":{threads},\"seconds\":{best},\"sentences_per_s\":{}}}",
                 b as f64 / best
             );
         }
@@ -71,7 +75,7 @@ fn main() {
             let text = std::fs::read_to_string(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             let lines: Vec<&str> = text.lines().collect();
             let mut p = BertPipeline::from_dir(model).unwrap_or_else(|e| panic!("{e}"));
-            p.model.set_bf16(bf16);
+            p.model.set_dtype(dtype).unwrap_or_else(|e| panic!("{e}"));
             let opts = EmbedOptions {
                 batch_size: num(&args, "--batch", 32),
                 ..Default::default()
@@ -85,7 +89,7 @@ fn main() {
                 assert_eq!(out.len(), lines.len());
             }
             println!(
-                "{{\"mode\":\"embed\",\"bf16\":{bf16},\"sentences\":{},\"threads\":{threads},\"seconds\":{best},\"sentences_per_s\":{}}}",
+                "{{\"mode\":\"embed\",\"dtype\":\"{dtype}\",\"sentences\":{},\"threads\":{threads},\"seconds\":{best},\"sentences_per_s\":{}}}",
                 lines.len(),
                 lines.len() as f64 / best
             );

@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, Criterion, Throughput};
 use lmkit::kernels::matvec::{
-    in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in, matvec_int8,
+    in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in,
 };
-use lmkit::kernels::quant::{quantize_int8_out_in, to_bf16_out_in, SourceLayout};
+use lmkit::kernels::quant::{to_bf16_out_in, SourceLayout};
+use lmkit::kernels::PackedInt8;
 use rayon::prelude::*;
 
 const C: usize = 768;
@@ -128,32 +129,20 @@ fn decode(c: &mut Criterion) {
     drop(bf);
     drop(wte_bf);
 
-    let q8: Vec<(Vec<i8>, Vec<f32>, usize, usize)> = mats
+    // int8 weights packed for the int8 kernels; each product quantizes its
+    // activation row (as the engine does).
+    let q8: Vec<PackedInt8> = mats
         .iter()
-        .map(|(w, ic, oc)| {
-            let mut q = vec![0i8; w.len()];
-            let mut s = vec![0f32; *oc];
-            quantize_int8_out_in(&mut q, &mut s, w, *ic, *oc, SourceLayout::InOut, &|_| {});
-            (q, s, *ic, *oc)
-        })
+        .map(|(w, ic, oc)| PackedInt8::quantize(w, *ic, *oc, SourceLayout::InOut))
         .collect();
-    let mut wte_q = vec![0i8; wte.len()];
-    let mut wte_s = vec![0f32; V];
-    quantize_int8_out_in(
-        &mut wte_q,
-        &mut wte_s,
-        &wte,
-        C,
-        V,
-        SourceLayout::OutIn,
-        &|_| {},
-    );
-    let int8_bytes = f32_bytes / 4 + (q8.iter().map(|m| m.1.len()).sum::<usize>() + V) * 4;
+    let wte_q = PackedInt8::quantize(&wte, C, V, SourceLayout::OutIn);
+    let int8_bytes = q8.iter().map(PackedInt8::bytes).sum::<usize>() + wte_q.bytes();
     bench(c, "step_int8", int8_bytes as u64, || {
-        for (q, s, ic, oc) in &q8 {
-            matvec_int8(&mut out[..*oc], &x[..*ic], q, s, None, 1, *ic, *oc);
+        for w in &q8 {
+            let (ic, oc) = w.shape();
+            w.forward(&mut out[..oc], &x[..ic], None, 1);
         }
-        matvec_int8(&mut out[..V], &x[..C], &wte_q, &wte_s, None, 1, C, V);
+        wte_q.forward(&mut out[..V], &x[..C], None, 1);
         black_box(&out);
     });
 

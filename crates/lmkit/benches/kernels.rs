@@ -204,6 +204,32 @@ fn matmuls(c: &mut Criterion) {
                 },
             );
         }
+        // int8 weights times per-row quantized activations (W8A8, VNNI
+        // where the CPU has it): the quantization of the rows included.
+        let src = match layout {
+            WeightLayout::InOut => lmkit::kernels::quant::SourceLayout::InOut,
+            WeightLayout::OutIn => lmkit::kernels::quant::SourceLayout::OutIn,
+        };
+        let w8 = kernels::PackedInt8::quantize(&w, cc, oc, src);
+        bench(
+            &mut g,
+            &format!("matmul_int8_{tag}_{:?}", w8.kernel()),
+            Unit::Flops(flops),
+            || {
+                w8.forward(&mut out, &inp, Some(&bias), n);
+                black_box(&out);
+            },
+        );
+        // Batch-1 decode: the whole weight streamed once per row.
+        bench(
+            &mut g,
+            &format!("matvec_int8_1x{cc}x{oc}_{:?}", w8.kernel()),
+            Unit::Bytes((cc * oc) as u64),
+            || {
+                w8.forward(&mut out[..oc], &inp[..cc], Some(&bias), 1);
+                black_box(&out);
+            },
+        );
         // Packing itself (f32 read, two bf16 copies written), once per
         // optimizer step per weight.
         bench(

@@ -15,7 +15,7 @@ pub struct Args {
     /// Text containing one or more [MASK] tokens.
     #[arg(long)]
     pub text: String,
-    /// Weight format: f32, or bf16 matmuls (faster, ~1e-2 less exact); int8 is GPT-2 only.
+    /// Weight format: f32, or the encoder's matmuls in bf16 (faster, ~1e-2 less exact) or int8 (fastest, activations quantized per row).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Candidates per mask.

@@ -34,7 +34,7 @@ pub struct Args {
     /// Longest wait in a model's queue, seconds; longer is answered 503.
     #[arg(long, default_value_t = 60.0)]
     pub timeout_s: f64,
-    /// GPT-2 weights: f32, bf16 or int8 (BERT: bf16 matmuls unless f32).
+    /// Weights of every model: f32, bf16 or int8 (BERT: its encoder's matmuls in that format).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Largest request body, bytes.

@@ -19,8 +19,8 @@
 //! - bf16 `[OC, IC]` ([`matvec_bf16`]): raw bf16 bits (see [`super::quant`]).
 //!   With AVX-512 BF16 the dot products run on `vdpbf16ps`, with `x` split
 //!   into a high and a low bf16 part so that only the weights are rounded.
-//! - int8 `[OC, IC]` with one f32 scale per output row ([`matvec_int8`]):
-//!   weights are widened to f32 on the fly and accumulated in f32.
+//!
+//! int8 weights run on [`super::int8_gemm`] at every batch size.
 //!
 //! Every kernel has a plain f64-accumulating twin in [`reference`].
 
@@ -266,49 +266,6 @@ pub fn matvec_bf16(
     });
 }
 
-/// `out[N, OC] = x[N, IC] · (scales[OC] ⊙ w[OC, IC])ᵀ + bias` with int8
-/// weights and one scale per output row; products are accumulated in f32.
-#[allow(clippy::too_many_arguments)]
-pub fn matvec_int8(
-    out: &mut [f32],
-    x: &[f32],
-    w: &[i8],
-    scales: &[f32],
-    bias: Option<&[f32]>,
-    n: usize,
-    ic: usize,
-    oc: usize,
-) {
-    check_shapes(out, x, w.len(), bias, n, ic, oc);
-    assert_eq!(scales.len(), oc, "matvec_int8: scales must be [OC]");
-    if n == 0 || oc == 0 {
-        return;
-    }
-    for_each_row_tile(out, n, oc, rows_per_task(ic, 1), |dst, r0, k| {
-        let xk = &x[k * ic..(k + 1) * ic];
-        let wt = &w[r0 * ic..(r0 + dst.len()) * ic];
-        #[cfg(target_arch = "x86_64")]
-        let done = if is_x86_feature_detected!("avx512f") {
-            // SAFETY: avx512f was detected at run time.
-            unsafe { x86::dot_rows_int8_avx512(dst, xk, wt, ic) };
-            true
-        } else {
-            false
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let done = false;
-        if !done {
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = dot_portable(&wt[j * ic..(j + 1) * ic], xk, |q: i8| q as f32);
-            }
-        }
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d *= scales[r0 + j];
-        }
-        add_bias(dst, bias, r0);
-    });
-}
-
 // AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) need Rust 1.89.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -431,41 +388,6 @@ mod x86 {
             r += rows;
         }
     }
-
-    /// int8 rows times f32 `x`: widen 16 weights to f32, FMA, four rows at a time.
-    ///
-    /// # Safety
-    /// The CPU must support avx512f.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn dot_rows_int8_avx512(dst: &mut [f32], x: &[f32], w: &[i8], ic: usize) {
-        assert!(x.len() == ic && w.len() == dst.len() * ic);
-        let main = ic / 16 * 16;
-        let mut r = 0;
-        while r < dst.len() {
-            let rows = (dst.len() - r).min(4);
-            let mut acc = [_mm512_setzero_ps(); 4];
-            let mut j = 0;
-            while j < main {
-                // SAFETY: j + 16 <= ic; 16 i8 = one unaligned 128-bit load.
-                let xv = _mm512_loadu_ps(x.as_ptr().add(j));
-                for (q, a) in acc.iter_mut().enumerate().take(rows) {
-                    let b = _mm_loadu_si128(w.as_ptr().add((r + q) * ic + j) as *const __m128i);
-                    let wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-                    *a = _mm512_fmadd_ps(wv, xv, *a);
-                }
-                j += 16;
-            }
-            for (q, a) in acc.iter().enumerate().take(rows) {
-                let row = &w[(r + q) * ic..(r + q + 1) * ic];
-                let mut s = _mm512_reduce_add_ps(*a);
-                for jj in main..ic {
-                    s += row[jj] as f32 * x[jj];
-                }
-                dst[r + q] = s;
-            }
-            r += rows;
-        }
-    }
 }
 
 /// Plain twins of the kernels above (f64 accumulation), used by tests.
@@ -536,32 +458,12 @@ pub mod reference {
                 .sum()
         });
     }
-
-    /// See [`super::matvec_int8`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn matvec_int8(
-        out: &mut [f32],
-        x: &[f32],
-        w: &[i8],
-        scales: &[f32],
-        bias: Option<&[f32]>,
-        n: usize,
-        ic: usize,
-        oc: usize,
-    ) {
-        finish(out, n, oc, bias, |k, o| {
-            let dot: f64 = (0..ic)
-                .map(|i| x[k * ic + i] as f64 * w[o * ic + i] as f64)
-                .sum();
-            dot * scales[o] as f64
-        });
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::quant::{quantize_int8_out_in, to_bf16_out_in, SourceLayout};
+    use crate::kernels::quant::{to_bf16_out_in, SourceLayout};
 
     /// Deterministic pseudo-random values in [-1, 1).
     fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -684,30 +586,6 @@ mod tests {
             // x is split into two bf16 halves on AVX-512 BF16 (relative error
             // about 2^-17 per element), exact f32 otherwise.
             assert_close(&fast, &want, &abs_scale(&x, &w, n, ic, oc), 2e-5);
-        }
-    }
-
-    #[test]
-    fn int8_matches_reference() {
-        for (s, &(n, ic, oc)) in SHAPES.iter().enumerate() {
-            let x = values(n * ic, s as u64 + 1);
-            let w = values(ic * oc, s as u64 + 100);
-            let mut q = vec![0i8; ic * oc];
-            let mut scales = vec![0.0; oc];
-            quantize_int8_out_in(
-                &mut q,
-                &mut scales,
-                &w,
-                ic,
-                oc,
-                SourceLayout::OutIn,
-                &|_| {},
-            );
-            let mut fast = vec![f32::NAN; n * oc];
-            matvec_int8(&mut fast, &x, &q, &scales, None, n, ic, oc);
-            let mut want = vec![0.0; n * oc];
-            reference::matvec_int8(&mut want, &x, &q, &scales, None, n, ic, oc);
-            assert_close(&fast, &want, &abs_scale(&x, &w, n, ic, oc), 1e-6);
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod bf16_gemm;
 mod elementwise;
 mod embedding;
 pub mod gemm;
+pub mod int8_gemm;
 pub mod kv_cache;
 mod layernorm;
 mod lm_head;
@@ -38,6 +39,7 @@ pub use bf16_gemm::{
 };
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
+pub use int8_gemm::{Int8Kernel, PackedInt8, QuantizedRows};
 pub use layernorm::{layernorm_backward, layernorm_forward};
 pub use lm_head::{
     lm_head_loss, lm_head_loss_backward, lm_head_loss_backward_packed, lm_head_scratch_len,

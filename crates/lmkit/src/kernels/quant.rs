@@ -1,6 +1,7 @@
 //! Inference weight formats: bf16 and int8 (per output channel), converted
-//! from f32 weights in either stored orientation into `[OC, IC]` rows, the
-//! order the decode kernels in [`super::matvec`] stream.
+//! from f32 weights in either stored orientation into `[OC, IC]` rows: the
+//! order the bf16 decode kernels in [`super::matvec`] stream, and the int8
+//! rows that [`super::int8_gemm`] packs.
 //!
 //! Shape legend: IC input channels, OC output channels.
 //!
@@ -153,25 +154,6 @@ pub fn bf16_rows_to_f32(dst: &mut [f32], src: &[u16]) {
     }
 }
 
-/// `dst[rows, IC]` = `q[rows, IC] · scales[rows]` (dequantized rows).
-pub fn dequantize_int8_rows(dst: &mut [f32], q: &[i8], scales: &[f32], ic: usize) {
-    assert_eq!(dst.len(), q.len(), "dequantize_int8_rows: length mismatch");
-    assert_eq!(
-        q.len(),
-        scales.len() * ic,
-        "dequantize_int8_rows: scales must be one per row"
-    );
-    for ((d, q), &s) in dst
-        .chunks_exact_mut(ic.max(1))
-        .zip(q.chunks_exact(ic.max(1)))
-        .zip(scales)
-    {
-        for (d, &q) in d.iter_mut().zip(q) {
-            *d = q as f32 * s;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,8 +204,7 @@ mod tests {
             SourceLayout::InOut,
             &|_| {},
         );
-        let mut back = vec![0.0; ic * oc];
-        dequantize_int8_rows(&mut back, &q, &scales, ic);
+        let back: Vec<f32> = (0..ic * oc).map(|i| q[i] as f32 * scales[i / ic]).collect();
         for i in 0..ic {
             for o in 0..oc {
                 let (want, got) = (src[i * oc + o], back[o * ic + i]);

@@ -140,20 +140,34 @@ pub(crate) fn sum(a: &[f32]) -> f32 {
     hsum(&acc) + tail
 }
 
-/// max a[i] (−∞ for an empty slice).
+/// max a[i] (−∞ for an empty slice; NaN passed over). A comparison rather
+/// than `f32::max`: it is one `maxps` (`f32::max` also checks its other
+/// operand for NaN, and the loop stayed scalar).
 #[inline(always)]
 pub(crate) fn max(a: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; LANES];
+    extreme(a, f32::NEG_INFINITY, |x, m| x > m)
+}
+
+/// min a[i] (+∞ for an empty slice; NaN passed over).
+#[inline(always)]
+pub(crate) fn min(a: &[f32]) -> f32 {
+    extreme(a, f32::INFINITY, |x, m| x < m)
+}
+
+/// The element of `a` (or `init`) that `better` prefers over all others.
+#[inline(always)]
+fn extreme(a: &[f32], init: f32, better: impl Fn(f32, f32) -> bool) -> f32 {
+    let mut acc = [init; LANES];
     let chunks = a.chunks_exact(LANES);
     let rem = chunks.remainder();
     for x in chunks {
         for l in 0..LANES {
-            acc[l] = acc[l].max(x[l]);
+            acc[l] = if better(x[l], acc[l]) { x[l] } else { acc[l] };
         }
     }
-    let mut m = f32::NEG_INFINITY;
-    for v in acc.iter().chain(rem) {
-        m = m.max(*v);
+    let mut m = init;
+    for &v in acc.iter().chain(rem) {
+        m = if better(v, m) { v } else { m };
     }
     m
 }

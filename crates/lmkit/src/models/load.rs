@@ -35,21 +35,12 @@ pub fn load_gpt2(
 }
 
 /// A BERT pipeline for `command` (`embed`, `fill-mask`, `classify`, `qa`):
-/// f32 weights, or bf16 matmuls; int8 is an error (it is GPT-2's format).
+/// f32 weights, or the encoder's matmuls in bf16 or int8.
 pub fn load_bert(command: &str, model: &str, dtype: WeightDtype) -> Result<BertPipeline> {
-    let bf16 = match dtype {
-        WeightDtype::F32 => false,
-        WeightDtype::Bf16 => true,
-        WeightDtype::Int8 => {
-            return Err(Error::InvalidInput(
-                "`dtype` int8: BERT models run f32 or bf16 (int8 weights are for GPT-2)".into(),
-            ))
-        }
-    };
     let dir = resolve_model_dir(model)?;
     read_config(&dir, Some((Family::Bert, command)))?;
     let mut p = BertPipeline::from_dir(&dir)?;
-    p.model.set_bf16(bf16);
+    p.model.set_dtype(dtype)?;
     Ok(p)
 }
 

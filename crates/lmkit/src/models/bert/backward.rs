@@ -37,9 +37,11 @@ use super::heads::{
     layernorm_bwd, linear_bwd, linear_head, qa_backward, qa_forward, range, MlmHead, Pooler,
 };
 use super::model::{Bert, BertActivations, BertBatch};
+use super::weights::EncoderMatmul;
 use crate::error::{Error, Result};
 use crate::kernels::bf16_gemm::PackedBf16;
 use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
+use crate::models::gpt2::WeightDtype;
 use crate::models::{GradPieces, LossParts, Trainable};
 use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
@@ -272,10 +274,11 @@ fn qa_targets(pos: &[i32], t: usize) -> Vec<i32> {
 
 impl BertTrainer {
     pub fn new(model: Bert) -> Result<BertTrainer> {
-        if model.is_bf16() {
-            return Err(Error::InvalidInput(
-                "training needs the f32 weights: turn bf16 off first".into(),
-            ));
+        if model.dtype() != WeightDtype::F32 {
+            return Err(Error::InvalidInput(format!(
+                "training needs the f32 weights: the model runs {} (set its dtype to f32 first)",
+                model.dtype()
+            )));
         }
         let grads = model.layout.zeros();
         Ok(BertTrainer {
@@ -995,7 +998,7 @@ fn encoder_backward(
         );
         s.dfch_gelu.fill(0.0);
         dense_bwd(
-            packed.map(|w| w.out(l)),
+            packed.map(|w| w.get(l, EncoderMatmul::Out)),
             (layout, params, grads),
             &format!("{p}output.dense"),
             Some(&mut s.dfch_gelu),
@@ -1007,7 +1010,7 @@ fn encoder_backward(
         kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
         s.dln1.copy_from_slice(&s.dres);
         dense_bwd(
-            packed.map(|w| w.inter(l)),
+            packed.map(|w| w.get(l, EncoderMatmul::Inter)),
             (layout, params, grads),
             &format!("{p}intermediate.dense"),
             Some(&mut s.dln1),
@@ -1032,7 +1035,7 @@ fn encoder_backward(
         );
         s.datty.fill(0.0);
         dense_bwd(
-            packed.map(|w| w.attn_out(l)),
+            packed.map(|w| w.get(l, EncoderMatmul::AttnOut)),
             (layout, params, grads),
             &format!("{p}attention.output.dense"),
             Some(&mut s.datty),
@@ -1056,7 +1059,7 @@ fn encoder_backward(
                     Some(gb),
                     &s.dqkv,
                     x,
-                    w.qkv(l).weight(),
+                    w.get(l, EncoderMatmul::Qkv).weight(),
                     n,
                 ),
                 None => kernels::matmul_backward(

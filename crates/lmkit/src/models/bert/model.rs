@@ -31,7 +31,8 @@ use crate::spec::layout::{
 use crate::spec::names::{canonical_name, Architecture, BertHeads, Family};
 
 use super::heads::{linear_head, qa_forward, MlmHead, Pooler};
-use super::weights::Bf16Weights;
+use super::weights::{Bf16Weights, EncoderMatmul, Int8Weights, PackedLinear};
+use crate::models::gpt2::WeightDtype;
 
 /// A BERT checkpoint in memory: config, which heads it has, and the flat
 /// parameter buffer laid out by [`bert_layout`].
@@ -44,6 +45,8 @@ pub struct Bert {
     pub params: Vec<f32>,
     /// bf16 copies of the encoder matmul weights, when enabled.
     bf16: Option<Bf16Weights>,
+    /// int8 copies of the encoder matmul weights, when enabled.
+    int8: Option<Int8Weights>,
 }
 
 impl std::fmt::Debug for Bert {
@@ -53,7 +56,7 @@ impl std::fmt::Debug for Bert {
             .field("heads", &self.heads)
             .field("architecture", &self.architecture)
             .field("params", &self.params.len())
-            .field("bf16", &self.bf16.is_some())
+            .field("dtype", &self.dtype())
             .finish()
     }
 }
@@ -173,6 +176,7 @@ impl Bert {
             layout,
             params,
             bf16: None,
+            int8: None,
         };
         // The packed q|k|v views are a layout invariant; check once here.
         for l in 0..m.config.num_hidden_layers {
@@ -187,11 +191,46 @@ impl Bert {
         Ok(m)
     }
 
-    /// Holds the encoder's matmul weights in bf16 and runs those products
-    /// in bf16 (f32 accumulation); embeddings, LayerNorm, attention and the
-    /// heads stay f32. `false` returns to f32.
-    pub fn set_bf16(&mut self, on: bool) {
-        self.bf16 = on.then(|| Bf16Weights::new(&self.config, &self.layout, &self.params, false));
+    /// Runs the encoder's matmuls in `dtype`: bf16 (bf16 operands, f32
+    /// sums) or int8 (weights per output channel, activations quantized per
+    /// row as they arrive, i32 sums); embeddings, LayerNorm, attention and
+    /// the heads stay f32, and so do the parameters (a copy is packed).
+    /// [`WeightDtype::F32`] drops the copy.
+    pub fn set_dtype(&mut self, dtype: WeightDtype) -> Result<()> {
+        if dtype == WeightDtype::Int8 {
+            let k = self.config.hidden_size.max(self.config.intermediate_size);
+            if k > crate::kernels::int8_gemm::MAX_K {
+                return Err(Error::InvalidInput(format!(
+                    "int8 weights need matrices of at most {} inputs (this model has {k})",
+                    crate::kernels::int8_gemm::MAX_K
+                )));
+            }
+        }
+        self.bf16 = (dtype == WeightDtype::Bf16)
+            .then(|| Bf16Weights::new(&self.config, &self.layout, &self.params, false));
+        self.int8 = (dtype == WeightDtype::Int8)
+            .then(|| Int8Weights::new(&self.config, &self.layout, &self.params));
+        Ok(())
+    }
+
+    /// The format the encoder's matmuls run in.
+    pub fn dtype(&self) -> WeightDtype {
+        if self.bf16.is_some() {
+            WeightDtype::Bf16
+        } else if self.int8.is_some() {
+            WeightDtype::Int8
+        } else {
+            WeightDtype::F32
+        }
+    }
+
+    /// Layer `l`'s matmul `m` in the reduced format, when one is on.
+    fn packed(&self, l: usize, m: EncoderMatmul) -> Option<&dyn PackedLinear> {
+        match (&self.bf16, &self.int8) {
+            (Some(w), _) => Some(w.get(l, m)),
+            (_, Some(w)) => Some(w.get(l, m)),
+            _ => None,
+        }
     }
 
     /// Training in bf16: packs the encoder weights for forward and backward
@@ -215,10 +254,6 @@ impl Bert {
     /// The packed encoder weights, when bf16 is on.
     pub(crate) fn bf16_weights(&self) -> Option<&Bf16Weights> {
         self.bf16.as_ref()
-    }
-
-    pub fn is_bf16(&self) -> bool {
-        self.bf16.is_some()
     }
 
     /// An error unless the checkpoint has `head`.
@@ -326,8 +361,8 @@ impl Bert {
             let la = &mut acts.layers[li];
             let p = bert_layer_prefix(l);
             // Attention block.
-            match &self.bf16 {
-                Some(w) => w.qkv(l).forward(&mut la.qkv, x, n),
+            match self.packed(l, EncoderMatmul::Qkv) {
+                Some(w) => w.forward(&mut la.qkv, x, n),
                 None => {
                     // Ranges checked in from_parts.
                     let wr = bert_qkv_weight_range(&self.layout, l).unwrap_or_default();
@@ -352,8 +387,8 @@ impl Bert {
                 false,
                 Some(&batch.attention_mask),
             );
-            match &self.bf16 {
-                Some(w) => w.attn_out(l).forward(&mut la.res1, &la.atty, n),
+            match self.packed(l, EncoderMatmul::AttnOut) {
+                Some(w) => w.forward(&mut la.res1, &la.atty, n),
                 None => self.linear(
                     &mut la.res1,
                     &la.atty,
@@ -376,8 +411,8 @@ impl Bert {
                 eps,
             );
             // Feed-forward block.
-            match &self.bf16 {
-                Some(w) => w.inter(l).forward(&mut la.fch, &la.ln1, n),
+            match self.packed(l, EncoderMatmul::Inter) {
+                Some(w) => w.forward(&mut la.fch, &la.ln1, n),
                 None => self.linear(
                     &mut la.fch,
                     &la.ln1,
@@ -388,8 +423,8 @@ impl Bert {
                 ),
             }
             kernels::gelu_forward(&mut la.fch_gelu, &la.fch, self.gelu());
-            match &self.bf16 {
-                Some(w) => w.out(l).forward(&mut la.res2, &la.fch_gelu, n),
+            match self.packed(l, EncoderMatmul::Out) {
+                Some(w) => w.forward(&mut la.res2, &la.fch_gelu, n),
                 None => self.linear(
                     &mut la.res2,
                     &la.fch_gelu,

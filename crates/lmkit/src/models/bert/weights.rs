@@ -1,36 +1,81 @@
-//! bf16 copies of BERT's encoder matmul weights, packed for
-//! [`crate::kernels::bf16_gemm::PackedBf16`] (`Bert::set_bf16`).
+//! Reduced-precision copies of BERT's encoder matmul weights
+//! (`Bert::set_dtype`): bf16 packed for
+//! [`crate::kernels::bf16_gemm::PackedBf16`] (inference and mixed-precision
+//! training), or int8 per output channel for [`crate::kernels::int8_gemm`]
+//! (inference, activations quantized per row as ONNX Runtime's dynamically
+//! quantized BERT does).
 
 use crate::kernels::bf16_gemm::PackedBf16;
+use crate::kernels::quant::SourceLayout;
+use crate::kernels::PackedInt8;
 use crate::spec::config::BertConfig;
 use crate::spec::layout::{
     bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range, ParamLayout,
 };
 
-/// The four encoder matmuls of one layer, packed.
-#[derive(Debug, Clone)]
-struct LayerBf16 {
-    qkv: PackedBf16,
-    attn_out: PackedBf16,
-    inter: PackedBf16,
-    out: PackedBf16,
+/// An `nn.Linear` in a reduced format: `out[N,OC] = inp[N,K]·Wᵀ + b`.
+pub(crate) trait PackedLinear {
+    fn forward(&self, out: &mut [f32], inp: &[f32], n: usize);
 }
 
-/// bf16 copies of every encoder layer's matmul weights.
-#[derive(Debug, Clone)]
-pub(crate) struct Bf16Weights {
-    layers: Vec<LayerBf16>,
+impl PackedLinear for PackedBf16 {
+    fn forward(&self, out: &mut [f32], inp: &[f32], n: usize) {
+        PackedBf16::forward(self, out, inp, n)
+    }
 }
 
-impl Bf16Weights {
-    /// Packs the encoder weights of `params` (laid out by `layout` for `cfg`),
-    /// for the input gradients too with `backward` (training).
-    pub(crate) fn new(
+/// An int8 weight and its f32 bias.
+#[derive(Debug, Clone)]
+pub(crate) struct Int8Linear {
+    w: PackedInt8,
+    bias: Vec<f32>,
+}
+
+impl PackedLinear for Int8Linear {
+    fn forward(&self, out: &mut [f32], inp: &[f32], n: usize) {
+        self.w.forward(out, inp, Some(&self.bias), n)
+    }
+}
+
+/// The four matmuls of an encoder layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EncoderMatmul {
+    /// Query, key and value, fused: `[3C, C]`.
+    Qkv,
+    /// `attention.output.dense`: `[C, C]`.
+    AttnOut,
+    /// `intermediate.dense`: `[I, C]`.
+    Inter,
+    /// `output.dense`: `[C, I]`.
+    Out,
+}
+
+#[derive(Debug, Clone)]
+struct Layer<P> {
+    qkv: P,
+    attn_out: P,
+    inter: P,
+    out: P,
+}
+
+/// Every encoder layer's matmul weights in one format.
+#[derive(Debug, Clone)]
+pub(crate) struct EncoderWeights<P> {
+    layers: Vec<Layer<P>>,
+}
+
+pub(crate) type Bf16Weights = EncoderWeights<PackedBf16>;
+pub(crate) type Int8Weights = EncoderWeights<Int8Linear>;
+
+impl<P> EncoderWeights<P> {
+    /// `pack(w[OC,K], bias[OC], OC, K)` for each matmul of `params` (laid
+    /// out by `layout` for `cfg`).
+    fn build(
         cfg: &BertConfig,
         layout: &ParamLayout,
         params: &[f32],
-        backward: bool,
-    ) -> Bf16Weights {
+        pack: impl Fn(&[f32], &[f32], usize, usize) -> P,
+    ) -> Self {
         let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
         let layers = (0..cfg.num_hidden_layers)
             .map(|l| {
@@ -39,35 +84,57 @@ impl Bf16Weights {
                 let wr = bert_qkv_weight_range(layout, l).unwrap_or_default();
                 let br = bert_qkv_bias_range(layout, l).unwrap_or_default();
                 let lin = |name: &str, oc: usize, k: usize| {
-                    PackedBf16::pack_for(
+                    pack(
                         layout.view(params, &format!("{p}{name}.weight")),
-                        Some(layout.view(params, &format!("{p}{name}.bias"))),
+                        layout.view(params, &format!("{p}{name}.bias")),
                         oc,
                         k,
-                        backward,
                     )
                 };
-                LayerBf16 {
-                    qkv: PackedBf16::pack_for(&params[wr], Some(&params[br]), 3 * c, c, backward),
+                Layer {
+                    qkv: pack(&params[wr], &params[br], 3 * c, c),
                     attn_out: lin("attention.output.dense", c, c),
                     inter: lin("intermediate.dense", i, c),
                     out: lin("output.dense", c, i),
                 }
             })
             .collect();
-        Bf16Weights { layers }
+        EncoderWeights { layers }
     }
 
-    pub(crate) fn qkv(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].qkv
+    /// Layer `l`'s matmul `m`.
+    pub(crate) fn get(&self, l: usize, m: EncoderMatmul) -> &P {
+        let layer = &self.layers[l];
+        match m {
+            EncoderMatmul::Qkv => &layer.qkv,
+            EncoderMatmul::AttnOut => &layer.attn_out,
+            EncoderMatmul::Inter => &layer.inter,
+            EncoderMatmul::Out => &layer.out,
+        }
     }
-    pub(crate) fn attn_out(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].attn_out
+}
+
+impl Bf16Weights {
+    /// Packs the encoder weights in bf16, for the input gradients too with
+    /// `backward` (training).
+    pub(crate) fn new(
+        cfg: &BertConfig,
+        layout: &ParamLayout,
+        params: &[f32],
+        backward: bool,
+    ) -> Bf16Weights {
+        Self::build(cfg, layout, params, |w, b, oc, k| {
+            PackedBf16::pack_for(w, Some(b), oc, k, backward)
+        })
     }
-    pub(crate) fn inter(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].inter
-    }
-    pub(crate) fn out(&self, l: usize) -> &PackedBf16 {
-        &self.layers[l].out
+}
+
+impl Int8Weights {
+    /// Quantizes the encoder weights to int8 per output channel.
+    pub(crate) fn new(cfg: &BertConfig, layout: &ParamLayout, params: &[f32]) -> Int8Weights {
+        Self::build(cfg, layout, params, |w, b, oc, k| Int8Linear {
+            w: PackedInt8::quantize(w, k, oc, SourceLayout::OutIn),
+            bias: b.to_vec(),
+        })
     }
 }

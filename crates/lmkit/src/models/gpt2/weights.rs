@@ -21,12 +21,10 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::kernels::gemm::{gemm_f32, MatMut, MatRef};
 use crate::kernels::matvec::{
-    in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in, matvec_int8,
+    in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in,
 };
-use crate::kernels::quant::{
-    bf16_rows_to_f32, dequantize_int8_rows, quantize_int8_out_in, to_bf16_out_in, SourceLayout,
-};
-use crate::kernels::{bf16_rounded, matmul_bf16_rows, matmul_forward, WeightLayout};
+use crate::kernels::quant::{bf16_rows_to_f32, quantize_int8_out_in, to_bf16_out_in, SourceLayout};
+use crate::kernels::{bf16_rounded, matmul_bf16_rows, matmul_forward, PackedInt8, WeightLayout};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +35,8 @@ pub enum WeightDtype {
     /// bfloat16: half the bytes; products use AVX-512 BF16 where available.
     Bf16,
     /// int8 with one f32 scale per output channel: a quarter of the bytes.
+    /// Products quantize their activations per row to u8 as they run
+    /// (dynamic quantization, [`crate::kernels::int8_gemm`]).
     Int8,
 }
 
@@ -147,13 +147,8 @@ pub(crate) enum Matrix {
     F32OutIn { w: F32Slice, ic: usize, oc: usize },
     /// bf16 `[OC, IC]`.
     Bf16 { w: Vec<u16>, ic: usize, oc: usize },
-    /// int8 `[OC, IC]`, one scale per output row.
-    Int8 {
-        w: Vec<i8>,
-        scales: Vec<f32>,
-        ic: usize,
-        oc: usize,
-    },
+    /// int8, one scale per output channel, packed for the int8 kernels.
+    Int8(PackedInt8),
 }
 
 impl std::fmt::Debug for Matrix {
@@ -163,7 +158,7 @@ impl std::fmt::Debug for Matrix {
             Matrix::F32InOut { .. } => "f32 [IC, OC]",
             Matrix::F32OutIn { .. } => "f32 [OC, IC]",
             Matrix::Bf16 { .. } => "bf16 [OC, IC]",
-            Matrix::Int8 { .. } => "int8 [OC, IC]",
+            Matrix::Int8(_) => "int8 packed",
         };
         write!(f, "Matrix({kind}, IC {}, OC {})", self.ic(), self.oc())
     }
@@ -236,26 +231,26 @@ impl Matrix {
                         release,
                     ),
                 }
-                Matrix::Int8 { w, scales, ic, oc }
+                Matrix::Int8(PackedInt8::from_rows(&w, &scales, ic, oc))
             }
         }
     }
 
     pub(crate) fn ic(&self) -> usize {
         match self {
-            Matrix::F32InOut { ic, .. }
-            | Matrix::F32OutIn { ic, .. }
-            | Matrix::Bf16 { ic, .. }
-            | Matrix::Int8 { ic, .. } => *ic,
+            Matrix::F32InOut { ic, .. } | Matrix::F32OutIn { ic, .. } | Matrix::Bf16 { ic, .. } => {
+                *ic
+            }
+            Matrix::Int8(w) => w.shape().0,
         }
     }
 
     pub(crate) fn oc(&self) -> usize {
         match self {
-            Matrix::F32InOut { oc, .. }
-            | Matrix::F32OutIn { oc, .. }
-            | Matrix::Bf16 { oc, .. }
-            | Matrix::Int8 { oc, .. } => *oc,
+            Matrix::F32InOut { oc, .. } | Matrix::F32OutIn { oc, .. } | Matrix::Bf16 { oc, .. } => {
+                *oc
+            }
+            Matrix::Int8(w) => w.shape().1,
         }
     }
 
@@ -264,16 +259,18 @@ impl Matrix {
         match self {
             Matrix::F32InOut { w, .. } | Matrix::F32OutIn { w, .. } => w.len() * 4,
             Matrix::Bf16 { w, .. } => w.len() * 2,
-            Matrix::Int8 { w, scales, .. } => w.len() + scales.len() * 4,
+            Matrix::Int8(w) => w.bytes(),
         }
     }
 
-    /// `out[N, OC] = x[N, IC] · W + bias`. Small N goes through the
+    /// `out[N, OC] = x[N, IC] · W + bias`. int8 weights go through the int8
+    /// kernels at every N (activations quantized per row, so a row's result
+    /// does not depend on N). Otherwise small N goes through the
     /// matrix-vector kernels; larger N through a matmul: bf16 weights through
-    /// the bf16 gemm where the CPU has it, else (and int8 weights) widened to
-    /// f32 one tile of rows at a time. A bf16 matrix multiplies bf16-rounded
-    /// activations on every path (as the bf16 gemm must), so decode and
-    /// prefill agree up to summation order.
+    /// the bf16 gemm where the CPU has it, else widened to f32 one tile of
+    /// rows at a time. A bf16 matrix multiplies bf16-rounded activations on
+    /// every path (as the bf16 gemm must), so decode and prefill agree up to
+    /// summation order.
     pub(crate) fn forward(
         &self,
         out: &mut [f32],
@@ -285,6 +282,10 @@ impl Matrix {
         let (ic, oc) = (self.ic(), self.oc());
         debug_assert_eq!(x.len(), n * ic);
         debug_assert_eq!(out.len(), n * oc);
+        if let Matrix::Int8(w) = self {
+            w.forward(out, x, bias, n);
+            return;
+        }
         if let Matrix::Bf16 { w, .. } = self {
             // bf16 weights straight into the bf16 gemm (it rounds the
             // activations as it packs them), where the CPU has it.
@@ -309,7 +310,7 @@ impl Matrix {
                 }
                 Matrix::F32OutIn { w, .. } => matvec_f32_out_in(out, x, w, bias, n, ic, oc),
                 Matrix::Bf16 { w, .. } => matvec_bf16(out, x, w, bias, n, ic, oc),
-                Matrix::Int8 { w, scales, .. } => matvec_int8(out, x, w, scales, bias, n, ic, oc),
+                Matrix::Int8(_) => unreachable!("int8 returned above"),
             }
             return;
         }
@@ -320,7 +321,8 @@ impl Matrix {
             Matrix::F32OutIn { w, .. } => {
                 matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
             }
-            Matrix::Bf16 { .. } | Matrix::Int8 { .. } => {
+            Matrix::Int8(_) => unreachable!("int8 returned above"),
+            Matrix::Bf16 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
                 // write the columns [o0, o1) of `out`.
                 let tile_elems =
@@ -348,9 +350,7 @@ impl Matrix {
         match self {
             Matrix::F32OutIn { w, .. } => dst.copy_from_slice(&w[r * ic..(r + 1) * ic]),
             Matrix::Bf16 { w, .. } => bf16_rows_to_f32(dst, &w[r * ic..(r + 1) * ic]),
-            Matrix::Int8 { w, scales, .. } => {
-                dequantize_int8_rows(dst, &w[r * ic..(r + 1) * ic], &scales[r..r + 1], ic)
-            }
+            Matrix::Int8(w) => w.row_into(r, dst),
             Matrix::F32InOut { w, oc, .. } => {
                 for (i, d) in dst.iter_mut().enumerate() {
                     *d = w[i * oc + r];
@@ -360,7 +360,7 @@ impl Matrix {
     }
 
     /// `dst[(o1 - o0), IC]` = rows `[o0, o1)` of the `[OC, IC]` matrix in f32.
-    /// Only for row-major formats (bf16, int8, f32 `[OC, IC]`).
+    /// Only for row-major formats (bf16, f32 `[OC, IC]`).
     pub(crate) fn widen_rows(&self, o0: usize, o1: usize, dst: &mut [f32]) {
         let ic = self.ic();
         let chunk = chunk_rows(ic) * ic;
@@ -371,13 +371,9 @@ impl Matrix {
                     .zip(w[o0 * ic..o1 * ic].par_chunks(chunk))
                     .for_each(|(d, s)| bf16_rows_to_f32(d, s));
             }
-            Matrix::Int8 { w, scales, .. } => {
-                dst.par_chunks_mut(chunk)
-                    .zip(w[o0 * ic..o1 * ic].par_chunks(chunk))
-                    .zip(scales[o0..o1].par_chunks(chunk / ic.max(1)))
-                    .for_each(|((d, q), s)| dequantize_int8_rows(d, q, s, ic));
+            Matrix::F32InOut { .. } | Matrix::Int8(_) => {
+                unreachable!("widen_rows is only used on f32 [OC, IC] and bf16 matrices")
             }
-            Matrix::F32InOut { .. } => unreachable!("widen_rows is only used on [OC, IC] matrices"),
         }
     }
 }
