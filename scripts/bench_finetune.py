@@ -16,7 +16,10 @@ data loading, tokenisation or evaluation), then both are scored on the held-out 
 lmkit runs twice: float32, and `--dtype bf16` (mixed precision: bf16 matmul operands, f32
 sums, weights and optimizer), each against PyTorch float32.
 
-Prints examples/s of each and the ratio lmkit / PyTorch, plus held-out accuracy.
+Prints examples/s of each and the ratio lmkit / PyTorch, plus held-out accuracy; then the
+held-out accuracy of lmkit's f32 fine-tuned classifier run in f32 and int8 by lmkit and by
+ONNX Runtime (the same checkpoint exported; int8 = quantize_dynamic), the accuracy side of
+the int8 speed figures in scripts/bench_bert.py.
 --json FILE writes the figures in scripts/bench_common.py's format (work: 3x the
 forward FLOPs per example at the padded lengths of PyTorch's batches) for scripts/bench.sh.
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,11 +96,13 @@ def bench_torch(args, train, held, labels):
             "flops_per_example": flops}
 
 
-def bench_lmkit(args, train_path, held_path, dtype="f32"):
+def bench_lmkit(args, train_path, held_path, dtype="f32", keep=None):
+    """Fine-tunes with lmkit; the model is written to `keep` when given."""
     exe = args.lmkit
     if not os.path.exists(exe):
         sys.exit(f"{exe} not found: run `cargo build --release -p lmkit-cli` first")
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = keep or tmp
         cmd = [exe, "finetune", "--task", "classify", "--model", os.path.join(ROOT, "assets", "minilm"),
                "--train", train_path, "--eval", held_path, "--output", out,
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
@@ -106,6 +112,56 @@ def bench_lmkit(args, train_path, held_path, dtype="f32"):
         s = json.loads(res.stdout.strip().splitlines()[-1])
     return {"examples_per_s": s["examples_per_s"], "train_seconds": s["train_seconds"],
             "eval_accuracy": s["eval"]["eval_accuracy"]}
+
+
+def int8_accuracy(args, model_dir, held_path, held):
+    """Held-out accuracy of one fine-tuned classifier (lmkit's f32 run) with f32 and int8
+    weights: lmkit (`classify --dtype`), and ONNX Runtime on the same checkpoint exported
+    from transformers, as is and after quantize_dynamic (QInt8 weights, u8 activations)."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    gold = [r["label"] for r in held]
+    acc = {}
+    for dtype in ("f32", "int8"):
+        res = subprocess.run([args.lmkit, "classify", "--model", model_dir, "--input", held_path,
+                              "--json", "--dtype", dtype, "--threads", str(args.threads), "--truncate"],
+                             check=True, capture_output=True, text=True)
+        rows = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
+        best = [r[0]["label"] if isinstance(r, list) else r["label"] for r in rows]
+        acc[f"lmkit {dtype}"] = sum(p == g for p, g in zip(best, gold)) / len(gold)
+    try:
+        import onnxruntime as ort
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as e:
+        print(f"ONNX Runtime accuracy skipped: {e}", flush=True)
+        return acc
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = BertForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager").eval()
+    id2label = model.config.id2label
+    enc = tok([r["text"] for r in held], padding=True, truncation=True, max_length=args.max_seq_len,
+              return_tensors="np")
+    with tempfile.TemporaryDirectory() as tmp:
+        path, qpath = os.path.join(tmp, "cls.onnx"), os.path.join(tmp, "cls.int8.onnx")
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        feed = {k: enc[k].astype(np.int64) for k in names}
+        with torch.no_grad():
+            torch.onnx.export(model, tuple(torch.from_numpy(feed[k][:2]) for k in names), path,
+                              input_names=names, output_names=["logits"],
+                              dynamic_axes={k: {0: "b", 1: "t"} for k in names}, opset_version=17,
+                              dynamo=False)
+        quantize_dynamic(path, qpath, weight_type=QuantType.QInt8)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        for name, f in (("onnxruntime f32", path), ("onnxruntime int8", qpath)):
+            sess = ort.InferenceSession(f, so, providers=["CPUExecutionProvider"])
+            pred = []
+            for k in range(0, len(held), 32):
+                logits = sess.run(None, {n: v[k:k + 32] for n, v in feed.items()})[0]
+                pred += [id2label[int(i)] for i in logits.argmax(-1)]
+            acc[name] = sum(p == g for p, g in zip(pred, gold)) / len(gold)
+    return acc
 
 
 def main():
@@ -128,12 +184,15 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.writelines(json.dumps(r) + "\n" for r in train)
         sliced = f.name
+    keep = tempfile.mkdtemp(prefix="lmkit-finetuned-")
     try:
-        lm = bench_lmkit(args, sliced, held_path)
+        lm = bench_lmkit(args, sliced, held_path, keep=keep)
         lm16 = bench_lmkit(args, sliced, held_path, "bf16")
         pt = bench_torch(args, train, held, labels)
+        acc8 = int8_accuracy(args, keep, held_path, held)
     finally:
         os.unlink(sliced)
+        shutil.rmtree(keep, ignore_errors=True)
     print(f"MiniLM-L6 classification fine-tune, {len(train)} examples x {args.epochs} epoch(s), "
           f"batch {args.batch_size}, max len {args.max_seq_len}, {args.threads} threads")
     for name, r in (("lmkit", lm), ("lmkit bf16", lm16), ("pytorch", pt)):
@@ -141,6 +200,8 @@ def main():
               f"held-out accuracy {r['eval_accuracy']:.4f}")
     print(f"  ratio lmkit/pytorch: {lm['examples_per_s'] / pt['examples_per_s']:.2f}x, "
           f"lmkit bf16/pytorch: {lm16['examples_per_s'] / pt['examples_per_s']:.2f}x")
+    print("  held-out accuracy of lmkit's f32 fine-tuned classifier, by inference format: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in acc8.items()))
     if args.json:
         what = f"MiniLM-L6 fine-tuning (classification, batch {args.batch_size}, max len {args.max_seq_len})"
         note = f"{len(train)} examples x {args.epochs} epoch(s); held-out accuracy lmkit "
@@ -152,7 +213,9 @@ def main():
                    {"pytorch f32": peer(pt["examples_per_s"], dtype="f32")}, dtype="bf16",
                    threads=args.threads, flops_per_item=pt["flops_per_example"],
                    note=note + f"bf16 {lm16['eval_accuracy']:.3f}, PyTorch f32 {pt['eval_accuracy']:.3f}"),
-        ])
+        ], notes=["Held-out accuracy of lmkit's f32 fine-tuned MiniLM classifier run in each "
+                  "inference format (int8: weights per channel, activations quantized as they run): "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in acc8.items()) + "."])
 
 if __name__ == "__main__":
     main()

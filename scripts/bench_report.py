@@ -207,6 +207,8 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
                   "  uneven. Every ratio compares two measurements taken back to back under the same load, but",
                   "  a peer that suffers more from preemption than lmkit does (or less) moves the ratio: rerun",
                   "  on an idle machine before relying on a single row."]
+    # Notes the scripts wrote beside their figures (e.g. accuracy that goes with a speed).
+    notes = [n for d in docs for n in d.get("notes", [])] + list(notes)
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
