@@ -196,6 +196,16 @@ fn layernorm_matches_reference_and_finite_differences() {
         assert_close(&format!("{tag} out"), &out, &rout, 2e-5, 1e-4);
         assert_close(&format!("{tag} mean"), &mean, &rmean, 1e-6, 1e-5);
         assert_close(&format!("{tag} rstd"), &rstd, &rrstd, 1e-6, 1e-4);
+        // Recomputed from the saved statistics: the same floats.
+        let mut again = vec![f32::NAN; n * c];
+        kernels::layernorm_apply(&mut again, &inp, &mean, &rstd, &w, &b, n, c);
+        assert!(
+            again
+                .iter()
+                .zip(&out)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{tag}: layernorm_apply differs from forward"
+        );
 
         let dout = rng.vec(n * c, 1.0);
         let (g0, gw0, gb0) = (rng.vec(n * c, 1.0), rng.vec(c, 1.0), rng.vec(c, 1.0));

@@ -60,6 +60,56 @@ pub fn layernorm_forward(
         });
 }
 
+/// `out = (inp − mean)·rstd·weight + bias` per row from the statistics
+/// [`layernorm_forward`] saved: its output again, bit for bit (backward
+/// recomputes it rather than keep it).
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_apply(
+    out: &mut [f32],
+    inp: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    n: usize,
+    c: usize,
+) {
+    assert_eq!(out.len(), n * c, "layernorm_apply: out must be [N,C]");
+    assert_eq!(inp.len(), n * c, "layernorm_apply: inp must be [N,C]");
+    assert_eq!(mean.len(), n, "layernorm_apply: mean must be [N]");
+    assert_eq!(rstd.len(), n, "layernorm_apply: rstd must be [N]");
+    assert_eq!(weight.len(), c, "layernorm_apply: weight must be [C]");
+    assert_eq!(bias.len(), c, "layernorm_apply: bias must be [C]");
+    if n == 0 || c == 0 {
+        return;
+    }
+    let rpt = rows_per_task(c);
+    out.par_chunks_mut(rpt * c)
+        .zip(inp.par_chunks(rpt * c))
+        .zip(mean.par_chunks(rpt).zip(rstd.par_chunks(rpt)))
+        .for_each(|((o, x), (mu, rs))| {
+            dispatch(
+                #[inline(always)]
+                || {
+                    for (((orow, xrow), &m), &r) in
+                        o.chunks_exact_mut(c).zip(x.chunks_exact(c)).zip(mu).zip(rs)
+                    {
+                        apply_row(orow, xrow, weight, bias, m, r);
+                    }
+                },
+            )
+        });
+}
+
+/// The normalized row from its statistics; shared by forward and
+/// [`layernorm_apply`] so both compute the same floats.
+#[inline(always)]
+fn apply_row(out: &mut [f32], x: &[f32], w: &[f32], b: &[f32], m: f32, rs: f32) {
+    for (((o, xv), wv), bv) in out.iter_mut().zip(x).zip(w).zip(b) {
+        *o = fma((*xv - m) * rs, *wv, *bv);
+    }
+}
+
 #[inline(always)]
 fn forward_row(out: &mut [f32], x: &[f32], w: &[f32], b: &[f32], eps: f32) -> (f32, f32) {
     let c = x.len();
@@ -79,9 +129,7 @@ fn forward_row(out: &mut [f32], x: &[f32], w: &[f32], b: &[f32], eps: f32) -> (f
     }
     let var = (simd::hsum(&acc) + tail) / c as f32;
     let rs = 1.0 / (var + eps).sqrt();
-    for (((o, xv), wv), bv) in out.iter_mut().zip(x).zip(w).zip(b) {
-        *o = fma((*xv - m) * rs, *wv, *bv);
-    }
+    apply_row(out, x, w, b, m, rs);
     (m, rs)
 }
 

@@ -40,7 +40,7 @@ pub use bf16_gemm::{
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use int8_gemm::{Int8Kernel, PackedInt8, QuantizedRows};
-pub use layernorm::{layernorm_backward, layernorm_forward};
+pub use layernorm::{layernorm_apply, layernorm_backward, layernorm_forward};
 pub use lm_head::{
     lm_head_loss, lm_head_loss_backward, lm_head_loss_backward_packed, lm_head_scratch_len,
     LM_HEAD_CHUNK_ROWS,

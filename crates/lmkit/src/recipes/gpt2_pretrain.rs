@@ -290,6 +290,7 @@ pub(crate) fn run(
         }
     };
     model.set_precision(dtype);
+    model.set_recompute(o.recompute);
     let cfg = model.config.clone();
     check_vocab(tokenizer.vocab_size(), cfg.vocab_size)?;
     if seq_len > cfg.n_positions {

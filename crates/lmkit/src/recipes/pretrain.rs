@@ -66,7 +66,14 @@ pub fn pretrain_on(
             }
             gpt2_pretrain::run(o, comm, on_event, should_stop)
         }
-        Family::Bert => run_bert(o, comm, on_event, should_stop),
+        Family::Bert => {
+            if o.recompute {
+                return Err(invalid(
+                    "`recompute` applies to GPT-2 only (BERT keeps its activations)",
+                ));
+            }
+            run_bert(o, comm, on_event, should_stop)
+        }
     }
 }
 

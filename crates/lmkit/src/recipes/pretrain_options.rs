@@ -174,6 +174,11 @@ pub struct PretrainOptions {
     /// operands, f32 sums, weights and optimizer state); `None`: the resumed
     /// run's, else f32.
     pub dtype: Option<Precision>,
+    /// GPT-2: recompute each block's attention probabilities, GELU and
+    /// LayerNorm outputs in backward instead of keeping them ([`crate::models::gpt2::Gpt2::set_recompute`]):
+    /// far less memory at long sequences, the same gradients, a little
+    /// more compute. Not part of the run: a resume may turn it on or off.
+    pub recompute: bool,
 }
 
 impl Default for PretrainOptions {
@@ -216,6 +221,7 @@ impl Default for PretrainOptions {
             max_shard_size: None,
             shard_optimizer: false,
             dtype: None,
+            recompute: false,
         }
     }
 }

@@ -145,7 +145,7 @@ impl Index {
 
 /// Saved activations of one block, for (B, T).
 struct BlockActs {
-    /// [N, C] LayerNorm 1 output, with mean/rstd [N].
+    /// [N, C] LayerNorm 1 output (empty when recomputed), with mean/rstd [N].
     ln1: Vec<f32>,
     ln1_mean: Vec<f32>,
     ln1_rstd: Vec<f32>,
@@ -153,14 +153,16 @@ struct BlockActs {
     qkv: Vec<f32>,
     /// [N, C] attention output (before c_proj).
     atty: Vec<f32>,
-    /// [B, NH, T, T] attention probabilities.
+    /// [B, NH, T, T] attention probabilities (empty when recomputed:
+    /// [`Gpt2Activations::att`] holds the current layer's).
     att: Vec<f32>,
     /// [N, C] residual after the attention sub-block.
     residual2: Vec<f32>,
     ln2: Vec<f32>,
     ln2_mean: Vec<f32>,
     ln2_rstd: Vec<f32>,
-    /// [N, I] c_fc output and its GELU.
+    /// [N, I] c_fc output and its GELU (the GELU empty when recomputed:
+    /// [`Gpt2Activations::fch_gelu`] holds the current layer's).
     fch: Vec<f32>,
     fch_gelu: Vec<f32>,
     /// [N, C] block output.
@@ -178,6 +180,16 @@ pub struct Gpt2Activations {
     /// [N, C] wte + wpe.
     encoded: Vec<f32>,
     blocks: Vec<BlockActs>,
+    /// Selective recomputation ([`Gpt2::set_recompute`]): the blocks keep
+    /// no attention probabilities, GELU outputs or LayerNorm outputs; these
+    /// hold one layer's, written by forward and again by backward.
+    recompute: bool,
+    /// [N, C] when recomputing (LayerNorm 1 or 2 of the current layer), else empty.
+    ln: Vec<f32>,
+    /// [B, NH, T, T] when recomputing, else empty.
+    att: Vec<f32>,
+    /// [N, I] when recomputing, else empty.
+    fch_gelu: Vec<f32>,
     lnf: Vec<f32>,
     lnf_mean: Vec<f32>,
     lnf_rstd: Vec<f32>,
@@ -206,24 +218,26 @@ pub struct Gpt2Activations {
 }
 
 impl Gpt2Activations {
-    fn new(cfg: &Gpt2Config, b: usize, t: usize) -> Self {
+    fn new(cfg: &Gpt2Config, b: usize, t: usize, recompute: bool) -> Self {
         let (c, nh, i) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let n = b * t;
         let z = |len: usize| vec![0.0f32; len];
+        // Per block when kept, once when recomputed.
+        let (kept, shared) = if recompute { (0, 1) } else { (1, 0) };
         let blocks = (0..cfg.n_layer)
             .map(|_| BlockActs {
-                ln1: z(n * c),
+                ln1: z(kept * n * c),
                 ln1_mean: z(n),
                 ln1_rstd: z(n),
                 qkv: z(n * 3 * c),
                 atty: z(n * c),
-                att: z(b * nh * t * t),
+                att: z(kept * b * nh * t * t),
                 residual2: z(n * c),
-                ln2: z(n * c),
+                ln2: z(kept * n * c),
                 ln2_mean: z(n),
                 ln2_rstd: z(n),
                 fch: z(n * i),
-                fch_gelu: z(n * i),
+                fch_gelu: z(kept * n * i),
                 residual3: z(n * c),
             })
             .collect();
@@ -234,6 +248,10 @@ impl Gpt2Activations {
             inputs: vec![0; n],
             encoded: z(n * c),
             blocks,
+            recompute,
+            ln: z(shared * n * c),
+            att: z(shared * b * nh * t * t),
+            fch_gelu: z(shared * n * i),
             lnf: z(n * c),
             lnf_mean: z(n),
             lnf_rstd: z(n),
@@ -267,6 +285,9 @@ pub struct Gpt2 {
     idx: Index,
     acts: Option<Gpt2Activations>,
     precision: Precision,
+    /// Recompute attention probabilities and GELU outputs in backward
+    /// rather than keep them ([`Gpt2::set_recompute`]).
+    recompute: bool,
     /// bf16 copies of the matmul weights (`Precision::Bf16`), packed at the
     /// first forward after the weights changed.
     bf16: Option<Bf16Packs>,
@@ -312,6 +333,7 @@ impl Gpt2 {
             idx,
             acts: None,
             precision: Precision::F32,
+            recompute: false,
             bf16: None,
         })
     }
@@ -364,6 +386,22 @@ impl Gpt2 {
         self.precision
     }
 
+    /// Selective activation recomputation (Korthikanti et al., 2022): with
+    /// `on`, training keeps neither the blocks' attention probabilities
+    /// (`[B, NH, T, T]` per layer, most of a long sequence's memory) nor
+    /// their GELU and LayerNorm outputs, and backward recomputes each
+    /// layer's from the saved q|k|v, c_fc output and LayerNorm statistics:
+    /// the same values, so the same gradients bit for bit, for one more
+    /// attention forward, GELU and two LayerNorms per layer.
+    pub fn set_recompute(&mut self, on: bool) {
+        self.recompute = on;
+    }
+
+    /// Whether backward recomputes attention probabilities and GELU outputs.
+    pub fn recompute(&self) -> bool {
+        self.recompute
+    }
+
     /// Trains (and evaluates) with `precision` from the next forward on.
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
@@ -408,10 +446,13 @@ impl Gpt2 {
     }
 
     fn ensure_acts(&mut self, b: usize, t: usize) {
-        let ok = self.acts.as_ref().is_some_and(|a| a.b == b && a.t == t);
+        let ok = self
+            .acts
+            .as_ref()
+            .is_some_and(|a| a.b == b && a.t == t && a.recompute == self.recompute);
         if !ok {
             self.acts = None; // free the old set before allocating the new one
-            self.acts = Some(Gpt2Activations::new(&self.config, b, t));
+            self.acts = Some(Gpt2Activations::new(&self.config, b, t, self.recompute));
         }
     }
 
@@ -545,8 +586,13 @@ impl Gpt2 {
             };
             let a = &mut rest[0];
             let pk = packs.map(|v| &v[l]);
+            let ln1 = if acts.recompute {
+                &mut acts.ln
+            } else {
+                &mut a.ln1
+            };
             kernels::layernorm_forward(
-                &mut a.ln1,
+                ln1,
                 &mut a.ln1_mean,
                 &mut a.ln1_rstd,
                 residual,
@@ -558,14 +604,19 @@ impl Gpt2 {
             );
             linear_forward(
                 &mut a.qkv,
-                &a.ln1,
+                ln1,
                 (&p[w.c_attn_w.clone()], &p[w.c_attn_b.clone()]),
                 pk.map(|k| &k.c_attn),
                 n,
                 c,
                 3 * c,
             );
-            kernels::attention_forward(&mut a.atty, &mut a.att, &a.qkv, shape, true, None);
+            let att = if acts.recompute {
+                &mut acts.att
+            } else {
+                &mut a.att
+            };
+            kernels::attention_forward(&mut a.atty, att, &a.qkv, shape, true, None);
             linear_forward(
                 &mut acts.proj,
                 &a.atty,
@@ -576,8 +627,13 @@ impl Gpt2 {
                 c,
             );
             kernels::residual_forward(&mut a.residual2, residual, &acts.proj);
+            let ln2 = if acts.recompute {
+                &mut acts.ln
+            } else {
+                &mut a.ln2
+            };
             kernels::layernorm_forward(
-                &mut a.ln2,
+                ln2,
                 &mut a.ln2_mean,
                 &mut a.ln2_rstd,
                 &a.residual2,
@@ -589,17 +645,22 @@ impl Gpt2 {
             );
             linear_forward(
                 &mut a.fch,
-                &a.ln2,
+                ln2,
                 (&p[w.c_fc_w.clone()], &p[w.c_fc_b.clone()]),
                 pk.map(|k| &k.c_fc),
                 n,
                 c,
                 inner,
             );
-            kernels::gelu_forward(&mut a.fch_gelu, &a.fch, gelu);
+            let fch_gelu = if acts.recompute {
+                &mut acts.fch_gelu
+            } else {
+                &mut a.fch_gelu
+            };
+            kernels::gelu_forward(fch_gelu, &a.fch, gelu);
             linear_forward(
                 &mut acts.proj,
-                &a.fch_gelu,
+                fch_gelu,
                 (&p[w.mlp_c_proj_w.clone()], &p[w.mlp_c_proj_b.clone()]),
                 pk.map(|k| &k.mlp_c_proj),
                 n,
@@ -782,6 +843,12 @@ impl Gpt2 {
             let a = &rest[0];
             let pk = packs.map(|v| &v[l]);
             // dresidual = d residual3. MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln2))).
+            let fch_gelu: &[f32] = if acts.recompute {
+                kernels::gelu_forward(&mut acts.fch_gelu, &a.fch, gelu);
+                &acts.fch_gelu
+            } else {
+                &a.fch_gelu
+            };
             acts.dfch_gelu.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.mlp_c_proj_w.clone(), w.mlp_c_proj_b.clone());
@@ -789,7 +856,7 @@ impl Gpt2 {
                     &mut acts.dfch_gelu,
                     (gw, gb),
                     &acts.dresidual,
-                    &a.fch_gelu,
+                    fch_gelu,
                     &p[w.mlp_c_proj_w.clone()],
                     pk.map(|k| &k.mlp_c_proj),
                     n,
@@ -799,6 +866,21 @@ impl Gpt2 {
             }
             acts.dfch.fill(0.0);
             kernels::gelu_backward(&mut acts.dfch, &a.fch, &acts.dfch_gelu, gelu);
+            let ln2: &[f32] = if acts.recompute {
+                kernels::layernorm_apply(
+                    &mut acts.ln,
+                    &a.residual2,
+                    &a.ln2_mean,
+                    &a.ln2_rstd,
+                    &p[w.ln_2_w.clone()],
+                    &p[w.ln_2_b.clone()],
+                    n,
+                    c,
+                );
+                &acts.ln
+            } else {
+                &a.ln2
+            };
             acts.dc.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.c_fc_w.clone(), w.c_fc_b.clone());
@@ -806,7 +888,7 @@ impl Gpt2 {
                     &mut acts.dc,
                     (gw, gb),
                     &acts.dfch,
-                    &a.ln2,
+                    ln2,
                     &p[w.c_fc_w.clone()],
                     pk.map(|k| &k.c_fc),
                     n,
@@ -845,15 +927,44 @@ impl Gpt2 {
                     c,
                 );
             }
+            let att: &[f32] = if acts.recompute {
+                // The output is the saved `atty` again; `proj` is free in backward.
+                kernels::attention_forward(
+                    &mut acts.proj,
+                    &mut acts.att,
+                    &a.qkv,
+                    shape,
+                    true,
+                    None,
+                );
+                &acts.att
+            } else {
+                &a.att
+            };
             acts.dqkv.fill(0.0);
             kernels::attention_backward(
                 &mut acts.dqkv,
                 &mut acts.datt,
                 &acts.dc,
                 &a.qkv,
-                &a.att,
+                att,
                 shape,
             );
+            let ln1: &[f32] = if acts.recompute {
+                kernels::layernorm_apply(
+                    &mut acts.ln,
+                    residual,
+                    &a.ln1_mean,
+                    &a.ln1_rstd,
+                    &p[w.ln_1_w.clone()],
+                    &p[w.ln_1_b.clone()],
+                    n,
+                    c,
+                );
+                &acts.ln
+            } else {
+                &a.ln1
+            };
             acts.dc.fill(0.0);
             {
                 let (gw, gb) = two_mut(g, w.c_attn_w.clone(), w.c_attn_b.clone());
@@ -861,7 +972,7 @@ impl Gpt2 {
                     &mut acts.dc,
                     (gw, gb),
                     &acts.dqkv,
-                    &a.ln1,
+                    ln1,
                     &p[w.c_attn_w.clone()],
                     pk.map(|k| &k.c_attn),
                     n,
@@ -1037,6 +1148,11 @@ impl Trainable for Gpt2 {
 
     fn set_precision(&mut self, precision: Precision) -> crate::Result<()> {
         Gpt2::set_precision(self, precision);
+        Ok(())
+    }
+
+    fn set_recompute(&mut self, on: bool) -> crate::Result<()> {
+        Gpt2::set_recompute(self, on);
         Ok(())
     }
 
@@ -1406,6 +1522,11 @@ impl Trainable for Gpt2TaskTrainer {
 
     fn set_precision(&mut self, precision: Precision) -> crate::Result<()> {
         self.model.set_precision(precision);
+        Ok(())
+    }
+
+    fn set_recompute(&mut self, on: bool) -> crate::Result<()> {
+        self.model.set_recompute(on);
         Ok(())
     }
 
