@@ -1,7 +1,7 @@
 //! Mixed-precision (bf16) GPT-2 training: bf16 block matmuls against f32 on
 //! the same model, the packed weights following every optimizer step, and
 //! a tiny GPT-2 trained on real text whose bf16 loss tracks f32's, and
-//! bf16 fine-tuning of both families.
+//! bf16 fine-tuning of both families; selective recomputation in a run.
 //!
 //! Shape legend: B batch, T sequence length, C channels, V vocabulary.
 
@@ -287,9 +287,51 @@ fn pretrain_dtype_is_kept_on_resume() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `recompute` in a pretraining run: the same losses to the bit as keeping
+/// the activations (in bf16 too), also when a resume turns it on half way;
+/// on BERT it is an error naming it.
+#[test]
+fn pretrain_recompute_changes_memory_not_losses() {
+    let (dir, data) = scratch("recompute", 60_000);
+    let opts = |out: &str, recompute: bool| PretrainOptions {
+        recompute,
+        dtype: Some(Precision::Bf16),
+        ..tiny_gpt2(&data, dir.join(out))
+    };
+    let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &|| false);
+    run(&opts("kept", false)).unwrap();
+    run(&opts("re", true)).unwrap();
+    let cut = PretrainOptions {
+        stop_after: Some(3),
+        ..opts("cut", false)
+    };
+    assert!(run(&cut).unwrap().interrupted);
+    run(&PretrainOptions {
+        resume: true,
+        ..opts("cut", true)
+    })
+    .unwrap();
+    let (k, r, c) = (
+        losses(&dir.join("kept")),
+        losses(&dir.join("re")),
+        losses(&dir.join("cut")),
+    );
+    assert_eq!(k.len(), 6);
+    assert_eq!(r, k, "recomputing gives the same losses");
+    assert_eq!(c, k, "turned on at a resume");
+    let bert = PretrainOptions {
+        family: Family::Bert,
+        recompute: true,
+        ..tiny_gpt2(&data, dir.join("bert"))
+    };
+    let err = run(&bert).unwrap_err().to_string();
+    assert!(err.contains("`recompute`"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `finetune --dtype bf16` on GPT-2 (classification with the auxiliary LM
 /// loss) and on BERT: the losses follow f32's without equalling them, and a
-/// resume with another dtype is an error.
+/// resume with another dtype is an error; `recompute` changes no loss.
 #[test]
 fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
@@ -371,5 +413,26 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
         .unwrap();
     }
     follows("bert-f32", "bert-bf16");
+    // `recompute`: GPT-2 fine-tuning gives the same losses; BERT says no
+    // before writing anything.
+    let re = FinetuneOptions {
+        recompute: true,
+        ..opts(Precision::Bf16)
+    };
+    run("bf16-re", &re).unwrap();
+    assert_eq!(losses("bf16-re"), losses("bf16"));
+    let err = finetune(
+        FinetuneTask::Classify,
+        &bert,
+        &train,
+        None,
+        &dir.join("bert-re"),
+        &re,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`recompute`"), "{err}");
+    assert!(!dir.join("bert-re").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }

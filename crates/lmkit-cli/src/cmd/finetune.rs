@@ -119,6 +119,11 @@ pub struct Args {
     /// gradients and AdamW state stay f32). --resume needs the run's.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
+    /// GPT-2: recompute attention probabilities, GELU and LayerNorm outputs in
+    /// backward instead of keeping them: the same gradients in far less memory
+    /// at long sequences (an error for BERT).
+    #[arg(long)]
+    pub recompute: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -145,6 +150,7 @@ pub fn run(a: Args) -> Result<()> {
         keep: a.keep,
         shard_optimizer: a.dist.shard_optimizer,
         dtype: a.dtype.parse()?,
+        recompute: a.recompute,
         stop: StopRequest::new(crate::interrupt::requested),
         ..FinetuneOptions::default()
     };

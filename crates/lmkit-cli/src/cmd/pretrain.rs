@@ -151,6 +151,12 @@ pub struct Args {
     /// gradients and AdamW state stay f32) [default: f32; with --resume, the run's].
     #[arg(long)]
     pub dtype: Option<String>,
+    /// GPT-2: recompute each block's attention probabilities, GELU and LayerNorm
+    /// outputs in backward instead of keeping them: the same gradients, far less
+    /// memory at long sequences (the [B, heads, T, T] probabilities of every
+    /// layer), one more attention forward per layer (selective recomputation).
+    #[arg(long)]
+    pub recompute: bool,
 }
 
 /// The library options these flags describe.
@@ -208,6 +214,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         max_shard_size: a.max_shard_size,
         shard_optimizer: a.dist.shard_optimizer,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
+        recompute: a.recompute,
     })
 }
 

@@ -70,8 +70,9 @@ def pretrain(*, output, callback=None, progress=True, **options):
     `eval_batches`, `val_fraction`, `save_every`, `keep`, `log_every`, `seed`,
     `stop_after`, `sample_every`, `sample_prompt`, `sample_tokens`,
     `decay_embeddings`, `whole_word_masking`, `overlap_filter`,
-    `max_shard_size`, `dtype` ("f32" or "bf16": mixed-precision GPT-2 training).
-    An unknown name is a `ValueError`.
+    `max_shard_size`, `dtype` ("f32" or "bf16": mixed-precision GPT-2 training),
+    `recompute` (GPT-2: recompute attention probabilities and GELU outputs in
+    backward; the same gradients in less memory). An unknown name is a `ValueError`.
 
     Progress goes to stderr (`progress=False` silences it); `callback`, if
     given, gets a dict per event (`{"event": "step", "row": {...}}`, "eval",
@@ -104,7 +105,8 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
     `max_seq_len` (default 128; qa 384), `seed`, `weight_decay`, `beta1`,
     `beta2`, `eps`, `grad_clip`, `doc_stride`, `max_answer_len`, `n_best`,
     `max_steps`, `log_every`, `overwrite`, `max_shard_size`, `lm_coef`,
-    `resume`, `save_every`, `keep`, `dtype` ("f32" or "bf16", GPT-2). An
+    `resume`, `save_every`, `keep`, `dtype` ("f32" or "bf16"), `recompute`
+    (GPT-2: less memory, the same gradients). An
     unknown name is a `ValueError`.
 
     Returns the summary (`steps`, `epochs`, `final_loss`, `eval` — the last

@@ -107,6 +107,17 @@ pub trait Trainable {
         ready(self.params_and_grads().1);
         Ok(loss)
     }
+    /// Recompute activations in backward instead of keeping them (less
+    /// memory, the same gradients) where the model has it (GPT-2); turning
+    /// it on elsewhere is an error.
+    fn set_recompute(&mut self, on: bool) -> crate::Result<()> {
+        if on {
+            return Err(crate::Error::InvalidInput(
+                "`recompute`: this model keeps its activations (GPT-2 recomputes them)".into(),
+            ));
+        }
+        Ok(())
+    }
     /// The number format of the matmuls from now on: f32 (exact against
     /// HF, every model) or bf16 mixed precision where the model has it
     /// (an error otherwise).

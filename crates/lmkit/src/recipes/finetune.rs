@@ -229,6 +229,10 @@ pub struct FinetuneOptions {
     /// operands, f32 sums, weights and optimizer state). A resumed run must
     /// give the run's.
     pub dtype: Precision,
+    /// GPT-2: recompute activations in backward instead of keeping them
+    /// ([`crate::models::gpt2::Gpt2::set_recompute`]); an error for BERT.
+    /// Memory only: a resume may turn it on or off.
+    pub recompute: bool,
     /// Polled after every step; see [`StopRequest`].
     #[serde(skip)]
     pub stop: StopRequest,
@@ -262,6 +266,7 @@ impl Default for FinetuneOptions {
             keep: 2,
             shard_optimizer: false,
             dtype: Precision::F32,
+            recompute: false,
             stop: StopRequest::default(),
         }
     }
@@ -927,6 +932,7 @@ fn run_loop<'a, M: Trainable>(
     let optim = linear_schedule(opts, schedule_steps);
     let num_params = model.params().len();
     model.set_precision(opts.dtype)?;
+    model.set_recompute(opts.recompute)?;
     let record = RunRecord {
         examples: n_examples,
         ..job.record.clone()
