@@ -220,16 +220,24 @@ fn matmuls(c: &mut Criterion) {
                 black_box(&out);
             },
         );
-        // Batch-1 decode: the whole weight streamed once per row.
-        bench(
-            &mut g,
-            &format!("matvec_int8_1x{cc}x{oc}_{:?}", w8.kernel()),
-            Unit::Bytes((cc * oc) as u64),
-            || {
-                w8.forward(&mut out[..oc], &inp[..cc], Some(&bias), 1);
-                black_box(&out);
-            },
-        );
+        // Batch-1 decode: the whole weight streamed once per row; the
+        // portable twin too (CPUs without AVX-512 VNNI).
+        let mut q = vec![0i8; cc * oc];
+        let mut qs = vec![0f32; oc];
+        lmkit::kernels::quant::quantize_int8_out_in(&mut q, &mut qs, &w, cc, oc, src, &|_| {});
+        let portable =
+            kernels::PackedInt8::from_rows_with(&q, &qs, cc, oc, kernels::Int8Kernel::Portable);
+        for w8 in [&w8, &portable] {
+            bench(
+                &mut g,
+                &format!("matvec_int8_1x{cc}x{oc}_{:?}", w8.kernel()),
+                Unit::Bytes((cc * oc) as u64),
+                || {
+                    w8.forward(&mut out[..oc], &inp[..cc], Some(&bias), 1);
+                    black_box(&out);
+                },
+            );
+        }
         // Packing itself (f32 read, two bf16 copies written), once per
         // optimizer step per weight.
         bench(
