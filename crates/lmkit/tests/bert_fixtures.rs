@@ -545,7 +545,7 @@ fn minilm_reduced_precision_embeddings_stay_close() {
         .collect();
     let (eshape, want) = r.f32("embeddings");
     // int8: lowest cosine 0.9986 over these 16 sentences, 0.9935 over all 22
-    // (measured; per-row activation quantization of short padded batches).
+    // (measured, the Python test).
     for (dtype, min_cos) in [(WeightDtype::Bf16, 0.999), (WeightDtype::Int8, 0.99)] {
         p.model.set_dtype(dtype).unwrap();
         let got = p.embed(&sentences, &EmbedOptions::default()).unwrap();
