@@ -222,24 +222,23 @@ impl PackedInt8 {
         let quads = k.div_ceil(4);
         let panels = oc.div_ceil(LANES);
         let mut data = vec![0i8; panels * quads * QUAD_BYTES];
+        let mut sums = vec![0i32; panels * LANES];
         if quads > 0 {
             data.par_chunks_mut(quads * QUAD_BYTES)
+                .zip(sums.par_chunks_mut(LANES))
                 .enumerate()
-                .for_each(|(p, panel)| {
-                    for j in 0..LANES.min(oc - p * LANES) {
+                .for_each(|(p, (panel, sums))| {
+                    for (j, sum) in sums.iter_mut().enumerate().take(oc - p * LANES) {
                         let row = &q[(p * LANES + j) * k..][..k];
                         for (i, &v) in row.iter().enumerate() {
                             panel[(i / 4) * QUAD_BYTES + j * 4 + i % 4] = v;
                         }
+                        *sum = row.iter().map(|&v| v as i32).sum();
                     }
                 });
         }
         let mut padded = vec![0f32; panels * LANES];
         padded[..oc].copy_from_slice(scales);
-        let mut sums = vec![0i32; panels * LANES];
-        for (s, row) in sums.iter_mut().zip(q.chunks_exact(k.max(1))) {
-            *s = row.iter().map(|&v| v as i32).sum();
-        }
         PackedInt8 {
             k,
             oc,

@@ -43,10 +43,15 @@ pub struct Bert {
     pub architecture: Option<Architecture>,
     pub layout: ParamLayout,
     pub params: Vec<f32>,
-    /// bf16 copies of the encoder matmul weights, when enabled.
-    bf16: Option<Bf16Weights>,
-    /// int8 copies of the encoder matmul weights, when enabled.
-    int8: Option<Int8Weights>,
+    /// Reduced-precision copies of the encoder matmul weights, when enabled.
+    packed: Option<Packed>,
+}
+
+/// The encoder's matmul weights in a reduced format.
+#[derive(Debug, Clone)]
+enum Packed {
+    Bf16(Bf16Weights),
+    Int8(Int8Weights),
 }
 
 impl std::fmt::Debug for Bert {
@@ -175,8 +180,7 @@ impl Bert {
             architecture,
             layout,
             params,
-            bf16: None,
-            int8: None,
+            packed: None,
         };
         // The packed q|k|v views are a layout invariant; check once here.
         for l in 0..m.config.num_hidden_layers {
@@ -197,63 +201,58 @@ impl Bert {
     /// the heads stay f32, and so do the parameters (a copy is packed).
     /// [`WeightDtype::F32`] drops the copy.
     pub fn set_dtype(&mut self, dtype: WeightDtype) -> Result<()> {
-        if dtype == WeightDtype::Int8 {
-            let k = self.config.hidden_size.max(self.config.intermediate_size);
-            if k > crate::kernels::int8_gemm::MAX_K {
-                return Err(Error::InvalidInput(format!(
-                    "int8 weights need matrices of at most {} inputs (this model has {k})",
-                    crate::kernels::int8_gemm::MAX_K
-                )));
-            }
-        }
-        self.bf16 = (dtype == WeightDtype::Bf16)
-            .then(|| Bf16Weights::new(&self.config, &self.layout, &self.params, false));
-        self.int8 = (dtype == WeightDtype::Int8)
-            .then(|| Int8Weights::new(&self.config, &self.layout, &self.params));
+        dtype.check_inputs(self.config.hidden_size.max(self.config.intermediate_size))?;
+        let (cfg, layout, params) = (&self.config, &self.layout, &self.params);
+        self.packed = match dtype {
+            WeightDtype::F32 => None,
+            WeightDtype::Bf16 => Some(Packed::Bf16(Bf16Weights::new(cfg, layout, params, false))),
+            WeightDtype::Int8 => Some(Packed::Int8(Int8Weights::new(cfg, layout, params))),
+        };
         Ok(())
     }
 
     /// The format the encoder's matmuls run in.
     pub fn dtype(&self) -> WeightDtype {
-        if self.bf16.is_some() {
-            WeightDtype::Bf16
-        } else if self.int8.is_some() {
-            WeightDtype::Int8
-        } else {
-            WeightDtype::F32
+        match self.packed {
+            None => WeightDtype::F32,
+            Some(Packed::Bf16(_)) => WeightDtype::Bf16,
+            Some(Packed::Int8(_)) => WeightDtype::Int8,
         }
     }
 
     /// Layer `l`'s matmul `m` in the reduced format, when one is on.
     fn packed(&self, l: usize, m: EncoderMatmul) -> Option<&dyn PackedLinear> {
-        match (&self.bf16, &self.int8) {
-            (Some(w), _) => Some(w.get(l, m)),
-            (_, Some(w)) => Some(w.get(l, m)),
-            _ => None,
+        match &self.packed {
+            None => None,
+            Some(Packed::Bf16(w)) => Some(w.get(l, m)),
+            Some(Packed::Int8(w)) => Some(w.get(l, m)),
         }
     }
 
     /// Training in bf16: packs the encoder weights for forward and backward
     /// when they are not packed (after every optimizer step, [`Self::unpack_bf16`]).
     pub(crate) fn pack_bf16_for_training(&mut self) {
-        if self.bf16.is_none() {
-            self.bf16 = Some(Bf16Weights::new(
+        if self.packed.is_none() {
+            self.packed = Some(Packed::Bf16(Bf16Weights::new(
                 &self.config,
                 &self.layout,
                 &self.params,
                 true,
-            ));
+            )));
         }
     }
 
     /// Drops the packed copy (the weights changed, or f32 from now on).
     pub(crate) fn unpack_bf16(&mut self) {
-        self.bf16 = None;
+        self.packed = None;
     }
 
     /// The packed encoder weights, when bf16 is on.
     pub(crate) fn bf16_weights(&self) -> Option<&Bf16Weights> {
-        self.bf16.as_ref()
+        match &self.packed {
+            Some(Packed::Bf16(w)) => Some(w),
+            _ => None,
+        }
     }
 
     /// An error unless the checkpoint has `head`.

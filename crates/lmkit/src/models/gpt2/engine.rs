@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use crate::checkpoint::{open_model_dir_for, SafeTensors};
 use crate::error::{Error, Result};
-use crate::kernels::int8_gemm;
 use crate::kernels::kv_cache::KvCache;
 use crate::kernels::quant::SourceLayout;
 use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
@@ -299,13 +298,7 @@ impl Gpt2Engine {
     fn build(cfg: Gpt2Config, dtype: WeightDtype, src: &dyn Source) -> Result<Self> {
         cfg.validate()?;
         let (v, c, i) = (cfg.vocab_size, cfg.n_embd, cfg.inner());
-        if dtype == WeightDtype::Int8 && c.max(i) > int8_gemm::MAX_K {
-            return Err(Error::InvalidInput(format!(
-                "int8 weights need matrices of at most {} inputs (this model has {})",
-                int8_gemm::MAX_K,
-                c.max(i)
-            )));
-        }
+        dtype.check_inputs(c.max(i))?;
         let matrix = |name: &str, layout: SourceLayout, ic: usize, oc: usize| -> Result<Matrix> {
             if dtype == WeightDtype::F32 {
                 let w = src.keep(name)?;

@@ -65,6 +65,20 @@ impl FromStr for WeightDtype {
     }
 }
 
+impl WeightDtype {
+    /// An error when matrices with `k` inputs cannot be held in this
+    /// format (int8: the kernels' i32 sums bound K).
+    pub(crate) fn check_inputs(self, k: usize) -> Result<()> {
+        if self == WeightDtype::Int8 && k > crate::kernels::int8_gemm::MAX_K {
+            return Err(Error::InvalidInput(format!(
+                "int8 weights need matrices of at most {} inputs (this model has {k})",
+                crate::kernels::int8_gemm::MAX_K
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Display for WeightDtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
