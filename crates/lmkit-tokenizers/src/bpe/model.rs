@@ -31,7 +31,7 @@ pub(crate) struct BpeModel {
     /// The same for the two single-byte tokens of bytes `a`, `b` at `a << 8 | b`
     /// (every piece starts as bytes: no hashing for the first pairs).
     byte_pairs: Box<[u64]>,
-    /// Ordinary tokens of 2+ bytes by their bytes: up to 16 bytes in
+    /// Ordinary tokens of 2+ bytes by their bytes: up to [`SHORT`] bytes in
     /// `short`, longer ones in `whole`.
     short: ShortMap,
     whole: FastMap<Box<[u8]>, u32>,
@@ -80,7 +80,7 @@ impl BpeModel {
     /// every byte; `merges` are `(left, right, merged)` in rank order.
     ///
     /// Linear in the vocabulary and merges, with no allocation per entry
-    /// beyond the few tokens longer than 16 bytes.
+    /// beyond the few tokens longer than [`SHORT`] bytes.
     pub(crate) fn new(tokens: &[&[u8]], byte_ids: [u32; 256], merges: &[(u32, u32, u32)]) -> Self {
         let mut bytes = Vec::with_capacity(tokens.iter().map(|t| t.len()).sum());
         let mut starts = Vec::with_capacity(tokens.len() + 1);
@@ -314,11 +314,14 @@ impl BpeModel {
     }
 }
 
-/// Longest key of [`ShortMap`].
-const SHORT: usize = 16;
+/// Longest key of [`ShortMap`]: 99% of GPT-2's multi-byte tokens; a key of
+/// up to 12 bytes makes a 16-byte slot.
+const SHORT: usize = 12;
 
-/// Open-addressing map from byte strings of 2..=16 bytes to ids, with keys
-/// stored inline as two words: no pointer chase, no memcmp call.
+/// Open-addressing map from byte strings of 2..=[`SHORT`] bytes to ids, keys
+/// stored inline: no pointer chase, no memcmp call. Slots are 16 bytes
+/// because the table's size shows in encode time: with 24-byte slots
+/// (GPT-2: 3 MiB) whole-process encoding was ~4% slower.
 #[derive(Debug, Clone, Default)]
 struct ShortMap {
     slots: Vec<ShortSlot>,
@@ -327,12 +330,15 @@ struct ShortMap {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct ShortSlot {
+    /// Key bytes 0..8 and 8..12, zero-padded.
     lo: u64,
-    hi: u64,
-    /// Key length; 0 marks an empty slot.
-    len: u32,
-    id: u32,
+    hi: u32,
+    /// `len << 24 | id`; 0 marks an empty slot (keys have 2+ bytes).
+    meta: u32,
 }
+
+// Ids fit the low 24 bits of `ShortSlot::meta`.
+const _: () = assert!(crate::MAX_VOCAB_SIZE <= 1 << 24);
 
 /// The bytes of `p` (`p.len() <= 16`) as two little-endian words, zero-padded,
 /// with a few overlapping loads instead of a variable-length copy.
@@ -365,22 +371,27 @@ impl ShortMap {
             .max(16)
             .next_power_of_two()
             .trailing_zeros();
+        Self::with_bits(entries, bits)
+    }
+
+    /// `2^bits` slots, which must exceed the number of entries.
+    fn with_bits<'a>(entries: impl Iterator<Item = (&'a [u8], u32)>, bits: u32) -> Self {
         let mut map = ShortMap {
             slots: vec![ShortSlot::default(); 1 << bits],
             shift: 64 - bits,
         };
         for (key, id) in entries {
             let (lo, hi) = load16(key);
+            debug_assert!((2..=SHORT).contains(&key.len()));
             let mask = map.slots.len() - 1;
             let mut i = map.index(lo, hi, key.len());
-            while map.slots[i].len != 0 {
+            while map.slots[i].meta != 0 {
                 i = (i + 1) & mask;
             }
             map.slots[i] = ShortSlot {
                 lo,
-                hi,
-                len: key.len() as u32,
-                id,
+                hi: hi as u32,
+                meta: (key.len() as u32) << 24 | id,
             };
         }
         map
@@ -395,18 +406,19 @@ impl ShortMap {
 
     #[inline]
     fn get(&self, key: &[u8]) -> Option<u32> {
-        if self.slots.is_empty() {
+        if self.slots.is_empty() || key.len() > SHORT {
             return None;
         }
         let (lo, hi) = load16(key);
         let mask = self.slots.len() - 1;
         let mut i = self.index(lo, hi, key.len());
+        let len = (key.len() as u32) << 24;
         loop {
             let s = &self.slots[i];
-            if s.len == key.len() as u32 && s.lo == lo && s.hi == hi {
-                return Some(s.id);
+            if s.meta & 0xFF00_0000 == len && s.lo == lo && s.hi as u64 == hi {
+                return Some(s.meta & 0x00FF_FFFF);
             }
-            if s.len == 0 {
+            if s.meta == 0 {
                 return None;
             }
             i = (i + 1) & mask;
@@ -417,4 +429,72 @@ impl ShortMap {
 #[inline(always)]
 fn pair_key(l: u32, r: u32) -> u64 {
     ((l as u64) << 32) | r as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tokens of every length from 2 to 20 bytes (both sides of [`SHORT`]),
+    /// plus pairs that agree on their first 12 or 16 bytes: each is found
+    /// whole, under its own id, and a non-token prefix or extension is not.
+    #[test]
+    fn whole_lookup_across_key_lengths() {
+        let letters = b"abcdefghijklmnopqrst";
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        let mut merges = Vec::new();
+        let mut chain = |tokens: &mut Vec<Vec<u8>>, base: u32, prefix: &[u8], tail: &[u8]| {
+            let mut left = base;
+            let mut spelled = prefix.to_vec();
+            for &b in tail {
+                spelled.push(b);
+                tokens.push(spelled.clone());
+                let id = tokens.len() as u32 - 1;
+                merges.push((left, b as u32, id));
+                left = id;
+            }
+        };
+        chain(&mut tokens, b'a' as u32, b"a", &letters[1..]);
+        // Same first 12 (then 16) bytes as the chain's tokens, then `X`.
+        let id12 = 256 + 10; // "abcdefghijkl"
+        chain(&mut tokens, id12, &letters[..12], b"XYZ");
+        let id16 = 256 + 14; // "abcdefghijklmnop"
+        chain(&mut tokens, id16, &letters[..16], b"XY");
+        let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
+        let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
+        let model = BpeModel::new(&refs, byte_ids, &merges);
+        for (id, t) in tokens.iter().enumerate().skip(256) {
+            assert_eq!(model.lookup_whole(t), Some(id as u32), "{:?}", t);
+        }
+        let misses = [
+            &b"abcdefghijkQ"[..],
+            b"abcdefghQ",
+            b"abcdefghijklQ",
+            b"abcdefghijklmnopQ",
+            b"ba",
+        ];
+        for miss in misses {
+            assert_eq!(model.lookup_whole(miss), None, "{:?}", miss);
+        }
+    }
+
+    /// A two-slot map: every miss probes the one entry, so each byte and
+    /// the length of the key must be compared.
+    #[test]
+    fn short_map_compares_whole_keys() {
+        let key = b"abcdefghijkl";
+        let map = ShortMap::with_bits([(&key[..], 7u32)].into_iter(), 1);
+        assert_eq!(map.get(key), Some(7));
+        for i in 0..key.len() {
+            for b in [b'Q', 0] {
+                let mut other = *key;
+                other[i] = b;
+                assert_eq!(map.get(&other), None, "{other:?}");
+            }
+        }
+        for len in 2..key.len() {
+            assert_eq!(map.get(&key[..len]), None, "{len}");
+        }
+        assert_eq!(map.get(b"abcdefghijklm"), None, "longer than SHORT");
+    }
 }
