@@ -221,7 +221,7 @@ impl PackedInt8 {
         }
         let quads = k.div_ceil(4);
         let panels = oc.div_ceil(LANES);
-        let mut data = vec![0i8; panels * quads * QUAD_BYTES];
+        let mut data = crate::util::alloc::huge_zeroed::<i8>(panels * quads * QUAD_BYTES);
         let mut sums = vec![0i32; panels * LANES];
         if quads > 0 {
             data.par_chunks_mut(quads * QUAD_BYTES)
