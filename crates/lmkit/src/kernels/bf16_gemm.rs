@@ -940,6 +940,19 @@ mod tests {
                 }
                 assert_eq!(b.data, want, "B {m}x{k} rs {rs} cs {cs}");
             }
+            // bf16 rows W[rows, IC = cols] (the engines' format) packed as
+            // B = Wᵀ: the same layout as packing the f32 source.
+            let bits: Vec<u16> = data.iter().map(|&v| f32_to_bf16(v)).collect();
+            let widened: Vec<f32> = bits.iter().map(|&b| bf16_to_f32(b)).collect();
+            let from_rows = PackedB::from_bf16_rows(&bits, rows, cols);
+            let src = Src {
+                data: &widened,
+                rs: 1,
+                cs: cols,
+            };
+            let packed = PackedB::pack(src, cols, rows);
+            assert_eq!(from_rows.kp, packed.kp);
+            assert_eq!(from_rows.data, packed.data, "bf16 rows {rows}x{cols}");
         }
     }
 
