@@ -22,6 +22,27 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// `madvise(advice)` over the whole `align`-sized blocks inside
+/// `[start, start + bytes)` (`align` a power of two, at least the page
+/// size). A hint: failure is harmless and ignored.
+///
+/// # Safety
+/// The range must be mapped memory of this process for which `advice`
+/// does nothing the program can observe (or that its owner has asked for).
+#[cfg(unix)]
+pub(crate) unsafe fn advise_aligned(start: usize, bytes: usize, align: usize, advice: libc::c_int) {
+    let (first, last) = (
+        start.div_ceil(align) * align,
+        (start + bytes) / align * align,
+    );
+    if last > first {
+        // SAFETY: [first, last) lies inside the caller's range (see above).
+        unsafe {
+            libc::madvise(first as *mut libc::c_void, last - first, advice);
+        }
+    }
+}
+
 /// A zeroed `Vec` of `len` elements whose pages the kernel may back with
 /// 2 MiB transparent huge pages (`MADV_HUGEPAGE`, asked before the first
 /// write). For buffers streamed end to end, as decode streams its weights
@@ -33,25 +54,17 @@ pub fn keep_freed_memory() {
 /// this is `vec![T::default(); len]`.
 pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(len);
+    // SAFETY: the range is the vector's allocation, which nothing has
+    // touched yet; MADV_HUGEPAGE only changes how the kernel backs later
+    // faults there.
     #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        let end = start + len * std::mem::size_of::<T>();
-        let (first, last) = (start.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
-        if last > first {
-            // SAFETY: [first, last) lies inside the vector's allocation,
-            // which nothing has touched yet; MADV_HUGEPAGE only changes how
-            // the kernel backs later faults there. Failure (huge pages off)
-            // is harmless and ignored.
-            unsafe {
-                libc::madvise(
-                    first as *mut libc::c_void,
-                    last - first,
-                    libc::MADV_HUGEPAGE,
-                );
-            }
-        }
+    unsafe {
+        advise_aligned(
+            v.as_ptr() as usize,
+            len * std::mem::size_of::<T>(),
+            2 << 20,
+            libc::MADV_HUGEPAGE,
+        );
     }
     v.resize(len, T::default());
     v

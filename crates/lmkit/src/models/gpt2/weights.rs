@@ -419,24 +419,17 @@ fn add_bias_rows(out: &mut [f32], bias: Option<&[f32]>, oc: usize) {
 /// page cache and is read back transparently if touched again).
 #[cfg(unix)]
 pub(crate) fn release_mapped(data: &[f32]) {
-    let page = 4096usize;
-    let start = data.as_ptr() as usize;
-    let end = start + std::mem::size_of_val(data);
-    let first = start.div_ceil(page) * page;
-    let last = end / page * page;
-    if last > first {
-        // SAFETY: [first, last) lies inside `data`, which callers only pass
-        // for read-only, file-backed shared mappings (SafeTensors::open):
-        // MADV_DONTNEED there discards page-table entries only; the next
-        // access reads the same bytes from the file. The advice is a hint:
-        // failure is harmless and ignored.
-        unsafe {
-            libc::madvise(
-                first as *mut libc::c_void,
-                last - first,
-                libc::MADV_DONTNEED,
-            );
-        }
+    // SAFETY: the range is `data`, which callers only pass for read-only,
+    // file-backed shared mappings (SafeTensors::open): MADV_DONTNEED there
+    // discards page-table entries only; the next access reads the same
+    // bytes from the file.
+    unsafe {
+        crate::util::alloc::advise_aligned(
+            data.as_ptr() as usize,
+            std::mem::size_of_val(data),
+            4096,
+            libc::MADV_DONTNEED,
+        );
     }
 }
 
