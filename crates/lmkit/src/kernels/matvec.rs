@@ -120,6 +120,11 @@ pub fn matvec_f32_in_out(
     if n == 0 || oc == 0 {
         return;
     }
+    // Checked once per product: the row loop below runs IC·N times.
+    #[cfg(target_arch = "x86_64")]
+    let simd = is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
     partials
         .par_chunks_mut(n * oc)
         .enumerate()
@@ -130,7 +135,7 @@ pub fn matvec_f32_in_out(
             for i in i0..i1 {
                 let wrow = &w[i * oc..(i + 1) * oc];
                 for k in 0..n {
-                    axpy_row(&mut part[k * oc..(k + 1) * oc], x[k * ic + i], wrow);
+                    axpy_row(&mut part[k * oc..(k + 1) * oc], x[k * ic + i], wrow, simd);
                 }
             }
         });
@@ -153,14 +158,16 @@ pub fn matvec_f32_in_out(
 /// `y[OC] += x · w[OC]`: one weight row, so a task reads its block of rows
 /// as one sequential stream (four rows interleaved made four short streams
 /// the prefetchers barely follow). The sums are the same either way: one
-/// fused multiply-add per row, in row order.
-fn axpy_row(y: &mut [f32], x: f32, w: &[f32]) {
+/// fused multiply-add per row, in row order. `simd`: avx512f was detected.
+#[inline(always)]
+fn axpy_row(y: &mut [f32], x: f32, w: &[f32], simd: bool) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") {
-        // SAFETY: avx512f was detected at run time; lengths are checked inside.
+    if simd {
+        // SAFETY: the caller detected avx512f at run time; lengths are checked inside.
         unsafe { x86::axpy_avx512(y, x, w) };
         return;
     }
+    let _ = simd;
     for (yv, wv) in y.iter_mut().zip(w) {
         *yv += x * wv;
     }
@@ -318,6 +325,7 @@ mod x86 {
                 *a = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j)), _mm512_loadu_ps(xp.add(j)), *a);
                 j += 16;
             }
+            const _: () = assert!(CHAINS == 4, "the chains are added pairwise below");
             let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
             let mut s = _mm512_reduce_add_ps(sum);
             for jj in main..ic {
