@@ -29,6 +29,7 @@ use crate::spec::layout::{
     bert_layer_prefix, bert_layout, bert_qkv_bias_range, bert_qkv_weight_range,
 };
 use crate::spec::names::{canonical_name, Architecture, BertHeads, Family};
+use crate::util::parallel::on_pool;
 
 use super::heads::{linear_head, qa_forward, MlmHead, Pooler};
 use super::weights::{Bf16Weights, EncoderMatmul, Int8Weights, PackedLinear};
@@ -308,6 +309,12 @@ impl Bert {
     /// `acts.hidden()` `[B,T,C]`. `acts` is resized as needed.
     pub fn forward(&self, batch: &BertBatch, acts: &mut BertActivations) -> Result<()> {
         self.check_batch(batch)?;
+        on_pool(|| self.encode(batch, acts));
+        Ok(())
+    }
+
+    /// [`Self::forward`] on a checked batch.
+    fn encode(&self, batch: &BertBatch, acts: &mut BertActivations) {
         let cfg = &self.config;
         let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
         let (i_sz, nh, n) = (cfg.intermediate_size, cfg.num_attention_heads, b * t);
@@ -447,7 +454,6 @@ impl Bert {
             );
         }
         acts.out_slot = nl % slots;
-        Ok(())
     }
 
     fn check_batch(&self, batch: &BertBatch) -> Result<()> {

@@ -27,6 +27,7 @@ use crate::models::gpt2::weights::{
 use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::spec::names::{resolve_key, Family, KeyRole};
+use crate::util::parallel::on_pool;
 use rayon::prelude::*;
 
 /// Parameters of one transformer block.
@@ -503,7 +504,7 @@ impl Gpt2Engine {
             }
         }
         cache.next_pos = next;
-        self.run(ids, &pos, &mut [cache], &[t]);
+        on_pool(|| self.run(ids, &pos, &mut [cache], &[t]));
         Ok(())
     }
 
@@ -570,7 +571,7 @@ impl Gpt2Engine {
             cache.next_pos[0] += t;
         }
         let ts: Vec<usize> = ids.iter().map(|s| s.len()).collect();
-        self.run(&flat, &pos, caches, &ts);
+        on_pool(|| self.run(&flat, &pos, caches, &ts));
         Ok(())
     }
 
