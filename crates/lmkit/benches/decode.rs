@@ -20,7 +20,7 @@ use lmkit::kernels::matvec::{
     in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in,
 };
 use lmkit::kernels::quant::{to_bf16_out_in, SourceLayout};
-use lmkit::kernels::PackedInt8;
+use lmkit::kernels::{Bf16Panels, PackedInt8};
 use rayon::prelude::*;
 
 const C: usize = 768;
@@ -128,6 +128,30 @@ fn decode(c: &mut Criterion) {
     });
     drop(bf);
     drop(wte_bf);
+
+    // The same bf16 weights in the packed panels the engine keeps where the
+    // CPU has AVX-512 BF16 (one copy for prefill's gemm and decode).
+    let panels: Option<Vec<Bf16Panels>> = mats
+        .iter()
+        .map(|(w, ic, oc)| Bf16Panels::convert(w, *ic, *oc, SourceLayout::InOut, &|_| {}))
+        .chain(std::iter::once(Bf16Panels::convert(
+            &wte,
+            C,
+            V,
+            SourceLayout::OutIn,
+            &|_| {},
+        )))
+        .collect();
+    if let Some(panels) = panels {
+        let bytes = panels.iter().map(Bf16Panels::bytes).sum::<usize>();
+        bench(c, "step_bf16_panels", bytes as u64, || {
+            for p in &panels {
+                let (ic, oc) = p.shape();
+                p.matvec(&mut out[..oc], &x[..ic], None, 1);
+            }
+            black_box(&out);
+        });
+    }
 
     // int8 weights packed for the int8 kernels; each product quantizes its
     // activation row (as the engine does).

@@ -181,35 +181,25 @@ fn matmuls(c: &mut Criterion) {
         // The same products with bf16 operands and f32 sums (mixed-precision
         // training): the weight packed once, as per optimizer step.
         let pw = kernels::Bf16Weight::pack(&w, cc, oc, layout);
-        // The inference engines' bf16 prefill: weights stored as bf16
-        // [OC,C] rows, packed per call (a copy), activations rounded.
-        let w_rows: Vec<u16> = (0..oc * cc)
-            .map(|i| {
-                let (o, ci) = (i / cc, i % cc);
-                let v = match layout {
-                    WeightLayout::InOut => w[ci * oc + o],
-                    WeightLayout::OutIn => w[o * cc + ci],
-                };
-                lmkit::util::bf16::f32_to_bf16(v)
-            })
-            .collect();
-        if kernels::matmul_bf16_rows(&mut out, &inp, &w_rows, n, cc, oc, usize::MAX) {
+        // The inference engines' bf16 prefill: weights stored once in the
+        // packed panel layout (no per-call repack), activations rounded.
+        let src = match layout {
+            WeightLayout::InOut => lmkit::kernels::quant::SourceLayout::InOut,
+            WeightLayout::OutIn => lmkit::kernels::quant::SourceLayout::OutIn,
+        };
+        if let Some(panels) = kernels::Bf16Panels::convert(&w, cc, oc, src, &|_| {}) {
             bench(
                 &mut g,
-                &format!("matmul_bf16_rows_{n}x{cc}x{oc}"),
+                &format!("matmul_bf16_panels_{n}x{cc}x{oc}"),
                 Unit::Flops(flops),
                 || {
-                    kernels::matmul_bf16_rows(&mut out, &inp, &w_rows, n, cc, oc, 1 << 12);
+                    panels.matmul(&mut out, &inp, n);
                     black_box(&out);
                 },
             );
         }
         // int8 weights times per-row quantized activations (W8A8, VNNI
         // where the CPU has it): the quantization of the rows included.
-        let src = match layout {
-            WeightLayout::InOut => lmkit::kernels::quant::SourceLayout::InOut,
-            WeightLayout::OutIn => lmkit::kernels::quant::SourceLayout::OutIn,
-        };
         let w8 = kernels::PackedInt8::quantize(&w, cc, oc, src);
         bench(
             &mut g,

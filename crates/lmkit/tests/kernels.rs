@@ -1267,46 +1267,61 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
     }
 }
 
-/// The engines' bf16 prefill: `bf16(x)·Wᵀ` straight from bf16 `[OC,IC]` rows,
-/// against the f64 product of the rounded operands, over output tiles that
-/// split the channels unevenly (tile 7 rounds up to one 32-column panel) and
-/// odd IC. Where the CPU lacks AVX-512 BF16 it declines and writes nothing.
+/// The engines' bf16 weights, kept in the gemm's packed panels: prefill's
+/// matmul and decode's matvec (row groups of 1-4 and beyond, with a bias)
+/// against the f64 product of the rounded operands, converted from either
+/// orientation, with odd IC and a partial last panel; the matvec is
+/// bit-identical on 1 and 2 threads. Where the CPU lacks AVX-512 BF16 no
+/// panels are made (the engine keeps bf16 rows instead).
 #[test]
-fn bf16_rows_gemm_matches_rounded_product() {
-    use lmkit::util::bf16::f32_to_bf16;
+fn bf16_panels_match_rounded_product() {
+    use lmkit::kernels::quant::SourceLayout;
     let mut rng = Rng(17);
-    for &(n, ic, oc, tile) in &[(5, 37, 70, 7), (29, 64, 33, 64), (6, 1100, 40, usize::MAX)] {
+    let avx512 = !bf16_kernels()
+        .iter()
+        .all(|k| *k == kernels::Bf16Kernel::Portable);
+    for &(n, ic, oc) in &[
+        (1, 768, 70),
+        (2, 37, 33),
+        (4, 64, 96),
+        (5, 1100, 40),
+        (29, 3, 100),
+    ] {
         let x = rng.vec(n * ic, 1.0);
-        let w32 = rng.vec(oc * ic, 0.3);
-        let w: Vec<u16> = w32.iter().map(|&v| f32_to_bf16(v)).collect();
-        let (x_r, w_r) = (round_bf16(&x), round_bf16(&w32));
-        let mut out = vec![f32::NAN; n * oc];
-        let done = kernels::matmul_bf16_rows(&mut out, &x, &w, n, ic, oc, tile);
-        assert_eq!(
-            done,
-            !bf16_kernels()
-                .iter()
-                .all(|k| *k == kernels::Bf16Kernel::Portable)
-        );
-        if !done {
-            assert!(out.iter().all(|v| v.is_nan()), "declined but wrote");
-            continue;
+        let w = rng.vec(oc * ic, 0.3);
+        let wt: Vec<f32> = (0..oc * ic).map(|i| w[(i % oc) * ic + i / oc]).collect();
+        let bias = rng.vec(oc, 1.0);
+        let (x_r, w_r) = (round_bf16(&x), round_bf16(&w));
+        let product =
+            |b: &[f32]| product_f64(n, oc, ic, b, |i, k| x_r[i * ic + k], |k, j| w_r[j * ic + k]);
+        let (want, mag) = product(&vec![0.0; n * oc]);
+        let biased: Vec<f32> = (0..n * oc).map(|i| bias[i % oc]).collect();
+        let (want_b, mag_b) = product(&biased);
+        for (src, layout) in [(&w, SourceLayout::OutIn), (&wt, SourceLayout::InOut)] {
+            let what = format!("panels {n}x{ic}x{oc} from {layout:?}");
+            let Some(p) = kernels::Bf16Panels::convert(src, ic, oc, layout, &|_| {}) else {
+                assert!(!avx512, "{what}: not made on a CPU with the kernel");
+                continue;
+            };
+            assert_eq!(p.shape(), (ic, oc));
+            let mut out = vec![f32::NAN; n * oc];
+            p.matmul(&mut out, &x, n);
+            assert_within(&format!("{what} matmul"), &out, &want, &mag, 1e-5);
+            let matvec = |threads| {
+                with_threads(threads, || {
+                    let mut out = vec![f32::NAN; n * oc];
+                    p.matvec(&mut out, &x, Some(&bias), n);
+                    out
+                })
+            };
+            let out = matvec(1);
+            assert_within(&format!("{what} matvec"), &out, &want_b, &mag_b, 1e-5);
+            assert_eq!(
+                out,
+                matvec(2),
+                "{what}: matvec differs across thread counts"
+            );
         }
-        let (want, mag) = product_f64(
-            n,
-            oc,
-            ic,
-            &vec![0.0; n * oc],
-            |i, k| x_r[i * ic + k],
-            |k, j| w_r[j * ic + k],
-        );
-        assert_within(
-            &format!("rows gemm {n}x{ic}x{oc} tile {tile}"),
-            &out,
-            &want,
-            &mag,
-            1e-5,
-        );
     }
 }
 

@@ -34,6 +34,7 @@
 use rayon::prelude::*;
 
 use super::matmul::{col_sums_into, extent};
+use super::quant::{to_bf16_panels, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
@@ -773,68 +774,237 @@ pub fn matmul_backward_bf16(
     }
 }
 
-/// `out[N,OC] = bf16(x[N,IC])·Wᵀ` for a weight already in bf16 as `[OC,IC]`
-/// rows (the inference engines' format), summed in f32; no bias. The
-/// weight's K pairs are already the packed words, so packing it is a copy,
-/// done `tile` output channels at a time (bounding the packed copy).
-/// Returns `false`, touching nothing, where the CPU lacks AVX-512 BF16:
-/// the caller widens the weight to f32 instead.
-pub fn matmul_bf16_rows(
-    out: &mut [f32],
-    x: &[f32],
-    w: &[u16],
-    n: usize,
-    ic: usize,
-    oc: usize,
-    tile: usize,
-) -> bool {
-    assert_eq!(out.len(), n * oc, "matmul_bf16_rows: out must be [N,OC]");
-    assert_eq!(x.len(), n * ic, "matmul_bf16_rows: x must be [N,IC]");
-    assert_eq!(w.len(), oc * ic, "matmul_bf16_rows: w must be [OC,IC]");
-    if !has_avx512bf16() {
-        return false;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let a = PackedA::pack(
-            Src {
-                data: x,
-                rs: ic,
-                cs: 1,
-            },
-            n,
-            ic,
-        );
-        let tile = tile.clamp(1, oc.max(1)).next_multiple_of(NR);
-        for o0 in (0..oc).step_by(tile) {
-            let o1 = (o0 + tile).min(oc);
-            let b = PackedB::from_bf16_rows(&w[o0 * ic..o1 * ic], o1 - o0, ic);
-            // SAFETY: the feature was detected above.
-            unsafe { gemm_packed(&mut out[o0..], oc, false, &a, &b) };
-        }
-    }
-    true
+/// Where element `(o, i)` of an `[OC, IC]` weight lies in the packed panel
+/// layout of [`Bf16Panels`] (`kp` = IC rounded up to even).
+#[inline(always)]
+pub(super) fn panel_offset(o: usize, i: usize, kp: usize) -> usize {
+    (o / NR) * kp * NR + (i / 2) * NR * 2 + (o % NR) * 2 + (i & 1)
 }
 
-impl PackedB {
-    /// `B[K=ic, N'=rows] = Wᵀ` from bf16 rows `w[rows, ic]`: the pair
-    /// `(W[j,k], W[j,k+1])` is the 32-bit word at `w[j·ic + k]`.
-    fn from_bf16_rows(w: &[u16], rows: usize, ic: usize) -> PackedB {
+/// Elements of the panels of an `[OC, IC]` weight (padding included).
+pub(super) fn panels_len(ic: usize, oc: usize) -> usize {
+    oc.div_ceil(NR) * (ic + (ic & 1)) * NR
+}
+
+/// bf16 inference weights `W[OC, IC]` kept in the packed panel layout of
+/// the gemm's right operand (`Wᵀ` as [`PackedB`]): panels of NR = 32 output
+/// channels, each `[IC/2][32][2]`. Prefill multiplies them with no repack,
+/// and decode ([`Self::matvec`]) streams the same panels, each one
+/// contiguous read: one copy of the weights serves both. Made only where
+/// the CPU has AVX-512 BF16, the kernels that read this layout.
+pub struct Bf16Panels {
+    ic: usize,
+    b: PackedB,
+}
+
+impl std::fmt::Debug for Bf16Panels {
+    /// The shape only: the data would be millions of numbers.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bf16Panels(IC {}, OC {})", self.ic, self.b.n)
+    }
+}
+
+impl Bf16Panels {
+    /// bf16 of the f32 weight `src` (`[IC, OC]` or `[OC, IC]` per `layout`),
+    /// in huge pages. `release(part)` is called on each part of `src` once
+    /// read (see [`super::quant::Release`]). `None` where the CPU lacks
+    /// AVX-512 BF16.
+    pub fn convert(
+        src: &[f32],
+        ic: usize,
+        oc: usize,
+        layout: SourceLayout,
+        release: &(dyn Fn(&[f32]) + Sync),
+    ) -> Option<Bf16Panels> {
+        assert_eq!(src.len(), ic * oc, "Bf16Panels: source must hold IC·OC");
+        if !has_avx512bf16() {
+            return None;
+        }
         let kp = ic + (ic & 1);
-        let mut data = vec![0u16; rows.div_ceil(NR) * kp * NR];
-        data.par_chunks_mut(kp * NR)
-            .enumerate()
-            .for_each(|(p, panel)| {
-                for j in 0..NR.min(rows - p * NR) {
-                    let row = &w[(p * NR + j) * ic..][..ic];
-                    for (q, pair) in row.chunks(2).enumerate() {
-                        let at = q * NR * 2 + j * 2;
-                        panel[at] = pair[0];
-                        panel[at + 1] = pair.get(1).copied().unwrap_or(0);
+        let mut data = crate::util::alloc::huge_zeroed::<u16>(panels_len(ic, oc));
+        match layout {
+            // Groups of whole panels (about 1 MiB of source each) converted
+            // in parallel, each source part released when done.
+            SourceLayout::OutIn if ic > 0 => {
+                let panels = ((1 << 18) / (NR * ic)).max(1);
+                data.par_chunks_mut(panels * kp * NR)
+                    .zip(src.par_chunks(panels * NR * ic))
+                    .for_each(|(d, s)| to_bf16_panels(d, s, ic, s.len() / ic, layout, release));
+            }
+            _ => to_bf16_panels(&mut data, src, ic, oc, layout, release),
+        }
+        Some(Bf16Panels {
+            ic,
+            b: PackedB { n: oc, kp, data },
+        })
+    }
+
+    /// `(IC, OC)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.ic, self.b.n)
+    }
+
+    /// Bytes of the panels.
+    pub fn bytes(&self) -> usize {
+        self.b.data.len() * 2
+    }
+
+    /// `dst[IC]` = row `o` of W in f32 (an embedding lookup).
+    pub fn row_into(&self, o: usize, dst: &mut [f32]) {
+        assert!(o < self.b.n && dst.len() == self.ic, "Bf16Panels: row {o}");
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = bf16_to_f32(self.b.data[panel_offset(o, i, self.b.kp)]);
+        }
+    }
+
+    /// `out[N, OC] = bf16(x[N, IC])·Wᵀ`, summed in f32; no bias.
+    pub fn matmul(&self, out: &mut [f32], x: &[f32], n: usize) {
+        let (ic, oc) = self.shape();
+        assert_eq!(out.len(), n * oc, "Bf16Panels::matmul: out must be [N,OC]");
+        assert_eq!(x.len(), n * ic, "Bf16Panels::matmul: x must be [N,IC]");
+        #[cfg(target_arch = "x86_64")]
+        {
+            let a = PackedA::pack(
+                Src {
+                    data: x,
+                    rs: ic,
+                    cs: 1,
+                },
+                n,
+                ic,
+            );
+            // SAFETY: panels are only made where the CPU has AVX-512 BF16.
+            unsafe { gemm_packed(out, oc, false, &a, &self.b) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("Bf16Panels are x86-64 only");
+    }
+
+    /// `out[N, OC] = bf16(x[N, IC])·Wᵀ + bias` for a few rows (decode): each
+    /// task streams its panels once, applying up to four rows of `x` to each
+    /// pair of K, and sums every output in K order (deterministic). `x` is
+    /// rounded to bf16 as [`Self::matmul`] rounds it, so decode and prefill
+    /// agree up to summation order.
+    pub fn matvec(&self, out: &mut [f32], x: &[f32], bias: Option<&[f32]>, n: usize) {
+        let (ic, oc) = self.shape();
+        let kp = self.b.kp;
+        assert_eq!(out.len(), n * oc, "Bf16Panels::matvec: out must be [N,OC]");
+        assert_eq!(x.len(), n * ic, "Bf16Panels::matvec: x must be [N,IC]");
+        if let Some(b) = bias {
+            assert_eq!(b.len(), oc, "Bf16Panels::matvec: bias must be [OC]");
+        }
+        if n == 0 || oc == 0 {
+            return;
+        }
+        // x as K pairs, one 32-bit word each: the operand vdpbf16ps broadcasts.
+        let pairs = kp / 2;
+        let mut xp = vec![0u32; n * pairs];
+        for (row, dst) in x
+            .chunks_exact(ic.max(1))
+            .zip(xp.chunks_exact_mut(pairs.max(1)))
+        {
+            for (i, &v) in row.iter().enumerate() {
+                dst[i / 2] |= (f32_to_bf16(v) as u32) << (16 * (i & 1));
+            }
+        }
+        let panel_len = kp * NR;
+        // About 64 KiB of weights per task (one panel at GPT-2's widths).
+        let per_task = ((64 << 10) / (panel_len * 2).max(1)).max(1);
+        let panels = oc.div_ceil(NR);
+        let ptr = SendPtr(out.as_mut_ptr());
+        (0..panels.div_ceil(per_task))
+            .into_par_iter()
+            .for_each(|t| {
+                let mut sums = [[0f32; NR]; 4];
+                for p in t * per_task..((t + 1) * per_task).min(panels) {
+                    let panel = &self.b.data[p * panel_len..(p + 1) * panel_len];
+                    let (j0, cols) = (p * NR, NR.min(oc - p * NR));
+                    for k0 in (0..n).step_by(4) {
+                        let rows = 4.min(n - k0);
+                        let xs = &xp[k0 * pairs..(k0 + rows) * pairs];
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: panels are only made where the CPU has AVX-512
+                        // BF16; `panel` holds `pairs` pairs of NR columns and
+                        // `xs` `rows` rows of `pairs` words.
+                        unsafe {
+                            match rows {
+                                1 => panel_rows_avx512::<1>(panel, xs, pairs, &mut sums),
+                                2 => panel_rows_avx512::<2>(panel, xs, pairs, &mut sums),
+                                3 => panel_rows_avx512::<3>(panel, xs, pairs, &mut sums),
+                                _ => panel_rows_avx512::<4>(panel, xs, pairs, &mut sums),
+                            }
+                        }
+                        for (r, s) in sums.iter().enumerate().take(rows) {
+                            // SAFETY: row k0 + r < n, columns j0..j0 + cols < OC:
+                            // inside `out`, and only this task writes them.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    ptr.get().add((k0 + r) * oc + j0),
+                                    cols,
+                                )
+                            };
+                            for (j, d) in dst.iter_mut().enumerate() {
+                                *d = s[j] + bias.map_or(0.0, |b| b[j0 + j]);
+                            }
+                        }
                     }
                 }
             });
-        PackedB { n: rows, kp, data }
+    }
+}
+
+/// `sums[r][j] = Σ_q x[r, pair q] · panel[q][j]` for the R rows of `xs`
+/// (`[R][pairs]` words) and one panel: two accumulators per 16 columns (even
+/// and odd pairs) so that the chains of `vdpbf16ps` overlap. No horizontal
+/// sums: each lane is one output channel.
+///
+/// # Safety
+/// The CPU must have AVX-512 BF16; `panel` holds `pairs·NR` pairs, `xs`
+/// `R·pairs` words.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn panel_rows_avx512<const R: usize>(
+    panel: &[u16],
+    xs: &[u32],
+    pairs: usize,
+    sums: &mut [[f32; NR]; 4],
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(panel.len() >= pairs * NR * 2 && xs.len() >= R * pairs);
+    let load =
+        |p: *const u16| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p as *const _)) };
+    let bcast = |w: u32| -> __m512bh { std::mem::transmute(_mm512_set1_epi32(w as i32)) };
+    // [row][even pairs, odd pairs][columns 0..16, 16..32]
+    let mut acc = [[[_mm512_setzero_ps(); 2]; 2]; R];
+    let wp = panel.as_ptr();
+    // SAFETY (loads below): pair q < pairs, whose NR pairs lie in `panel`;
+    // row r < R, whose words lie in `xs`.
+    let pair = |q: usize| (load(wp.add(q * NR * 2)), load(wp.add(q * NR * 2 + 32)));
+    let mut q = 0;
+    while q + 2 <= pairs {
+        let ((w0, w1), (v0, v1)) = (pair(q), pair(q + 1));
+        for (r, [even, odd]) in acc.iter_mut().enumerate() {
+            let x0 = bcast(*xs.get_unchecked(r * pairs + q));
+            let x1 = bcast(*xs.get_unchecked(r * pairs + q + 1));
+            even[0] = _mm512_dpbf16_ps(even[0], w0, x0);
+            even[1] = _mm512_dpbf16_ps(even[1], w1, x0);
+            odd[0] = _mm512_dpbf16_ps(odd[0], v0, x1);
+            odd[1] = _mm512_dpbf16_ps(odd[1], v1, x1);
+        }
+        q += 2;
+    }
+    if q < pairs {
+        let (w0, w1) = pair(q);
+        for (r, [even, _]) in acc.iter_mut().enumerate() {
+            let x0 = bcast(*xs.get_unchecked(r * pairs + q));
+            even[0] = _mm512_dpbf16_ps(even[0], w0, x0);
+            even[1] = _mm512_dpbf16_ps(even[1], w1, x0);
+        }
+    }
+    for ([even, odd], s) in acc.iter().zip(sums.iter_mut()) {
+        for (h, (e, o)) in even.iter().zip(odd).enumerate() {
+            _mm512_storeu_ps(s.as_mut_ptr().add(16 * h), _mm512_add_ps(*e, *o));
+        }
     }
 }
 
@@ -940,19 +1110,44 @@ mod tests {
                 }
                 assert_eq!(b.data, want, "B {m}x{k} rs {rs} cs {cs}");
             }
-            // bf16 rows W[rows, IC = cols] (the engines' format) packed as
-            // B = Wᵀ: the same layout as packing the f32 source.
-            let bits: Vec<u16> = data.iter().map(|&v| f32_to_bf16(v)).collect();
-            let widened: Vec<f32> = bits.iter().map(|&b| bf16_to_f32(b)).collect();
-            let from_rows = PackedB::from_bf16_rows(&bits, rows, cols);
-            let src = Src {
-                data: &widened,
-                rs: 1,
-                cs: cols,
-            };
-            let packed = PackedB::pack(src, cols, rows);
-            assert_eq!(from_rows.kp, packed.kp);
-            assert_eq!(from_rows.data, packed.data, "bf16 rows {rows}x{cols}");
+            // The engines' panels of W[OC = rows, IC = cols], converted from
+            // either orientation: the layout of packing Wᵀ as B.
+            let t: Vec<f32> = (0..rows * cols)
+                .map(|i| data[(i % rows) * cols + i / rows])
+                .collect();
+            let packed = PackedB::pack(
+                Src {
+                    data: &data,
+                    rs: 1,
+                    cs: cols,
+                },
+                cols,
+                rows,
+            );
+            for (src, layout) in [(&data, SourceLayout::OutIn), (&t, SourceLayout::InOut)] {
+                let Some(p) = Bf16Panels::convert(src, cols, rows, layout, &|_| {}) else {
+                    assert!(
+                        !has_avx512bf16(),
+                        "panels are made where the CPU has the kernel"
+                    );
+                    continue;
+                };
+                assert_eq!(p.shape(), (cols, rows));
+                assert_eq!(p.b.kp, packed.kp);
+                assert_eq!(
+                    p.b.data, packed.data,
+                    "panels {rows}x{cols} from {layout:?}"
+                );
+                let mut row = vec![0f32; cols];
+                for o in 0..rows {
+                    p.row_into(o, &mut row);
+                    let want: Vec<f32> = data[o * cols..(o + 1) * cols]
+                        .iter()
+                        .map(|&v| bf16_to_f32(f32_to_bf16(v)))
+                        .collect();
+                    assert_eq!(row, want, "row {o}");
+                }
+            }
         }
     }
 

@@ -34,8 +34,8 @@ mod softmax;
 pub use activation::{gelu_backward, gelu_forward, tanh_backward, tanh_forward, Gelu};
 pub use attention::{attention_backward, attention_forward, AttentionShape};
 pub use bf16_gemm::{
-    matmul_backward_bf16, matmul_bf16_rows, matmul_forward_bf16, rounded as bf16_rounded,
-    Bf16Kernel, Bf16Weight,
+    matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,
+    Bf16Weight,
 };
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};

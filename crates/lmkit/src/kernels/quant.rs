@@ -1,7 +1,9 @@
 //! Inference weight formats: bf16 and int8 (per output channel), converted
-//! from f32 weights in either stored orientation into `[OC, IC]` rows: the
-//! order the bf16 decode kernels in [`super::matvec`] stream, and the int8
-//! rows that [`super::int8_gemm`] packs.
+//! from f32 weights in either stored orientation into `[OC, IC]` rows (the
+//! order the portable bf16 decode kernels in [`super::matvec`] stream, and
+//! the int8 rows that [`super::int8_gemm`] packs) or, for bf16 on CPUs with
+//! AVX-512 BF16, straight into the gemm's packed panels
+//! ([`super::bf16_gemm::Bf16Panels`]).
 //!
 //! Shape legend: IC input channels, OC output channels.
 //!
@@ -95,6 +97,33 @@ pub fn to_bf16_out_in(
         || {
             for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
                 dst[o * ic + i] = f32_to_bf16(v)
+            })
+        },
+    );
+}
+
+/// `dst` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`) in the bf16
+/// gemm's packed panel layout ([`super::bf16_gemm::Bf16Panels`]), `kp` =
+/// IC rounded up to even; `dst` must come zeroed (the padding stays zero).
+pub fn to_bf16_panels(
+    dst: &mut [u16],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    release: Release<'_>,
+) {
+    let kp = ic + (ic & 1);
+    assert_eq!(
+        dst.len(),
+        super::bf16_gemm::panels_len(ic, oc),
+        "to_bf16_panels: dst must hold the padded panels"
+    );
+    dispatch(
+        #[inline(always)]
+        || {
+            for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
+                dst[super::bf16_gemm::panel_offset(o, i, kp)] = f32_to_bf16(v)
             })
         },
     );

@@ -31,7 +31,7 @@ use crate::kernels::matvec::{
     in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in,
 };
 use crate::kernels::quant::{bf16_rows_to_f32, quantize_int8_out_in, to_bf16_out_in, SourceLayout};
-use crate::kernels::{bf16_rounded, matmul_bf16_rows, matmul_forward, PackedInt8, WeightLayout};
+use crate::kernels::{bf16_rounded, matmul_forward, Bf16Panels, PackedInt8, WeightLayout};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -166,8 +166,11 @@ pub(crate) enum Matrix {
     F32InOut { w: F32Slice, ic: usize, oc: usize },
     /// f32 `[OC, IC]` (`wte` as the tied LM head).
     F32OutIn { w: F32Slice, ic: usize, oc: usize },
-    /// bf16 `[OC, IC]`.
+    /// bf16 `[OC, IC]` rows, where the CPU lacks AVX-512 BF16.
     Bf16 { w: Vec<u16>, ic: usize, oc: usize },
+    /// bf16 in the packed panels of the AVX-512 BF16 kernels: prefill's
+    /// gemm and decode's matvec read the same copy.
+    Bf16Panels(Bf16Panels),
     /// int8, one scale per output channel, packed for the int8 kernels.
     Int8(PackedInt8),
 }
@@ -179,6 +182,7 @@ impl std::fmt::Debug for Matrix {
             Matrix::F32InOut { .. } => "f32 [IC, OC]",
             Matrix::F32OutIn { .. } => "f32 [OC, IC]",
             Matrix::Bf16 { .. } => "bf16 [OC, IC]",
+            Matrix::Bf16Panels(_) => "bf16 panels",
             Matrix::Int8(_) => "int8 packed",
         };
         write!(f, "Matrix({kind}, IC {}, OC {})", self.ic(), self.oc())
@@ -208,6 +212,9 @@ impl Matrix {
                 }
             }
             WeightDtype::Bf16 => {
+                if let Some(p) = Bf16Panels::convert(src, ic, oc, layout, release) {
+                    return Matrix::Bf16Panels(p);
+                }
                 let mut w = crate::util::alloc::huge_zeroed::<u16>(ic * oc);
                 match layout {
                     // Row chunks converted in parallel, each released when done.
@@ -263,6 +270,7 @@ impl Matrix {
                 *ic
             }
             Matrix::Int8(w) => w.shape().0,
+            Matrix::Bf16Panels(p) => p.shape().0,
         }
     }
 
@@ -272,6 +280,7 @@ impl Matrix {
                 *oc
             }
             Matrix::Int8(w) => w.shape().1,
+            Matrix::Bf16Panels(p) => p.shape().1,
         }
     }
 
@@ -281,17 +290,18 @@ impl Matrix {
             Matrix::F32InOut { w, .. } | Matrix::F32OutIn { w, .. } => w.len() * 4,
             Matrix::Bf16 { w, .. } => w.len() * 2,
             Matrix::Int8(w) => w.bytes(),
+            Matrix::Bf16Panels(p) => p.bytes(),
         }
     }
 
     /// `out[N, OC] = x[N, IC] · W + bias`. int8 weights go through the int8
     /// kernels at every N (activations quantized per row, so a row's result
-    /// does not depend on N). Otherwise small N goes through the
-    /// matrix-vector kernels; larger N through a matmul: bf16 weights through
-    /// the bf16 gemm where the CPU has it, else widened to f32 one tile of
-    /// rows at a time. A bf16 matrix multiplies bf16-rounded activations on
-    /// every path (as the bf16 gemm must), so decode and prefill agree up to
-    /// summation order.
+    /// does not depend on N). bf16 panels (AVX-512 BF16) go through their
+    /// matvec for small N and the bf16 gemm beyond. Otherwise small N goes
+    /// through the matrix-vector kernels; larger N through a matmul, bf16
+    /// rows widened to f32 one tile at a time. A bf16 matrix multiplies
+    /// bf16-rounded activations on every path (as the bf16 gemm must), so
+    /// decode and prefill agree up to summation order.
     pub(crate) fn forward(
         &self,
         out: &mut [f32],
@@ -307,14 +317,15 @@ impl Matrix {
             w.forward(out, x, bias, n);
             return;
         }
-        if let Matrix::Bf16 { w, .. } = self {
-            // bf16 weights straight into the bf16 gemm (it rounds the
-            // activations as it packs them), where the CPU has it.
-            let tile = (DEQUANT_TILE_MAX / ic.max(1)).max(1);
-            if n > MATVEC_MAX_ROWS && matmul_bf16_rows(out, x, w, n, ic, oc, tile) {
+        if let Matrix::Bf16Panels(p) = self {
+            // Both kernels round the activations to bf16 themselves.
+            if n <= MATVEC_MAX_ROWS {
+                p.matvec(out, x, bias, n);
+            } else {
+                p.matmul(out, x, n);
                 add_bias_rows(out, bias, oc);
-                return;
             }
+            return;
         }
         let x_bf16;
         let x = if let Matrix::Bf16 { .. } = self {
@@ -331,7 +342,7 @@ impl Matrix {
                 }
                 Matrix::F32OutIn { w, .. } => matvec_f32_out_in(out, x, w, bias, n, ic, oc),
                 Matrix::Bf16 { w, .. } => matvec_bf16(out, x, w, bias, n, ic, oc),
-                Matrix::Int8(_) => unreachable!("int8 returned above"),
+                Matrix::Int8(_) | Matrix::Bf16Panels(_) => unreachable!("returned above"),
             }
             return;
         }
@@ -342,7 +353,7 @@ impl Matrix {
             Matrix::F32OutIn { w, .. } => {
                 matmul_forward(out, x, w, bias, n, ic, oc, WeightLayout::OutIn)
             }
-            Matrix::Int8(_) => unreachable!("int8 returned above"),
+            Matrix::Int8(_) | Matrix::Bf16Panels(_) => unreachable!("returned above"),
             Matrix::Bf16 { .. } => {
                 // Tiles of output channels: widen rows [o0, o1) to f32, multiply,
                 // write the columns [o0, o1) of `out`.
@@ -372,6 +383,7 @@ impl Matrix {
             Matrix::F32OutIn { w, .. } => dst.copy_from_slice(&w[r * ic..(r + 1) * ic]),
             Matrix::Bf16 { w, .. } => bf16_rows_to_f32(dst, &w[r * ic..(r + 1) * ic]),
             Matrix::Int8(w) => w.row_into(r, dst),
+            Matrix::Bf16Panels(p) => p.row_into(r, dst),
             Matrix::F32InOut { w, oc, .. } => {
                 for (i, d) in dst.iter_mut().enumerate() {
                     *d = w[i * oc + r];
@@ -392,8 +404,8 @@ impl Matrix {
                     .zip(w[o0 * ic..o1 * ic].par_chunks(chunk))
                     .for_each(|(d, s)| bf16_rows_to_f32(d, s));
             }
-            Matrix::F32InOut { .. } | Matrix::Int8(_) => {
-                unreachable!("widen_rows is only used on f32 [OC, IC] and bf16 matrices")
+            Matrix::F32InOut { .. } | Matrix::Int8(_) | Matrix::Bf16Panels(_) => {
+                unreachable!("widen_rows is only used on f32 [OC, IC] and bf16-row matrices")
             }
         }
     }
