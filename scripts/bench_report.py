@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -47,8 +48,10 @@ def git(*args):
 
 
 def merge_probes(paths):
-    """The best of each limit over the probe files: {"gemm": {dtype: {threads: x}}, "read": {threads: x}}."""
-    gemm, read = {}, {}
+    """The best of each limit over the probe files: {"gemm": {dtype: {threads: x}}, "read": {threads: x}},
+    and every probe's read bandwidth, "reads": {threads: [x, ...]} (a shared machine's bandwidth
+    swings between probes: the spread is printed beside the best)."""
+    gemm, read, reads = {}, {}, {}
     for p in paths:
         with open(p, encoding="utf-8") as f:
             doc = json.load(f)
@@ -57,7 +60,8 @@ def merge_probes(paths):
                 gemm.setdefault(dtype, {})[int(t)] = max(v, gemm.get(dtype, {}).get(int(t), 0.0))
         for t, v in doc["read_gbs"].items():
             read[int(t)] = max(v, read.get(int(t), 0.0))
-    return {"gemm": gemm, "read": read}
+            reads.setdefault(int(t), []).append(v)
+    return {"gemm": gemm, "read": read, "reads": reads}
 
 
 def nearest(by_threads, threads):
@@ -153,6 +157,10 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
         parts = [f"{d} gemm {', '.join(f'{v:.0f} GFLOP/s on {t} thr' for t, v in sorted(by.items()))}"
                  for d, by in limits["gemm"].items()]
         parts.append("read " + ", ".join(f"{v:.1f} GB/s on {t} thr" for t, v in sorted(limits["read"].items())))
+        spread = [f"{min(v):.1f}-{max(v):.1f} (median {statistics.median(v):.1f}) GB/s on {t} thr"
+                  for t, v in sorted(limits.get("reads", {}).items()) if len(v) > 1]
+        if spread:
+            parts.append("the probes' read bandwidth ranged " + ", ".join(spread))
         lines.append(f"- probed limits (scripts/bench_probe.py, best of {n_probes} probe(s)): " + "; ".join(parts))
     lines += ["", "## Ratios", "",
               "lmkit / peer in the row's unit: above 1 is lmkit ahead for rates, below 1 for peak RSS and",
@@ -226,7 +234,8 @@ def self_test():
             with open(probes[-1], "w", encoding="utf-8") as f:
                 json.dump({"gemm_gflops": {"f32": {"2": f32}, "bf16": {"2": 2 * f32}}, "read_gbs": {"2": read}}, f)
         limits = merge_probes(probes)
-    assert limits == {"gemm": {"f32": {2: 100.0}, "bf16": {2: 200.0}}, "read": {2: 40.0}}, limits
+    assert limits == {"gemm": {"f32": {2: 100.0}, "bf16": {2: 200.0}}, "read": {2: 40.0},
+                      "reads": {2: [20.0, 40.0]}}, limits
     docs = [{"script": "t.py", "date": "2026-01-01T00:00:00Z", "loadavg": 1.0, "figures": [
         # 50 tokens/s x 4e8 B = 20 GB/s = 50% of 40 GB/s; HF bf16: 25 x 2e8 B = 5 GB/s = 12.5%.
         figure("decode f32", "tokens/s", 50.0, {"HF bf16": peer(25.0, dtype="bf16", bytes_per_item=2e8)},
