@@ -882,7 +882,8 @@ impl Bf16Panels {
 
     /// `out[N, OC] = bf16(x[N, IC])·Wᵀ + bias` for a few rows (decode): each
     /// task streams its panels once, applying up to four rows of `x` to each
-    /// pair of K, and sums every output in K order (deterministic). `x` is
+    /// pair of K, and sums every output in one fixed order whatever the
+    /// thread count (even and odd pairs apart, then together). `x` is
     /// rounded to bf16 as [`Self::matmul`] rounds it, so decode and prefill
     /// agree up to summation order.
     pub fn matvec(&self, out: &mut [f32], x: &[f32], bias: Option<&[f32]>, n: usize) {
@@ -934,6 +935,8 @@ impl Bf16Panels {
                                 _ => panel_rows_avx512::<4>(panel, xs, pairs, &mut sums),
                             }
                         }
+                        // (No other arm: `convert` makes panels only on x86-64
+                        // with AVX-512 BF16.)
                         for (r, s) in sums.iter().enumerate().take(rows) {
                             // SAFETY: row k0 + r < n, columns j0..j0 + cols < OC:
                             // inside `out`, and only this task writes them.
