@@ -92,11 +92,25 @@ pub fn to_bf16_out_in(
     release: Release<'_>,
 ) {
     assert_eq!(dst.len(), ic * oc, "to_bf16_out_in: dst must be [OC, IC]");
+    to_bf16_at(dst, src, ic, oc, layout, release, |o, i| o * ic + i);
+}
+
+/// `dst[at(o, i)]` = bf16 of element `(o, i)` of `src` for every element.
+#[inline(always)]
+fn to_bf16_at(
+    dst: &mut [u16],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    release: Release<'_>,
+    at: impl Fn(usize, usize) -> usize,
+) {
     dispatch(
         #[inline(always)]
         || {
             for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
-                dst[o * ic + i] = f32_to_bf16(v)
+                dst[at(o, i)] = f32_to_bf16(v)
             })
         },
     );
@@ -119,14 +133,9 @@ pub fn to_bf16_panels(
         super::bf16_gemm::panels_len(ic, oc),
         "to_bf16_panels: dst must hold the padded panels"
     );
-    dispatch(
-        #[inline(always)]
-        || {
-            for_each_out_in(src, ic, oc, layout, release, |o, i, v| {
-                dst[super::bf16_gemm::panel_offset(o, i, kp)] = f32_to_bf16(v)
-            })
-        },
-    );
+    to_bf16_at(dst, src, ic, oc, layout, release, |o, i| {
+        super::bf16_gemm::panel_offset(o, i, kp)
+    });
 }
 
 /// `q[OC, IC]`, `scales[OC]` = per-output-row symmetric int8 quantization of
