@@ -34,7 +34,7 @@
 use rayon::prelude::*;
 
 use super::matmul::{col_sums_into, extent};
-use super::quant::{to_bf16_panels, SourceLayout};
+use super::quant::{to_bf16_at, Release, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
@@ -777,13 +777,34 @@ pub fn matmul_backward_bf16(
 /// Where element `(o, i)` of an `[OC, IC]` weight lies in the packed panel
 /// layout of [`Bf16Panels`] (`kp` = IC rounded up to even).
 #[inline(always)]
-pub(super) fn panel_offset(o: usize, i: usize, kp: usize) -> usize {
+fn panel_offset(o: usize, i: usize, kp: usize) -> usize {
     (o / NR) * kp * NR + (i / 2) * NR * 2 + (o % NR) * 2 + (i & 1)
 }
 
 /// Elements of the panels of an `[OC, IC]` weight (padding included).
-pub(super) fn panels_len(ic: usize, oc: usize) -> usize {
+fn panels_len(ic: usize, oc: usize) -> usize {
     oc.div_ceil(NR) * (ic + (ic & 1)) * NR
+}
+
+/// `dst` = the panels of bf16(`src`) (`[IC, OC]` or `[OC, IC]` per
+/// `layout`); `dst` comes zeroed (the padding stays zero).
+fn to_bf16_panels(
+    dst: &mut [u16],
+    src: &[f32],
+    ic: usize,
+    oc: usize,
+    layout: SourceLayout,
+    release: Release<'_>,
+) {
+    let kp = ic + (ic & 1);
+    assert_eq!(
+        dst.len(),
+        panels_len(ic, oc),
+        "bf16 panels: dst must hold the padded panels"
+    );
+    to_bf16_at(dst, src, ic, oc, layout, release, |o, i| {
+        panel_offset(o, i, kp)
+    });
 }
 
 /// bf16 inference weights `W[OC, IC]` kept in the packed panel layout of

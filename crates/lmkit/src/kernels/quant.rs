@@ -2,8 +2,8 @@
 //! from f32 weights in either stored orientation into `[OC, IC]` rows (the
 //! order the portable bf16 decode kernels in [`super::matvec`] stream, and
 //! the int8 rows that [`super::int8_gemm`] packs) or, for bf16 on CPUs with
-//! AVX-512 BF16, straight into the gemm's packed panels
-//! ([`super::bf16_gemm::Bf16Panels`]).
+//! AVX-512 BF16, straight into the bf16 gemm's packed panels (`Bf16Panels`,
+//! through [`to_bf16_at`]).
 //!
 //! Shape legend: IC input channels, OC output channels.
 //!
@@ -95,9 +95,10 @@ pub fn to_bf16_out_in(
     to_bf16_at(dst, src, ic, oc, layout, release, |o, i| o * ic + i);
 }
 
-/// `dst[at(o, i)]` = bf16 of element `(o, i)` of `src` for every element.
+/// `dst[at(o, i)]` = bf16 of element `(o, i)` of `src` for every element
+/// (the bf16 gemm's panels place elements with it too).
 #[inline(always)]
-fn to_bf16_at(
+pub(super) fn to_bf16_at(
     dst: &mut [u16],
     src: &[f32],
     ic: usize,
@@ -114,28 +115,6 @@ fn to_bf16_at(
             })
         },
     );
-}
-
-/// `dst` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`) in the bf16
-/// gemm's packed panel layout ([`super::bf16_gemm::Bf16Panels`]), `kp` =
-/// IC rounded up to even; `dst` must come zeroed (the padding stays zero).
-pub fn to_bf16_panels(
-    dst: &mut [u16],
-    src: &[f32],
-    ic: usize,
-    oc: usize,
-    layout: SourceLayout,
-    release: Release<'_>,
-) {
-    let kp = ic + (ic & 1);
-    assert_eq!(
-        dst.len(),
-        super::bf16_gemm::panels_len(ic, oc),
-        "to_bf16_panels: dst must hold the padded panels"
-    );
-    to_bf16_at(dst, src, ic, oc, layout, release, |o, i| {
-        super::bf16_gemm::panel_offset(o, i, kp)
-    });
 }
 
 /// `q[OC, IC]`, `scales[OC]` = per-output-row symmetric int8 quantization of

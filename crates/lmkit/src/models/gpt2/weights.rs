@@ -190,9 +190,10 @@ impl std::fmt::Debug for Matrix {
 }
 
 impl Matrix {
-    /// Converts f32 data in `layout` order to `dtype` (bf16 or int8) as
-    /// `[OC, IC]` rows. `release(part)` is called on each part of `src` once
-    /// converted, so that mapped pages can be dropped early.
+    /// Converts f32 data in `layout` order to `dtype`: bf16 panels where the
+    /// CPU has AVX-512 BF16, else bf16 `[OC, IC]` rows; int8 packed.
+    /// `release(part)` is called on each part of `src` once converted, so
+    /// that mapped pages can be dropped early.
     pub(crate) fn quantize(
         src: &[f32],
         layout: SourceLayout,
@@ -211,25 +212,10 @@ impl Matrix {
                     SourceLayout::OutIn => Matrix::F32OutIn { w, ic, oc },
                 }
             }
-            WeightDtype::Bf16 => {
-                if let Some(p) = Bf16Panels::convert(src, ic, oc, layout, release) {
-                    return Matrix::Bf16Panels(p);
-                }
-                let mut w = crate::util::alloc::huge_zeroed::<u16>(ic * oc);
-                match layout {
-                    // Row chunks converted in parallel, each released when done.
-                    SourceLayout::OutIn => w
-                        .par_chunks_mut(rows * ic)
-                        .zip(src.par_chunks(rows * ic))
-                        .for_each(|(d, s)| {
-                            to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn, release)
-                        }),
-                    SourceLayout::InOut => {
-                        to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut, release)
-                    }
-                }
-                Matrix::Bf16 { w, ic, oc }
-            }
+            WeightDtype::Bf16 => Bf16Panels::convert(src, ic, oc, layout, release).map_or_else(
+                || Self::bf16_rows(src, layout, ic, oc, release),
+                Matrix::Bf16Panels,
+            ),
             WeightDtype::Int8 => {
                 let mut w = vec![0i8; ic * oc];
                 let mut scales = vec![0f32; oc];
@@ -262,6 +248,32 @@ impl Matrix {
                 Matrix::Int8(PackedInt8::from_rows(&w, &scales, ic, oc))
             }
         }
+    }
+
+    /// bf16 `[OC, IC]` rows: the format of CPUs without AVX-512 BF16.
+    fn bf16_rows(
+        src: &[f32],
+        layout: SourceLayout,
+        ic: usize,
+        oc: usize,
+        release: &(dyn Fn(&[f32]) + Sync),
+    ) -> Matrix {
+        let mut w = crate::util::alloc::huge_zeroed::<u16>(ic * oc);
+        match layout {
+            // Row chunks converted in parallel, each released when done.
+            SourceLayout::OutIn => {
+                let rows = chunk_rows(ic);
+                w.par_chunks_mut(rows * ic)
+                    .zip(src.par_chunks(rows * ic))
+                    .for_each(|(d, s)| {
+                        to_bf16_out_in(d, s, ic, s.len() / ic, SourceLayout::OutIn, release)
+                    })
+            }
+            SourceLayout::InOut => {
+                to_bf16_out_in(&mut w, src, ic, oc, SourceLayout::InOut, release)
+            }
+        }
+        Matrix::Bf16 { w, ic, oc }
     }
 
     pub(crate) fn ic(&self) -> usize {
@@ -490,4 +502,55 @@ pub(crate) fn prefault_mapped(data: &[f32]) {
         sum += std::hint::black_box(data[i]);
     }
     std::hint::black_box(sum);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine's two bf16 formats, panels (CPUs with AVX-512 BF16) and
+    /// rows (the others), give the same products up to summation order at
+    /// decode sizes (matvec) and prefill sizes (gemm), and the same embedding
+    /// rows, so a model answers alike on either kind of CPU. Where the CPU
+    /// lacks the kernel, only rows are made.
+    #[test]
+    fn bf16_panels_and_rows_agree() {
+        let (ic, oc) = (70, 45);
+        let w: Vec<f32> = (0..ic * oc)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0)
+            .collect();
+        let bias: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
+        for layout in [SourceLayout::InOut, SourceLayout::OutIn] {
+            let rows = Matrix::bf16_rows(&w, layout, ic, oc, &|_| {});
+            let made = Matrix::quantize(&w, layout, ic, oc, WeightDtype::Bf16, &|_| {});
+            let panels = match made {
+                Matrix::Bf16Panels(_) => made,
+                Matrix::Bf16 { .. } => {
+                    assert!(!crate::kernels::bf16_gemm::has_avx512bf16());
+                    continue;
+                }
+                other => panic!("bf16 made {other:?}"),
+            };
+            let (mut a, mut b) = (vec![0f32; ic], vec![0f32; ic]);
+            for o in [0, 31, 32, oc - 1] {
+                rows.row_into(o, &mut a);
+                panels.row_into(o, &mut b);
+                assert_eq!(a, b, "{layout:?} row {o}");
+            }
+            for n in [1, 3, MATVEC_MAX_ROWS + 1, 9] {
+                let x: Vec<f32> = (0..n * ic)
+                    .map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0)
+                    .collect();
+                let (mut want, mut got) = (vec![0f32; n * oc], vec![f32::NAN; n * oc]);
+                rows.forward(&mut want, &x, Some(&bias), n, &mut Vec::new());
+                panels.forward(&mut got, &x, Some(&bias), n, &mut Vec::new());
+                for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - r).abs() <= 1e-5 * (1.0 + r.abs()) * (ic as f32).sqrt(),
+                        "{layout:?} N {n} [{i}]: panels {g} vs rows {r}"
+                    );
+                }
+            }
+        }
+    }
 }
