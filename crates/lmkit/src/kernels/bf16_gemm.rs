@@ -34,7 +34,7 @@
 use rayon::prelude::*;
 
 use super::matmul::{col_sums_into, extent};
-use super::quant::{to_bf16_at, Release, SourceLayout};
+use super::quant::{to_bf16_at, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
@@ -786,27 +786,6 @@ fn panels_len(ic: usize, oc: usize) -> usize {
     oc.div_ceil(NR) * (ic + (ic & 1)) * NR
 }
 
-/// `dst` = the panels of bf16(`src`) (`[IC, OC]` or `[OC, IC]` per
-/// `layout`); `dst` comes zeroed (the padding stays zero).
-fn to_bf16_panels(
-    dst: &mut [u16],
-    src: &[f32],
-    ic: usize,
-    oc: usize,
-    layout: SourceLayout,
-    release: Release<'_>,
-) {
-    let kp = ic + (ic & 1);
-    assert_eq!(
-        dst.len(),
-        panels_len(ic, oc),
-        "bf16 panels: dst must hold the padded panels"
-    );
-    to_bf16_at(dst, src, ic, oc, layout, release, |o, i| {
-        panel_offset(o, i, kp)
-    });
-}
-
 /// bf16 inference weights `W[OC, IC]` kept in the packed panel layout of
 /// the gemm's right operand (`Wᵀ` as [`PackedB`]): panels of NR = 32 output
 /// channels, each `[IC/2][32][2]`. Prefill multiplies them with no repack,
@@ -843,6 +822,12 @@ impl Bf16Panels {
         }
         let kp = ic + (ic & 1);
         let mut data = crate::util::alloc::huge_zeroed::<u16>(panels_len(ic, oc));
+        // `rows` rows of the source into their (zeroed) panels; padding stays zero.
+        let fill = |d: &mut [u16], s: &[f32], rows: usize| {
+            to_bf16_at(d, s, ic, rows, layout, release, |o, i| {
+                panel_offset(o, i, kp)
+            })
+        };
         match layout {
             // Groups of whole panels (about 1 MiB of source each) converted
             // in parallel, each source part released when done.
@@ -850,9 +835,9 @@ impl Bf16Panels {
                 let panels = ((1 << 18) / (NR * ic)).max(1);
                 data.par_chunks_mut(panels * kp * NR)
                     .zip(src.par_chunks(panels * NR * ic))
-                    .for_each(|(d, s)| to_bf16_panels(d, s, ic, s.len() / ic, layout, release));
+                    .for_each(|(d, s)| fill(d, s, s.len() / ic));
             }
-            _ => to_bf16_panels(&mut data, src, ic, oc, layout, release),
+            _ => fill(&mut data, src, oc),
         }
         Some(Bf16Panels {
             ic,
