@@ -5,7 +5,16 @@ cd "$(dirname "$0")/.."
 # Disk: a one-shot run gains nothing from incremental caches (3 GB) or from
 # pip keeping PyTorch's wheels after installing them (3 GB more).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}" PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
+# LMKIT_TEST_ONE_SHOT=1 (set by .ci/run): nothing is kept after this run, so
+# build outputs are dropped once their last use is behind.
+one_shot="${LMKIT_TEST_ONE_SHOT:-0}"
+disk() { [ "$one_shot" = 1 ] && echo "test.sh: disk before $1: $(df -h . | awk 'NR==2 {print $4}') free" >&2 || true; }
+disk "the assets"
 scripts/fetch-assets.sh
+# The full-size (124M GPT-2, BERT-base) assets and their PyTorch venv (~6 GB,
+# PyPI's torch brings its CUDA libraries) first, while the disk holds no build:
+# the install's downloads and unpacking need ~3 GB more for a moment.
+scripts/fetch-big-assets.sh
 # Imports inside the library point down the layers (docs/architecture.md).
 python3 scripts/check_layers.py --self-test
 python3 scripts/check_layers.py
@@ -34,12 +43,14 @@ cargo test -p lmkit-cli --features mpi --locked --test mpi_cli
 # Every parser of a user's file, fuzzed for a few seconds each (seeded,
 # from the committed corpora; cargo-fuzz on the nightly toolchain).
 scripts/fuzz.sh 5
+[ "$one_shot" = 1 ] && rm -rf fuzz/target
 
 # `lmkit serve` driven by the official OpenAI Python client, unchanged
 # (target/debug/lmkit is the binary the cargo test run above built).
 python3 -m venv assets/.venv-openai
 assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
+[ "$one_shot" = 1 ] && rm -rf assets/.venv-openai
 
 # The Python package: the wheel (maturin, the dev profile this run built)
 # installed into a venv with the light peers its tests compare against
@@ -61,8 +72,8 @@ python3 scripts/check_readme.py --lmkit target/debug/lmkit
 python3 scripts/check_overlap.py target/debug/lmkit
 
 # The full-size (124M GPT-2, BERT-base) parity tests: #[ignore]d unless
-# assets/big exists, so build it (PyTorch from PyPI, a few minutes) and run them.
-scripts/fetch-big-assets.sh
+# assets/big exists (built at the top) and run here.
+disk "the full-size tests"
 cargo test --workspace --locked --test gpt2_infer --test bert_fixtures -- --ignored
 
 # A random-init GPT-2 fine-tuned end to end on real text: as a classifier (about
