@@ -190,7 +190,7 @@ fn matmuls(c: &mut Criterion) {
         if let Some(panels) = kernels::Bf16Panels::convert(&w, cc, oc, src, &|_| {}) {
             bench(
                 &mut g,
-                &format!("matmul_bf16_panels_{n}x{cc}x{oc}"),
+                &format!("matmul_bf16_panels_{tag}"),
                 Unit::Flops(flops),
                 || {
                     panels.matmul(&mut out, &inp, n);
@@ -220,7 +220,7 @@ fn matmuls(c: &mut Criterion) {
         for w8 in [&w8, &portable] {
             bench(
                 &mut g,
-                &format!("matvec_int8_1x{cc}x{oc}_{:?}", w8.kernel()),
+                &format!("matvec_int8_1x{cc}x{oc}_{layout:?}_{:?}", w8.kernel()),
                 Unit::Bytes((cc * oc) as u64),
                 || {
                     w8.forward(&mut out[..oc], &inp[..cc], Some(&bias), 1);
@@ -264,6 +264,36 @@ fn matmuls(c: &mut Criterion) {
                 black_box(&dw);
             },
         );
+    }
+    // A few short texts through BERT (16 rows): `nn.Linear`'s `[OC, IC]` the
+    // gemm repacks on every call; the inference copy transposed once at load
+    // (`quant::to_f32_in_out`, benched too) it multiplies in place.
+    for &(n, cc, oc) in &[(16, 384, 1536), (16, 1536, 384), (128, 768, 3072)] {
+        let inp = data(n * cc, 9, 1.0);
+        let w = data(cc * oc, 10, 0.02);
+        let bias = data(oc, 11, 0.1);
+        let mut out = vec![0.0; n * oc];
+        let mut wt = vec![0.0; cc * oc];
+        bench(
+            &mut g,
+            &format!("f32_in_out_copy_{cc}x{oc}"),
+            Unit::Bytes(8 * (cc * oc) as u64),
+            || {
+                lmkit::kernels::quant::to_f32_in_out(&mut wt, &w, cc, oc);
+                black_box(&wt);
+            },
+        );
+        for (layout, weight) in [(WeightLayout::OutIn, &w), (WeightLayout::InOut, &wt)] {
+            bench(
+                &mut g,
+                &format!("matmul_fwd_{n}x{cc}x{oc}_{layout:?}"),
+                Unit::Flops(2 * (n * cc * oc) as u64),
+                || {
+                    kernels::matmul_forward(&mut out, &inp, weight, Some(&bias), n, cc, oc, layout);
+                    black_box(&out);
+                },
+            );
+        }
     }
     g.finish();
 }
