@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use lmkit::kernels::AdamW;
 use lmkit::models::bert::{Bert, BertBatch};
 use lmkit::models::bert::{BertTargets, BertTrainBatch, BertTrainer};
+use lmkit::models::gpt2::WeightDtype;
 
 #[path = "support/streamed.rs"]
 mod streamed;
@@ -468,4 +469,34 @@ fn bf16_loss_and_gradients_follow_f32() {
         sb.loss,
         sf.loss
     );
+}
+
+/// A model packed for f32 inference (`set_dtype(F32)`: the encoder's
+/// matrices transposed into a copy) trains on its parameters: the copy is
+/// dropped when the trainer takes the model, so once the parameters change
+/// the loss follows them.
+#[test]
+fn training_drops_the_inference_copy() {
+    let case = "bert-tiny-classify";
+    let r = Reference::load(case);
+    let tb = BertTrainBatch {
+        batch: r.batch(),
+        targets: targets(case, &r),
+    };
+    let mut packed = Bert::from_dir(fixture(case)).unwrap();
+    packed.set_dtype(WeightDtype::F32).unwrap();
+    let mut a = BertTrainer::new(packed).unwrap();
+    let mut b = BertTrainer::new(Bert::from_dir(fixture(case)).unwrap()).unwrap();
+    let before = b.forward_backward(&tb, 1.0).unwrap().loss;
+    for tr in [&mut a, &mut b] {
+        for p in tr.model.params.iter_mut() {
+            *p *= 0.5;
+        }
+    }
+    let (la, lb) = (
+        a.forward_backward(&tb, 1.0).unwrap().loss,
+        b.forward_backward(&tb, 1.0).unwrap().loss,
+    );
+    assert!((lb - before).abs() > 1e-3, "the change moves the loss");
+    assert_eq!(la, lb);
 }

@@ -82,6 +82,46 @@ fn for_each_out_in(
     }
 }
 
+/// `dst[IC, OC]` = `src[OC, IC]` transposed: f32 weights in the orientation
+/// the `gemm` crate multiplies in place (`[OC, IC]` it repacks on every
+/// call, which is most of a small batch's time).
+pub fn to_f32_in_out(dst: &mut [f32], src: &[f32], ic: usize, oc: usize) {
+    use rayon::prelude::*;
+    assert_eq!(src.len(), ic * oc, "to_f32_in_out: source must be [OC, IC]");
+    assert_eq!(dst.len(), ic * oc, "to_f32_in_out: dst must be [IC, OC]");
+    if oc == 0 {
+        return;
+    }
+    // Bands of TILE destination rows in parallel, each in TILE×TILE tiles
+    // through a local block: every source and destination line is read or
+    // written whole at once, so the lines a tile touches (a whole row of
+    // wide matrices apart, the same L1 set) need not stay cached together.
+    dst.par_chunks_mut(TILE * oc)
+        .enumerate()
+        .for_each(|(b, band)| {
+            let (i0, rows) = (b * TILE, band.len() / oc);
+            let mut tile = [[0f32; TILE]; TILE];
+            for o0 in (0..oc).step_by(TILE) {
+                let cols = TILE.min(oc - o0);
+                for (o, t) in tile.iter_mut().enumerate().take(cols) {
+                    let at = (o0 + o) * ic + i0;
+                    if rows == TILE {
+                        // A fixed length: vector moves, not a memcpy call.
+                        *t = src[at..at + TILE].try_into().expect("TILE elements");
+                    } else {
+                        t[..rows].copy_from_slice(&src[at..at + rows]);
+                    }
+                }
+                for r in 0..rows {
+                    let out = &mut band[r * oc + o0..r * oc + o0 + cols];
+                    for (o, v) in out.iter_mut().enumerate() {
+                        *v = tile[o][r];
+                    }
+                }
+            }
+        });
+}
+
 /// `dst[OC, IC]` = bf16 of `src` (`[IC, OC]` or `[OC, IC]` per `layout`).
 pub fn to_bf16_out_in(
     dst: &mut [u16],
@@ -229,6 +269,21 @@ mod tests {
                     (want - got).abs() <= scales[o] / 2.0 + 1e-6,
                     "({i},{o}): {want} vs {got}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn f32_in_out_is_the_transpose() {
+        // Partial bands (IC not a multiple of TILE), one row, one column, empty.
+        for (ic, oc) in [(37, 21), (16, 3), (1, 5), (5, 1), (0, 4), (4, 0)] {
+            let src: Vec<f32> = (0..ic * oc).map(|v| v as f32 * 0.25 - 3.0).collect();
+            let mut dst = vec![f32::NAN; ic * oc];
+            to_f32_in_out(&mut dst, &src, ic, oc);
+            for o in 0..oc {
+                for i in 0..ic {
+                    assert_eq!(dst[i * oc + o], src[o * ic + i], "({ic},{oc}): ({o},{i})");
+                }
             }
         }
     }

@@ -273,13 +273,16 @@ fn qa_targets(pos: &[i32], t: usize) -> Vec<i32> {
 }
 
 impl BertTrainer {
-    pub fn new(model: Bert) -> Result<BertTrainer> {
+    pub fn new(mut model: Bert) -> Result<BertTrainer> {
         if model.dtype() != WeightDtype::F32 {
             return Err(Error::InvalidInput(format!(
                 "training needs the f32 weights: the model runs {} (set its dtype to f32 first)",
                 model.dtype()
             )));
         }
+        // Training multiplies the parameters themselves (an inference copy
+        // would go stale at the first step).
+        model.drop_packed();
         let grads = model.layout.zeros();
         Ok(BertTrainer {
             model,
@@ -839,7 +842,7 @@ impl Trainable for BertTrainer {
     /// The caller may change the weights: the bf16 copy is packed again
     /// at the next forward.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
-        self.model.unpack_bf16();
+        self.model.drop_packed();
         (&mut self.model.params, &mut self.grads)
     }
 
@@ -914,7 +917,7 @@ impl Trainable for BertTrainer {
     /// attention, the heads and the loss stay f32.
     fn set_precision(&mut self, precision: Precision) -> Result<()> {
         self.precision = precision;
-        self.model.unpack_bf16();
+        self.model.drop_packed();
         Ok(())
     }
 
