@@ -178,9 +178,6 @@ fn matmuls(c: &mut Criterion) {
                 black_box(&dw);
             },
         );
-        // The same products with bf16 operands and f32 sums (mixed-precision
-        // training): the weight packed once, as per optimizer step.
-        let pw = kernels::Bf16Weight::pack(&w, cc, oc, layout);
         // The inference engines' bf16 prefill: weights stored once in the
         // packed panel layout (no per-call repack), activations rounded.
         let src = match layout {
@@ -188,12 +185,24 @@ fn matmuls(c: &mut Criterion) {
             WeightLayout::OutIn => lmkit::kernels::quant::SourceLayout::OutIn,
         };
         if let Some(panels) = kernels::Bf16Panels::convert(&w, cc, oc, src, &|_| {}) {
+            // Both routes `matmul` chooses between: the bf16 gemm, and bands
+            // widened to f32 for the f32 gemm (CPUs whose bf16 dot product is
+            // slower than their FMAs).
             bench(
                 &mut g,
                 &format!("matmul_bf16_panels_{tag}"),
                 Unit::Flops(flops),
                 || {
-                    panels.matmul(&mut out, &inp, n);
+                    panels.matmul_packed(&mut out, &inp, n);
+                    black_box(&out);
+                },
+            );
+            bench(
+                &mut g,
+                &format!("matmul_bf16_panels_widened_{tag}"),
+                Unit::Flops(flops),
+                || {
+                    panels.matmul_widened(&mut out, &inp, n);
                     black_box(&out);
                 },
             );
@@ -232,38 +241,48 @@ fn matmuls(c: &mut Criterion) {
         // optimizer step per weight.
         bench(
             &mut g,
-            &format!("bf16_pack_weight_{tag}"),
+            &format!("bf16_pack_weight_{tag}_{:?}", kernels::Bf16Kernel::detect()),
             Unit::Bytes(8 * (cc * oc) as u64),
             || {
                 black_box(kernels::Bf16Weight::pack(&w, cc, oc, layout));
             },
         );
-        bench(
-            &mut g,
-            &format!("matmul_bf16_fwd_{tag}"),
-            Unit::Flops(flops),
-            || {
-                kernels::matmul_forward_bf16(&mut out, &inp, &pw, Some(&bias), n);
-                black_box(&out);
-            },
-        );
-        bench(
-            &mut g,
-            &format!("matmul_bf16_bwd_{tag}"),
-            Unit::Flops(2 * flops),
-            || {
-                kernels::matmul_backward_bf16(
-                    Some(&mut dinp),
-                    Some(&mut dw),
-                    Some(&mut db),
-                    &dout,
-                    &inp,
-                    &pw,
-                    n,
-                );
-                black_box(&dw);
-            },
-        );
+        // The same products with bf16 operands and f32 sums (mixed-precision
+        // training), the weight packed once (as per optimizer step), on every
+        // kernel this CPU runs, whichever `detect` picks.
+        let mut bf16_kernels = vec![kernels::Bf16Kernel::Portable];
+        if kernels::bf16_gemm::has_avx512bf16() {
+            bf16_kernels.push(kernels::Bf16Kernel::Avx512);
+        }
+        for kernel in bf16_kernels {
+            let pw = kernels::Bf16Weight::pack_with(&w, cc, oc, layout, kernel, true);
+            bench(
+                &mut g,
+                &format!("matmul_bf16_fwd_{tag}_{kernel:?}"),
+                Unit::Flops(flops),
+                || {
+                    kernels::matmul_forward_bf16(&mut out, &inp, &pw, Some(&bias), n);
+                    black_box(&out);
+                },
+            );
+            bench(
+                &mut g,
+                &format!("matmul_bf16_bwd_{tag}_{kernel:?}"),
+                Unit::Flops(2 * flops),
+                || {
+                    kernels::matmul_backward_bf16(
+                        Some(&mut dinp),
+                        Some(&mut dw),
+                        Some(&mut db),
+                        &dout,
+                        &inp,
+                        &pw,
+                        n,
+                    );
+                    black_box(&dw);
+                },
+            );
+        }
     }
     // A few short texts through BERT (16 rows): `nn.Linear`'s `[OC, IC]` the
     // gemm repacks on every call; the inference copy transposed once at load

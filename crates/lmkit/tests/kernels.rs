@@ -1096,10 +1096,11 @@ fn kernels_are_deterministic() {
 
 // ---- bf16 matmuls with f32 accumulation (mixed-precision training) ----
 
-/// Every bf16 kernel this CPU runs: the portable one, and AVX-512 BF16 where present.
+/// Every bf16 kernel this CPU runs: the portable one, and AVX-512 BF16 where
+/// present (even where `detect` prefers the portable one as faster).
 fn bf16_kernels() -> Vec<kernels::Bf16Kernel> {
     let mut k = vec![kernels::Bf16Kernel::Portable];
-    if kernels::Bf16Kernel::detect() == kernels::Bf16Kernel::Avx512 {
+    if kernels::bf16_gemm::has_avx512bf16() {
         k.push(kernels::Bf16Kernel::Avx512);
     }
     k
@@ -1270,7 +1271,8 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
 /// The engines' bf16 weights, kept in the gemm's packed panels: prefill's
 /// matmul and decode's matvec (row groups of 1-4 and beyond, with a bias)
 /// against the f64 product of the rounded operands, converted from either
-/// orientation, with odd IC and a partial last panel; the matvec is
+/// orientation, with odd IC and a partial last panel (the matmul on both
+/// routes: the bf16 gemm, and bands widened to f32); the matvec is
 /// bit-identical on 1 and 2 threads. Where the CPU lacks AVX-512 BF16 no
 /// panels are made (the engine keeps bf16 rows instead).
 #[test]
@@ -1286,6 +1288,8 @@ fn bf16_panels_match_rounded_product() {
         (4, 64, 96),
         (5, 1100, 40),
         (29, 3, 100),
+        // Odd IC over two bands of the widened route, the last panel partial.
+        (3, 1101, 1000),
     ] {
         let x = rng.vec(n * ic, 1.0);
         let w = rng.vec(oc * ic, 0.3);
@@ -1304,9 +1308,13 @@ fn bf16_panels_match_rounded_product() {
                 continue;
             };
             assert_eq!(p.shape(), (ic, oc));
+            // Both gemm routes, whichever `matmul` takes on this CPU.
             let mut out = vec![f32::NAN; n * oc];
-            p.matmul(&mut out, &x, n);
+            p.matmul_packed(&mut out, &x, n);
             assert_within(&format!("{what} matmul"), &out, &want, &mag, 1e-5);
+            let mut out = vec![f32::NAN; n * oc];
+            p.matmul_widened(&mut out, &x, n);
+            assert_within(&format!("{what} matmul widened"), &out, &want, &mag, 1e-5);
             let matvec = |threads| {
                 with_threads(threads, || {
                     let mut out = vec![f32::NAN; n * oc];

@@ -65,6 +65,74 @@ pub fn has_avx512bf16() -> bool {
     }
 }
 
+/// Whether this CPU's `vdpbf16ps` outruns its f32 FMAs by enough to pay
+/// for the bf16 gemm: measured once per process (under a millisecond).
+///
+/// The instruction does two multiply-adds per lane, but not every CPU with
+/// it issues it as fast as an FMA: Zen 4 and Zen 5 do (twice the f32 FLOP
+/// rate), Intel's Xeons (Cooper Lake to Emerald Rapids, without AMX) issue
+/// one every two cycles on one port against two FMAs a cycle: half the f32
+/// rate. There the bf16 products go through f32 FMAs on bf16-rounded
+/// operands instead ([`Bf16Kernel::Portable`], [`Bf16Panels::matmul`]),
+/// the same numbers up to summation order.
+pub fn bf16_dot_is_fast() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512bf16() {
+            // SAFETY: the features were detected.
+            let (dot, fma) = unsafe { dot_and_fma_flops() };
+            return dot > DOT_OVER_FMA_MIN * fma;
+        }
+        false
+    })
+}
+
+/// The bf16 dot's FLOP rate over the f32 FMA's above which the bf16 gemm
+/// runs: 2 where both issue at the same rate, 0.5 on the Xeons above; the
+/// bf16 kernel also packs its left operand, so a tie goes to f32.
+const DOT_OVER_FMA_MIN: f64 = 1.2;
+
+/// FLOPs per second of `vdpbf16ps` and of `vfmadd231ps` (512-bit) on the
+/// calling thread, each the best of a few short runs with 12 independent
+/// accumulators (more than latency × ports on any current core).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dot_and_fma_flops() -> (f64, f64) {
+    use std::arch::x86_64::*;
+    use std::hint::black_box;
+    const STEPS: u32 = 2048;
+    let b: __m512 = black_box(_mm512_set1_ps(0.999));
+    let bh: __m512bh = std::mem::transmute(black_box(_mm512_set1_epi32(0x3f80_3f7f)));
+    let (mut dot, mut fma) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..5 {
+        let mut acc = [_mm512_setzero_ps(); 12];
+        let t = std::time::Instant::now();
+        for _ in 0..STEPS {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbf16_ps(*a, bh, bh);
+            }
+        }
+        black_box(acc);
+        dot = dot.min(t.elapsed().as_secs_f64());
+        let mut acc = [_mm512_setzero_ps(); 12];
+        let t = std::time::Instant::now();
+        for _ in 0..STEPS {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(b, b, *a);
+            }
+        }
+        black_box(acc);
+        fma = fma.min(t.elapsed().as_secs_f64());
+    }
+    // Per instruction: 16 lanes × 2 products × 2 FLOPs, and 16 × 2.
+    let n = f64::from(STEPS) * 12.0;
+    (n * 64.0 / dot.max(1e-9), n * 32.0 / fma.max(1e-9))
+}
+
 /// `M×K` f32 elements at `data[r·rs + c·cs]`.
 #[derive(Clone, Copy)]
 struct Src<'a> {
@@ -525,14 +593,20 @@ unsafe fn convert_row_avx512(dst: &mut [u16], src: &[f32]) {
 /// and of any product that must equal the bf16 gemm's up to summation order.
 pub fn rounded(x: &[f32]) -> Vec<f32> {
     let mut out = vec![0.0f32; x.len()];
-    out.par_chunks_mut(1 << 14)
-        .zip(x.par_chunks(1 << 14))
+    round_into(&mut out, x);
+    out
+}
+
+/// `dst = `[`rounded`]`(src)`, into a buffer the caller has.
+fn round_into(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "round_into: lengths differ");
+    dst.par_chunks_mut(1 << 14)
+        .zip(src.par_chunks(1 << 14))
         .for_each(|(d, s)| {
             for (d, &s) in d.iter_mut().zip(s) {
                 *d = bf16_to_f32(f32_to_bf16(s));
             }
         });
-    out
 }
 
 /// Which implementation a [`Bf16Weight`] runs.
@@ -546,9 +620,10 @@ pub enum Bf16Kernel {
 }
 
 impl Bf16Kernel {
-    /// The fastest this CPU has.
+    /// The fastest this CPU has: the AVX-512 BF16 kernel where its dot
+    /// product outruns f32 FMAs ([`bf16_dot_is_fast`]).
     pub fn detect() -> Bf16Kernel {
-        if has_avx512bf16() {
+        if bf16_dot_is_fast() {
             Bf16Kernel::Avx512
         } else {
             Bf16Kernel::Portable
@@ -649,9 +724,12 @@ pub fn matmul_forward_bf16(
     assert_eq!(out.len(), n * oc, "matmul_forward_bf16: out must be [N,OC]");
     assert_eq!(inp.len(), n * c, "matmul_forward_bf16: inp must be [N,C]");
     match &w.packed {
-        Packed::Portable(wr) => {
-            matmul_forward(out, &rounded(inp), wr, bias, n, c, oc, w.layout);
-        }
+        // The rounded operands in a reused buffer: a fresh one per product
+        // costs its page faults (and unmapping) every time.
+        Packed::Portable(wr) => super::with_scratch(inp.len(), |xr| {
+            round_into(xr, inp);
+            matmul_forward(out, xr, wr, bias, n, c, oc, w.layout);
+        }),
         #[cfg(target_arch = "x86_64")]
         Packed::Avx512 { fwd, .. } => {
             if let Some(b) = bias {
@@ -706,10 +784,12 @@ pub fn matmul_backward_bf16(
         col_sums_into(db, dout, n, oc);
     }
     match &w.packed {
-        Packed::Portable(wr) => {
-            let (dout_r, inp_r) = rayon::join(|| rounded(dout), || rounded(inp));
-            matmul_backward(dinp, dweight, None, &dout_r, &inp_r, wr, n, c, oc, layout);
-        }
+        Packed::Portable(wr) => super::with_scratch(dout.len() + inp.len(), |s| {
+            let (dout_r, inp_r) = s.split_at_mut(dout.len());
+            round_into(dout_r, dout);
+            round_into(inp_r, inp);
+            matmul_backward(dinp, dweight, None, dout_r, inp_r, wr, n, c, oc, layout);
+        }),
         #[cfg(target_arch = "x86_64")]
         Packed::Avx512 { bwd, .. } => {
             let input_grad = || {
@@ -863,8 +943,19 @@ impl Bf16Panels {
         }
     }
 
-    /// `out[N, OC] = bf16(x[N, IC])·Wᵀ`, summed in f32; no bias.
+    /// `out[N, OC] = bf16(x[N, IC])·Wᵀ`, summed in f32; no bias: through the
+    /// bf16 gemm ([`Self::matmul_packed`]) where [`bf16_dot_is_fast`], else
+    /// through f32 FMAs ([`Self::matmul_widened`]).
     pub fn matmul(&self, out: &mut [f32], x: &[f32], n: usize) {
+        if bf16_dot_is_fast() {
+            self.matmul_packed(out, x, n)
+        } else {
+            self.matmul_widened(out, x, n)
+        }
+    }
+
+    /// [`Self::matmul`] through the AVX-512 BF16 gemm, whatever its speed.
+    pub fn matmul_packed(&self, out: &mut [f32], x: &[f32], n: usize) {
         let (ic, oc) = self.shape();
         assert_eq!(out.len(), n * oc, "Bf16Panels::matmul: out must be [N,OC]");
         assert_eq!(x.len(), n * ic, "Bf16Panels::matmul: x must be [N,IC]");
@@ -884,6 +975,69 @@ impl Bf16Panels {
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("Bf16Panels are x86-64 only");
+    }
+
+    /// [`Self::matmul`] through the f32 gemm, for CPUs whose bf16 dot product
+    /// is slower than their FMAs: bands of whole panels (about 4 MiB of f32,
+    /// cache-sized) widened to `[IC, cols]` rows, which the f32 gemm reads in
+    /// place. The weights stay bf16 in memory; the products are those of
+    /// the bf16 gemm (bf16 operands are exact in f32) up to summation order.
+    pub fn matmul_widened(&self, out: &mut [f32], x: &[f32], n: usize) {
+        use super::gemm::{gemm_f32, MatMut, MatRef};
+        let (ic, oc) = self.shape();
+        assert_eq!(out.len(), n * oc, "Bf16Panels::matmul: out must be [N,OC]");
+        assert_eq!(x.len(), n * ic, "Bf16Panels::matmul: x must be [N,IC]");
+        if n == 0 || oc == 0 {
+            return;
+        }
+        let panels = oc.div_ceil(NR);
+        let band_panels = ((1 << 20) / (ic.max(1) * NR)).clamp(1, panels);
+        super::with_scratch(n * ic + ic * band_panels * NR, |s| {
+            let (xr, band) = s.split_at_mut(n * ic);
+            round_into(xr, x);
+            for p0 in (0..panels).step_by(band_panels) {
+                let p1 = (p0 + band_panels).min(panels);
+                let (j0, cols) = (p0 * NR, (p1 * NR).min(oc) - p0 * NR);
+                let band = &mut band[..ic * cols];
+                self.widen_panels(p0, cols, band);
+                gemm_f32(
+                    MatMut::strided(&mut out[j0..], n, cols, oc as isize, 1),
+                    MatRef::row_major(xr, n, ic),
+                    MatRef::row_major(band, ic, cols),
+                );
+            }
+        });
+    }
+
+    /// `band[IC, cols]` = columns `p0·NR .. p0·NR + cols` of `Wᵀ` in f32,
+    /// row-major: K pairs of panels `p0..` split into two rows each.
+    fn widen_panels(&self, p0: usize, cols: usize, band: &mut [f32]) {
+        let (ic, kp) = (self.ic, self.b.kp);
+        debug_assert_eq!(band.len(), ic * cols);
+        // 16 K pairs (32 rows) per task.
+        const PAIRS: usize = 16;
+        band.par_chunks_mut(2 * PAIRS * cols)
+            .enumerate()
+            .for_each(|(t, rows)| {
+                for (qi, two) in rows.chunks_mut(2 * cols).enumerate() {
+                    let q = t * PAIRS + qi;
+                    let (r0, r1) = two.split_at_mut(cols.min(two.len()));
+                    for (pi, j) in (0..cols).step_by(NR).enumerate() {
+                        let c = NR.min(cols - j);
+                        let at = (p0 + pi) * kp * NR + q * NR * 2;
+                        let src = &self.b.data[at..at + 2 * c];
+                        for (jj, pair) in src.chunks_exact(2).enumerate() {
+                            r0[j + jj] = bf16_to_f32(pair[0]);
+                        }
+                        // The odd row of an odd IC is padding: absent from `band`.
+                        if !r1.is_empty() {
+                            for (jj, pair) in src.chunks_exact(2).enumerate() {
+                                r1[j + jj] = bf16_to_f32(pair[1]);
+                            }
+                        }
+                    }
+                }
+            });
     }
 
     /// `out[N, OC] = bf16(x[N, IC])·Wᵀ + bias` for a few rows (decode): each

@@ -704,8 +704,8 @@ pub fn run_bert_pretraining_on(
             run.max_steps,
             if run.whole_word_masking { ", whole-word masking" } else { "" },
             match run.dtype {
-                Precision::F32 => "",
-                Precision::Bf16 => " | bf16 matmuls (f32 weights, sums, optimizer)",
+                Precision::F32 => String::new(),
+                d => format!(" | {}", d.describe()),
             }
         ),
         start_step,

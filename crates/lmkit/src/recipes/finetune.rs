@@ -976,8 +976,7 @@ fn run_loop<'a, M: Trainable>(
         None
     };
     if opts.dtype == Precision::Bf16 {
-        job.notes
-            .push("bf16 matmuls (f32 weights, sums and optimizer state)".into());
+        job.notes.push(Precision::Bf16.describe().into());
     }
     if comm.world_size() > 1 {
         job.notes.push(format!(

@@ -424,8 +424,8 @@ pub(crate) fn run(
             grad_accum,
             max_steps,
             match dtype {
-                Precision::F32 => "",
-                Precision::Bf16 => " | bf16 matmuls (f32 weights, sums, optimizer)",
+                Precision::F32 => String::new(),
+                d => format!(" | {}", d.describe()),
             }
         ),
         start_step,

@@ -39,6 +39,23 @@ impl Precision {
             Precision::Bf16 => "bf16",
         }
     }
+
+    /// A training run's matmuls in words ("" for f32), for its start line:
+    /// bf16 also says where this CPU's bf16 dot product is slower than its
+    /// f32 FMAs ([`crate::kernels::bf16_gemm::bf16_dot_is_fast`]), so that
+    /// the products run as f32 FMAs and bf16 is no faster than f32.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Precision::F32 => "",
+            Precision::Bf16 if crate::kernels::bf16_gemm::bf16_dot_is_fast() => {
+                "bf16 matmuls (f32 weights, sums, optimizer)"
+            }
+            Precision::Bf16 => {
+                "bf16 matmuls (f32 weights, sums, optimizer) as f32 FMAs: this CPU's \
+                 bf16 dot product is slower than them, so bf16 is no faster than f32 here"
+            }
+        }
+    }
 }
 
 impl std::str::FromStr for Precision {
