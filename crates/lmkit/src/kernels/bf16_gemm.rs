@@ -4,9 +4,11 @@
 //! Operands are rounded to bf16 (round to nearest even, as torch's
 //! `.to(torch.bfloat16)`); products of bf16 pairs are summed in f32 and the
 //! results stay f32 (AVX-512 BF16 `vdpbf16ps`: two multiply-adds per lane
-//! per instruction, twice the f32 FMA rate). Where the CPU lacks AVX-512
-//! BF16, the same rounded operands go through the f32 `gemm` path: the same
-//! numbers up to summation order, so every test runs on every machine.
+//! per instruction, twice the f32 FMA rate where it issues as fast as an
+//! FMA). Where the CPU lacks AVX-512 BF16, or its `vdpbf16ps` is slower
+//! than f32 FMAs ([`bf16_dot_is_fast`]), the same rounded operands go
+//! through the f32 `gemm` path: the same numbers up to summation order, so
+//! every test runs on every machine.
 //!
 //! Shape legend: N rows (B·T), C input channels, OC output channels; in the
 //! general product `C[M,N'] (+)= A[M,K]·B[K,N']`; MR×NR the register tile
