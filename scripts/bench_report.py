@@ -9,7 +9,8 @@ reaches, then the same-run values behind the ratios.
         [--out docs/benchmarks.md] [--failed NAME ...] [--note TEXT] BENCH.json ...
 
 Fraction of the limit: a figure with FLOPs per item reaches rate × FLOPs GFLOP/s,
-shown as a share of the probed gemm peak of its dtype at its thread count; one with
+shown as a share of the probed gemm peak of its dtype at its thread count (for bf16,
+the f32 peak where that is higher: a bf16 product can run as f32 FMAs); one with
 bytes per item reaches rate × bytes GB/s, a share of the probed read bandwidth.
 Int8 work has no probed peak (no int8 gemm probe), so its FLOP share is left out.
 With several probe files the best value of each limit is used (a probe on a loaded
@@ -78,9 +79,16 @@ def fraction(limits, rate, dtype, threads, flops, nbytes):
         return None, ""
     if flops:
         peak, t = nearest(limits["gemm"].get(dtype, {}), threads)
+        name = dtype
+        if dtype == "bf16":
+            # A bf16 product can run as f32 FMAs on the rounded operands (lmkit does where
+            # the CPU's bf16 dot is slower than its FMAs): its limit is the faster of the two.
+            p32, t32 = nearest(limits["gemm"].get("f32", {}), threads)
+            if p32 is not None and (peak is None or p32 > peak):
+                peak, t, name = p32, t32, "f32 (above bf16's)"
         if peak is None:
             return None, f"no {dtype} gemm probe"
-        return rate * flops / 1e9 / peak, f"{dtype} gemm peak, {t} thr"
+        return rate * flops / 1e9 / peak, f"{name} gemm peak, {t} thr"
     if nbytes:
         peak, t = nearest(limits["read"], threads)
         if peak is None:
@@ -165,7 +173,8 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
     lines += ["", "## Ratios", "",
               "lmkit / peer in the row's unit: above 1 is lmkit ahead for rates, below 1 for peak RSS and",
               "start-up time. \"% of limit\": the rate times the work per item (FLOPs or bytes read), over the",
-              "probed gemm peak of the row's dtype or the probed read bandwidth, on the row's thread count.",
+              "probed gemm peak of the row's dtype (bf16: or f32's where higher, as a bf16 product can run",
+              "as f32 FMAs) or the probed read bandwidth, on the row's thread count.",
               "",
               "| what | thr | peer | lmkit / peer | lmkit % of limit | peer % of limit | limit |",
               "|---|---|---|---|---|---|---|"]
@@ -261,6 +270,10 @@ def self_test():
     }
     for key, tail in expect.items():
         assert key in rows and rows[key].endswith(tail), (key, rows.get(key), tail)
+    # Where the bf16 probe is below the f32 one, bf16 work counts against the f32 peak.
+    slow_bf16 = {"gemm": {"f32": {2: 100.0}, "bf16": {2: 50.0}}, "read": {2: 40.0}}
+    assert fraction(slow_bf16, 500.0, "bf16", 2, 1e8, None) == (0.5, "f32 (above bf16's) gemm peak, 2 thr")
+    assert fraction(limits, 500.0, "bf16", 2, 1e8, None) == (0.25, "bf16 gemm peak, 2 thr")
     assert "serve: did not finish" in text and "- command: `scripts/bench.sh`" in text
     loaded = render([dict(docs[0], loadavg=10.0 * (os.cpu_count() or 1))], limits, "x", 2, [], [], 2)
     assert "shared and loaded" in loaded and "shared and loaded" not in text
