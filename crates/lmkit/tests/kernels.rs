@@ -1258,6 +1258,37 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
                 assert_close(&format!("{what} dbias"), &db, &db_want, 1e-5, 1e-5);
                 outs.push((out, dinp, dw));
             }
+            // A portable weight packed for inference only (an `[OC,C]` one is
+            // kept transposed): the same products, the weight gradient still
+            // in W's layout.
+            let pi = kernels::Bf16Weight::pack_with(
+                &w,
+                c,
+                oc,
+                layout,
+                kernels::Bf16Kernel::Portable,
+                false,
+            );
+            let mut out = vec![f32::NAN; n * oc];
+            kernels::matmul_forward_bf16(&mut out, &inp, &pi, Some(&bias), n);
+            let (mut dinp, mut dw) = (dinp0.clone(), dw0.clone());
+            kernels::matmul_backward_bf16(
+                Some(&mut dinp),
+                Some(&mut dw),
+                None,
+                &dout,
+                &inp,
+                &pi,
+                n,
+            );
+            for (name, got, (want, mag)) in [
+                ("forward", &out, &rounded_refs.0),
+                ("dinp", &dinp, &rounded_refs.1),
+                ("dweight", &dw, &rounded_refs.2),
+            ] {
+                let what = format!("{n}x{c}x{oc} {layout:?} inference-only portable {name}");
+                assert_within(&what, got, want, mag, F32_ACC);
+            }
             // The AVX-512 kernel agrees with the portable one (summation order aside).
             if let [(o0, x0, w0), (o1, x1, w1)] = &outs[..] {
                 assert_close("avx512 vs portable forward", o1, o0, 1e-5, 1e-5);

@@ -639,8 +639,10 @@ enum Packed {
     /// `[OC,C]` right operand of `dX = dY·Wᵀ` (absent when packed for
     /// inference only).
     Avx512 { fwd: PackedB, bwd: Option<PackedB> },
-    /// W rounded to bf16, in f32, in its own layout.
-    Portable(Vec<f32>),
+    /// W rounded to bf16, in f32, in `layout`: W's own, or `[C,OC]` for an
+    /// inference-only `[OC,C]` weight (the f32 gemm multiplies `[C,OC]` in
+    /// place but repacks `[OC,C]` on every call, most of a small batch's time).
+    Portable { w: Vec<f32>, layout: WeightLayout },
 }
 
 /// A weight `W` (`[C,OC]` Conv1D or `[OC,C]` `nn.Linear`, [`WeightLayout`])
@@ -690,7 +692,19 @@ impl Bf16Weight {
                     bwd: backward.then(|| PackedB::pack(view(as_oc_c), oc, c)),
                 }
             }
-            Bf16Kernel::Portable => Packed::Portable(rounded(weight)),
+            Bf16Kernel::Portable => {
+                let w = rounded(weight);
+                if !backward && layout == WeightLayout::OutIn {
+                    let mut t = vec![0.0; w.len()];
+                    super::quant::to_f32_in_out(&mut t, &w, c, oc);
+                    Packed::Portable {
+                        w: t,
+                        layout: WeightLayout::InOut,
+                    }
+                } else {
+                    Packed::Portable { w, layout }
+                }
+            }
         };
         Bf16Weight {
             c,
@@ -704,7 +718,7 @@ impl Bf16Weight {
     pub fn kernel(&self) -> Bf16Kernel {
         match self.packed {
             Packed::Avx512 { .. } => Bf16Kernel::Avx512,
-            Packed::Portable(_) => Bf16Kernel::Portable,
+            Packed::Portable { .. } => Bf16Kernel::Portable,
         }
     }
 
@@ -728,9 +742,9 @@ pub fn matmul_forward_bf16(
     match &w.packed {
         // The rounded operands in a reused buffer: a fresh one per product
         // costs its page faults (and unmapping) every time.
-        Packed::Portable(wr) => super::with_scratch(inp.len(), |xr| {
+        Packed::Portable { w: wr, layout } => super::with_scratch(inp.len(), |xr| {
             round_into(xr, inp);
-            matmul_forward(out, xr, wr, bias, n, c, oc, w.layout);
+            matmul_forward(out, xr, wr, bias, n, c, oc, *layout);
         }),
         #[cfg(target_arch = "x86_64")]
         Packed::Avx512 { fwd, .. } => {
@@ -786,12 +800,25 @@ pub fn matmul_backward_bf16(
         col_sums_into(db, dout, n, oc);
     }
     match &w.packed {
-        Packed::Portable(wr) => super::with_scratch(dout.len() + inp.len(), |s| {
-            let (dout_r, inp_r) = s.split_at_mut(dout.len());
-            round_into(dout_r, dout);
-            round_into(inp_r, inp);
-            matmul_backward(dinp, dweight, None, dout_r, inp_r, wr, n, c, oc, layout);
-        }),
+        Packed::Portable {
+            w: wr,
+            layout: kept,
+        } => {
+            super::with_scratch(dout.len() + inp.len(), |s| {
+                let (dout_r, inp_r) = s.split_at_mut(dout.len());
+                round_into(dout_r, dout);
+                round_into(inp_r, inp);
+                if *kept == layout {
+                    matmul_backward(dinp, dweight, None, dout_r, inp_r, wr, n, c, oc, layout);
+                } else {
+                    // An inference copy kept transposed: the input gradient reads
+                    // it as kept; the weight gradient (which reads no weight) is
+                    // laid out as W.
+                    matmul_backward(dinp, None, None, dout_r, inp_r, wr, n, c, oc, *kept);
+                    matmul_backward(None, dweight, None, dout_r, inp_r, wr, n, c, oc, layout);
+                }
+            })
+        }
         #[cfg(target_arch = "x86_64")]
         Packed::Avx512 { bwd, .. } => {
             let input_grad = || {
