@@ -476,8 +476,9 @@ fn classify_inputs(obj: &Bound<'_, PyAny>) -> PyResult<(Rows, bool)> {
 impl PyBert {
     /// Loads a BERT folder in HF layout (sentence-transformers files read
     /// when present) or a hub name in the local HF cache; `dtype` "f32",
-    /// "bf16" (bf16 matmuls: faster, ~1e-2 less exact) or "int8" (int8
-    /// matmuls, activations quantized per row: fastest).
+    /// "bf16" (bf16 matmuls: faster on CPUs whose bf16 dot outruns f32
+    /// FMAs, ~1e-2 less exact) or "int8" (int8 matmuls, activations
+    /// quantized per row: fastest).
     #[staticmethod]
     #[pyo3(signature = (name_or_path, *, dtype = "f32"))]
     fn from_pretrained(py: Python<'_>, name_or_path: &str, dtype: &str) -> PyResult<Self> {

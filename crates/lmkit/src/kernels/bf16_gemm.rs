@@ -1343,6 +1343,23 @@ mod tests {
         }
     }
 
+    /// The speed check measures real work: rates a core can reach (a loop
+    /// the compiler removed would read as near-infinite), and its verdict
+    /// is false wherever the instruction is missing.
+    #[test]
+    fn dot_and_fma_rates_are_measured() {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx512bf16() {
+            // SAFETY: the features were detected.
+            let (dot, fma) = unsafe { dot_and_fma_flops() };
+            for (name, r) in [("dot", dot), ("fma", fma)] {
+                assert!(r > 1e9 && r < 1e13, "{name}: {r:.3e} FLOP/s on one core");
+            }
+            return;
+        }
+        assert!(!bf16_dot_is_fast());
+    }
+
     /// The packed forward against a plain f64 product of the bf16-rounded
     /// operands, over shapes with row, column and K tails.
     #[test]
