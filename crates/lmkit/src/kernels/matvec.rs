@@ -12,8 +12,7 @@
 //! output is reduced in a fixed order, so results are deterministic.
 //!
 //! Weight formats:
-//! - f32 `[IC, OC]` ([`matvec_f32_in_out`]): GPT-2's Conv1D as stored, used
-//!   in place from the memory-mapped checkpoint.
+//! - f32 `[IC, OC]` ([`matvec_f32_in_out`]): GPT-2's Conv1D as stored.
 //! - f32 `[OC, IC]` ([`matvec_f32_out_in`]): `nn.Linear` and the tied lm_head
 //!   (`wte` is `[V, C]`).
 //! - bf16 `[OC, IC]` ([`matvec_bf16`]): raw bf16 bits (see [`super::quant`]).

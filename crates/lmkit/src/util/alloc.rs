@@ -43,17 +43,17 @@ pub(crate) unsafe fn advise_aligned(start: usize, bytes: usize, align: usize, ad
     }
 }
 
-/// A zeroed `Vec` of `len` elements whose pages the kernel may back with
-/// 2 MiB transparent huge pages (`MADV_HUGEPAGE`, asked before the first
-/// write). For buffers streamed end to end, as decode streams its weights
-/// once per token: with 4 KiB pages the hardware prefetchers stop at every
-/// page boundary and each page costs a TLB walk.
+/// An empty `Vec` with room for `len` elements whose pages the kernel may
+/// back with 2 MiB transparent huge pages (`MADV_HUGEPAGE`, asked before
+/// the first write). For buffers streamed end to end, as decode streams its
+/// weights once per token: with 4 KiB pages the hardware prefetchers stop
+/// at every page boundary and each page costs a TLB walk.
 ///
 /// Linux only, and only where huge pages are enabled (`always` or
 /// `madvise` in `/sys/kernel/mm/transparent_hugepage/enabled`); elsewhere
-/// this is `vec![T::default(); len]`.
-pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
-    let mut v: Vec<T> = Vec::with_capacity(len);
+/// this is `Vec::with_capacity(len)`.
+fn with_huge_capacity<T>(len: usize) -> Vec<T> {
+    let v: Vec<T> = Vec::with_capacity(len);
     // SAFETY: the range is the vector's allocation, which nothing has
     // touched yet; MADV_HUGEPAGE only changes how the kernel backs later
     // faults there.
@@ -66,7 +66,37 @@ pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
             libc::MADV_HUGEPAGE,
         );
     }
+    v
+}
+
+/// A zeroed `Vec` of `len` elements, in huge pages where the kernel allows
+/// ([`with_huge_capacity`]), for buffers the caller fills.
+pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
+    let mut v = with_huge_capacity(len);
     v.resize(len, T::default());
+    v
+}
+
+/// A copy of `src` in huge pages where the kernel allows
+/// ([`with_huge_capacity`]), written once (no zeroing first) by the rayon
+/// pool, 2 MiB per task: each task's first write faults in one huge page.
+pub fn huge_copy<T: Copy + Send + Sync>(src: &[T]) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v = with_huge_capacity::<T>(src.len());
+    let chunk = ((2 << 20) / std::mem::size_of::<T>().max(1)).max(1);
+    v.spare_capacity_mut()[..src.len()]
+        .par_chunks_mut(chunk)
+        .zip(src.par_chunks(chunk))
+        .for_each(|(d, s)| {
+            // SAFETY: `d` and `s` have the same length (equal chunking of
+            // equal lengths), `d` is uninitialised spare capacity that no
+            // other task writes, and `T: Copy` has no drop to skip.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<T>(), s.len())
+            }
+        });
+    // SAFETY: the loop above initialised the first `src.len()` elements.
+    unsafe { v.set_len(src.len()) };
     v
 }
 
@@ -81,5 +111,16 @@ mod tests {
         }
         let v = super::huge_zeroed::<i8>(5 << 20);
         assert!(v.len() == 5 << 20 && v.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn huge_copy_copies_every_element() {
+        // Lengths around the 2 MiB task size (of f32s: 524288), and empty.
+        for len in [0usize, 1, 4095, (2 << 20) / 4 - 1, (2 << 20) / 4, 3 << 20] {
+            let src: Vec<f32> = (0..len).map(|i| i as f32 * 0.5 - 7.0).collect();
+            assert_eq!(super::huge_copy(&src), src, "len {len}");
+        }
+        let bytes: Vec<u8> = (0..(5 << 20) + 3).map(|i| (i * 31 % 251) as u8).collect();
+        assert_eq!(super::huge_copy(&bytes), bytes);
     }
 }

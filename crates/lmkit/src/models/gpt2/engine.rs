@@ -27,6 +27,7 @@ use crate::models::gpt2::weights::{
 use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::spec::names::{resolve_key, Family, KeyRole};
+use crate::util::alloc::huge_copy;
 use crate::util::parallel::on_pool;
 use rayon::prelude::*;
 
@@ -87,6 +88,11 @@ trait Source {
     fn keep_rows(&self, name: &str) -> Result<F32Slice> {
         self.keep(name)
     }
+    /// As `keep`, for an f32 matrix that decode streams end to end once per
+    /// token.
+    fn keep_matrix(&self, name: &str) -> Result<F32Slice> {
+        self.keep(name)
+    }
     /// Converts tensor `name` with `f`, which gets the data and a function
     /// to call on each part of it that is no longer needed.
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()>;
@@ -136,6 +142,25 @@ impl Source for FileSource {
         })
     }
 
+    /// A mapped matrix is copied into huge pages ([`huge_copy`]) and its
+    /// mapped pages released: the page cache's 4 KiB pages stop the
+    /// prefetchers at every page boundary and cost a TLB walk each. Measured
+    /// on 124M f32, 2 threads, Intel Xeon (Emerald Rapids): decode 36 → 43
+    /// tokens/s; start-up 0.16 → 0.26 s for the copy; peak resident memory
+    /// 503 → 506 MB.
+    fn keep_matrix(&self, name: &str) -> Result<F32Slice> {
+        Ok(match self.tensor(name)? {
+            Cow::Borrowed(s) if self.file.is_mapped() => {
+                let copy = huge_copy(s);
+                release_mapped(s);
+                self.converted.borrow_mut().push(name.to_string());
+                F32Slice::owned(copy)
+            }
+            Cow::Borrowed(s) => F32Slice::borrowed(self.file.clone(), s),
+            Cow::Owned(v) => F32Slice::owned(v),
+        })
+    }
+
     fn convert(&self, name: &str, f: &mut ConvertFn<'_>) -> Result<()> {
         let key = self.key(name)?;
         match self.file.tensor_f32_unchecked(key)? {
@@ -164,9 +189,15 @@ impl Source for FileSource {
     /// Faulting a page of a file maps its neighbours too (Linux's 64 KiB
     /// fault-around), so keeping a bias re-maps pages of the matrix next to
     /// it that were already converted and released: drop them for good.
+    /// (Unchecked: the check would read, so map, each tensor once more,
+    /// which made 124M bf16 peak at 470 MB instead of 285; every name here
+    /// was checked and is F32 in the map, so nothing is converted either.)
     fn finish(&self) {
         for name in self.converted.borrow().iter() {
-            if let Ok(Cow::Borrowed(s)) = self.tensor(name) {
+            let data = self
+                .key(name)
+                .and_then(|key| self.file.tensor_f32_unchecked(key));
+            if let Ok(Cow::Borrowed(s)) = data {
                 release_mapped(s);
             }
         }
@@ -235,7 +266,8 @@ impl std::fmt::Debug for Gpt2Engine {
 impl Gpt2Engine {
     /// Loads an HF GPT-2 directory (`config.json`, `model.safetensors`, keys
     /// with or without `transformer.`, `lm_head.weight` tied or absent).
-    /// f32 weights are used in place from the memory map.
+    /// f32 matrices are copied from the memory map into huge pages (as
+    /// stored), their mapped pages released; vectors stay mapped.
     pub fn load(model_dir: impl AsRef<Path>, dtype: WeightDtype) -> Result<Self> {
         trim_heap();
         let dir = model_dir.as_ref();
@@ -287,7 +319,8 @@ impl Gpt2Engine {
                 layout.total_len()
             )));
         }
-        let shared = (dtype == WeightDtype::F32).then(|| Arc::new(params.to_vec()));
+        // In huge pages for the same reason as FileSource::keep_matrix.
+        let shared = (dtype == WeightDtype::F32).then(|| Arc::new(huge_copy(params)));
         let source = ParamSource {
             layout,
             params,
@@ -302,7 +335,7 @@ impl Gpt2Engine {
         dtype.check_inputs(c.max(i))?;
         let matrix = |name: &str, layout: SourceLayout, ic: usize, oc: usize| -> Result<Matrix> {
             if dtype == WeightDtype::F32 {
-                let w = src.keep(name)?;
+                let w = src.keep_matrix(name)?;
                 return Ok(match layout {
                     SourceLayout::InOut => Matrix::F32InOut { w, ic, oc },
                     SourceLayout::OutIn => Matrix::F32OutIn { w, ic, oc },

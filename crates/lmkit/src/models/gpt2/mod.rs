@@ -4,7 +4,7 @@
 //!   saved, the full backward, over one flat parameter buffer; implements
 //!   [`crate::models::Trainable`].
 //! - [`Gpt2Engine`] (`engine`): the inference engine — its own weight
-//!   formats (f32 in place from the memory map, bf16, int8) and a KV cache;
+//!   formats (f32 as stored, bf16, int8; in huge pages) and a KV cache;
 //!   generation (greedy, temperature, top-k, top-p, repetition penalty,
 //!   presence/frequency penalties, seeds, EOS and stop strings, UTF-8-safe
 //!   streaming, log-probabilities), sliding-window perplexity, and
