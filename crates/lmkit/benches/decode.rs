@@ -5,8 +5,10 @@
 //! GPT-2 124M decode step — 12 blocks × (c_attn [768, 2304], attn.c_proj
 //! [768, 768], c_fc [768, 3072], mlp.c_proj [3072, 768]) plus the tied LM
 //! head [50257, 768] — each a distinct buffer (494 MB in f32), so the weights
-//! come from DRAM as in real decoding. The peak is a parallel read of a
-//! 1 GiB buffer. Bytes = weight bytes of the step (what must be streamed).
+//! come from DRAM as in real decoding. The peak is a plain parallel sum of
+//! a 1 GiB buffer (no software prefetch, 4 KiB pages): the kernels, which
+//! prefetch, can pass it; `scripts/bench.sh` probes the limit its table
+//! uses with PyTorch. Bytes = weight bytes of the step (what must be streamed).
 //!
 //! Run: `cargo bench -p lmkit --bench decode`; the last lines print GB/s and
 //! the fraction of the read peak for each weight format.

@@ -271,8 +271,25 @@ pub fn matvec_bf16(
 
 // AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) need Rust 1.89.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use std::arch::x86_64::*;
+
+    /// Bytes ahead of a weight stream's current load that the decode kernels
+    /// prefetch into L1, one prefetch per 64-byte load. The hardware
+    /// prefetchers alone left bandwidth unused: on an Intel Xeon (Emerald
+    /// Rapids), GPT-2 124M f32 decode on 2 threads went 42.7 → 47.0 tokens/s
+    /// (2 KiB ahead: 46.8, 1 KiB: 44.3). On an AMD EPYC (Zen 5) an earlier
+    /// trial of the same made no difference.
+    const PREFETCH_AHEAD: usize = 4096;
+
+    /// Prefetches the cache line [`PREFETCH_AHEAD`] bytes after `p`. A hint:
+    /// the address may lie past the end of the data (it is never read).
+    #[inline(always)]
+    pub(crate) fn prefetch_ahead<T>(p: *const T) {
+        // SAFETY: _mm_prefetch has no memory effects and does not fault on
+        // any address; SSE is part of x86-64's baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH_AHEAD)) }
+    }
 
     /// `y += x·w`.
     ///
@@ -287,6 +304,7 @@ mod x86 {
         let mut c = 0;
         // SAFETY (all pointer arithmetic below): c + 16 <= n elements of both.
         while c + 16 <= n {
+            prefetch_ahead(wp.wrapping_add(c));
             let v = _mm512_fmadd_ps(xv, _mm512_loadu_ps(wp.add(c)), _mm512_loadu_ps(yp.add(c)));
             _mm512_storeu_ps(yp.add(c), v);
             c += 16;
@@ -320,6 +338,7 @@ mod x86 {
             let mut j = 0;
             while j < main {
                 // SAFETY: j + 16 <= ic elements of x and of the row.
+                prefetch_ahead(wp.wrapping_add(j));
                 let a = &mut acc[(j / 16) % CHAINS];
                 *a = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j)), _mm512_loadu_ps(xp.add(j)), *a);
                 j += 16;
@@ -360,6 +379,7 @@ mod x86 {
             while j < main {
                 // SAFETY: j + 32 <= ic elements of u16 in xh, xl and the row.
                 let c = (j / 32) % CHAINS;
+                prefetch_ahead(wp.wrapping_add(j));
                 let wv = load(wp.add(j));
                 acc[c] = _mm512_dpbf16_ps(acc[c], wv, load(xh.as_ptr().add(j)));
                 acl[c] = _mm512_dpbf16_ps(acl[c], wv, load(xl.as_ptr().add(j)));
