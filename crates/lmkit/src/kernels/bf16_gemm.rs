@@ -897,10 +897,11 @@ fn panels_len(ic: usize, oc: usize) -> usize {
 
 /// bf16 inference weights `W[OC, IC]` kept in the packed panel layout of
 /// the gemm's right operand (`Wᵀ` as [`PackedB`]): panels of NR = 32 output
-/// channels, each `[IC/2][32][2]`. Prefill multiplies them with no repack,
-/// and decode ([`Self::matvec`]) streams the same panels, each one
-/// contiguous read: one copy of the weights serves both. Made only where
-/// the CPU has AVX-512 BF16, the kernels that read this layout.
+/// channels, each `[IC/2][32][2]`. Decode ([`Self::matvec`]) streams the
+/// panels, each one contiguous read; prefill ([`Self::matmul`]) multiplies
+/// them with no repack where `vdpbf16ps` outruns f32 FMAs, else widens them
+/// to f32 a band at a time: one copy of the weights serves both. Made only
+/// where the CPU has AVX-512 BF16, the kernels that read this layout.
 pub struct Bf16Panels {
     ic: usize,
     b: PackedB,
