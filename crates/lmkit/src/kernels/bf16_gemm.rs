@@ -1177,7 +1177,7 @@ unsafe fn panel_rows_avx512<const R: usize>(
     while q + 2 <= pairs {
         // Two pairs of NR columns: four cache lines.
         for line in 0..4 {
-            super::matvec::x86::prefetch_ahead(wp.wrapping_add(q * NR * 2 + line * 32));
+            super::simd::prefetch_ahead(wp.wrapping_add(q * NR * 2 + line * 32));
         }
         let ((w0, w1), (v0, v1)) = (pair(q), pair(q + 1));
         for (r, [even, odd]) in acc.iter_mut().enumerate() {

@@ -271,25 +271,10 @@ pub fn matvec_bf16(
 
 // AVX-512 intrinsics (and `avx512bf16` for vdpbf16ps) need Rust 1.89.
 #[cfg(target_arch = "x86_64")]
-pub(super) mod x86 {
+mod x86 {
     use std::arch::x86_64::*;
 
-    /// Bytes ahead of a weight stream's current load that the decode kernels
-    /// prefetch into L1, one prefetch per 64-byte load. The hardware
-    /// prefetchers alone left bandwidth unused: on an Intel Xeon (Emerald
-    /// Rapids), GPT-2 124M f32 decode on 2 threads went 42.7 → 47.0 tokens/s
-    /// (2 KiB ahead: 46.8, 1 KiB: 44.3). On an AMD EPYC (Zen 5) an earlier
-    /// trial of the same made no difference.
-    const PREFETCH_AHEAD: usize = 4096;
-
-    /// Prefetches the cache line [`PREFETCH_AHEAD`] bytes after `p`. A hint:
-    /// the address may lie past the end of the data (it is never read).
-    #[inline(always)]
-    pub(crate) fn prefetch_ahead<T>(p: *const T) {
-        // SAFETY: _mm_prefetch has no memory effects and does not fault on
-        // any address; SSE is part of x86-64's baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH_AHEAD)) }
-    }
+    use crate::kernels::simd::prefetch_ahead;
 
     /// `y += x·w`.
     ///

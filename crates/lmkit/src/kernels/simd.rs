@@ -1,4 +1,5 @@
-//! Runtime CPU dispatch and vectorizable scalar math used by the fast kernels.
+//! Runtime CPU dispatch, vectorizable scalar math and the weight-stream
+//! prefetch used by the fast kernels.
 //!
 //! The crate is built for baseline x86-64 (SSE2), so hot loops are compiled a
 //! second time with AVX2+FMA enabled and picked at run time. Bodies are `#[inline(always)]` so they are re-optimised (and
@@ -22,6 +23,27 @@ mod x86 {
     pub(super) unsafe fn v3<R>(f: impl FnOnce() -> R) -> R {
         f()
     }
+}
+
+/// Bytes ahead of a weight stream's current load that the decode kernels
+/// prefetch into L1, one prefetch per 64-byte load. The hardware
+/// prefetchers alone left bandwidth unused: on an Intel Xeon (Emerald
+/// Rapids), GPT-2 124M f32 decode on 2 threads went 42.7 → 47.0 tokens/s
+/// (2 KiB ahead: 46.8, 1 KiB: 44.3). On an AMD EPYC (Zen 5) an earlier
+/// trial of the same made no difference.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Prefetches the cache line [`PREFETCH_AHEAD`] bytes after `p` (the decode
+/// kernels' weight streams). A hint: the address may lie past the end of the
+/// data (it is never read).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_ahead<T>(p: *const T) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY: _mm_prefetch has no memory effects and does not fault on any
+    // address; SSE is part of x86-64's baseline.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH_AHEAD)) }
 }
 
 /// Runs `f` compiled for AVX2+FMA when this CPU has them (baseline x86-64
