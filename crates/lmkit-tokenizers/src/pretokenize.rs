@@ -11,11 +11,15 @@
 //! of the "other" class (`[^\s\p{L}\p{N}]`), like punctuation. On valid UTF-8
 //! this is exactly the pattern above; on any input the pieces tile the text.
 //!
-//! Where the CPU has AVX-512BW, runs of ASCII characters are found 64 bytes
-//! at a time: a block becomes one bit mask per class ([`classify_block`]) and
-//! a run's end is a count of trailing ones; only non-ASCII bytes are decoded
-//! one by one. Elsewhere runs are scanned a byte at a time, with the same
-//! pieces (tested, as is [`classify_block_scalar`] against the SIMD masks).
+//! Piece starts are found 52 positions at a time: a 64-byte window becomes
+//! one bit mask per class ([`classify_block`]: AVX-512BW where the CPU has
+//! it, else [`classify_block_scalar`]), non-ASCII characters are decoded
+//! once and their class spread over their bytes, and the pattern's rules
+//! become shifts and ands on the masks ([`Gpt2Pieces::region_starts`]); a
+//! piece's end is then a count of trailing zeros. The reference twin scans
+//! one character at a time through the pattern's alternatives; the two give
+//! the same pieces (property tests, and the `bpe_encode_decode` fuzz
+//! target), as the SIMD masks equal the scalar ones.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -84,6 +88,10 @@ static BYTE_CLASS: [u8; 256] = {
 pub struct BlockMasks {
     pub class: [u64; 4],
     pub non_ascii: u64,
+    /// Bytes equal to `b' '` (the one space that joins the piece after it).
+    pub space: u64,
+    /// Bytes equal to `b'\''` (where a contraction may start).
+    pub apostrophe: u64,
 }
 
 /// [`BlockMasks`] of `block` (at most 64 bytes), one byte at a time.
@@ -94,6 +102,8 @@ pub fn classify_block_scalar(block: &[u8]) -> BlockMasks {
             4 => m.non_ascii |= 1 << i,
             c => m.class[c as usize] |= 1 << i,
         }
+        m.space |= ((b == b' ') as u64) << i;
+        m.apostrophe |= ((b == b'\'') as u64) << i;
     }
     m
 }
@@ -154,6 +164,8 @@ mod avx512 {
         BlockMasks {
             class: [letter, number, space & valid, other],
             non_ascii,
+            space: _mm512_cmpeq_epi8_mask(v, splat(b' ')) & valid,
+            apostrophe: _mm512_cmpeq_epi8_mask(v, splat(b'\'')) & valid,
         }
     }
 }
@@ -257,34 +269,52 @@ fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
 
 /// Splits `text` into GPT-2 pre-tokenization pieces (byte ranges that tile it).
 pub fn split_gpt2(text: &[u8]) -> Gpt2Pieces<'_> {
-    split_gpt2_with(text, simd_available())
+    split_gpt2_with(text, true)
 }
 
-/// [`split_gpt2`] with runs found on AVX-512 block masks (`simd`, where the
-/// CPU has it) or one byte at a time: the pieces are the same; both are
-/// here for the tests that say so.
-pub fn split_gpt2_with(text: &[u8], simd: bool) -> Gpt2Pieces<'_> {
+/// [`split_gpt2`] with piece starts found on block masks (`fast`, the one
+/// [`split_gpt2`] uses) or by scanning one character at a time (the
+/// reference twin): the pieces are the same; both are here for the tests
+/// that say so.
+pub fn split_gpt2_with(text: &[u8], fast: bool) -> Gpt2Pieces<'_> {
     Gpt2Pieces {
         text,
         pos: 0,
         trie: trie(),
-        simd: simd && simd_available(),
-        base: 0,
-        len: 0,
-        masks: BlockMasks::default(),
+        fast,
+        region: usize::MAX,
+        starts: 0,
     }
 }
+
+/// Bytes of context a region's window holds before its first position:
+/// enough that the 4 bytes its rules look back at are decoded from a
+/// character boundary (a character has at most 4 bytes).
+const BEHIND: usize = 8;
+/// Positions one window decides; the window's last 4 bytes are lookahead.
+const REGION: usize = 52;
+const _: () = assert!(BEHIND + REGION + 4 == 64);
 
 /// Iterator over the pieces of [`split_gpt2`].
 pub struct Gpt2Pieces<'a> {
     text: &'a [u8],
     pos: usize,
     trie: &'static ClassTrie,
-    simd: bool,
-    /// `masks` describe `text[base..base + len]`.
-    base: usize,
-    len: usize,
-    masks: BlockMasks,
+    fast: bool,
+    /// Bit `k` of `starts`: a piece starts at `region + k` (`k < REGION`).
+    region: usize,
+    starts: u64,
+}
+
+/// Length of the contraction (`'s 't 'm 'd` or `'re 've 'll`) at `text[i]`
+/// (an apostrophe), 0 when there is none. It applies where a piece starts.
+#[inline]
+fn contraction_len(text: &[u8], i: usize) -> usize {
+    match (text.get(i + 1), text.get(i + 2)) {
+        (Some(b's' | b't' | b'm' | b'd'), _) => 2,
+        (Some(b'r'), Some(b'e')) | (Some(b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => 3,
+        _ => 0,
+    }
 }
 
 impl Gpt2Pieces<'_> {
@@ -302,34 +332,117 @@ impl Gpt2Pieces<'_> {
         }
     }
 
-    /// The masks of the block holding `j < text.len()` and `j`'s bit in them,
-    /// classifying the 64 bytes from `j` when `j` is outside the current block.
-    #[inline(always)]
-    fn block_at(&mut self, j: usize) -> u32 {
-        if j < self.base || j >= self.base + self.len {
-            let end = self.text.len().min(j + 64);
-            self.masks = classify_block(&self.text[j..end]);
-            self.base = j;
-            self.len = end - j;
+    /// Where pieces start among `text[from..from + REGION]`: bit `k` for `from + k`.
+    ///
+    /// The pattern's pieces are decided locally. With `ws` whitespace
+    /// characters, a piece starts at a character that
+    /// - begins a whitespace run, or is the last of a run of 2+ followed by
+    ///   a non-space (`\s+(?!\S)` leaves that one to the next match);
+    /// - is a non-space after whitespace other than `' '` (a single `' '`
+    ///   joins the letters, digits or other characters after it);
+    /// - is a non-space after a non-space of another class (letter, number,
+    ///   other);
+    /// - follows a contraction (`'s`, `'ll`, ...) whose apostrophe starts a piece.
+    ///
+    /// These become bit operations on one 64-byte window of class masks
+    /// ([`classify_block`]): bit `j` is byte `from - BEHIND + j`, bytes
+    /// before the text count as a `\n` (so the text's first character starts
+    /// a piece, as a match does). Characters of 2+ bytes carry their class
+    /// on every byte, except whitespace, whose first byte is in `ws` and the
+    /// others in `ws_tail`.
+    #[inline]
+    fn region_starts(&self, from: usize) -> u64 {
+        let text = self.text;
+        let lo = from.saturating_sub(BEHIND);
+        let hi = text.len().min(lo + 64);
+        let m = classify_block(&text[lo..hi]);
+        // Window bits below `virt` are before the text (`from < BEHIND`).
+        let shift = BEHIND - (from - lo);
+        let virt = (1u64 << shift) - 1;
+        let at = |x: u64| x << shift;
+        let valid = at(if hi - lo == 64 {
+            !0
+        } else {
+            (1u64 << (hi - lo)) - 1
+        }) | virt;
+        let (mut letter, mut number) = (at(m.class[0]), at(m.class[1]));
+        let (mut ws, mut ws_tail) = (at(m.class[2]) | virt, 0u64);
+        let mut non_ascii = at(m.non_ascii);
+        while non_ascii != 0 {
+            let j = non_ascii.trailing_zeros() as usize;
+            // `j >= shift`, so the byte is in the text. The first bytes of a
+            // window may continue a character begun before it; read alone
+            // they are "other", which only the context bits see.
+            let (class, len) = self.class_at(from + j - BEHIND);
+            let bits = ((1u64 << len) - 1) << j;
+            match class {
+                0 => letter |= bits,
+                1 => number |= bits,
+                2 => {
+                    ws |= 1 << j;
+                    ws_tail |= bits & !(1 << j);
+                }
+                _ => {} // "other": whatever is valid and none of the above
+            }
+            non_ascii &= !bits;
         }
-        (j - self.base) as u32
+        let space = at(m.space);
+        let prev = |x: u64| x << 1; // bit j: x at j - 1
+        let white = ws | ws_tail;
+        let solid = valid & !white;
+        // Last byte of a whitespace run before a non-space, then the first
+        // byte of its character (whitespace has at most 3 bytes).
+        let last = white & (solid >> 1);
+        let last_char = (last & ws)
+            | ((last & ws_tail) >> 1 & ws)
+            | ((last & ws_tail & prev(ws_tail)) >> 2 & ws);
+        let mut starts = (ws & !prev(white))
+            | (last_char & prev(white))
+            | (solid & prev(white) & !prev(space))
+            | (solid & prev(solid) & ((letter ^ prev(letter)) | (number ^ prev(number))));
+        // Contractions whose apostrophe starts a piece (it never sits inside
+        // one, so their order does not matter); those past the region's
+        // positions are left out.
+        let mut apostrophes = at(m.apostrophe) & starts & ((1u64 << (BEHIND + REGION)) - 1);
+        while apostrophes != 0 {
+            let j = apostrophes.trailing_zeros() as usize;
+            apostrophes &= apostrophes - 1;
+            let len = contraction_len(text, from + j - BEHIND);
+            if len > 0 {
+                starts = (starts & !(1 << (j + 1))) | 1 << (j + len);
+            }
+        }
+        (starts >> BEHIND) & ((1u64 << REGION) - 1)
+    }
+
+    /// End of the piece starting at `start < text.len()`, on region masks.
+    #[inline(always)]
+    fn piece_end_fast(&mut self, start: usize) -> usize {
+        let n = self.text.len();
+        let mut from = start + 1;
+        while from < n {
+            let k = match from.checked_sub(self.region) {
+                Some(k) if k < REGION => k,
+                _ => {
+                    self.starts = self.region_starts(from);
+                    self.region = from;
+                    0
+                }
+            };
+            let rest = self.starts >> k;
+            if rest != 0 {
+                return from + rest.trailing_zeros() as usize;
+            }
+            from = self.region + REGION;
+        }
+        n
     }
 
     /// End of the maximal run of class `class` starting at `j`, and the start
-    /// of its last character (`j - 1`, i.e. none, when the run is empty).
+    /// of its last character (`j - 1`, i.e. none, when the run is empty),
+    /// one character at a time.
     #[inline(always)]
-    fn run(&mut self, j: usize, class: u8) -> (usize, usize) {
-        if self.simd {
-            self.run_blocks(j, class)
-        } else {
-            self.run_bytes(j, class)
-        }
-    }
-
-    /// [`Self::run`] one byte at a time (the fallback without AVX-512, and
-    /// the reference the block version is tested against).
-    #[inline(always)]
-    fn run_bytes(&self, mut j: usize, class: u8) -> (usize, usize) {
+    fn run(&self, mut j: usize, class: u8) -> (usize, usize) {
         let text = self.text;
         let mut last = j.wrapping_sub(1);
         while j < text.len() {
@@ -351,46 +464,16 @@ impl Gpt2Pieces<'_> {
         (j, last)
     }
 
-    /// [`Self::run`] on the block masks.
-    #[inline(always)]
-    fn run_blocks(&mut self, mut j: usize, class: u8) -> (usize, usize) {
-        let mut last = j.wrapping_sub(1);
-        while j < self.text.len() {
-            let off = self.block_at(j);
-            let ones = (!(self.masks.class[class as usize] >> off)).trailing_zeros();
-            let k = ones.min(64 - off);
-            if k > 0 {
-                j += k as usize;
-                last = j - 1;
-            }
-            if off + k >= self.len as u32 {
-                continue; // the block ran out inside the run
-            }
-            if self.masks.non_ascii >> (off + k) & 1 == 0 {
-                break;
-            }
-            let (c, len) = self.class_at(j);
-            if c != class {
-                break;
-            }
-            last = j;
-            j += len;
-        }
-        (j, last)
-    }
-
-    /// End of the piece starting at `i < text.len()`.
-    #[inline]
-    fn piece_end(&mut self, i: usize) -> usize {
+    /// End of the piece starting at `i < text.len()`, one character at a
+    /// time: the pattern's alternatives in order (the reference twin of
+    /// [`Self::region_starts`]).
+    fn piece_end(&self, i: usize) -> usize {
         let text = self.text;
         let b = text[i];
         if b == b'\'' {
-            match (text.get(i + 1), text.get(i + 2)) {
-                (Some(b's' | b't' | b'm' | b'd'), _) => return i + 2,
-                (Some(b'r'), Some(b'e')) | (Some(b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => {
-                    return i + 3
-                }
-                _ => {}
+            let len = contraction_len(text, i);
+            if len > 0 {
+                return i + len;
             }
         }
         let (class, len) = self.class_at(i);
@@ -427,7 +510,11 @@ impl Iterator for Gpt2Pieces<'_> {
             return None;
         }
         let start = self.pos;
-        let end = self.piece_end(start);
+        let end = if self.fast {
+            self.piece_end_fast(start)
+        } else {
+            self.piece_end(start)
+        };
         self.pos = end;
         Some(start..end)
     }

@@ -84,8 +84,8 @@ fn uncached() -> &'static (BpeTokenizer, BpeTokenizer, BpeTokenizer) {
     })
 }
 
-fn pieces(text: &[u8], simd: bool) -> Vec<std::ops::Range<usize>> {
-    split_gpt2_with(text, simd).collect()
+fn pieces(text: &[u8], fast: bool) -> Vec<std::ops::Range<usize>> {
+    split_gpt2_with(text, fast).collect()
 }
 
 #[test]
@@ -136,13 +136,26 @@ proptest! {
     }
 
     #[test]
-    fn simd_pieces_equal_scalar_pieces(text in long_runs_text()) {
+    fn fast_pieces_equal_reference_pieces(text in long_runs_text()) {
         prop_assert_eq!(pieces(&text, true), pieces(&text, false));
     }
 
     #[test]
-    fn simd_pieces_equal_scalar_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+    fn fast_pieces_equal_reference_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
         prop_assert_eq!(pieces(&bytes, true), pieces(&bytes, false));
+    }
+
+    /// The pattern's corner cases (contractions, whitespace runs ending in
+    /// multi-byte spaces, a ' ' before them) at every offset from the fast
+    /// path's 52-byte regions and 64-byte windows.
+    #[test]
+    fn fast_pieces_equal_reference_at_every_offset(
+        pad in 0usize..120,
+        filler in prop::sample::select(vec!["x", " ", "\n", "é", "'"]),
+        text in tricky_text(),
+    ) {
+        let text = format!("{}{text}", filler.repeat(pad));
+        prop_assert_eq!(pieces(text.as_bytes(), true), pieces(text.as_bytes(), false));
     }
 
     #[test]
