@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::model::load16;
+use super::model::Piece;
 
 /// Longest piece (bytes) that is cached.
 pub(crate) const MAX_KEY: usize = 16;
@@ -58,11 +58,11 @@ impl WordCache {
 
     /// The ids cached for `piece` under `owner` (none for pieces over `MAX_KEY` bytes).
     #[inline]
-    pub(crate) fn get(&self, owner: u64, piece: &[u8]) -> Option<&[u32]> {
+    pub(crate) fn get(&self, owner: u64, piece: &Piece) -> Option<&[u32]> {
         if piece.len() > MAX_KEY {
             return None;
         }
-        let (lo, hi) = load16(piece);
+        let (lo, hi) = (piece.lo, piece.hi);
         let s = &self.slots[self.index(owner, lo, hi, piece.len())];
         (s.owner == owner && s.lo == lo && s.hi == hi && s.len as usize == piece.len())
             .then(|| &s.ids[..s.n as usize])
@@ -71,11 +71,11 @@ impl WordCache {
     /// Remembers `ids` for `piece` (ignored when there are too many ids),
     /// replacing whatever held the slot.
     #[inline]
-    pub(crate) fn insert(&mut self, owner: u64, piece: &[u8], ids: &[u32]) {
+    pub(crate) fn insert(&mut self, owner: u64, piece: &Piece, ids: &[u32]) {
         if piece.len() > MAX_KEY || ids.len() > MAX_IDS {
             return;
         }
-        let (lo, hi) = load16(piece);
+        let (lo, hi) = (piece.lo, piece.hi);
         let i = self.index(owner, lo, hi, piece.len());
         let mut slot = Slot {
             owner,
@@ -111,22 +111,30 @@ mod tests {
     fn exact_keys_owners_and_collisions() {
         // Two slots: every key collides with others, and a hit must still be exact.
         let mut c = WordCache::new(1);
-        c.insert(1, b"ab", &[7, 8]);
-        assert_eq!(c.get(1, b"ab"), Some(&[7, 8][..]));
-        assert_eq!(c.get(2, b"ab"), None, "another tokenizer's entry");
-        assert_eq!(c.get(1, b"ab\0"), None, "a longer key with the same words");
-        assert_eq!(c.get(1, b"ba"), None);
+        c.insert(1, &Piece::new(b"ab"), &[7, 8]);
+        assert_eq!(c.get(1, &Piece::new(b"ab")), Some(&[7, 8][..]));
+        assert_eq!(
+            c.get(2, &Piece::new(b"ab")),
+            None,
+            "another tokenizer's entry"
+        );
+        assert_eq!(
+            c.get(1, &Piece::new(b"ab\0")),
+            None,
+            "a longer key with the same words"
+        );
+        assert_eq!(c.get(1, &Piece::new(b"ba")), None);
         for (k, word) in [&b"hello"[..], b"sixteen bytes!!!", b"xy", b"tokenizer"]
             .iter()
             .enumerate()
         {
-            c.insert(1, word, &[k as u32; 3]);
-            assert_eq!(c.get(1, word), Some(&[k as u32; 3][..]));
+            c.insert(1, &Piece::new(word), &[k as u32; 3]);
+            assert_eq!(c.get(1, &Piece::new(word)), Some(&[k as u32; 3][..]));
         }
         // Too long a key or too many ids: not cached.
-        c.insert(1, b"seventeen bytes!!", &[1]);
-        assert_eq!(c.get(1, b"seventeen bytes!!"), None);
-        c.insert(1, b"qq", &[1; MAX_IDS + 1]);
-        assert_eq!(c.get(1, b"qq"), None);
+        c.insert(1, &Piece::new(b"seventeen bytes!!"), &[1]);
+        assert_eq!(c.get(1, &Piece::new(b"seventeen bytes!!")), None);
+        c.insert(1, &Piece::new(b"qq"), &[1; MAX_IDS + 1]);
+        assert_eq!(c.get(1, &Piece::new(b"qq")), None);
     }
 }

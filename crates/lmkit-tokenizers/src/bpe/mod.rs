@@ -559,24 +559,26 @@ impl BpeTokenizer {
         mut cache: Option<&mut cache::WordCache>,
     ) {
         for range in crate::pretokenize::split_gpt2(text) {
-            let piece = &text[range];
-            if piece.len() == 1 {
-                out.push(self.model.byte_ids[piece[0] as usize]);
-            } else if let Some(id) = self.model.lookup_whole(piece) {
+            if range.len() == 1 {
+                out.push(self.model.byte_ids[text[range.start] as usize]);
+                continue;
+            }
+            let piece = model::Piece::at(text, range.start, range.end);
+            if let Some(id) = self.model.lookup_whole(&piece) {
                 out.push(id);
             } else if let Some(c) = cache
                 .as_deref_mut()
                 .filter(|_| piece.len() <= cache::MAX_KEY)
             {
-                if let Some(ids) = c.get(self.owner, piece) {
+                if let Some(ids) = c.get(self.owner, &piece) {
                     out.extend_from_slice(ids);
                 } else {
                     let at = out.len();
-                    self.model.merge_piece(piece, out);
-                    c.insert(self.owner, piece, &out[at..]);
+                    self.model.merge_piece(piece.bytes, out);
+                    c.insert(self.owner, &piece, &out[at..]);
                 }
             } else {
-                self.model.merge_piece(piece, out);
+                self.model.merge_piece(piece.bytes, out);
             }
         }
     }

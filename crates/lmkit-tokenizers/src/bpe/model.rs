@@ -149,11 +149,11 @@ impl BpeModel {
 
     /// The token a whole piece (2+ bytes) is, when BPE would give just that token.
     #[inline]
-    pub(crate) fn lookup_whole(&self, piece: &[u8]) -> Option<u32> {
+    pub(crate) fn lookup_whole(&self, piece: &Piece) -> Option<u32> {
         let id = if piece.len() <= SHORT {
             self.short.get(piece)?
         } else if piece.len() <= self.max_token_len {
-            *self.whole.get(piece)?
+            *self.whole.get(piece.bytes)?
         } else {
             return None;
         };
@@ -161,7 +161,7 @@ impl BpeModel {
         match state.load(Ordering::Relaxed) {
             WHOLE_YES => Some(id),
             WHOLE_NO => None,
-            _ => self.check_whole(id, piece, state),
+            _ => self.check_whole(id, piece.bytes, state),
         }
     }
 
@@ -340,6 +340,49 @@ struct ShortSlot {
 // Ids fit the low 24 bits of `ShortSlot::meta`.
 const _: () = assert!(crate::MAX_VOCAB_SIZE <= 1 << 24);
 
+/// A piece of text and its first 16 bytes as two little-endian words,
+/// zero-padded: the key of the short-token map and of the word cache, read
+/// once per piece.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Piece<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+}
+
+impl<'a> Piece<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        let (lo, hi) = load16(bytes);
+        Piece { bytes, lo, hi }
+    }
+
+    /// `text[start..end]` (not empty). Where the text has 16 bytes from
+    /// `start`, its key is one unaligned load and a mask: no branch on the
+    /// piece's length, which is as unpredictable as the text.
+    #[inline(always)]
+    pub(crate) fn at(text: &'a [u8], start: usize, end: usize) -> Self {
+        let bytes = &text[start..end];
+        match text.get(start..start + 16) {
+            Some(w) => {
+                let w = u128::from_le_bytes(w.try_into().expect("16 bytes"));
+                let keep = 8 * bytes.len().clamp(1, 16) as u32;
+                let w = w & (u128::MAX >> (128 - keep));
+                Piece {
+                    bytes,
+                    lo: w as u64,
+                    hi: (w >> 64) as u64,
+                }
+            }
+            None => Self::new(bytes),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// The bytes of `p` (`p.len() <= 16`) as two little-endian words, zero-padded,
 /// with a few overlapping loads instead of a variable-length copy.
 #[inline(always)]
@@ -405,11 +448,11 @@ impl ShortMap {
     }
 
     #[inline]
-    fn get(&self, key: &[u8]) -> Option<u32> {
+    fn get(&self, key: &Piece) -> Option<u32> {
         if self.slots.is_empty() || key.len() > SHORT {
             return None;
         }
-        let (lo, hi) = load16(key);
+        let (lo, hi) = (key.lo, key.hi);
         let mask = self.slots.len() - 1;
         let mut i = self.index(lo, hi, key.len());
         let len = (key.len() as u32) << 24;
@@ -464,7 +507,12 @@ mod tests {
         let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
         let model = BpeModel::new(&refs, byte_ids, &merges);
         for (id, t) in tokens.iter().enumerate().skip(256) {
-            assert_eq!(model.lookup_whole(t), Some(id as u32), "{:?}", t);
+            assert_eq!(
+                model.lookup_whole(&Piece::new(t)),
+                Some(id as u32),
+                "{:?}",
+                t
+            );
         }
         let misses = [
             &b"abcdefghijkQ"[..],
@@ -474,7 +522,7 @@ mod tests {
             b"ba",
         ];
         for miss in misses {
-            assert_eq!(model.lookup_whole(miss), None, "{:?}", miss);
+            assert_eq!(model.lookup_whole(&Piece::new(miss)), None, "{:?}", miss);
         }
     }
 
@@ -484,17 +532,18 @@ mod tests {
     fn short_map_compares_whole_keys() {
         let key = b"abcdefghijkl";
         let map = ShortMap::with_bits([(&key[..], 7u32)].into_iter(), 1);
-        assert_eq!(map.get(key), Some(7));
+        let get = |k: &[u8]| map.get(&Piece::new(k));
+        assert_eq!(get(key), Some(7));
         for i in 0..key.len() {
             for b in [b'Q', 0] {
                 let mut other = *key;
                 other[i] = b;
-                assert_eq!(map.get(&other), None, "{other:?}");
+                assert_eq!(get(&other), None, "{other:?}");
             }
         }
         for len in 2..key.len() {
-            assert_eq!(map.get(&key[..len]), None, "{len}");
+            assert_eq!(get(&key[..len]), None, "{len}");
         }
-        assert_eq!(map.get(b"abcdefghijklm"), None, "longer than SHORT");
+        assert_eq!(get(b"abcdefghijklm"), None, "longer than SHORT");
     }
 }
