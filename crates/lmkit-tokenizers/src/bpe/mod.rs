@@ -455,7 +455,7 @@ impl BpeTokenizer {
     /// always has a piece boundary (see [`safe_split`]), so the ids are exactly
     /// those of [`Self::encode_ids`].
     pub fn encode_ids_parallel(&self, text: &[u8], special: bool) -> Vec<u32> {
-        let Some(jobs) = self.parallel_jobs(text, special) else {
+        let Some(jobs) = self.parallel_jobs(text, special, 1 << 20) else {
             return self.encode_ids(text, special);
         };
         let parts: Vec<Vec<u32>> = jobs
@@ -474,8 +474,11 @@ impl BpeTokenizer {
 
     /// `encode_ids_parallel(text, special).len()` without holding the ids:
     /// memory stays at one chunk's ids per thread, whatever the text's size.
+    /// Chunks are ~64 KB, so those ids stay in the core's cache (with 1 MB
+    /// chunks, ~1.3 MB of ids per chunk pushed the tokenizer's tables out
+    /// of L2: ~4% slower).
     pub fn count_tokens_parallel(&self, text: &[u8], special: bool) -> usize {
-        let Some(jobs) = self.parallel_jobs(text, special) else {
+        let Some(jobs) = self.parallel_jobs(text, special, 1 << 16) else {
             return self.encode_ids(text, special).len();
         };
         jobs.par_iter()
@@ -490,22 +493,23 @@ impl BpeTokenizer {
             .sum()
     }
 
-    /// The ~1 MB pieces of a large text that encode independently to the
-    /// same ids: `(start, end, Some(id))` for a special token, `None` for
-    /// ordinary text. `None` when the text is too small to be worth it.
+    /// The ~`chunk`-byte pieces of a large text that encode independently
+    /// to the same ids: `(start, end, Some(id))` for a special token, `None`
+    /// for ordinary text. `None` when the text is under 2 MB, too small to
+    /// be worth it.
     fn parallel_jobs(
         &self,
         text: &[u8],
         special: bool,
+        chunk: usize,
     ) -> Option<Vec<(usize, usize, Option<u32>)>> {
-        const CHUNK: usize = 1 << 20;
-        if text.len() < 2 * CHUNK {
+        if text.len() < 2 << 20 {
             return None;
         }
         let mut jobs: Vec<(usize, usize, Option<u32>)> = Vec::new();
         let push_text = |mut start: usize, end: usize, jobs: &mut Vec<_>| {
-            while end - start > 2 * CHUNK {
-                match safe_split(&text[start..end], CHUNK) {
+            while end - start > 2 * chunk {
+                match safe_split(&text[start..end], chunk) {
                     Some(cut) => {
                         jobs.push((start, start + cut, None));
                         start += cut;
