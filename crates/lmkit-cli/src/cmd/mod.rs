@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use lmkit::data::source::SourceBytes;
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
 use lmkit_tokenizers::BpeTokenizer;
 
@@ -23,26 +24,31 @@ pub mod serve;
 pub mod tokenize;
 pub mod train_tokenizer;
 
-/// The bytes of an input file argument (decompressed if `.gz`/`.zst`):
-/// `None` or `-` is stdin.
-pub(crate) fn read_input(path: Option<&Path>) -> Result<Vec<u8>> {
-    use std::io::Read;
+/// The bytes of an input file argument (decompressed if `.gz`/`.zst`,
+/// mapped if a plain file): `None` or `-` is stdin.
+pub(crate) fn read_input(path: Option<&Path>) -> Result<SourceBytes> {
     match path {
-        // Compressed files (.gz, .zst) are decompressed.
-        Some(p) if p.as_os_str() != "-" => Ok(lmkit::data::source::read_source(p)?),
-        _ => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut buf)
-                .context("reading stdin")?;
-            Ok(buf)
-        }
+        Some(p) if p.as_os_str() != "-" => Ok(lmkit::data::source::map_source(p)?),
+        _ => read_stdin().map(SourceBytes::Read),
     }
 }
 
-/// [`read_input`] as UTF-8 text; the error names the input and the byte.
+fn read_stdin() -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut buf)
+        .context("reading stdin")?;
+    Ok(buf)
+}
+
+/// An input file argument as UTF-8 text, as [`read_input`] names it; the
+/// error names the input and the byte.
 pub(crate) fn read_input_text(path: Option<&Path>) -> Result<String> {
-    let bytes = read_input(path)?;
+    let bytes = match path {
+        Some(p) if p.as_os_str() != "-" => lmkit::data::source::read_source(p)?,
+        _ => read_stdin()?,
+    };
     String::from_utf8(bytes).map_err(|e| {
         let name = match path {
             Some(p) if p.as_os_str() != "-" => p.display().to_string(),
