@@ -170,8 +170,8 @@ impl BpeModel {
     #[cold]
     fn check_whole(&self, id: u32, piece: &[u8], state: &AtomicU8) -> Option<u32> {
         let single = if piece.len() <= SMALL_PIECE {
-            let (parts, len) = self.merge_small_parts(piece);
-            len == 1 && parts[0].0 == id
+            let mut ids = [0u32; SMALL_PIECE];
+            self.merge_small_into(piece, &mut ids) == 1 && ids[0] == id
         } else {
             let mut out = Vec::new();
             self.merge_large(piece, &mut out);
@@ -193,31 +193,38 @@ impl BpeModel {
     /// Quadratic in the number of merges, but branch-light and allocation-free:
     /// fastest for word-sized pieces.
     fn merge_small(&self, piece: &[u8], out: &mut Vec<u32>) {
-        let (parts, len) = self.merge_small_parts(piece);
-        out.extend(parts[..len].iter().map(|p| p.0));
+        if piece.len() <= 16 {
+            let mut ids = [0u32; 16];
+            let len = self.merge_small_into(piece, &mut ids);
+            out.extend_from_slice(&ids[..len]);
+        } else {
+            let mut ids = [0u32; SMALL_PIECE];
+            let len = self.merge_small_into(piece, &mut ids);
+            out.extend_from_slice(&ids[..len]);
+        }
     }
 
-    /// The merge loop of [`Self::merge_small`] on a stack array: the
-    /// resulting ids are `parts[..len].0`.
+    /// The merge loop of [`Self::merge_small`] on stack arrays of `N`
+    /// (`piece.len() <= N`; word-sized pieces use small ones): the ids
+    /// become `ids[..len]`, and `len` is returned.
     #[inline]
-    fn merge_small_parts(&self, piece: &[u8]) -> ([(u32, u64); SMALL_PIECE], usize) {
+    fn merge_small_into<const N: usize>(&self, piece: &[u8], ids: &mut [u32; N]) -> usize {
         let n = piece.len();
-        debug_assert!((1..=SMALL_PIECE).contains(&n));
-        // parts[i] = (id, rank << 32 | merged id of (parts[i], parts[i + 1])).
-        let mut all = [(0u32, NO_MERGE); SMALL_PIECE];
-        let parts = &mut all[..n];
+        debug_assert!((1..=N).contains(&n));
+        // ranks[i] = rank << 32 | merged id of (ids[i], ids[i + 1]).
+        let mut ranks = [NO_MERGE; N];
         for (i, w) in piece.windows(2).enumerate() {
-            let pair = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
-            parts[i] = (self.byte_ids[w[0] as usize], pair);
+            ranks[i] = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
+            ids[i] = self.byte_ids[w[0] as usize];
         }
-        parts[n - 1] = (self.byte_ids[piece[n - 1] as usize], NO_MERGE);
+        ids[n - 1] = self.byte_ids[piece[n - 1] as usize];
         let mut len = n;
-        loop {
+        while len > 1 {
             let mut best = NO_MERGE;
             let mut at = 0;
-            for (i, p) in parts[..len - 1].iter().enumerate() {
-                if p.1 < best {
-                    best = p.1;
+            for (i, &r) in ranks[..len - 1].iter().enumerate() {
+                if r < best {
+                    best = r;
                     at = i;
                 }
             }
@@ -226,23 +233,21 @@ impl BpeModel {
             }
             let merged = best as u32;
             for i in at + 1..len - 1 {
-                parts[i] = parts[i + 1];
+                ids[i] = ids[i + 1];
+                ranks[i] = ranks[i + 1];
             }
             len -= 1;
-            parts[at].0 = merged;
-            parts[at].1 = if at + 1 < len {
-                self.pair(merged, parts[at + 1].0)
+            ids[at] = merged;
+            ranks[at] = if at + 1 < len {
+                self.pair(merged, ids[at + 1])
             } else {
                 NO_MERGE
             };
             if at > 0 {
-                parts[at - 1].1 = self.pair(parts[at - 1].0, merged);
-            }
-            if len == 1 {
-                break;
+                ranks[at - 1] = self.pair(ids[at - 1], merged);
             }
         }
-        (all, len)
+        len
     }
 
     /// O(n log n): a min-heap of (rank, position) over a linked list of parts,
