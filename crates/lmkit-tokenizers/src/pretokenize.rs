@@ -136,11 +136,6 @@ fn classifier() -> Classifier {
     }
 }
 
-/// Whether [`classify_block`] uses SIMD (AVX-512BW, else AVX2).
-pub fn simd_available() -> bool {
-    classifier() != Classifier::Scalar
-}
-
 /// [`BlockMasks`] of `block` (at most 64 bytes): AVX-512BW or AVX2 where
 /// available, else [`classify_block_scalar`]; the results are equal (tested).
 #[inline]
