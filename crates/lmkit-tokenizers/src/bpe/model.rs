@@ -345,9 +345,9 @@ struct ShortSlot {
 // Ids fit the low 24 bits of `ShortSlot::meta`.
 const _: () = assert!(crate::MAX_VOCAB_SIZE <= 1 << 24);
 
-/// A piece of text and its first 16 bytes as two little-endian words,
-/// zero-padded: the key of the short-token map and of the word cache, read
-/// once per piece.
+/// A piece of text and its first (up to) 16 bytes as two little-endian
+/// words, zero-padded: the key of the short-token map and of the word cache
+/// (which hold pieces of up to 12 and 16 bytes), read once per piece.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Piece<'a> {
     pub(crate) bytes: &'a [u8],
@@ -357,7 +357,7 @@ pub(crate) struct Piece<'a> {
 
 impl<'a> Piece<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        let (lo, hi) = load16(bytes);
+        let (lo, hi) = load16(&bytes[..bytes.len().min(16)]);
         Piece { bytes, lo, hi }
     }
 
