@@ -108,6 +108,34 @@ pub fn classify_block_scalar(block: &[u8]) -> BlockMasks {
     m
 }
 
+impl BlockMasks {
+    /// The masks of a SIMD classifier's byte compares (any bits past the
+    /// block's `valid` ones dropped; "other" is whatever valid byte is none
+    /// of the rest).
+    #[cfg(target_arch = "x86_64")]
+    fn from_compares(
+        valid: u64,
+        [letter, number, white]: [u64; 3],
+        non_ascii: u64,
+        space: u64,
+        apostrophe: u64,
+    ) -> Self {
+        let [letter, number, white, non_ascii] =
+            [letter, number, white, non_ascii].map(|m| m & valid);
+        BlockMasks {
+            class: [
+                letter,
+                number,
+                white,
+                valid & !(letter | number | white | non_ascii),
+            ],
+            non_ascii,
+            space: space & valid,
+            apostrophe: apostrophe & valid,
+        }
+    }
+}
+
 /// The block classifier this CPU runs (checked once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Classifier {
@@ -180,26 +208,20 @@ mod avx2 {
             let d = _mm256_sub_epi8(x, splat(lo));
             bits(_mm256_cmpeq_epi8(_mm256_min_epu8(d, splat(count - 1)), d))
         };
-        let mut m = BlockMasks::default();
-        let mut space_class = 0;
+        let (mut classes, mut non_ascii, mut space, mut apostrophe) = ([0u64; 3], 0, 0, 0);
         for (half, chunk) in bytes.chunks_exact(32).enumerate() {
             // SAFETY: `chunk` is 32 readable bytes; the load is unaligned.
             let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().cast()) };
             let shift = 32 * half;
-            let space = bits(_mm256_cmpeq_epi8(v, splat(b' ')));
-            m.class[0] |= in_range(_mm256_or_si256(v, splat(0x20)), b'a', 26) << shift;
-            m.class[1] |= in_range(v, b'0', 10) << shift;
-            space_class |= (in_range(v, b'\t', 5) | space) << shift;
-            m.non_ascii |= bits(v) << shift;
-            m.space |= space << shift;
-            m.apostrophe |= bits(_mm256_cmpeq_epi8(v, splat(b'\''))) << shift;
+            let sp = bits(_mm256_cmpeq_epi8(v, splat(b' ')));
+            classes[0] |= in_range(_mm256_or_si256(v, splat(0x20)), b'a', 26) << shift;
+            classes[1] |= in_range(v, b'0', 10) << shift;
+            classes[2] |= (in_range(v, b'\t', 5) | sp) << shift;
+            non_ascii |= bits(v) << shift;
+            space |= sp << shift;
+            apostrophe |= bits(_mm256_cmpeq_epi8(v, splat(b'\''))) << shift;
         }
-        m.class[2] = space_class & valid;
-        m.non_ascii &= valid;
-        m.class[3] = valid & !(m.class[0] | m.class[1] | m.class[2] | m.non_ascii);
-        m.space &= valid;
-        m.apostrophe &= valid;
-        m
+        BlockMasks::from_compares(valid, classes, non_ascii, space, apostrophe)
     }
 }
 
@@ -224,17 +246,14 @@ mod avx512 {
         let in_range = |x: __m512i, lo: u8, count: u8| {
             _mm512_cmplt_epu8_mask(_mm512_sub_epi8(x, splat(lo)), splat(count))
         };
-        let letter = in_range(_mm512_or_si512(v, splat(0x20)), b'a', 26);
-        let number = in_range(v, b'0', 10);
-        let space = in_range(v, b'\t', 5) | _mm512_cmpeq_epi8_mask(v, splat(b' '));
-        let non_ascii = _mm512_movepi8_mask(v) & valid;
-        let other = valid & !(letter | number | space | non_ascii);
-        BlockMasks {
-            class: [letter, number, space & valid, other],
-            non_ascii,
-            space: _mm512_cmpeq_epi8_mask(v, splat(b' ')) & valid,
-            apostrophe: _mm512_cmpeq_epi8_mask(v, splat(b'\'')) & valid,
-        }
+        let space = _mm512_cmpeq_epi8_mask(v, splat(b' '));
+        let classes = [
+            in_range(_mm512_or_si512(v, splat(0x20)), b'a', 26),
+            in_range(v, b'0', 10),
+            in_range(v, b'\t', 5) | space,
+        ];
+        let apostrophe = _mm512_cmpeq_epi8_mask(v, splat(b'\''));
+        BlockMasks::from_compares(valid, classes, _mm512_movepi8_mask(v), space, apostrophe)
     }
 }
 
