@@ -85,10 +85,29 @@ fn errors_name_file_and_line() {
     assert_eq!(line, 2);
     assert!(msg.contains("\"bc\" is not in the vocabulary"), "{msg}");
 
-    tiny(&dir, ",\n  \"ab\": 300", "a b\n");
-    let (_, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
-    assert!(msg.contains("twice"), "{msg}");
-    assert_eq!(line, 258);
+    // A token twice (the error names its first line): of 2 bytes, of more
+    // than the short table's 12, of one byte, and the special token.
+    let line_of_a = 2 + lmkit_tokenizers::bpe::byte_level::BYTE_ORDER
+        .iter()
+        .position(|&b| b == b'a')
+        .unwrap();
+    for (extra, at) in [
+        (",\n  \"ab\": 300", 258),
+        (
+            ",\n  \"abcdefghijklmnop\": 300,\n  \"abcdefghijklmnop\": 301",
+            260,
+        ),
+        (",\n  \"a\": 300", line_of_a),
+        (
+            ",\n  \"<|endoftext|>\": 300,\n  \"<|endoftext|>\": 301",
+            260,
+        ),
+    ] {
+        tiny(&dir, extra, "a b\n");
+        let (_, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+        assert!(msg.contains("twice"), "{extra}: {msg}");
+        assert_eq!(line, at, "{extra}");
+    }
 
     std::fs::remove_file(dir.join("merges.txt")).unwrap();
     match Tokenizer::from_dir(&dir) {

@@ -25,7 +25,7 @@ use crate::{Encoding, Error, Result};
 pub(crate) use files::read_text;
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
-use model::BpeModel;
+use model::{BpeModel, TokenIndex};
 
 /// GPT-2's end-of-text token.
 pub const ENDOFTEXT: &str = "<|endoftext|>";
@@ -183,8 +183,9 @@ impl BpeTokenizer {
         Self::build(&source, &vocab, &hf.merges, hf.specials)
     }
 
-    /// Checks and indexes the vocabulary and merges: linear, one hash
-    /// lookup per token and three per merge, no allocation per entry.
+    /// Checks and indexes the vocabulary and merges: linear, one table of
+    /// tokens by their bytes (kept by the model) with one insert per token
+    /// and two or three lookups per merge, no allocation per entry.
     fn build(
         src: &Source,
         entries: &Entries,
@@ -208,8 +209,8 @@ impl BpeTokenizer {
         // Bytes of the ordinary tokens in file order; `byte_ranges[id]` into it.
         let mut arena: Vec<u8> = Vec::with_capacity(entries.len() * 8);
         let mut byte_ranges = vec![(0u32, 0u32); size];
-        let mut vocab: FastMap<&str, u32> =
-            FastMap::with_capacity_and_hasher(entries.len(), Default::default());
+        let mut index = TokenIndex::with_capacity(entries.len());
+        let mut special_ids: FastMap<&str, u32> = FastMap::default();
         for (token, id) in entries.iter() {
             let i = id as usize;
             if kinds[i] != Kind::Hole {
@@ -218,15 +219,11 @@ impl BpeTokenizer {
                     format!("id {id} is given to both {:?} and {token:?}", tokens[i]),
                 ));
             }
-            match vocab.entry(token) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    return Err(vocab_err(token, format!("token {token:?} appears twice")))
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(id);
-                }
-            }
+            let twice = || vocab_err(token, format!("token {token:?} appears twice"));
             if specials.iter().any(|(c, _)| c == token) {
+                if special_ids.insert(token, id).is_some() {
+                    return Err(twice());
+                }
                 kinds[i] = Kind::Special;
             } else {
                 let start = arena.len();
@@ -245,29 +242,28 @@ impl BpeTokenizer {
                         "the vocabulary is larger than 4 GiB".into(),
                     ));
                 }
+                if index.insert(&arena[start..], id).is_err() {
+                    return Err(twice());
+                }
                 byte_ranges[i] = (start as u32, arena.len() as u32);
                 kinds[i] = Kind::Ordinary;
             }
             tokens[i] = token;
         }
-        let mut byte_ids = [0u32; 256];
-        for (b, slot) in byte_ids.iter_mut().enumerate() {
-            let c = byte_level::BYTE_TO_CHAR[b];
-            let mut buf = [0u8; 4];
-            *slot = match vocab.get(&*c.encode_utf8(&mut buf)) {
-                Some(&id) if kinds[id as usize] == Kind::Ordinary => id,
-                _ => {
-                    return Err(parse_error(
-                        src.vocab_path,
-                        0,
-                        format!("the vocabulary has no token for byte 0x{b:02x} ({c:?}); byte-level BPE needs all 256"),
-                    ))
-                }
-            };
+        for b in 0..=255u8 {
+            if index.get(&[b]).is_none() {
+                let c = byte_level::BYTE_TO_CHAR[b as usize];
+                return Err(parse_error(
+                    src.vocab_path,
+                    0,
+                    format!("the vocabulary has no token for byte 0x{b:02x} ({c:?}); byte-level BPE needs all 256"),
+                ));
+            }
         }
         let mut merges = Vec::with_capacity(merges_in.len());
         let mut triples = Vec::with_capacity(merges_in.len());
-        let mut joined = String::new();
+        // The bytes of a merge's left and right tokens (then of their join).
+        let (mut left, mut right) = (Vec::new(), Vec::new());
         for m in merges_in.iter() {
             let err = |message: String| {
                 let line = match m.line {
@@ -276,31 +272,35 @@ impl BpeTokenizer {
                 };
                 parse_error(src.merges_path, line, message)
             };
-            let id_of = |t: &str| match vocab.get(t) {
-                Some(&id) if kinds[id as usize] == Kind::Ordinary => Ok(id),
-                _ => Err(err(format!(
-                    "merge token {t:?} is not an ordinary vocabulary token"
-                ))),
+            let id_of = |t: &str, bytes: &mut Vec<u8>| {
+                bytes.clear();
+                byte_level::token_to_bytes_into(t, bytes)
+                    .then(|| index.get(bytes))
+                    .flatten()
+                    .ok_or_else(|| {
+                        err(format!(
+                            "merge token {t:?} is not an ordinary vocabulary token"
+                        ))
+                    })
             };
-            let (l, r) = (id_of(m.left)?, id_of(m.right)?);
+            let (l, r) = (id_of(m.left, &mut left)?, id_of(m.right, &mut right)?);
             // Merge results usually take consecutive ids in rank order
             // (GPT-2: 256 + rank): try the id after the previous result,
-            // compared by spelling (unique), before hashing the joined string.
+            // compared by bytes (unique), before looking the join up.
             let guess = triples.last().map_or(256, |&(_, _, m)| m as usize + 1);
-            let merged = match tokens.get(guess) {
-                Some(t)
-                    if t.len() == m.left.len() + m.right.len()
-                        && t.starts_with(m.left)
-                        && t.ends_with(m.right) =>
-                {
-                    guess as u32
-                }
+            let is_join = |&(a, b): &(u32, u32)| {
+                let t = &arena[a as usize..b as usize];
+                t.len() == left.len() + right.len() && t.starts_with(&left) && t.ends_with(&right)
+            };
+            let merged = match byte_ranges.get(guess) {
+                Some(range) if kinds[guess] == Kind::Ordinary && is_join(range) => guess as u32,
                 _ => {
-                    joined.clear();
-                    joined.push_str(m.left);
-                    joined.push_str(m.right);
-                    vocab.get(joined.as_str()).copied().ok_or_else(|| {
-                        err(format!("merge result {joined:?} is not in the vocabulary"))
+                    left.extend_from_slice(&right);
+                    index.get(&left).ok_or_else(|| {
+                        err(format!(
+                            "merge result {:?} is not in the vocabulary",
+                            format!("{}{}", m.left, m.right)
+                        ))
                     })?
                 }
             };
@@ -311,7 +311,7 @@ impl BpeTokenizer {
             .iter()
             .map(|&(a, b)| &arena[a as usize..b as usize])
             .collect();
-        let model = BpeModel::new(&token_bytes, byte_ids, &triples);
+        let model = BpeModel::new(&token_bytes, index, &triples);
         let mut specials: Vec<(Vec<u8>, u32)> = specials
             .into_iter()
             .map(|(c, id)| (c.into_bytes(), id))
@@ -564,7 +564,7 @@ impl BpeTokenizer {
     ) {
         for range in crate::pretokenize::split_gpt2(text) {
             if range.len() == 1 {
-                out.push(self.model.byte_ids[text[range.start] as usize]);
+                out.push(self.model.index.byte_ids[text[range.start] as usize]);
                 continue;
             }
             let piece = model::Piece::at(text, range.start, range.end);

@@ -24,17 +24,14 @@ pub(crate) struct BpeModel {
     /// Bytes of token `id` are `bytes[starts[id]..starts[id + 1]]`.
     bytes: Vec<u8>,
     starts: Vec<u32>,
-    /// Token id of each single byte.
-    pub(crate) byte_ids: [u32; 256],
+    /// Ordinary tokens by their bytes (the whole-piece lookup); every
+    /// single byte has one.
+    pub(crate) index: TokenIndex,
     /// `(left << 32 | right)` -> `(rank << 32 | merged id)`.
     merges: FastMap<u64, u64>,
     /// The same for the two single-byte tokens of bytes `a`, `b` at `a << 8 | b`
     /// (every piece starts as bytes: no hashing for the first pairs).
     byte_pairs: Box<[u64]>,
-    /// Ordinary tokens of 2+ bytes by their bytes: up to [`SHORT`] bytes in
-    /// `short`, longer ones in `whole`.
-    short: ShortMap,
-    whole: FastMap<Box<[u8]>, u32>,
     max_token_len: usize,
     /// Per id: whether BPE of the token's own bytes gives just that token
     /// ([`WHOLE_YES`], [`WHOLE_NO`], or [`WHOLE_UNKNOWN`] until first asked).
@@ -76,12 +73,12 @@ thread_local! {
 
 impl BpeModel {
     /// `tokens[id]` are the bytes of each id (empty for ids that are not
-    /// ordinary tokens, e.g. holes or special tokens). `byte_ids` must cover
-    /// every byte; `merges` are `(left, right, merged)` in rank order.
+    /// ordinary tokens, e.g. holes or special tokens), `index` those tokens
+    /// by their bytes (it must have every single byte); `merges` are
+    /// `(left, right, merged)` in rank order.
     ///
-    /// Linear in the vocabulary and merges, with no allocation per entry
-    /// beyond the few tokens longer than [`SHORT`] bytes.
-    pub(crate) fn new(tokens: &[&[u8]], byte_ids: [u32; 256], merges: &[(u32, u32, u32)]) -> Self {
+    /// Linear in the vocabulary and merges, with no allocation per entry.
+    pub(crate) fn new(tokens: &[&[u8]], index: TokenIndex, merges: &[(u32, u32, u32)]) -> Self {
         let mut bytes = Vec::with_capacity(tokens.iter().map(|t| t.len()).sum());
         let mut starts = Vec::with_capacity(tokens.len() + 1);
         starts.push(0u32);
@@ -104,26 +101,16 @@ impl BpeModel {
                 }
             }
         }
-        let multi = || {
-            tokens
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.len() >= 2)
-                .map(|(id, t)| (*t, id as u32))
-        };
-        let short = ShortMap::new(multi().filter(|(t, _)| t.len() <= SHORT));
-        let whole = multi()
-            .filter(|(t, _)| t.len() > SHORT)
-            .map(|(t, id)| (Box::from(t), id))
-            .collect();
+        debug_assert!(
+            !index.byte_ids.contains(&NO_TOKEN),
+            "a byte without a token"
+        );
         BpeModel {
             bytes,
             starts,
-            byte_ids,
+            index,
             merges: merge_map,
             byte_pairs,
-            short,
-            whole,
             max_token_len: tokens.iter().map(|t| t.len()).max().unwrap_or(1),
             whole_state: WholeState(
                 (0..tokens.len())
@@ -151,9 +138,9 @@ impl BpeModel {
     #[inline]
     pub(crate) fn lookup_whole(&self, piece: &Piece) -> Option<u32> {
         let id = if piece.len() <= SHORT {
-            self.short.get(piece)?
+            self.index.short.get(piece)?
         } else if piece.len() <= self.max_token_len {
-            *self.whole.get(piece.bytes)?
+            *self.index.whole.get(piece.bytes)?
         } else {
             return None;
         };
@@ -215,9 +202,9 @@ impl BpeModel {
         let mut ranks = [NO_MERGE; N];
         for (i, w) in piece.windows(2).enumerate() {
             ranks[i] = self.byte_pairs[(w[0] as usize) << 8 | w[1] as usize];
-            ids[i] = self.byte_ids[w[0] as usize];
+            ids[i] = self.index.byte_ids[w[0] as usize];
         }
-        ids[n - 1] = self.byte_ids[piece[n - 1] as usize];
+        ids[n - 1] = self.index.byte_ids[piece[n - 1] as usize];
         let mut len = n;
         while len > 1 {
             let mut best = NO_MERGE;
@@ -265,7 +252,7 @@ impl BpeModel {
         let n = piece.len();
         let (ids, next, prev) = (&mut s.ids, &mut s.next, &mut s.prev);
         ids.clear();
-        ids.extend(piece.iter().map(|&b| self.byte_ids[b as usize]));
+        ids.extend(piece.iter().map(|&b| self.index.byte_ids[b as usize]));
         next.clear();
         next.extend(1..=n as u32);
         prev.clear();
@@ -323,6 +310,68 @@ impl BpeModel {
 /// up to 12 bytes makes a 16-byte slot.
 const SHORT: usize = 12;
 
+/// No token for this byte (in [`TokenIndex`]'s table of single bytes).
+pub(crate) const NO_TOKEN: u32 = u32::MAX;
+
+/// Ordinary tokens by their bytes. Loading builds it while reading the
+/// vocabulary (it finds repeated tokens and resolves the merges' spellings)
+/// and the model keeps it as its whole-piece lookup: one table, built once.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenIndex {
+    /// Single-byte tokens, [`NO_TOKEN`] where a byte has none.
+    pub(crate) byte_ids: [u32; 256],
+    /// Tokens of 2..=[`SHORT`] bytes; longer ones in `whole`.
+    short: ShortMap,
+    whole: FastMap<Box<[u8]>, u32>,
+}
+
+impl TokenIndex {
+    /// Room for `n` tokens without growing.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        TokenIndex {
+            byte_ids: [NO_TOKEN; 256],
+            short: ShortMap::with_bits(std::iter::empty(), ShortMap::bits_for(n)),
+            whole: FastMap::default(),
+        }
+    }
+
+    /// Adds token `id` spelled `bytes` (not empty); `Err` holds the id that
+    /// already has these bytes.
+    pub(crate) fn insert(&mut self, bytes: &[u8], id: u32) -> Result<(), u32> {
+        debug_assert!(!bytes.is_empty() && id != NO_TOKEN);
+        let prior = match bytes {
+            [] => None,
+            [b] => {
+                let slot = &mut self.byte_ids[*b as usize];
+                let prior = (*slot != NO_TOKEN).then_some(*slot);
+                if prior.is_none() {
+                    *slot = id;
+                }
+                prior
+            }
+            _ if bytes.len() <= SHORT => self.short.insert(bytes, id),
+            _ => match self.whole.entry(Box::from(bytes)) {
+                std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(id);
+                    None
+                }
+            },
+        };
+        prior.map_or(Ok(()), Err)
+    }
+
+    /// The token spelled `bytes`.
+    pub(crate) fn get(&self, bytes: &[u8]) -> Option<u32> {
+        match bytes {
+            [] => None,
+            [b] => Some(self.byte_ids[*b as usize]).filter(|&id| id != NO_TOKEN),
+            _ if bytes.len() <= SHORT => self.short.get(&Piece::new(bytes)),
+            _ => self.whole.get(bytes).copied(),
+        }
+    }
+}
+
 /// Open-addressing map from byte strings of 2..=[`SHORT`] bytes to ids, keys
 /// stored inline: no pointer chase, no memcmp call. Slots are 16 bytes
 /// because the table's size shows in encode time: with 24-byte slots
@@ -331,6 +380,8 @@ const SHORT: usize = 12;
 struct ShortMap {
     slots: Vec<ShortSlot>,
     shift: u32,
+    /// Keys held (at most half the slots: probes stay short).
+    len: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -414,35 +465,67 @@ pub(crate) fn load16(p: &[u8]) -> (u64, u64) {
 }
 
 impl ShortMap {
-    fn new<'a>(entries: impl Iterator<Item = (&'a [u8], u32)> + Clone) -> Self {
-        let bits = (entries.clone().count() * 2)
+    /// Table size (log2) for `n` keys: at most half full.
+    fn bits_for(n: usize) -> u32 {
+        (n.saturating_mul(2))
             .max(16)
             .next_power_of_two()
-            .trailing_zeros();
-        Self::with_bits(entries, bits)
+            .trailing_zeros()
     }
 
-    /// `2^bits` slots, which must exceed the number of entries.
+    /// `2^bits` slots, which must be at least twice the number of entries.
     fn with_bits<'a>(entries: impl Iterator<Item = (&'a [u8], u32)>, bits: u32) -> Self {
         let mut map = ShortMap {
             slots: vec![ShortSlot::default(); 1 << bits],
             shift: 64 - bits,
+            len: 0,
         };
         for (key, id) in entries {
-            let (lo, hi) = load16(key);
-            debug_assert!((2..=SHORT).contains(&key.len()));
-            let mask = map.slots.len() - 1;
-            let mut i = map.index(lo, hi, key.len());
-            while map.slots[i].meta != 0 {
-                i = (i + 1) & mask;
-            }
-            map.slots[i] = ShortSlot {
-                lo,
-                hi: hi as u32,
-                meta: (key.len() as u32) << 24 | id,
-            };
+            let prior = map.insert(key, id);
+            debug_assert!(prior.is_none(), "{key:?} twice");
         }
         map
+    }
+
+    /// Adds `key` (2..=[`SHORT`] bytes) as `id` unless it is there: then
+    /// the id it has. Doubles the table rather than fill more than half.
+    fn insert(&mut self, key: &[u8], id: u32) -> Option<u32> {
+        debug_assert!((2..=SHORT).contains(&key.len()));
+        if (self.len + 1) * 2 > self.slots.len() {
+            let bits = self.slots.len().trailing_zeros() + 1;
+            let old = std::mem::replace(self, ShortMap::with_bits(std::iter::empty(), bits));
+            for s in old.slots.iter().filter(|s| s.meta != 0) {
+                let i = self.free_slot(s.lo, s.hi as u64, (s.meta >> 24) as usize);
+                self.slots[i] = *s;
+            }
+            self.len = old.len;
+        }
+        let (lo, hi) = load16(key);
+        let i = self.free_slot(lo, hi, key.len());
+        let s = &mut self.slots[i];
+        if s.meta != 0 {
+            return Some(s.meta & 0x00FF_FFFF);
+        }
+        *s = ShortSlot {
+            lo,
+            hi: hi as u32,
+            meta: (key.len() as u32) << 24 | id,
+        };
+        self.len += 1;
+        None
+    }
+
+    /// The slot holding this key, or else the empty one it would take.
+    fn free_slot(&self, lo: u64, hi: u64, len: usize) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.index(lo, hi, len);
+        loop {
+            let s = &self.slots[i];
+            if s.meta == 0 || (s.meta >> 24 == len as u32 && s.lo == lo && s.hi as u64 == hi) {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
     }
 
     #[inline(always)]
@@ -509,8 +592,11 @@ mod tests {
         let id16 = 256 + 14; // "abcdefghijklmnop"
         chain(&mut tokens, id16, &letters[..16], b"XY");
         let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
-        let byte_ids: [u32; 256] = std::array::from_fn(|b| b as u32);
-        let model = BpeModel::new(&refs, byte_ids, &merges);
+        let mut index = TokenIndex::with_capacity(0);
+        for (id, t) in refs.iter().enumerate() {
+            index.insert(t, id as u32).unwrap();
+        }
+        let model = BpeModel::new(&refs, index, &merges);
         for (id, t) in tokens.iter().enumerate().skip(256) {
             assert_eq!(
                 model.lookup_whole(&Piece::new(t)),
