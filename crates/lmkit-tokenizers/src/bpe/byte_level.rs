@@ -53,18 +53,22 @@ pub const BYTE_TO_CHAR: [char; 256] = {
     table
 };
 
+/// Byte spelled by each code point below 324 (the alphabet's characters
+/// are U+0021..=U+0143), -1 where none.
+const REVERSE: [i16; 324] = {
+    let mut r = [-1i16; 324];
+    let mut b = 0;
+    while b < 256 {
+        r[BYTE_TO_CHAR[b] as usize] = b as i16;
+        b += 1;
+    }
+    r
+};
+
 /// Byte spelled by `c`, if `c` is in the alphabet.
 #[inline]
 pub fn char_to_byte(c: char) -> Option<u8> {
-    static REVERSE: std::sync::OnceLock<[i16; 324]> = std::sync::OnceLock::new();
-    let reverse = REVERSE.get_or_init(|| {
-        let mut r = [-1i16; 324];
-        for (b, &c) in BYTE_TO_CHAR.iter().enumerate() {
-            r[c as usize] = b as i16;
-        }
-        r
-    });
-    match reverse.get(c as usize) {
+    match REVERSE.get(c as usize) {
         Some(&b) if b >= 0 => Some(b as u8),
         _ => None,
     }
@@ -111,5 +115,24 @@ mod tests {
         assert_eq!(char_to_byte(' '), None);
         assert_eq!(token_to_bytes("Ġthe"), Some(b" the".to_vec()));
         assert_eq!(bytes_to_token(b" the\n"), "ĠtheĊ");
+    }
+
+    /// `token_to_bytes_into` and `char_to_byte` against a search of the
+    /// alphabet, for every character up to U+0FFF and a few beyond.
+    #[test]
+    fn token_bytes_match_the_alphabet_for_every_char() {
+        let chars = (0..0x1000u32)
+            .chain([0xFFFD, 0x1F600, 0x10FFFF])
+            .filter_map(char::from_u32);
+        for c in chars {
+            let want = BYTE_TO_CHAR.iter().position(|&a| a == c).map(|b| b as u8);
+            let mut out = vec![7];
+            let ok = token_to_bytes_into(&format!("a{c}b"), &mut out);
+            match want {
+                Some(b) => assert!(ok && out == [7, b'a', b, b'b'], "{c:?}: {out:?}"),
+                None => assert!(!ok, "{c:?}"),
+            }
+            assert_eq!(char_to_byte(c), want, "{c:?}");
+        }
     }
 }
