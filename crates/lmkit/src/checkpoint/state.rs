@@ -66,10 +66,15 @@ pub struct OptimState {
 }
 
 impl OptimState {
+    /// Zero moments, the zeros written now (in huge pages where the kernel
+    /// allows). `vec![0.0; n]` maps the zero page lazily, and the first
+    /// update reads each moment before writing it: a copy-on-write fault per
+    /// 4 KiB page, each flushing the TLB of every core the process runs on
+    /// (124M: 250k of them in the first step).
     pub fn new(num_params: usize) -> Self {
         OptimState {
-            m: vec![0.0; num_params],
-            v: vec![0.0; num_params],
+            m: crate::util::alloc::huge_zeroed(num_params),
+            v: crate::util::alloc::huge_zeroed(num_params),
             step: 0,
         }
     }
