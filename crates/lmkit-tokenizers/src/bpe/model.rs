@@ -330,7 +330,7 @@ impl TokenIndex {
     pub(crate) fn with_capacity(n: usize) -> Self {
         TokenIndex {
             byte_ids: [NO_TOKEN; 256],
-            short: ShortMap::with_bits(std::iter::empty(), ShortMap::bits_for(n)),
+            short: ShortMap::with_bits(ShortMap::bits_for(n)),
             whole: FastMap::default(),
         }
     }
@@ -376,7 +376,7 @@ impl TokenIndex {
 /// stored inline: no pointer chase, no memcmp call. Slots are 16 bytes
 /// because the table's size shows in encode time: with 24-byte slots
 /// (GPT-2: 3 MiB) whole-process encoding was ~4% slower.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct ShortMap {
     slots: Vec<ShortSlot>,
     shift: u32,
@@ -473,18 +473,13 @@ impl ShortMap {
             .trailing_zeros()
     }
 
-    /// `2^bits` slots, which must be at least twice the number of entries.
-    fn with_bits<'a>(entries: impl Iterator<Item = (&'a [u8], u32)>, bits: u32) -> Self {
-        let mut map = ShortMap {
+    /// An empty map of `2^bits` slots (`bits` ≥ 1).
+    fn with_bits(bits: u32) -> Self {
+        ShortMap {
             slots: vec![ShortSlot::default(); 1 << bits],
             shift: 64 - bits,
             len: 0,
-        };
-        for (key, id) in entries {
-            let prior = map.insert(key, id);
-            debug_assert!(prior.is_none(), "{key:?} twice");
         }
-        map
     }
 
     /// Adds `key` (2..=[`SHORT`] bytes) as `id` unless it is there: then
@@ -493,7 +488,7 @@ impl ShortMap {
         debug_assert!((2..=SHORT).contains(&key.len()));
         if (self.len + 1) * 2 > self.slots.len() {
             let bits = self.slots.len().trailing_zeros() + 1;
-            let old = std::mem::replace(self, ShortMap::with_bits(std::iter::empty(), bits));
+            let old = std::mem::replace(self, ShortMap::with_bits(bits));
             for s in old.slots.iter().filter(|s| s.meta != 0) {
                 let i = self.free_slot(s.lo, s.hi as u64, (s.meta >> 24) as usize);
                 self.slots[i] = *s;
@@ -622,7 +617,9 @@ mod tests {
     #[test]
     fn short_map_compares_whole_keys() {
         let key = b"abcdefghijkl";
-        let map = ShortMap::with_bits([(&key[..], 7u32)].into_iter(), 1);
+        let mut map = ShortMap::with_bits(1);
+        assert_eq!(map.insert(key, 7), None);
+        assert_eq!(map.slots.len(), 2, "one key fills half of two slots");
         let get = |k: &[u8]| map.get(&Piece::new(k));
         assert_eq!(get(key), Some(7));
         for i in 0..key.len() {
