@@ -10,13 +10,13 @@
 /// mappings each costs a page fault and a zeroed page per 4 KiB, and each
 /// `munmap` a TLB shootdown on every core. The largest come from the `gemm`
 /// crate, which sizes its packing buffer from the L3 cache and allocates it
-/// per call: 49 MB for the fused LM head's `dW` product at V = 50257 (this
-/// machine's 260 MB L3), four times a step at 4 × 256 tokens. Measured on
-/// L6 d384 f32 pretraining at 4 × 256 (2 cores): page faults per step 50k ->
-/// ~0, tokens/s +5-9%; 124M at 8 × 1024: step time -10%, peak RSS +44 MB of
-/// 6.3 / 12.3 GB (the kept packing buffer); decode's RSS and speed unchanged.
-/// With mmaps capped at 32 MiB (the previous setting) the steps still
-/// faulted in every large buffer. What is kept is reused by the next step; a
+/// per call: 49 MB for the fused LM head's 256 × V chunk of logit gradients
+/// at V = 50257 (on a 260 MB-L3 Xeon), four times a step at 4 × 256 tokens.
+/// Measured on L6 d384 f32 pretraining at 4 × 256 (2 cores): page faults per
+/// step 50k -> ~0, tokens/s +5-9%; 124M at 8 × 1024: step time -10%, peak
+/// RSS +44 MB of 6.3 / 12.3 GB (the kept packing buffer); decode's RSS and
+/// speed unchanged. With mmaps capped at 32 MiB (the previous setting) the
+/// steps still faulted in every large buffer. What is kept is reused by the next step; a
 /// process that is done with its memory exits.
 ///
 /// Call at start-up, before threads allocate. A no-op off glibc.
