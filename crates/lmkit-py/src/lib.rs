@@ -23,6 +23,7 @@ fn _lmkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<models::PyClassifier>()?;
     m.add_function(wrap_pyfunction!(train::_pretrain, m)?)?;
     m.add_function(wrap_pyfunction!(train::_finetune, m)?)?;
+    m.add_function(wrap_pyfunction!(train::keep_freed_memory, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -98,6 +98,17 @@ fn finish(py: Python<'_>, summary: Value, error: &Mutex<Option<PyErr>>) -> PyRes
     json_to_py(py, &summary)
 }
 
+/// `lmkit.keep_freed_memory()`: the CLI's malloc policy
+/// ([`lmkit::util::alloc::keep_freed_memory`]) for this process, so that
+/// training's large per-call buffers are reused instead of mapped and
+/// faulted in anew every step. It changes the allocator of the whole
+/// process (torch's and numpy's too), which is why importing the package
+/// does not. A no-op off glibc.
+#[pyfunction]
+pub fn keep_freed_memory() {
+    lmkit::util::alloc::keep_freed_memory()
+}
+
 /// `lmkit.pretrain(**options)`: `options_json` holds `PretrainOptions`'
 /// fields (the Python wrapper builds it from keyword arguments).
 #[pyfunction]

@@ -4,7 +4,9 @@ flags), progress, callbacks, errors, and Ctrl-C stopping cleanly."""
 
 import json
 import os
+import platform
 import signal
+import sys
 
 import pytest
 
@@ -120,3 +122,31 @@ def test_ctrl_c_saves_a_checkpoint_and_raises(tmp_path):
     assert done["steps"] == 16 and not done["interrupted"]
     whole = lmkit.finetune("classify", model, train, tmp_path / "whole", **opts)
     assert done["final_loss"] == whole["final_loss"]  # resumed exactly
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="the policy is glibc malloc's",
+)
+def test_keep_freed_memory_serves_large_blocks_from_the_heap():
+    """After it, a 64 MiB block comes from the heap (glibc's default maps it
+    apart: its largest mmap threshold is 32 MiB), which keeps it once freed."""
+    import ctypes
+
+    def heap():
+        """The [heap] mappings (madvise, e.g. huge pages, can split it in several)."""
+        with open("/proc/self/maps") as f:
+            lines = [line.split()[0] for line in f if line.rstrip().endswith("[heap]")]
+        return [tuple(int(x, 16) for x in r.split("-")) for r in lines]
+
+    def in_heap(address, ranges):
+        return any(start <= address < end for start, end in ranges)
+
+    assert lmkit.keep_freed_memory() is None
+    block = bytearray(64 << 20)
+    first = ctypes.c_char.from_buffer(block)
+    at = ctypes.addressof(first)
+    ranges = heap()
+    assert in_heap(at, ranges) and in_heap(at + len(block) - 1, ranges), (hex(at), ranges)
+    del first, block
+    assert sum(e - s for s, e in heap()) == sum(e - s for s, e in ranges), "freed memory is kept"

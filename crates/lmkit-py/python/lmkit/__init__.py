@@ -22,6 +22,7 @@ from ._lmkit import (  # noqa: F401
     GenerationStream,
     Tokenizer,
     __version__,
+    keep_freed_memory,
 )
 from . import _lmkit
 
@@ -34,6 +35,7 @@ __all__ = [
     "Classifier",
     "pretrain",
     "finetune",
+    "keep_freed_memory",
     "tiktoken_compat",
     "__version__",
 ]
@@ -80,6 +82,11 @@ def pretrain(*, output, callback=None, progress=True, **options):
     `first_val_loss`, `last_val_loss`, `checkpoint`, `interrupted`. Ctrl-C
     finishes the step, saves a checkpoint, then raises `KeyboardInterrupt`
     (continue with `resume=True`).
+
+    For long runs call `lmkit.keep_freed_memory()` first, as the CLI does:
+    with glibc's default malloc each step maps and faults in its largest
+    buffers anew (GPT-2's vocabulary: ~50k page faults a step). It changes
+    the malloc policy of the whole process, so it is not done for you.
     """
     if "arch" in options:
         options["family"] = options.pop("arch")
@@ -111,7 +118,7 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
 
     Returns the summary (`steps`, `epochs`, `final_loss`, `eval` — the last
     evaluation row —, `output`, `checkpoint`, `interrupted`, throughput).
-    Progress and Ctrl-C as `pretrain`.
+    Progress, Ctrl-C and `keep_freed_memory` as `pretrain`.
     """
     return _lmkit._finetune(
         task,
