@@ -10,6 +10,7 @@ from ._lmkit import (
     GenerationStream as GenerationStream,
     Tokenizer as Tokenizer,
     __version__ as __version__,
+    keep_freed_memory as keep_freed_memory,
 )
 
 _Path = Union[str, "os.PathLike[str]"]
