@@ -336,7 +336,8 @@ impl TokenIndex {
     }
 
     /// Adds token `id` spelled `bytes` (not empty); `Err` holds the id that
-    /// already has these bytes.
+    /// already has these bytes. Only tokens longer than [`SHORT`] bytes (a
+    /// few in GPT-2) allocate, for their key.
     pub(crate) fn insert(&mut self, bytes: &[u8], id: u32) -> Result<(), u32> {
         debug_assert!(!bytes.is_empty() && id != NO_TOKEN);
         let prior = match bytes {
@@ -490,13 +491,13 @@ impl ShortMap {
             let bits = self.slots.len().trailing_zeros() + 1;
             let old = std::mem::replace(self, ShortMap::with_bits(bits));
             for s in old.slots.iter().filter(|s| s.meta != 0) {
-                let i = self.free_slot(s.lo, s.hi as u64, (s.meta >> 24) as usize);
+                let i = self.slot_of(s.lo, s.hi as u64, (s.meta >> 24) as usize);
                 self.slots[i] = *s;
             }
             self.len = old.len;
         }
         let (lo, hi) = load16(key);
-        let i = self.free_slot(lo, hi, key.len());
+        let i = self.slot_of(lo, hi, key.len());
         let s = &mut self.slots[i];
         if s.meta != 0 {
             return Some(s.meta & 0x00FF_FFFF);
@@ -510,8 +511,10 @@ impl ShortMap {
         None
     }
 
-    /// The slot holding this key, or else the empty one it would take.
-    fn free_slot(&self, lo: u64, hi: u64, len: usize) -> usize {
+    /// The slot holding this key, or else the empty one it would take (the
+    /// one probe of both `get` and `insert`).
+    #[inline(always)]
+    fn slot_of(&self, lo: u64, hi: u64, len: usize) -> usize {
         let mask = self.slots.len() - 1;
         let mut i = self.index(lo, hi, len);
         loop {
@@ -532,23 +535,11 @@ impl ShortMap {
 
     #[inline]
     fn get(&self, key: &Piece) -> Option<u32> {
-        if self.slots.is_empty() || key.len() > SHORT {
+        if key.len() > SHORT {
             return None;
         }
-        let (lo, hi) = (key.lo, key.hi);
-        let mask = self.slots.len() - 1;
-        let mut i = self.index(lo, hi, key.len());
-        let len = (key.len() as u32) << 24;
-        loop {
-            let s = &self.slots[i];
-            if s.meta & 0xFF00_0000 == len && s.lo == lo && s.hi as u64 == hi {
-                return Some(s.meta & 0x00FF_FFFF);
-            }
-            if s.meta == 0 {
-                return None;
-            }
-            i = (i + 1) & mask;
-        }
+        let s = &self.slots[self.slot_of(key.lo, key.hi, key.len())];
+        (s.meta != 0).then_some(s.meta & 0x00FF_FFFF)
     }
 }
 
