@@ -588,6 +588,36 @@ fn attention(c: &mut Criterion) {
             },
         );
     }
+    // Packed sequences without padding (BERT's unpadded forward): 32
+    // sequences of 8..=100 tokens, bidirectional.
+    let lens: Vec<usize> = (0..32).map(|i| 8 + (i * 37) % 93).collect();
+    let rows: usize = lens.iter().sum();
+    let att_len: usize = lens.iter().map(|&l| nh * l * l).sum();
+    let qkv = data(rows * 3 * cc, 22, 1.0);
+    let dout = data(rows * cc, 23, 1.0);
+    let (mut out, mut att) = (vec![0.0; rows * cc], vec![0.0; att_len]);
+    let (mut dqkv, mut datt) = (vec![0.0; rows * 3 * cc], vec![0.0; att_len]);
+    let flops = 2 * 2 * (att_len * (cc / nh)) as u64;
+    bench(
+        &mut g,
+        "attention_fwd_varlen_32x8..100x384x6",
+        Unit::Flops(flops),
+        || {
+            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh);
+            black_box(&out);
+        },
+    );
+    bench(
+        &mut g,
+        "attention_bwd_varlen_32x8..100x384x6",
+        Unit::Flops(2 * flops),
+        || {
+            kernels::attention_backward_varlen(
+                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh,
+            );
+            black_box(&dqkv);
+        },
+    );
     g.finish();
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use lmkit::kernels::AdamW;
-use lmkit::models::bert::{Bert, BertBatch};
+use lmkit::models::bert::{Bert, BertActivations, BertBatch};
 use lmkit::models::bert::{BertTargets, BertTrainBatch, BertTrainer};
 use lmkit::models::gpt2::WeightDtype;
 
@@ -499,4 +499,64 @@ fn training_drops_the_inference_copy() {
     );
     assert!((lb - before).abs() > 1e-3, "the change moves the loss");
     assert_eq!(la, lb);
+}
+
+/// The unpadded forward packs the real tokens of a right-padded batch and
+/// gives each the padded forward's hidden state (and [CLS] pooling); the
+/// training heads above (HF's gradients on these padded batches) run on it.
+#[test]
+fn unpadded_forward_matches_padded_on_real_tokens() {
+    let case = "bert-tiny-classify";
+    let r = Reference::load(case);
+    let model = Bert::from_dir(fixture(case)).unwrap();
+    let batch = r.batch();
+    let (b, t) = (batch.b, batch.t);
+    let c = model.config.hidden_size;
+    let real: usize = batch.attention_mask.iter().map(|&m| m as usize).sum();
+    assert!(real < b * t, "{case}: the fixture batch has padding");
+    let mut padded = BertActivations::new(false);
+    let mut packed = BertActivations::new(true);
+    model.forward(&batch, &mut padded).unwrap();
+    model.forward_unpadded(&batch, &mut packed).unwrap();
+    assert_eq!(padded.rows(), b * t);
+    assert_eq!(packed.rows(), real, "only the real tokens ran");
+    let (hp, hu) = (padded.hidden(), packed.hidden());
+    for bi in 0..b {
+        for j in 0..t {
+            let real = batch.attention_mask[bi * t + j] != 0;
+            match packed.row(bi, j) {
+                Some(row) => {
+                    assert!(real, "row {bi} position {j}: padding got a row");
+                    let want = &hp[(bi * t + j) * c..(bi * t + j + 1) * c];
+                    assert_close(
+                        &format!("row {bi} position {j}"),
+                        &hu[row * c..(row + 1) * c],
+                        want,
+                        1e-5,
+                    );
+                }
+                None => assert!(!real, "row {bi} position {j}: a real token got no row"),
+            }
+        }
+    }
+    assert_close(
+        "pooled",
+        &model.pooled(&packed).unwrap(),
+        &model.pooled(&padded).unwrap(),
+        1e-5,
+    );
+    // Heads over every position refuse packed rows; MLM rows at padding too.
+    assert!(model.token_logits(&packed).is_err());
+    let pad = batch.attention_mask.iter().position(|&m| m == 0).unwrap();
+    assert!(model.mlm_logits(&packed, &[pad]).is_err());
+
+    // Left padding is not packed: the padded forward's rows, unchanged.
+    let mut left = batch.clone();
+    left.attention_mask[0] = 0;
+    let mut want = BertActivations::new(false);
+    model.forward(&left, &mut want).unwrap();
+    let mut got = BertActivations::new(false);
+    model.forward_unpadded(&left, &mut got).unwrap();
+    assert_eq!(got.rows(), b * t);
+    assert_eq!(got.hidden(), want.hidden());
 }

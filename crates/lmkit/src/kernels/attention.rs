@@ -80,80 +80,183 @@ pub fn attention_forward(
     if b * t * c == 0 {
         return;
     }
-    let scale = 1.0 / (hs as f32).sqrt();
     let out_ptr = SendPtr(out.as_mut_ptr());
     att.par_chunks_mut(t * t).enumerate().for_each(|(bh, p)| {
         let (bi, h) = bi_h(bh, nh);
-        let base = bi * t * 3 * c;
-        let q = &qkv[base + h * hs..];
-        let k = &qkv[base + c + h * hs..];
-        let v = &qkv[base + 2 * c + h * hs..];
         let mask = key_mask.map(|m| &m[bi * t..(bi + 1) * t]);
-        for (t0, t1, nk) in blocks(t, causal) {
-            let rows = t1 - t0;
-            let pblk = &mut p[t0 * t..t1 * t];
-            // SAFETY (both gemm_to_ptr calls): the destinations lie inside the
-            // uniquely borrowed `p` block, or inside `out` at rows of batch
-            // `bi` and columns of head `h`, which only this task writes.
-            unsafe {
-                // scores[t0..t1, 0..nk] = scale · q·kᵀ
-                gemm_to_ptr(
-                    pblk.as_mut_ptr(),
-                    t,
-                    1,
-                    false,
-                    View {
-                        data: &q[t0 * 3 * c..],
-                        rs: 3 * c,
-                        cs: 1,
-                    },
-                    View {
-                        data: k,
-                        rs: 1,
-                        cs: 3 * c,
-                    },
-                    rows,
-                    nk,
-                    hs,
-                    scale,
-                    false,
-                );
-            }
-            dispatch(
-                #[inline(always)]
-                || {
-                    for (r, row) in pblk.chunks_exact_mut(t).enumerate() {
-                        let limit = if causal { t0 + r + 1 } else { t };
-                        softmax_masked(row, limit, mask);
-                    }
-                },
-            );
-            unsafe {
-                // out[t0..t1] = p[t0..t1, 0..nk] · v[0..nk]
-                gemm_to_ptr(
-                    out_ptr.get().add((bi * t + t0) * c + h * hs),
-                    c,
-                    1,
-                    false,
-                    View {
-                        data: pblk,
-                        rs: t,
-                        cs: 1,
-                    },
-                    View {
-                        data: v,
-                        rs: 3 * c,
-                        cs: 1,
-                    },
-                    rows,
-                    hs,
-                    nk,
-                    1.0,
-                    false,
-                );
-            }
-        }
+        let head = Head { row: bi * t, t, h };
+        // SAFETY: this task writes only its own rows' head-`h` columns of `out`.
+        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, causal, mask) };
     });
+}
+
+/// [`attention_forward`] over packed sequences without padding:
+/// sequence `s` is the `lens[s]` rows after those of the sequences before
+/// it, and attends to its own rows only (bidirectional, no mask).
+/// `out[R,C]`, `qkv[R,3C]` with R = Σ lens; `att` holds one `[NH,Tₛ,Tₛ]`
+/// block per sequence, in order.
+pub fn attention_forward_varlen(
+    out: &mut [f32],
+    att: &mut [f32],
+    qkv: &[f32],
+    lens: &[usize],
+    c: usize,
+    nh: usize,
+) {
+    let (rows, att_len) = varlen_sizes(lens, nh);
+    let hs = AttentionShape { b: 1, t: 1, c, nh }.hs();
+    assert_eq!(
+        out.len(),
+        rows * c,
+        "attention_forward_varlen: out must be [R,C]"
+    );
+    assert_eq!(
+        att.len(),
+        att_len,
+        "attention_forward_varlen: att must be Σ NH·Tₛ²"
+    );
+    assert_eq!(
+        qkv.len(),
+        rows * 3 * c,
+        "attention_forward_varlen: qkv must be [R,3C]"
+    );
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let heads = varlen_heads(lens, nh);
+    let blocks = split_blocks(att, &heads);
+    heads.into_par_iter().zip(blocks).for_each(|(head, p)| {
+        // SAFETY: this task writes only its sequence's head-`h` columns of `out`.
+        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, false, None) };
+    });
+}
+
+/// One (sequence, head) task: the sequence's first row and length, the head.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    row: usize,
+    t: usize,
+    h: usize,
+}
+
+/// Rows and attention-probability entries of packed sequences of `lens`.
+fn varlen_sizes(lens: &[usize], nh: usize) -> (usize, usize) {
+    let rows = lens.iter().sum();
+    let att = lens.iter().map(|&t| nh * t * t).sum();
+    (rows, att)
+}
+
+/// The (sequence, head) tasks of packed sequences, in `att`'s block order.
+fn varlen_heads(lens: &[usize], nh: usize) -> Vec<Head> {
+    let mut row = 0;
+    let mut heads = Vec::with_capacity(lens.len() * nh);
+    for &t in lens {
+        heads.extend((0..nh).map(|h| Head { row, t, h }));
+        row += t;
+    }
+    heads
+}
+
+/// `buf` cut into the `[T,T]` blocks of `heads`, in order.
+fn split_blocks<'a>(mut buf: &'a mut [f32], heads: &[Head]) -> Vec<&'a mut [f32]> {
+    heads
+        .iter()
+        .map(|hd| {
+            let (blk, rest) = std::mem::take(&mut buf).split_at_mut(hd.t * hd.t);
+            buf = rest;
+            blk
+        })
+        .collect()
+}
+
+/// Forward of one (sequence, head): `p[T,T]` gets the probabilities and
+/// `out` the head's columns of the sequence's rows.
+///
+/// # Safety
+/// `out` points at an `[R,C]` buffer covering the sequence's rows, whose
+/// head-`h` columns of those rows no other thread touches meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn forward_head(
+    p: &mut [f32],
+    out_ptr: SendPtr<f32>,
+    qkv: &[f32],
+    head: Head,
+    c: usize,
+    hs: usize,
+    causal: bool,
+    mask: Option<&[u8]>,
+) {
+    let Head { row, t, h } = head;
+    if t == 0 {
+        return;
+    }
+    let scale = 1.0 / (hs as f32).sqrt();
+    let base = row * 3 * c;
+    let q = &qkv[base + h * hs..];
+    let k = &qkv[base + c + h * hs..];
+    let v = &qkv[base + 2 * c + h * hs..];
+    for (t0, t1, nk) in blocks(t, causal) {
+        let rows = t1 - t0;
+        let pblk = &mut p[t0 * t..t1 * t];
+        // SAFETY (both gemm_to_ptr calls): the destinations lie inside the
+        // uniquely borrowed `p` block, or inside `out` at this sequence's
+        // rows and head `h`'s columns (the caller's promise).
+        unsafe {
+            // scores[t0..t1, 0..nk] = scale · q·kᵀ
+            gemm_to_ptr(
+                pblk.as_mut_ptr(),
+                t,
+                1,
+                false,
+                View {
+                    data: &q[t0 * 3 * c..],
+                    rs: 3 * c,
+                    cs: 1,
+                },
+                View {
+                    data: k,
+                    rs: 1,
+                    cs: 3 * c,
+                },
+                rows,
+                nk,
+                hs,
+                scale,
+                false,
+            );
+        }
+        dispatch(
+            #[inline(always)]
+            || {
+                for (r, row) in pblk.chunks_exact_mut(t).enumerate() {
+                    let limit = if causal { t0 + r + 1 } else { t };
+                    softmax_masked(row, limit, mask);
+                }
+            },
+        );
+        unsafe {
+            // out[t0..t1] = p[t0..t1, 0..nk] · v[0..nk]
+            gemm_to_ptr(
+                out_ptr.get().add((row + t0) * c + h * hs),
+                c,
+                1,
+                false,
+                View {
+                    data: pblk,
+                    rs: t,
+                    cs: 1,
+                },
+                View {
+                    data: v,
+                    rs: 3 * c,
+                    cs: 1,
+                },
+                rows,
+                hs,
+                nk,
+                1.0,
+                false,
+            );
+        }
+    }
 }
 
 fn bi_h(bh: usize, nh: usize) -> (usize, usize) {
@@ -241,139 +344,208 @@ pub fn attention_backward(
     if b * t * c == 0 {
         return;
     }
-    let scale = 1.0 / (hs as f32).sqrt();
     let dptr = SendPtr(dqkv.as_mut_ptr());
     datt.par_chunks_mut(t * t).enumerate().for_each(|(bh, ds)| {
         let (bi, h) = bi_h(bh, nh);
-        let base = bi * t * 3 * c;
-        let q = &qkv[base + h * hs..];
-        let k = &qkv[base + c + h * hs..];
-        let v = &qkv[base + 2 * c + h * hs..];
         let p = &att[bh * t * t..(bh + 1) * t * t];
-        let go = &dout[bi * t * c + h * hs..];
-        // A causal forward shows only as zeros above the diagonal; skipping
-        // zero probabilities is exact, so detect it and walk causal blocks.
-        let causal = t > 1 && p[t - 1] == 0.0 && is_lower_triangular(p, t);
-        let dq = |t0: usize| unsafe { dptr.get().add(base + t0 * 3 * c + h * hs) };
-        let dk = unsafe { dptr.get().add(base + c + h * hs) };
-        let dv = unsafe { dptr.get().add(base + 2 * c + h * hs) };
-        for (t0, t1, nk) in blocks(t, causal) {
-            let rows = t1 - t0;
-            let pblk = View {
-                data: &p[t0 * t..t1 * t],
-                rs: t,
-                cs: 1,
-            };
-            let gblk = View {
-                data: &go[t0 * c..],
-                rs: c,
-                cs: 1,
-            };
-            let dsblk = &mut ds[t0 * t..t1 * t];
-            // SAFETY (every gemm_to_ptr below): destinations are the uniquely
-            // borrowed `ds` block, or dqkv entries of batch `bi` and head `h`,
-            // which only this task touches.
-            unsafe {
-                // dv[0..nk] += pᵀ · dout
-                gemm_to_ptr(
-                    dv,
-                    3 * c,
-                    1,
-                    true,
-                    View {
-                        data: pblk.data,
-                        rs: 1,
-                        cs: t,
-                    },
-                    gblk,
-                    nk,
-                    hs,
-                    rows,
-                    1.0,
-                    false,
-                );
-                // dp = dout · vᵀ
-                gemm_to_ptr(
-                    dsblk.as_mut_ptr(),
-                    t,
-                    1,
-                    false,
-                    gblk,
-                    View {
-                        data: v,
-                        rs: 1,
-                        cs: 3 * c,
-                    },
-                    rows,
-                    nk,
-                    hs,
-                    1.0,
-                    false,
-                );
-            }
-            // ds = p ⊙ (dp − Σ_j p·dp)
-            dispatch(
-                #[inline(always)]
-                || {
-                    for (r, drow) in dsblk.chunks_exact_mut(t).enumerate() {
-                        let prow = &pblk.data[r * t..r * t + nk];
-                        let drow = &mut drow[..nk];
-                        let dot = simd::dot(prow, drow);
-                        for (d, pv) in drow.iter_mut().zip(prow) {
-                            *d = *pv * (*d - dot);
-                        }
-                    }
-                },
-            );
-            let dsv = View {
-                data: dsblk,
-                rs: t,
-                cs: 1,
-            };
-            unsafe {
-                // dq[t0..t1] += scale · ds · k
-                gemm_to_ptr(
-                    dq(t0),
-                    3 * c,
-                    1,
-                    true,
-                    dsv,
-                    View {
-                        data: k,
-                        rs: 3 * c,
-                        cs: 1,
-                    },
-                    rows,
-                    hs,
-                    nk,
-                    scale,
-                    false,
-                );
-                // dk[0..nk] += scale · dsᵀ · q
-                gemm_to_ptr(
-                    dk,
-                    3 * c,
-                    1,
-                    true,
-                    View {
-                        data: dsv.data,
-                        rs: 1,
-                        cs: t,
-                    },
-                    View {
-                        data: &q[t0 * 3 * c..],
-                        rs: 3 * c,
-                        cs: 1,
-                    },
-                    nk,
-                    hs,
-                    rows,
-                    scale,
-                    false,
-                );
-            }
-        }
+        let head = Head { row: bi * t, t, h };
+        // SAFETY: this task writes only its own rows' head-`h` columns of `dqkv`.
+        unsafe { backward_head(ds, p, dptr, dout, qkv, head, c, hs) };
     });
+}
+
+/// Accumulates `dqkv[R,3C] +=` the gradient of [`attention_forward_varlen`]
+/// given `dout[R,C]`, the same `qkv` and the saved probabilities `att`;
+/// `datt` (the size of `att`) is scratch.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_varlen(
+    dqkv: &mut [f32],
+    datt: &mut [f32],
+    dout: &[f32],
+    qkv: &[f32],
+    att: &[f32],
+    lens: &[usize],
+    c: usize,
+    nh: usize,
+) {
+    let (rows, att_len) = varlen_sizes(lens, nh);
+    let hs = AttentionShape { b: 1, t: 1, c, nh }.hs();
+    let name = "attention_backward_varlen";
+    assert_eq!(dqkv.len(), rows * 3 * c, "{name}: dqkv must be [R,3C]");
+    assert_eq!(datt.len(), att_len, "{name}: datt must be Σ NH·Tₛ²");
+    assert_eq!(att.len(), att_len, "{name}: att must be Σ NH·Tₛ²");
+    assert_eq!(dout.len(), rows * c, "{name}: dout must be [R,C]");
+    assert_eq!(qkv.len(), rows * 3 * c, "{name}: qkv must be [R,3C]");
+    let dptr = SendPtr(dqkv.as_mut_ptr());
+    let heads = varlen_heads(lens, nh);
+    let mut offs = Vec::with_capacity(heads.len());
+    let mut off = 0;
+    for hd in &heads {
+        offs.push(off);
+        off += hd.t * hd.t;
+    }
+    let blocks = split_blocks(datt, &heads);
+    heads
+        .into_par_iter()
+        .zip(blocks)
+        .zip(offs)
+        .for_each(|((head, ds), off)| {
+            let p = &att[off..off + head.t * head.t];
+            // SAFETY: this task writes only its sequence's head-`h` columns of `dqkv`.
+            unsafe { backward_head(ds, p, dptr, dout, qkv, head, c, hs) };
+        });
+}
+
+/// Backward of one (sequence, head): `ds[T,T]` is scratch, `p[T,T]` the
+/// saved probabilities; accumulates into the head's columns of the
+/// sequence's rows of `dqkv`.
+///
+/// # Safety
+/// `dptr` points at an `[R,3C]` buffer covering the sequence's rows, whose
+/// head-`h` columns of those rows no other thread touches meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn backward_head(
+    ds: &mut [f32],
+    p: &[f32],
+    dptr: SendPtr<f32>,
+    dout: &[f32],
+    qkv: &[f32],
+    head: Head,
+    c: usize,
+    hs: usize,
+) {
+    let Head { row, t, h } = head;
+    if t == 0 {
+        return;
+    }
+    let scale = 1.0 / (hs as f32).sqrt();
+    let base = row * 3 * c;
+    let q = &qkv[base + h * hs..];
+    let k = &qkv[base + c + h * hs..];
+    let v = &qkv[base + 2 * c + h * hs..];
+    let go = &dout[row * c + h * hs..];
+    // A causal forward shows only as zeros above the diagonal; skipping
+    // zero probabilities is exact, so detect it and walk causal blocks.
+    let causal = t > 1 && p[t - 1] == 0.0 && is_lower_triangular(p, t);
+    let dq = |t0: usize| unsafe { dptr.get().add(base + t0 * 3 * c + h * hs) };
+    let dk = unsafe { dptr.get().add(base + c + h * hs) };
+    let dv = unsafe { dptr.get().add(base + 2 * c + h * hs) };
+    for (t0, t1, nk) in blocks(t, causal) {
+        let rows = t1 - t0;
+        let pblk = View {
+            data: &p[t0 * t..t1 * t],
+            rs: t,
+            cs: 1,
+        };
+        let gblk = View {
+            data: &go[t0 * c..],
+            rs: c,
+            cs: 1,
+        };
+        let dsblk = &mut ds[t0 * t..t1 * t];
+        // SAFETY (every gemm_to_ptr below): destinations are the uniquely
+        // borrowed `ds` block, or dqkv entries of this sequence and head
+        // `h` (the caller's promise).
+        unsafe {
+            // dv[0..nk] += pᵀ · dout
+            gemm_to_ptr(
+                dv,
+                3 * c,
+                1,
+                true,
+                View {
+                    data: pblk.data,
+                    rs: 1,
+                    cs: t,
+                },
+                gblk,
+                nk,
+                hs,
+                rows,
+                1.0,
+                false,
+            );
+            // dp = dout · vᵀ
+            gemm_to_ptr(
+                dsblk.as_mut_ptr(),
+                t,
+                1,
+                false,
+                gblk,
+                View {
+                    data: v,
+                    rs: 1,
+                    cs: 3 * c,
+                },
+                rows,
+                nk,
+                hs,
+                1.0,
+                false,
+            );
+        }
+        // ds = p ⊙ (dp − Σ_j p·dp)
+        dispatch(
+            #[inline(always)]
+            || {
+                for (r, drow) in dsblk.chunks_exact_mut(t).enumerate() {
+                    let prow = &pblk.data[r * t..r * t + nk];
+                    let drow = &mut drow[..nk];
+                    let dot = simd::dot(prow, drow);
+                    for (d, pv) in drow.iter_mut().zip(prow) {
+                        *d = *pv * (*d - dot);
+                    }
+                }
+            },
+        );
+        let dsv = View {
+            data: dsblk,
+            rs: t,
+            cs: 1,
+        };
+        unsafe {
+            // dq[t0..t1] += scale · ds · k
+            gemm_to_ptr(
+                dq(t0),
+                3 * c,
+                1,
+                true,
+                dsv,
+                View {
+                    data: k,
+                    rs: 3 * c,
+                    cs: 1,
+                },
+                rows,
+                hs,
+                nk,
+                scale,
+                false,
+            );
+            // dk[0..nk] += scale · dsᵀ · q
+            gemm_to_ptr(
+                dk,
+                3 * c,
+                1,
+                true,
+                View {
+                    data: dsv.data,
+                    rs: 1,
+                    cs: t,
+                },
+                View {
+                    data: &q[t0 * 3 * c..],
+                    rs: 3 * c,
+                    cs: 1,
+                },
+                nk,
+                hs,
+                rows,
+                scale,
+                false,
+            );
+        }
+    }
 }
 
 /// True when every entry above the diagonal is zero: backward may then skip

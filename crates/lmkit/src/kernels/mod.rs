@@ -32,7 +32,10 @@ pub(crate) mod simd;
 mod softmax;
 
 pub use activation::{gelu_backward, gelu_forward, tanh_backward, tanh_forward, Gelu};
-pub use attention::{attention_backward, attention_forward, AttentionShape};
+pub use attention::{
+    attention_backward, attention_backward_varlen, attention_forward, attention_forward_varlen,
+    AttentionShape,
+};
 pub use bf16_gemm::{
     matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,
     Bf16Weight,

@@ -490,18 +490,32 @@ impl BertTrainer {
         }
         let batch = &tb.batch;
         let tg = &tb.targets;
-        self.model.forward(batch, &mut self.acts)?;
+        // Heads that read only real tokens (the pooled [CLS] rows, labelled
+        // MLM rows) let the encoder skip the padding; QA's softmax and token
+        // labels span every position, padding included (as HF's).
+        let unpad = tg.token_labels.is_none()
+            && tg.start_positions.is_none()
+            && tg.mlm_labels.as_ref().is_none_or(|l| {
+                l.iter()
+                    .zip(&batch.attention_mask)
+                    .all(|(&y, &m)| y == IGNORE_INDEX || m != 0)
+            });
+        if unpad {
+            self.model.forward_unpadded(batch, &mut self.acts)?;
+        } else {
+            self.model.forward(batch, &mut self.acts)?;
+        }
         let cfg = self.model.config.clone();
         let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
         let (n, v, i_sz) = (b * t, cfg.vocab_size, cfg.intermediate_size);
-        let nh = cfg.num_attention_heads;
         let eps = cfg.layer_norm_eps as f32;
         let gelu = self.gelu();
         let layout = &self.model.layout;
         let params = &self.model.params;
         let grads = &mut self.grads;
         let acts = &self.acts;
-        self.scratch.resize(n, c, i_sz, b * nh * t * t);
+        let att_len = acts.layers.first().map_or(0, |la| la.att.len());
+        self.scratch.resize(acts.rows(), c, i_sz, att_len);
         let s = &mut self.scratch;
         self.last_tokens = n;
         // What each term is a mean over: the given (global) counts, else this batch's.
@@ -517,10 +531,15 @@ impl BertTrainer {
 
         // --- Masked LM on the labelled rows.
         if let Some(labels) = &tg.mlm_labels {
-            let rows: Vec<usize> = (0..n).filter(|&r| labels[r] != IGNORE_INDEX).collect();
-            let m = rows.len();
+            let labelled: Vec<usize> = (0..n).filter(|&r| labels[r] != IGNORE_INDEX).collect();
+            let m = labelled.len();
             if m > 0 {
-                let targets: Vec<i32> = rows.iter().map(|&r| labels[r]).collect();
+                let targets: Vec<i32> = labelled.iter().map(|&r| labels[r]).collect();
+                // Their rows of the hidden state (all computed: see `unpad`).
+                let rows: Vec<usize> = labelled
+                    .iter()
+                    .map(|&r| acts.row(r / t, r % t).unwrap_or(r))
+                    .collect();
                 let mut x = Vec::with_capacity(m * c);
                 for &r in &rows {
                     x.extend_from_slice(&h[r * c..(r + 1) * c]);
@@ -569,7 +588,7 @@ impl BertTrainer {
             || tg.regression_targets.is_some()
             || tg.choice_labels.is_some();
         if pooled_heads {
-            let pooler = Pooler::forward(layout, params, h, b, t, c);
+            let pooler = Pooler::forward(layout, params, h, &acts.cls_rows(), c);
             let pooled = &pooler.pooled;
             let mut dpooled = vec![0.0; b * c];
             let head = |name: &str,
@@ -687,7 +706,7 @@ impl BertTrainer {
                 st.loss += over(lp.sum, den(LossTerm::Choice, lp.count));
             }
             if backward {
-                pooler.backward(layout, params, grads, &dpooled, &mut s.dy, t, c);
+                pooler.backward(layout, params, grads, &dpooled, &mut s.dy, c);
             }
         }
 
@@ -949,6 +968,9 @@ fn encoder_backward(
     batch: &BertBatch,
 ) -> Result<()> {
     let cfg = &model.config;
+    // The rows the forward ran on: the batch, or its packed real tokens.
+    let unpadded = acts.packed();
+    let batch = unpadded.map_or(batch, |p| &p.batch);
     let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
     let (n, i_sz, nh) = (b * t, cfg.intermediate_size, cfg.num_attention_heads);
     let gelu = model.gelu();
@@ -1047,7 +1069,26 @@ fn encoder_backward(
             (n, c, c),
         );
         s.dqkv.fill(0.0);
-        kernels::attention_backward(&mut s.dqkv, &mut s.datt, &s.datty, &la.qkv, &la.att, shape);
+        match unpadded.and_then(|p| p.lens()) {
+            Some(lens) => kernels::attention_backward_varlen(
+                &mut s.dqkv,
+                &mut s.datt,
+                &s.datty,
+                &la.qkv,
+                &la.att,
+                lens,
+                c,
+                nh,
+            ),
+            None => kernels::attention_backward(
+                &mut s.dqkv,
+                &mut s.datt,
+                &s.datty,
+                &la.qkv,
+                &la.att,
+                shape,
+            ),
+        }
         s.dx.copy_from_slice(&s.dres);
         let wr = bert_qkv_weight_range(layout, l)
             .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;

@@ -110,6 +110,8 @@ pub(crate) fn linear_head(
 
 /// HF `BertPooler` on `[CLS]`: `tanh(W·h[b,0] + b)`, with what its backward needs.
 pub(crate) struct Pooler {
+    /// Which rows of the hidden state are the `[CLS]` rows `[B]`.
+    rows: Vec<usize>,
     /// `[B,C]` the `[CLS]` rows of the hidden state.
     cls: Vec<f32>,
     /// `[B,C]` the output.
@@ -117,27 +119,31 @@ pub(crate) struct Pooler {
 }
 
 impl Pooler {
-    /// `hidden` is `[B,T,C]`.
+    /// `hidden` is `[N,C]`; `rows` `[B]` its `[CLS]` rows.
     pub(crate) fn forward(
         layout: &ParamLayout,
         params: &[f32],
         hidden: &[f32],
-        b: usize,
-        t: usize,
+        rows: &[usize],
         c: usize,
     ) -> Pooler {
+        let b = rows.len();
         let mut cls = Vec::with_capacity(b * c);
-        for bi in 0..b {
-            cls.extend_from_slice(&hidden[bi * t * c..bi * t * c + c]);
+        for &r in rows {
+            cls.extend_from_slice(&hidden[r * c..(r + 1) * c]);
         }
         let mut dense = vec![0.0; b * c];
         linear_fwd(layout, params, "pooler.dense", &mut dense, &cls, b, c, c);
         let mut pooled = vec![0.0; b * c];
         kernels::tanh_forward(&mut pooled, &dense);
-        Pooler { cls, pooled }
+        Pooler {
+            rows: rows.to_vec(),
+            cls,
+            pooled,
+        }
     }
 
-    /// `dpooled` `[B,C]` → parameter grads, and `dhidden` `[B,T,C]` += the
+    /// `dpooled` `[B,C]` → parameter grads, and `dhidden` `[N,C]` += the
     /// gradient at each `[CLS]` row.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn backward(
@@ -147,7 +153,6 @@ impl Pooler {
         grads: &mut [f32],
         dpooled: &[f32],
         dhidden: &mut [f32],
-        t: usize,
         c: usize,
     ) {
         let b = self.cls.len() / c;
@@ -166,8 +171,8 @@ impl Pooler {
             c,
             c,
         );
-        for bi in 0..b {
-            let row = bi * t * c;
+        for (bi, &r) in self.rows.iter().enumerate() {
+            let row = r * c;
             for (d, g) in dhidden[row..row + c]
                 .iter_mut()
                 .zip(&dcls[bi * c..(bi + 1) * c])

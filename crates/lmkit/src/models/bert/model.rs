@@ -315,18 +315,44 @@ impl Bert {
     /// `acts.hidden()` `[B,T,C]`. `acts` is resized as needed.
     pub fn forward(&self, batch: &BertBatch, acts: &mut BertActivations) -> Result<()> {
         self.check_batch(batch)?;
-        on_pool(|| self.encode(batch, acts));
+        on_pool(|| self.encode(batch, acts, false));
         Ok(())
     }
 
-    /// [`Self::forward`] on a checked batch.
-    fn encode(&self, batch: &BertBatch, acts: &mut BertActivations) {
+    /// [`Self::forward`] without the padding: when every row of `batch` is
+    /// right-padded (mask `1…1 0…0`, at least one real token) and some row
+    /// is padded, only the real tokens run through the encoder, each
+    /// sequence attending to its own tokens (the same arithmetic for them
+    /// as the padded forward, minus the masked keys' zero terms). `acts`'
+    /// rows are then those tokens, packed ([`BertActivations::row`] maps
+    /// positions to rows); the padding's own outputs, which HF computes and
+    /// no loss or pooling of real tokens reads, are not computed.
+    pub fn forward_unpadded(&self, batch: &BertBatch, acts: &mut BertActivations) -> Result<()> {
+        self.check_batch(batch)?;
+        on_pool(|| self.encode(batch, acts, true));
+        Ok(())
+    }
+
+    /// [`Self::forward`] on a checked batch; `unpad`: see
+    /// [`Self::forward_unpadded`].
+    fn encode(&self, batch: &BertBatch, acts: &mut BertActivations, unpad: bool) {
         let cfg = &self.config;
-        let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
-        let (i_sz, nh, n) = (cfg.intermediate_size, cfg.num_attention_heads, b * t);
-        let nl = cfg.num_hidden_layers;
-        acts.prepare(cfg, b, t);
+        let (c, nh) = (cfg.hidden_size, cfg.num_attention_heads);
+        // The rows the encoder runs on: the batch, or its real tokens.
+        let mut packed = std::mem::take(&mut acts.packed);
+        packed.clear();
+        if let Some(lens) = unpad.then(|| right_padded_lens(batch)).flatten() {
+            packed.gather(batch, lens);
+        }
+        let (input, att_len) = match packed.lens() {
+            Some(lens) => (&packed.batch, lens.iter().map(|&l| nh * l * l).sum()),
+            None => (batch, batch.b * nh * batch.t * batch.t),
+        };
+        let n = input.b * input.t;
+        let (i_sz, nl) = (cfg.intermediate_size, cfg.num_hidden_layers);
+        acts.prepare(cfg, batch.b, batch.t, n, att_len);
         let eps = self.eps();
+        let batch = input;
         // Embeddings: word + position + token type, then LayerNorm into slot 0.
         kernels::embeddings_forward(
             &mut acts.emb,
@@ -358,7 +384,12 @@ impl Bert {
             eps,
         );
         let slots = acts.slots;
-        let shape = AttentionShape { b, t, c, nh };
+        let shape = AttentionShape {
+            b: batch.b,
+            t: batch.t,
+            c,
+            nh,
+        };
         for l in 0..nl {
             let (src, dst) = (l % slots, (l + 1) % slots);
             // Split the slot buffer into the layer's input and output.
@@ -391,14 +422,24 @@ impl Bert {
                     );
                 }
             }
-            kernels::attention_forward(
-                &mut la.atty,
-                &mut la.att,
-                &la.qkv,
-                shape,
-                false,
-                Some(&batch.attention_mask),
-            );
+            match packed.lens() {
+                Some(lens) => kernels::attention_forward_varlen(
+                    &mut la.atty,
+                    &mut la.att,
+                    &la.qkv,
+                    lens,
+                    c,
+                    nh,
+                ),
+                None => kernels::attention_forward(
+                    &mut la.atty,
+                    &mut la.att,
+                    &la.qkv,
+                    shape,
+                    false,
+                    Some(&batch.attention_mask),
+                ),
+            }
             match self.packed(l, EncoderMatmul::AttnOut) {
                 Some(w) => w.forward(&mut la.res1, &la.atty, n),
                 None => self.linear(
@@ -460,6 +501,7 @@ impl Bert {
             );
         }
         acts.out_slot = nl % slots;
+        acts.packed = packed;
     }
 
     fn check_batch(&self, batch: &BertBatch) -> Result<()> {
@@ -497,7 +539,8 @@ impl Bert {
     pub fn pooled(&self, acts: &BertActivations) -> Result<Vec<f32>> {
         self.require(HeadKind::Pooler)?;
         let c = self.config.hidden_size;
-        Ok(Pooler::forward(&self.layout, &self.params, acts.hidden(), acts.b, acts.t, c).pooled)
+        let rows = acts.cls_rows();
+        Ok(Pooler::forward(&self.layout, &self.params, acts.hidden(), &rows, c).pooled)
     }
 
     /// HF `BertOnlyMLMHead` on the rows `rows` (indices into the N = B·T
@@ -517,6 +560,11 @@ impl Bert {
                     "row {r} is outside the batch of {n} positions"
                 )));
             }
+            let Some(r) = acts.row(r / acts.t, r % acts.t) else {
+                return Err(Error::InvalidInput(format!(
+                    "position {r} is padding, which an unpadded forward does not compute"
+                )));
+            };
             x.extend_from_slice(&h[r * c..(r + 1) * c]);
         }
         let (_, logits) =
@@ -573,6 +621,7 @@ impl Bert {
     /// last forward → `[B,T,L]`.
     pub fn token_logits(&self, acts: &BertActivations) -> Result<Vec<f32>> {
         self.require(HeadKind::TokenClassifier)?;
+        require_padded(acts)?;
         let (c, l) = (self.config.hidden_size, self.config.num_labels());
         Ok(linear_head(
             &self.layout,
@@ -588,12 +637,24 @@ impl Bert {
     /// (start `[B,T]`, end `[B,T]`).
     pub fn qa_logits(&self, acts: &BertActivations) -> Result<(Vec<f32>, Vec<f32>)> {
         self.require(HeadKind::QuestionAnswering)?;
+        require_padded(acts)?;
         Ok(qa_forward(
             &self.layout,
             &self.params,
             acts.hidden(),
             self.config.hidden_size,
         ))
+    }
+}
+
+/// Heads over every position read `[B,T,C]`: not the packed rows of an
+/// unpadded forward.
+fn require_padded(acts: &BertActivations) -> Result<()> {
+    match acts.packed() {
+        Some(_) => Err(Error::InvalidInput(
+            "this head reads every position: run the padded forward".into(),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -673,7 +734,7 @@ impl BertBatch {
 pub struct LayerActs {
     /// `[N,3C]`.
     pub qkv: Vec<f32>,
-    /// Attention probabilities `[B,NH,T,T]`.
+    /// Attention probabilities `[B,NH,T,T]` (packed: `[NH,Tₛ,Tₛ]` per sequence).
     pub att: Vec<f32>,
     /// Attention output before the projection `[N,C]`.
     pub atty: Vec<f32>,
@@ -693,15 +754,11 @@ pub struct LayerActs {
 }
 
 impl LayerActs {
-    fn resize(&mut self, cfg: &BertConfig, b: usize, t: usize) {
-        let (c, i, nh, n) = (
-            cfg.hidden_size,
-            cfg.intermediate_size,
-            cfg.num_attention_heads,
-            b * t,
-        );
+    /// For `n` rows and `att` attention probabilities.
+    fn resize(&mut self, cfg: &BertConfig, n: usize, att: usize) {
+        let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
         self.qkv.resize(n * 3 * c, 0.0);
-        self.att.resize(b * nh * t * t, 0.0);
+        self.att.resize(att, 0.0);
         self.atty.resize(n * c, 0.0);
         self.res1.resize(n * c, 0.0);
         self.ln1.resize(n * c, 0.0);
@@ -733,6 +790,75 @@ pub struct BertActivations {
     out_slot: usize,
     /// Per-layer intermediates (L with `keep_all`, else 1 reused).
     pub layers: Vec<LayerActs>,
+    /// The real tokens the rows hold after [`Bert::forward_unpadded`].
+    packed: PackedRows,
+}
+
+/// The real tokens of a right-padded batch, packed (what
+/// [`Bert::forward_unpadded`] runs on).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackedRows {
+    /// `[1,R]`: the real tokens' ids, token types and positions (mask all 1).
+    pub(crate) batch: BertBatch,
+    /// Real tokens of each sequence `[B]`; empty: not packed.
+    lens: Vec<usize>,
+    /// Each sequence's first row `[B]`.
+    offs: Vec<usize>,
+}
+
+impl PackedRows {
+    fn clear(&mut self) {
+        self.lens.clear();
+        self.offs.clear();
+    }
+
+    /// Packs the first `lens[b]` positions of each row of `batch`.
+    fn gather(&mut self, batch: &BertBatch, lens: Vec<usize>) {
+        let r: usize = lens.iter().sum();
+        let p = &mut self.batch;
+        for v in [&mut p.input_ids, &mut p.token_type_ids, &mut p.position_ids] {
+            v.clear();
+            v.reserve(r);
+        }
+        self.offs.clear();
+        for (bi, &len) in lens.iter().enumerate() {
+            self.offs.push(p.input_ids.len());
+            let span = bi * batch.t..bi * batch.t + len;
+            p.input_ids
+                .extend_from_slice(&batch.input_ids[span.clone()]);
+            p.token_type_ids
+                .extend_from_slice(&batch.token_type_ids[span.clone()]);
+            p.position_ids.extend_from_slice(&batch.position_ids[span]);
+        }
+        p.attention_mask.clear();
+        p.attention_mask.resize(r, 1);
+        (p.b, p.t) = (1, r);
+        self.lens = lens;
+    }
+
+    /// Each sequence's length when packed.
+    pub(crate) fn lens(&self) -> Option<&[usize]> {
+        (!self.lens.is_empty()).then_some(&self.lens[..])
+    }
+}
+
+/// Each row's real length when `batch` is right-padded with at least one
+/// real token per row and some padding; `None` otherwise (nothing to gain,
+/// or a mask that packing would not reproduce).
+fn right_padded_lens(batch: &BertBatch) -> Option<Vec<usize>> {
+    let (b, t) = (batch.b, batch.t);
+    if b == 0 || t == 0 {
+        return None;
+    }
+    let mut lens = Vec::with_capacity(b);
+    for row in batch.attention_mask.chunks_exact(t) {
+        let len = row.iter().take_while(|&&m| m != 0).count();
+        if len == 0 || row[len..].iter().any(|&m| m != 0) {
+            return None;
+        }
+        lens.push(len);
+    }
+    (lens.iter().sum::<usize>() < b * t).then_some(lens)
 }
 
 impl BertActivations {
@@ -744,8 +870,10 @@ impl BertActivations {
         }
     }
 
-    fn prepare(&mut self, cfg: &BertConfig, b: usize, t: usize) {
-        let (c, n, nl) = (cfg.hidden_size, b * t, cfg.num_hidden_layers);
+    /// Sizes the buffers for a `[B,T]` batch run on `n` rows with `att`
+    /// attention probabilities per layer.
+    fn prepare(&mut self, cfg: &BertConfig, b: usize, t: usize, n: usize, att: usize) {
+        let (c, nl) = (cfg.hidden_size, cfg.num_hidden_layers);
         self.b = b;
         self.t = t;
         self.slots = if self.keep_all { nl + 1 } else { 2 };
@@ -756,11 +884,42 @@ impl BertActivations {
         let nlayers = if self.keep_all { nl } else { 1 };
         self.layers.resize_with(nlayers, LayerActs::default);
         for la in &mut self.layers {
-            la.resize(cfg, b, t);
+            la.resize(cfg, n, att);
         }
     }
 
-    /// The encoder output (HF `last_hidden_state`) `[B,T,C]`.
+    /// The row of position `j` of sequence `bi` (`bi·T + j`, or its packed
+    /// row after [`Bert::forward_unpadded`]; `None` for padding not run).
+    pub fn row(&self, bi: usize, j: usize) -> Option<usize> {
+        match self.packed.lens() {
+            Some(lens) => (j < lens[bi]).then(|| self.packed.offs[bi] + j),
+            None => Some(bi * self.t + j),
+        }
+    }
+
+    /// Rows of the hidden state: B·T, or the real tokens when packed.
+    pub fn rows(&self) -> usize {
+        match self.packed.lens() {
+            Some(_) => self.packed.batch.t,
+            None => self.b * self.t,
+        }
+    }
+
+    /// The `[CLS]` (first) row of each sequence `[B]`.
+    pub fn cls_rows(&self) -> Vec<usize> {
+        match self.packed.lens() {
+            Some(_) => self.packed.offs.clone(),
+            None => (0..self.b).map(|bi| bi * self.t).collect(),
+        }
+    }
+
+    /// The packed real tokens, after [`Bert::forward_unpadded`] packed them.
+    pub(crate) fn packed(&self) -> Option<&PackedRows> {
+        self.packed.lens().map(|_| &self.packed)
+    }
+
+    /// The encoder output (HF `last_hidden_state`) `[B,T,C]`, or `[R,C]`
+    /// for the R real tokens after [`Bert::forward_unpadded`] packed them.
     pub fn hidden(&self) -> &[f32] {
         self.hidden_state_slot(self.out_slot)
     }
