@@ -22,6 +22,14 @@
 //! K scores of their choices (rows `e·K .. e·K + K`). The total is the sum of the active heads' losses (BERT
 //! pretraining: MLM + NSP). Training runs with dropout off.
 //!
+//! Padding: when every head reads real tokens only (pooled heads; MLM and
+//! token labels on real tokens) a right-padded batch runs unpadded
+//! ([`Bert::forward_unpadded`]): the encoder's N rows are the R real tokens
+//! and attention stays inside each sequence. HF computes the padding's rows
+//! too, but none of them reaches these losses (their outputs are unread and
+//! a masked key's probability is exactly 0), so the gradients are the same.
+//! QA keeps the padding: its softmax runs over all T positions.
+//!
 //! Backward (per layer, reverse of `model::bert`'s forward):
 //! ```text
 //! dy → LN2ᵀ → dres2 ─┬→ output.denseᵀ → gelu' → intermediate.denseᵀ ─┐
@@ -138,7 +146,7 @@ pub struct HeadOutputs {
     pub nsp_logits: Vec<f32>,
     /// `[B,L]` classifier logits (regression: the predictions).
     pub class_logits: Vec<f32>,
-    /// `[B,T,L]` token-classifier logits.
+    /// `[B,T,L]` token-classifier logits (0 at padding the encoder skipped).
     pub token_logits: Vec<f32>,
     /// `[B,T]` each.
     pub start_logits: Vec<f32>,
@@ -490,16 +498,18 @@ impl BertTrainer {
         }
         let batch = &tb.batch;
         let tg = &tb.targets;
-        // Heads that read only real tokens (the pooled [CLS] rows, labelled
-        // MLM rows) let the encoder skip the padding; QA's softmax and token
-        // labels span every position, padding included (as HF's).
-        let unpad = tg.token_labels.is_none()
-            && tg.start_positions.is_none()
-            && tg.mlm_labels.as_ref().is_none_or(|l| {
+        // Heads that read only real tokens (the pooled [CLS] rows, MLM and
+        // token labels on real tokens) let the encoder skip the padding;
+        // QA's softmax spans every position, padding included (as HF's).
+        let on_real = |labels: &Option<Vec<i32>>| {
+            labels.as_ref().is_none_or(|l| {
                 l.iter()
                     .zip(&batch.attention_mask)
                     .all(|(&y, &m)| y == IGNORE_INDEX || m != 0)
-            });
+            })
+        };
+        let unpad =
+            tg.start_positions.is_none() && on_real(&tg.mlm_labels) && on_real(&tg.token_labels);
         if unpad {
             self.model.forward_unpadded(batch, &mut self.acts)?;
         } else {
@@ -714,10 +724,30 @@ impl BertTrainer {
         // the labels ≠ −100).
         if let Some(labels) = &tg.token_labels {
             let k = cfg.num_labels();
+            let rows = acts.rows();
             let mut logits = linear_head(layout, params, "classifier", h, c, k);
-            self.outputs.token_logits = logits.clone();
+            // Each row's label (the rows are the positions unless packed).
+            let labels: Vec<i32> = match acts.packed() {
+                Some(_) => {
+                    let mut packed = vec![IGNORE_INDEX; rows];
+                    let mut out = vec![0.0; n * k];
+                    for p in 0..n {
+                        if let Some(r) = acts.row(p / t, p % t) {
+                            packed[r] = labels[p];
+                            out[p * k..(p + 1) * k].copy_from_slice(&logits[r * k..(r + 1) * k]);
+                        }
+                    }
+                    self.outputs.token_logits = out;
+                    packed
+                }
+                None => {
+                    self.outputs.token_logits = logits.clone();
+                    labels.clone()
+                }
+            };
             let d = denoms.map(|d| d[LossTerm::Token as usize]);
-            let (lp, correct, grad) = ce_head(&mut logits, labels, n, k, backward, grad_scale, d);
+            let (lp, correct, grad) =
+                ce_head(&mut logits, &labels, rows, k, backward, grad_scale, d);
             st.token_correct = correct;
             if grad {
                 linear_bwd(
@@ -728,7 +758,7 @@ impl BertTrainer {
                     Some(&mut s.dy),
                     &logits,
                     h,
-                    n,
+                    rows,
                     c,
                     k,
                 );

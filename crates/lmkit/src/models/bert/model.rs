@@ -14,7 +14,9 @@
 //! ```
 //! Every intermediate lives in [`BertActivations`]; with `keep_all` each
 //! layer has its own buffers (what a backward pass needs), otherwise one set
-//! is reused (inference).
+//! is reused (inference). [`Bert::forward_unpadded`] runs only the real
+//! tokens of a right-padded batch: then N = R, their count, and attention
+//! keeps to each sequence's rows.
 
 use std::path::Path;
 
