@@ -80,7 +80,7 @@ pub fn eval_classify(
     for (ci, chunk) in encs.chunks(batch_size.max(1)).enumerate() {
         let refs: Vec<&Encoding> = chunk.iter().collect();
         let batch = BertBatch::from_encodings(&refs, pad_id)?;
-        model.forward(&batch, &mut acts)?;
+        model.forward_unpadded(&batch, &mut acts)?;
         let logits = model.classifier_logits(&model.pooled(&acts)?)?;
         for (r, row) in logits.chunks_exact(l).enumerate() {
             let g = gold[ci * batch_size.max(1) + r];
@@ -134,7 +134,7 @@ pub fn eval_regression(
     for chunk in encs.chunks(batch_size.max(1)) {
         let refs: Vec<&Encoding> = chunk.iter().collect();
         let batch = BertBatch::from_encodings(&refs, pad_id)?;
-        model.forward(&batch, &mut acts)?;
+        model.forward_unpadded(&batch, &mut acts)?;
         preds.extend(model.classifier_logits(&model.pooled(&acts)?)?);
     }
     let scores = regression_scores(gold, &preds);
@@ -318,7 +318,7 @@ pub fn eval_multiple_choice(
     for chunk in encs.chunks(batch_size.max(1) * k) {
         let refs: Vec<&Encoding> = chunk.iter().collect();
         let batch = BertBatch::from_encodings(&refs, pad_id)?;
-        model.forward(&batch, &mut acts)?;
+        model.forward_unpadded(&batch, &mut acts)?;
         let logits = model.choice_logits(&model.pooled(&acts)?)?;
         scores.extend(logits.chunks_exact(k).map(<[f32]>::to_vec));
     }

@@ -838,6 +838,11 @@ impl PackedRows {
         self.lens = lens;
     }
 
+    /// Each sequence's rows, in order.
+    pub(crate) fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        self.offs.iter().zip(&self.lens).map(|(&o, &l)| o..o + l)
+    }
+
     /// Each sequence's length when packed.
     pub(crate) fn lens(&self) -> Option<&[usize]> {
         (!self.lens.is_empty()).then_some(&self.lens[..])

@@ -106,11 +106,14 @@ impl BertPipeline {
     }
 
     /// Runs the encoder over `encs` in length-bucketed batches and calls
-    /// `each(index, batch, acts, row)` for every input after its batch ran.
+    /// `each(index, batch, acts, row)` for every input after its batch ran;
+    /// `unpad`: on the real tokens only ([`Bert::forward_unpadded`]), for
+    /// callers that read no padding's row.
     fn run_bucketed(
         &self,
         encs: &[Encoding],
         batch_size: usize,
+        unpad: bool,
         mut each: impl FnMut(&[usize], &BertBatch, &BertActivations) -> Result<()>,
     ) -> Result<()> {
         let lens: Vec<usize> = encs.iter().map(Encoding::len).collect();
@@ -120,7 +123,11 @@ impl BertPipeline {
         for idx in plan_batches(&lens, batch_size.max(1), max_tokens) {
             let refs: Vec<&Encoding> = idx.iter().map(|&i| &encs[i]).collect();
             let batch = BertBatch::from_encodings(&refs, self.tokenizer.pad_id())?;
-            self.model.forward(&batch, &mut acts)?;
+            if unpad {
+                self.model.forward_unpadded(&batch, &mut acts)?;
+            } else {
+                self.model.forward(&batch, &mut acts)?;
+            }
             each(&idx, &batch, &acts)?;
         }
         Ok(())
@@ -187,17 +194,35 @@ impl BertPipeline {
         let c = self.model.config.hidden_size;
         let d = modes.len() * c;
         let mut pooled = vec![0.0f32; pieces.len() * d];
-        self.run_bucketed(&pieces, opts.batch_size, |idx, batch, acts| {
+        self.run_bucketed(&pieces, opts.batch_size, true, |idx, batch, acts| {
             let mut out = vec![0.0; idx.len() * d];
-            embed::pool(
-                acts.hidden(),
-                &batch.attention_mask,
-                batch.b,
-                batch.t,
-                c,
-                &modes,
-                &mut out,
-            );
+            match acts.packed() {
+                // Each sequence's rows: its real tokens, in order.
+                Some(p) => {
+                    let ones = vec![1u8; batch.t];
+                    for (bi, rows) in p.spans().enumerate() {
+                        let len = rows.len();
+                        embed::pool(
+                            &acts.hidden()[rows.start * c..rows.end * c],
+                            &ones[..len],
+                            1,
+                            len,
+                            c,
+                            &modes,
+                            &mut out[bi * d..(bi + 1) * d],
+                        );
+                    }
+                }
+                None => embed::pool(
+                    acts.hidden(),
+                    &batch.attention_mask,
+                    batch.b,
+                    batch.t,
+                    c,
+                    &modes,
+                    &mut out,
+                ),
+            }
             for (row, &i) in idx.iter().enumerate() {
                 pooled[i * d..(i + 1) * d].copy_from_slice(&out[row * d..(row + 1) * d]);
             }
@@ -305,7 +330,7 @@ impl BertPipeline {
     fn classifier_logits(&self, encs: &[Encoding], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let l = self.model.config.num_labels();
         let mut out = vec![Vec::new(); encs.len()];
-        self.run_bucketed(encs, batch_size, |idx, _, acts| {
+        self.run_bucketed(encs, batch_size, true, |idx, _, acts| {
             let logits = self.model.classifier_logits(&self.model.pooled(acts)?)?;
             for (row, &i) in idx.iter().enumerate() {
                 out[i] = logits[row * l..(row + 1) * l].to_vec();
@@ -432,7 +457,7 @@ impl BertPipeline {
             })?;
         let encs: Vec<Encoding> = windows.into_iter().map(|w| w.encoding).collect();
         let mut logits: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); encs.len()];
-        self.run_bucketed(&encs, 8, |idx, batch, acts| {
+        self.run_bucketed(&encs, 8, false, |idx, batch, acts| {
             let (s, e) = self.model.qa_logits(acts)?;
             for (row, &i) in idx.iter().enumerate() {
                 let len = encs[i].len();
