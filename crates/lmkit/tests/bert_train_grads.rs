@@ -560,3 +560,25 @@ fn unpadded_forward_matches_padded_on_real_tokens() {
     assert_eq!(got.rows(), b * t);
     assert_eq!(got.hidden(), want.hidden());
 }
+
+/// `BertBatch`'s fields are public: a hand-built batch whose arrays disagree
+/// with its shape, or whose position ids pass the model's table, is an
+/// error before anything is indexed (padded or not).
+#[test]
+fn hand_built_batches_are_checked() {
+    let case = "bert-tiny-classify";
+    let model = Bert::from_dir(fixture(case)).unwrap();
+    let good = Reference::load(case).batch();
+    let mut acts = BertActivations::new(false);
+    let mut short = good.clone();
+    short.token_type_ids.pop();
+    let mut far = good.clone();
+    far.position_ids[1] = model.config.max_position_embeddings as u32;
+    for (what, bad) in [("short token types", short), ("position id", far)] {
+        assert!(model.forward(&bad, &mut acts).is_err(), "{what}");
+        assert!(model.forward_unpadded(&bad, &mut acts).is_err(), "{what}");
+    }
+    model.forward_unpadded(&good, &mut acts).unwrap();
+    assert_eq!(acts.row(good.b, 0), None);
+    assert_eq!(acts.row(0, good.t), None);
+}

@@ -508,6 +508,31 @@ impl Bert {
 
     fn check_batch(&self, batch: &BertBatch) -> Result<()> {
         let cfg = &self.config;
+        // The fields are public: a hand-built batch may disagree with its shape.
+        let n = batch.b.checked_mul(batch.t);
+        for (what, len) in [
+            ("input ids", batch.input_ids.len()),
+            ("token type ids", batch.token_type_ids.len()),
+            ("attention mask", batch.attention_mask.len()),
+            ("position ids", batch.position_ids.len()),
+        ] {
+            if n != Some(len) {
+                return Err(Error::InvalidInput(format!(
+                    "batch of {} x {}: {len} {what}",
+                    batch.b, batch.t
+                )));
+            }
+        }
+        if let Some(&p) = batch
+            .position_ids
+            .iter()
+            .find(|&&p| p as usize >= cfg.max_position_embeddings)
+        {
+            return Err(Error::ContextTooLong {
+                len: p as usize + 1,
+                max: cfg.max_position_embeddings,
+            });
+        }
         if batch.t > cfg.max_position_embeddings {
             return Err(Error::ContextTooLong {
                 len: batch.t,
@@ -898,6 +923,9 @@ impl BertActivations {
     /// The row of position `j` of sequence `bi` (`bi·T + j`, or its packed
     /// row after [`Bert::forward_unpadded`]; `None` for padding not run).
     pub fn row(&self, bi: usize, j: usize) -> Option<usize> {
+        if bi >= self.b || j >= self.t {
+            return None;
+        }
         match self.packed.lens() {
             Some(lens) => (j < lens[bi]).then(|| self.packed.offs[bi] + j),
             None => Some(bi * self.t + j),
@@ -931,7 +959,8 @@ impl BertActivations {
         self.hidden_state_slot(self.out_slot)
     }
 
-    /// With `keep_all`: HF `hidden_states[l]` (0 = embeddings, L = output).
+    /// With `keep_all`: HF `hidden_states[l]` (0 = embeddings, L = output;
+    /// `[R,C]` when packed, as [`Self::hidden`]).
     pub fn hidden_state(&self, l: usize) -> Option<&[f32]> {
         (self.keep_all && l < self.slots).then(|| self.hidden_state_slot(l))
     }
