@@ -86,6 +86,18 @@ pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
     v
 }
 
+/// Resizes a scratch buffer whose contents are dead to `len` (new elements
+/// zeroed, as `Vec::resize`). One too small is replaced by a buffer of
+/// capacity `cap.max(len)`, not reallocated: a realloc would copy the dead
+/// contents, and `cap` lets a caller whose sizes vary grow once to a bound.
+pub fn resize_scratch<T: Copy + Default>(v: &mut Vec<T>, len: usize, cap: usize) {
+    if v.capacity() < len {
+        *v = Vec::new();
+        v.reserve_exact(cap.max(len));
+    }
+    v.resize(len, T::default());
+}
+
 /// A copy of `src` in huge pages where the kernel allows
 /// ([`with_huge_capacity`]), written once (no zeroing first) by the rayon
 /// pool, 2 MiB per task: each task's first write faults in one huge page.
@@ -111,6 +123,25 @@ pub fn huge_copy<T: Copy + Send + Sync>(src: &[T]) -> Vec<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn resize_scratch_grows_to_its_bound_once() {
+        let mut v = vec![7.0f32; 4];
+        super::resize_scratch(&mut v, 10, 100);
+        assert_eq!(v.len(), 10);
+        assert!(v.capacity() >= 100);
+        assert!(v.iter().all(|&x| x == 0.0), "a replaced buffer is zeroed");
+        let ptr = v.as_ptr();
+        super::resize_scratch(&mut v, 3, 100);
+        super::resize_scratch(&mut v, 90, 100);
+        assert_eq!(
+            (v.len(), v.as_ptr()),
+            (90, ptr),
+            "within its room: no new buffer"
+        );
+        super::resize_scratch(&mut v, 150, 120);
+        assert_eq!(v.len(), 150);
+    }
+
     #[test]
     fn huge_zeroed_is_a_zeroed_vec() {
         for len in [0usize, 1, 4095, 3 << 20] {

@@ -55,6 +55,7 @@ use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
 use crate::spec::Precision;
+use crate::util::alloc::resize_scratch;
 use crate::util::rng::Rng;
 use crate::util::slice::two_mut;
 
@@ -171,16 +172,24 @@ struct Grads {
 }
 
 impl Grads {
-    fn resize(&mut self, n: usize, c: usize, i: usize, att: usize) {
-        self.dy.resize(n * c, 0.0);
-        self.dx.resize(n * c, 0.0);
-        self.dres.resize(n * c, 0.0);
-        self.dln1.resize(n * c, 0.0);
-        self.datty.resize(n * c, 0.0);
-        self.dqkv.resize(n * 3 * c, 0.0);
-        self.datt.resize(att, 0.0);
-        self.dfch_gelu.resize(n * i, 0.0);
-        self.dfch.resize(n * i, 0.0);
+    /// For `rows` and `att` attention probabilities (`.0` now, `.1` the
+    /// padded batch's, as `BertActivations` sizes its buffers).
+    fn resize(&mut self, rows: (usize, usize), c: usize, i: usize, att: (usize, usize)) {
+        let fit = |v: &mut Vec<f32>, k: usize| resize_scratch(v, rows.0 * k, rows.1 * k);
+        for v in [
+            &mut self.dy,
+            &mut self.dx,
+            &mut self.dres,
+            &mut self.dln1,
+            &mut self.datty,
+        ] {
+            fit(v, c);
+        }
+        fit(&mut self.dqkv, 3 * c);
+        for v in [&mut self.dfch_gelu, &mut self.dfch] {
+            fit(v, i);
+        }
+        resize_scratch(&mut self.datt, att.0, att.1);
     }
 }
 
@@ -525,7 +534,13 @@ impl BertTrainer {
         let grads = &mut self.grads;
         let acts = &self.acts;
         let att_len = acts.layers.first().map_or(0, |la| la.att.len());
-        self.scratch.resize(acts.rows(), c, i_sz, att_len);
+        let nh = cfg.num_attention_heads;
+        self.scratch.resize(
+            (acts.rows(), n.max(acts.rows())),
+            c,
+            i_sz,
+            (att_len, (b * nh * t * t).max(att_len)),
+        );
         let s = &mut self.scratch;
         self.last_tokens = n;
         // What each term is a mean over: the given (global) counts, else this batch's.

@@ -31,6 +31,7 @@ use crate::spec::layout::{
     bert_layer_prefix, bert_layout, bert_qkv_bias_range, bert_qkv_weight_range,
 };
 use crate::spec::names::{canonical_name, Architecture, BertHeads, Family};
+use crate::util::alloc::resize_scratch;
 use crate::util::parallel::on_pool;
 
 use super::heads::{linear_head, qa_forward, MlmHead, Pooler};
@@ -781,21 +782,32 @@ pub struct LayerActs {
 }
 
 impl LayerActs {
-    /// For `n` rows and `att` attention probabilities.
-    fn resize(&mut self, cfg: &BertConfig, n: usize, att: usize) {
+    /// For `rows` and `att` attention probabilities (`.0` now, `.1` the
+    /// padded batch's: a buffer that grows is given room for those).
+    fn resize(&mut self, cfg: &BertConfig, rows: (usize, usize), att: (usize, usize)) {
         let (c, i) = (cfg.hidden_size, cfg.intermediate_size);
-        self.qkv.resize(n * 3 * c, 0.0);
-        self.att.resize(att, 0.0);
-        self.atty.resize(n * c, 0.0);
-        self.res1.resize(n * c, 0.0);
-        self.ln1.resize(n * c, 0.0);
-        self.ln1_mean.resize(n, 0.0);
-        self.ln1_rstd.resize(n, 0.0);
-        self.fch.resize(n * i, 0.0);
-        self.fch_gelu.resize(n * i, 0.0);
-        self.res2.resize(n * c, 0.0);
-        self.ln2_mean.resize(n, 0.0);
-        self.ln2_rstd.resize(n, 0.0);
+        let fit = |v: &mut Vec<f32>, k: usize| resize_scratch(v, rows.0 * k, rows.1 * k);
+        fit(&mut self.qkv, 3 * c);
+        for v in [
+            &mut self.atty,
+            &mut self.res1,
+            &mut self.ln1,
+            &mut self.res2,
+        ] {
+            fit(v, c);
+        }
+        for v in [&mut self.fch, &mut self.fch_gelu] {
+            fit(v, i);
+        }
+        for v in [
+            &mut self.ln1_mean,
+            &mut self.ln1_rstd,
+            &mut self.ln2_mean,
+            &mut self.ln2_rstd,
+        ] {
+            fit(v, 1);
+        }
+        resize_scratch(&mut self.att, att.0, att.1);
     }
 }
 
@@ -904,19 +916,27 @@ impl BertActivations {
 
     /// Sizes the buffers for a `[B,T]` batch run on `n` rows with `att`
     /// attention probabilities per layer.
+    /// The unpadded row counts vary from batch to batch: a buffer that
+    /// grows gets room for the padded batch, so it grows rarely.
     fn prepare(&mut self, cfg: &BertConfig, b: usize, t: usize, n: usize, att: usize) {
-        let (c, nl) = (cfg.hidden_size, cfg.num_hidden_layers);
+        let (c, nl, nh) = (
+            cfg.hidden_size,
+            cfg.num_hidden_layers,
+            cfg.num_attention_heads,
+        );
         self.b = b;
         self.t = t;
         self.slots = if self.keep_all { nl + 1 } else { 2 };
-        self.emb.resize(n * c, 0.0);
-        self.emb_mean.resize(n, 0.0);
-        self.emb_rstd.resize(n, 0.0);
-        self.hs.resize(self.slots * n * c, 0.0);
+        let rows = (n, (b * t).max(n));
+        resize_scratch(&mut self.emb, n * c, rows.1 * c);
+        resize_scratch(&mut self.emb_mean, n, rows.1);
+        resize_scratch(&mut self.emb_rstd, n, rows.1);
+        resize_scratch(&mut self.hs, self.slots * n * c, self.slots * rows.1 * c);
         let nlayers = if self.keep_all { nl } else { 1 };
         self.layers.resize_with(nlayers, LayerActs::default);
+        let att = (att, (b * nh * t * t).max(att));
         for la in &mut self.layers {
-            la.resize(cfg, n, att);
+            la.resize(cfg, rows, att);
         }
     }
 
