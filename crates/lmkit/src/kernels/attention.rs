@@ -137,6 +137,14 @@ struct Head {
     h: usize,
 }
 
+impl Head {
+    /// The head's q, k and v columns from the sequence's first row on.
+    fn qkv<'a>(&self, qkv: &'a [f32], c: usize, hs: usize) -> (&'a [f32], &'a [f32], &'a [f32]) {
+        let at = self.row * 3 * c + self.h * hs;
+        (&qkv[at..], &qkv[at + c..], &qkv[at + 2 * c..])
+    }
+}
+
 /// Rows and attention-probability entries of packed sequences of `lens`.
 fn varlen_sizes(lens: &[usize], nh: usize) -> (usize, usize) {
     let rows = lens.iter().sum();
@@ -189,10 +197,7 @@ unsafe fn forward_head(
         return;
     }
     let scale = 1.0 / (hs as f32).sqrt();
-    let base = row * 3 * c;
-    let q = &qkv[base + h * hs..];
-    let k = &qkv[base + c + h * hs..];
-    let v = &qkv[base + 2 * c + h * hs..];
+    let (q, k, v) = head.qkv(qkv, c, hs);
     for (t0, t1, nk) in blocks(t, causal) {
         let rows = t1 - t0;
         let pblk = &mut p[t0 * t..t1 * t];
@@ -420,9 +425,7 @@ unsafe fn backward_head(
     }
     let scale = 1.0 / (hs as f32).sqrt();
     let base = row * 3 * c;
-    let q = &qkv[base + h * hs..];
-    let k = &qkv[base + c + h * hs..];
-    let v = &qkv[base + 2 * c + h * hs..];
+    let (q, k, v) = head.qkv(qkv, c, hs);
     let go = &dout[row * c + h * hs..];
     // A causal forward shows only as zeros above the diagonal; skipping
     // zero probabilities is exact, so detect it and walk causal blocks.
