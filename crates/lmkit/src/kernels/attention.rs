@@ -84,7 +84,12 @@ pub fn attention_forward(
     att.par_chunks_mut(t * t).enumerate().for_each(|(bh, p)| {
         let (bi, h) = bi_h(bh, nh);
         let mask = key_mask.map(|m| &m[bi * t..(bi + 1) * t]);
-        let head = Head { row: bi * t, t, h };
+        let head = Head {
+            row: bi * t,
+            t,
+            h,
+            att: bh * t * t,
+        };
         // SAFETY: this task writes only its own rows' head-`h` columns of `out`.
         unsafe { forward_head(p, out_ptr, qkv, head, c, hs, causal, mask) };
     });
@@ -129,12 +134,14 @@ pub fn attention_forward_varlen(
     });
 }
 
-/// One (sequence, head) task: the sequence's first row and length, the head.
+/// One (sequence, head) task: the sequence's first row and length, the
+/// head, and where its `[T,T]` block of probabilities starts in `att`.
 #[derive(Clone, Copy, Debug)]
 struct Head {
     row: usize,
     t: usize,
     h: usize,
+    att: usize,
 }
 
 impl Head {
@@ -154,10 +161,13 @@ fn varlen_sizes(lens: &[usize], nh: usize) -> (usize, usize) {
 
 /// The (sequence, head) tasks of packed sequences, in `att`'s block order.
 fn varlen_heads(lens: &[usize], nh: usize) -> Vec<Head> {
-    let mut row = 0;
+    let (mut row, mut att) = (0, 0);
     let mut heads = Vec::with_capacity(lens.len() * nh);
     for &t in lens {
-        heads.extend((0..nh).map(|h| Head { row, t, h }));
+        for h in 0..nh {
+            heads.push(Head { row, t, h, att });
+            att += t * t;
+        }
         row += t;
     }
     heads
@@ -192,7 +202,7 @@ unsafe fn forward_head(
     causal: bool,
     mask: Option<&[u8]>,
 ) {
-    let Head { row, t, h } = head;
+    let Head { row, t, h, .. } = head;
     if t == 0 {
         return;
     }
@@ -352,10 +362,14 @@ pub fn attention_backward(
     let dptr = SendPtr(dqkv.as_mut_ptr());
     datt.par_chunks_mut(t * t).enumerate().for_each(|(bh, ds)| {
         let (bi, h) = bi_h(bh, nh);
-        let p = &att[bh * t * t..(bh + 1) * t * t];
-        let head = Head { row: bi * t, t, h };
+        let head = Head {
+            row: bi * t,
+            t,
+            h,
+            att: bh * t * t,
+        };
         // SAFETY: this task writes only its own rows' head-`h` columns of `dqkv`.
-        unsafe { backward_head(ds, p, dptr, dout, qkv, head, c, hs) };
+        unsafe { backward_head(ds, att, dptr, dout, qkv, head, c, hs) };
     });
 }
 
@@ -383,27 +397,16 @@ pub fn attention_backward_varlen(
     assert_eq!(qkv.len(), rows * 3 * c, "{name}: qkv must be [R,3C]");
     let dptr = SendPtr(dqkv.as_mut_ptr());
     let heads = varlen_heads(lens, nh);
-    let mut offs = Vec::with_capacity(heads.len());
-    let mut off = 0;
-    for hd in &heads {
-        offs.push(off);
-        off += hd.t * hd.t;
-    }
     let blocks = split_blocks(datt, &heads);
-    heads
-        .into_par_iter()
-        .zip(blocks)
-        .zip(offs)
-        .for_each(|((head, ds), off)| {
-            let p = &att[off..off + head.t * head.t];
-            // SAFETY: this task writes only its sequence's head-`h` columns of `dqkv`.
-            unsafe { backward_head(ds, p, dptr, dout, qkv, head, c, hs) };
-        });
+    heads.into_par_iter().zip(blocks).for_each(|(head, ds)| {
+        // SAFETY: this task writes only its sequence's head-`h` columns of `dqkv`.
+        unsafe { backward_head(ds, att, dptr, dout, qkv, head, c, hs) };
+    });
 }
 
-/// Backward of one (sequence, head): `ds[T,T]` is scratch, `p[T,T]` the
-/// saved probabilities; accumulates into the head's columns of the
-/// sequence's rows of `dqkv`.
+/// Backward of one (sequence, head): `ds[T,T]` is scratch, the head's
+/// block of `att` the saved probabilities; accumulates into the head's
+/// columns of the sequence's rows of `dqkv`.
 ///
 /// # Safety
 /// `dptr` points at an `[R,3C]` buffer covering the sequence's rows, whose
@@ -411,7 +414,7 @@ pub fn attention_backward_varlen(
 #[allow(clippy::too_many_arguments)]
 unsafe fn backward_head(
     ds: &mut [f32],
-    p: &[f32],
+    att: &[f32],
     dptr: SendPtr<f32>,
     dout: &[f32],
     qkv: &[f32],
@@ -419,10 +422,11 @@ unsafe fn backward_head(
     c: usize,
     hs: usize,
 ) {
-    let Head { row, t, h } = head;
+    let Head { row, t, h, .. } = head;
     if t == 0 {
         return;
     }
+    let p = &att[head.att..head.att + t * t];
     let scale = 1.0 / (hs as f32).sqrt();
     let base = row * 3 * c;
     let (q, k, v) = head.qkv(qkv, c, hs);
