@@ -101,6 +101,24 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     );
 }
 
+/// [`Bert::forward_unpadded`] on a fixture batch that has padding.
+fn unpadded(m: &Bert, batch: &BertBatch) -> BertActivations {
+    let real = batch.attention_mask.iter().filter(|&&x| x != 0).count();
+    assert!(real < batch.b * batch.t, "the fixture batch has padding");
+    let mut acts = BertActivations::new(false);
+    m.forward_unpadded(batch, &mut acts).unwrap();
+    assert_eq!(acts.rows(), real, "only the real tokens ran");
+    acts
+}
+
+/// (packed row, padded position `bi·T + j`) of every real token.
+fn real_positions<'a>(
+    batch: &'a BertBatch,
+    acts: &'a BertActivations,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    (0..batch.b * batch.t).filter_map(|p| acts.row(p / batch.t, p % batch.t).map(|r| (r, p)))
+}
+
 fn forward(case: &str) -> (Bert, Reference, BertBatch, BertActivations) {
     let model = Bert::from_dir(fixture(case)).unwrap_or_else(|e| panic!("{case}: {e}"));
     let r = Reference::load(case);
@@ -186,10 +204,20 @@ fn sequence_classification() {
 
 #[test]
 fn token_classification_logits() {
-    let (m, r, _, acts) = forward("bert-tiny-token-classify");
+    let (m, r, batch, acts) = forward("bert-tiny-token-classify");
     assert!(m.heads.token_classifier && !m.heads.classifier && !m.heads.pooler);
     let logits = m.token_logits(&acts).unwrap();
-    assert_close("token logits", &logits, &r.f32("logits").1, 1e-4);
+    let want = r.f32("logits").1;
+    assert_close("token logits", &logits, &want, 1e-4);
+    // Unpadded: the real tokens' rows, against HF's logits at their positions.
+    let packed = unpadded(&m, &batch);
+    let l = m.config.num_labels();
+    let got = m.token_logits(&packed).unwrap();
+    assert_eq!(got.len(), packed.rows() * l);
+    for (row, p) in real_positions(&batch, &packed) {
+        let (g, w) = (&got[row * l..(row + 1) * l], &want[p * l..(p + 1) * l]);
+        assert_close(&format!("token logits at {p}"), g, w, 1e-4);
+    }
     assert_eq!(m.config.id2label, ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]);
     // A sequence classifier is not a token classifier, and the other way round.
     assert!(m.pooled(&acts).is_err());
@@ -199,11 +227,29 @@ fn token_classification_logits() {
 
 #[test]
 fn question_answering_logits() {
-    let (m, r, _, acts) = forward("bert-tiny-qa");
+    let (m, r, batch, acts) = forward("bert-tiny-qa");
     assert!(!m.heads.pooler);
     let (s, e) = m.qa_logits(&acts).unwrap();
-    assert_close("start_logits", &s, &r.f32("start_logits").1, 1e-4);
-    assert_close("end_logits", &e, &r.f32("end_logits").1, 1e-4);
+    let (ws, we) = (r.f32("start_logits").1, r.f32("end_logits").1);
+    assert_close("start_logits", &s, &ws, 1e-4);
+    assert_close("end_logits", &e, &we, 1e-4);
+    let packed = unpadded(&m, &batch);
+    let (s, e) = m.qa_logits(&packed).unwrap();
+    assert_eq!((s.len(), e.len()), (packed.rows(), packed.rows()));
+    let pick = |v: &[f32], at: &[usize]| at.iter().map(|&i| v[i]).collect::<Vec<f32>>();
+    let (rows, pos): (Vec<usize>, Vec<usize>) = real_positions(&batch, &packed).unzip();
+    assert_close(
+        "unpadded start_logits",
+        &pick(&s, &rows),
+        &pick(&ws, &pos),
+        1e-4,
+    );
+    assert_close(
+        "unpadded end_logits",
+        &pick(&e, &rows),
+        &pick(&we, &pos),
+        1e-4,
+    );
     assert!(m.pooled(&acts).is_err());
 }
 
@@ -293,22 +339,58 @@ fn question_answering_pipeline() {
         assert!((got[0].score - want[0].score).abs() < 1e-4);
         assert_eq!(&c[got[0].byte_start..got[0].byte_end], got[0].answer);
     }
-    // A context longer than one window: several windows, still an answer.
-    let long = "the old man saw the dog by the river . ".repeat(20);
-    let a = p
-        .answer(
-            "who saw the dog",
-            &long,
-            32,
-            8,
-            QaOptions {
-                top_k: 3,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    // A context longer than one window: the windows run together, the last
+    // (shorter) one unpadded beside the others; the same answers as each
+    // window run alone.
+    let long = "the old man saw the dog by the river . ".repeat(20) + "and a cat";
+    let q = "who saw the dog";
+    let opts = QaOptions {
+        top_k: 3,
+        ..Default::default()
+    };
+    let a = p.answer(q, &long, 32, 8, opts).unwrap();
     assert_eq!(a.len(), 3);
     assert!(a.windows(2).all(|w| w[0].score >= w[1].score));
+    let wins = p.tokenizer.encode_pair_windows(q, &long, 32, 8).unwrap();
+    let lens: Vec<usize> = wins.iter().map(|w| w.encoding.len()).collect();
+    assert!(
+        lens.len() > 2 && lens.iter().any(|&l| l != lens[0]),
+        "{lens:?}"
+    );
+    let alone: Vec<(Vec<f32>, Vec<f32>)> = wins
+        .iter()
+        .map(|w| {
+            let batch = BertBatch::from_encodings(&[&w.encoding], 0).unwrap();
+            let mut acts = BertActivations::new(false);
+            p.model.forward(&batch, &mut acts).unwrap();
+            p.model.qa_logits(&acts).unwrap()
+        })
+        .collect();
+    let qw: Vec<_> = wins
+        .iter()
+        .zip(&alone)
+        .map(|(w, (s, e))| lmkit::models::bert::qa::QaWindow {
+            encoding: &w.encoding,
+            start_logits: s,
+            end_logits: e,
+        })
+        .collect();
+    let cont = |id: u32| {
+        p.tokenizer
+            .id_to_token(id)
+            .is_some_and(|s| s.starts_with("##"))
+    };
+    let want = lmkit::models::bert::qa::best_answers(&qw, &long, &cont, opts);
+    assert_eq!(a.len(), want.len());
+    for (g, w) in a.iter().zip(&want) {
+        assert_eq!((g.byte_start, g.byte_end), (w.byte_start, w.byte_end));
+        assert!(
+            (g.score - w.score).abs() < 1e-4,
+            "{} vs {}",
+            g.score,
+            w.score
+        );
+    }
     assert!(p.answer("", "x", 384, 128, QaOptions::default()).is_err());
 }
 
@@ -595,5 +677,54 @@ fn bert_base_random_matches_hf() {
         &m.pooled(&acts).unwrap(),
         &r.f32("pooler_output").1,
         1e-4,
+    );
+}
+
+/// SQuAD and tagging evaluation run each batch unpadded: in-order batches
+/// of sequences of different lengths give what each sequence alone gives
+/// (batch 1, nothing to pad).
+#[test]
+fn unpadded_evaluation_matches_one_at_a_time() {
+    use lmkit::data::squad::read_squad;
+    use lmkit::data::tagging::{encode_sentences, read_tagging, tag_map};
+    use lmkit::eval::run::{eval_squad, eval_token_classify};
+
+    let p = BertPipeline::from_dir(fixture("bert-tiny-qa")).unwrap();
+    let ex = read_squad(&root().join("tests/data/squad/rust_book.json")).unwrap();
+    let opts = QaOptions::default();
+    let one = eval_squad(&p.model, &p.tokenizer, &ex, 32, 4, opts, 1).unwrap();
+    let many = eval_squad(&p.model, &p.tokenizer, &ex, 32, 4, opts, 8).unwrap();
+    assert_eq!(one.predictions.len(), ex.len());
+    for ((id, a), (_, b)) in one.predictions.iter().zip(&many.predictions) {
+        let (a, b) = (&a[0], &b[0]);
+        assert_eq!(
+            (a.byte_start, a.byte_end),
+            (b.byte_start, b.byte_end),
+            "{id}"
+        );
+        assert!(
+            (a.score - b.score).abs() < 1e-4,
+            "{id}: {} vs {}",
+            a.score,
+            b.score
+        );
+    }
+    assert_eq!(one.scores, many.scores);
+
+    let p = BertPipeline::from_dir(fixture("bert-tiny-token-classify")).unwrap();
+    let data = read_tagging(&root().join("tests/data/tagging/rust_prose.eval.conll")).unwrap();
+    let labels = tag_map(&data).unwrap();
+    let encs = encode_sentences(&p.tokenizer, &data, &labels, 32).unwrap();
+    let lens: Vec<usize> = encs.iter().take(8).map(|e| e.encoding.len()).collect();
+    assert!(lens.iter().any(|&l| l != lens[0]), "{lens:?}");
+    let pad = p.tokenizer.pad_id();
+    let one = eval_token_classify(&p.model, pad, &encs, 1).unwrap();
+    let many = eval_token_classify(&p.model, pad, &encs, 8).unwrap();
+    assert_eq!(one.predictions, many.predictions);
+    assert!(
+        (one.loss - many.loss).abs() < 1e-5,
+        "{} vs {}",
+        one.loss,
+        many.loss
     );
 }

@@ -545,9 +545,18 @@ fn unpadded_forward_matches_padded_on_real_tokens() {
         &model.pooled(&padded).unwrap(),
         1e-5,
     );
-    // Heads over every position refuse packed rows; MLM rows at padding too.
-    assert!(model.token_logits(&packed).is_err());
+    // A sequence's real tokens are one span of rows; a span reaching into
+    // padding is an error, and so is an MLM row there.
+    for bi in 0..b {
+        let len = (0..t)
+            .filter(|&j| batch.attention_mask[bi * t + j] != 0)
+            .count();
+        let first = packed.row(bi, 0).unwrap();
+        assert_eq!(packed.span(bi, len).unwrap(), first..first + len);
+        assert_eq!(padded.span(bi, len).unwrap(), bi * t..bi * t + len);
+    }
     let pad = batch.attention_mask.iter().position(|&m| m == 0).unwrap();
+    assert!(packed.span(pad / t, pad % t + 1).is_err());
     assert!(model.mlm_logits(&packed, &[pad]).is_err());
 
     // Left padding is not packed: the padded forward's rows, unchanged.

@@ -429,9 +429,10 @@ pub fn eval_token_classify(
     for chunk in encs.chunks(batch_size.max(1)) {
         let refs: Vec<&Encoding> = chunk.iter().map(|e| &e.encoding).collect();
         let batch = BertBatch::from_encodings(&refs, pad_id)?;
-        model.forward(&batch, &mut acts)?;
+        model.forward_unpadded(&batch, &mut acts)?;
         let logits = model.token_logits(&acts)?;
         for (r, e) in chunk.iter().enumerate() {
+            let rows = acts.span(r, e.labels.len())?;
             let (mut g, mut p) = (Vec::new(), Vec::new());
             for (i, &lab) in e.labels.iter().enumerate() {
                 let Ok(lab) = usize::try_from(lab) else {
@@ -440,7 +441,7 @@ pub fn eval_token_classify(
                 let name = names.get(lab).ok_or_else(|| {
                     Error::InvalidInput(format!("label {lab} is outside the model's {l} labels"))
                 })?;
-                let row = &logits[(r * batch.t + i) * l..(r * batch.t + i + 1) * l];
+                let row = &logits[(rows.start + i) * l..(rows.start + i + 1) * l];
                 let mut best = Vec::with_capacity(1);
                 nll += score_row(row, lab, &mut best);
                 count += 1;
@@ -507,10 +508,10 @@ pub fn eval_squad(
     for chunk in encs.chunks(batch_size.max(1)) {
         let refs: Vec<&Encoding> = chunk.iter().collect();
         let batch = BertBatch::from_encodings(&refs, tok.pad_id())?;
-        model.forward(&batch, &mut acts)?;
+        model.forward_unpadded(&batch, &mut acts)?;
         let (s, e) = model.qa_logits(&acts)?;
         for (r, enc) in chunk.iter().enumerate() {
-            let rg = r * batch.t..r * batch.t + enc.len();
+            let rg = acts.span(r, enc.len())?;
             logits.push((s[rg.clone()].to_vec(), e[rg].to_vec()));
         }
     }

@@ -645,11 +645,12 @@ impl Bert {
         ))
     }
 
-    /// `BertForTokenClassification`'s classifier on every position of the
-    /// last forward → `[B,T,L]`.
+    /// `BertForTokenClassification`'s classifier on every row of the last
+    /// forward → `[B,T,L]`, or `[R,L]` for the R real tokens after
+    /// [`Self::forward_unpadded`] packed them (as [`BertActivations::hidden`];
+    /// [`BertActivations::row`] maps positions to rows either way).
     pub fn token_logits(&self, acts: &BertActivations) -> Result<Vec<f32>> {
         self.require(HeadKind::TokenClassifier)?;
-        require_padded(acts)?;
         let (c, l) = (self.config.hidden_size, self.config.num_labels());
         Ok(linear_head(
             &self.layout,
@@ -661,28 +662,17 @@ impl Bert {
         ))
     }
 
-    /// `BertForQuestionAnswering`'s `qa_outputs` on every position →
-    /// (start `[B,T]`, end `[B,T]`).
+    /// `BertForQuestionAnswering`'s `qa_outputs` on every row → (start
+    /// `[B,T]`, end `[B,T]`), or `[R]` each for the R real tokens after
+    /// [`Self::forward_unpadded`] packed them (as [`Self::token_logits`]).
     pub fn qa_logits(&self, acts: &BertActivations) -> Result<(Vec<f32>, Vec<f32>)> {
         self.require(HeadKind::QuestionAnswering)?;
-        require_padded(acts)?;
         Ok(qa_forward(
             &self.layout,
             &self.params,
             acts.hidden(),
             self.config.hidden_size,
         ))
-    }
-}
-
-/// Heads over every position read `[B,T,C]`: not the packed rows of an
-/// unpadded forward.
-fn require_padded(acts: &BertActivations) -> Result<()> {
-    match acts.packed() {
-        Some(_) => Err(Error::InvalidInput(
-            "this head reads every position: run the padded forward".into(),
-        )),
-        None => Ok(()),
     }
 }
 
@@ -950,6 +940,27 @@ impl BertActivations {
             Some(lens) => (j < lens[bi]).then(|| self.packed.offs[bi] + j),
             None => Some(bi * self.t + j),
         }
+    }
+
+    /// The rows of positions `0..len` of sequence `bi`, which lie end to
+    /// end either way; an error if one of them was not run (padding).
+    pub fn span(&self, bi: usize, len: usize) -> Result<std::ops::Range<usize>> {
+        let first = match len {
+            0 => Some(0),
+            _ => self.row(bi, 0).filter(|_| self.row(bi, len - 1).is_some()),
+        };
+        first.map(|r| r..r + len).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "positions 0..{len} of sequence {bi} were not all run (the batch is {}×{}{})",
+                self.b,
+                self.t,
+                if self.packed.lens().is_some() {
+                    ", padding skipped"
+                } else {
+                    ""
+                }
+            ))
+        })
     }
 
     /// Rows of the hidden state: B·T, or the real tokens when packed.

@@ -457,11 +457,10 @@ impl BertPipeline {
             })?;
         let encs: Vec<Encoding> = windows.into_iter().map(|w| w.encoding).collect();
         let mut logits: Vec<(Vec<f32>, Vec<f32>)> = vec![Default::default(); encs.len()];
-        self.run_bucketed(&encs, 8, false, |idx, batch, acts| {
+        self.run_bucketed(&encs, 8, true, |idx, _, acts| {
             let (s, e) = self.model.qa_logits(acts)?;
-            for (row, &i) in idx.iter().enumerate() {
-                let len = encs[i].len();
-                let r = row * batch.t..row * batch.t + len;
+            for (bi, &i) in idx.iter().enumerate() {
+                let r = acts.span(bi, encs[i].len())?;
                 logits[i] = (s[r.clone()].to_vec(), e[r].to_vec());
             }
             Ok(())
