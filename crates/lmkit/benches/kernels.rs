@@ -603,7 +603,7 @@ fn attention(c: &mut Criterion) {
         "attention_fwd_varlen_32x8..100x384x6",
         Unit::Flops(flops),
         || {
-            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh);
+            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, false);
             black_box(&out);
         },
     );
@@ -611,6 +611,27 @@ fn attention(c: &mut Criterion) {
         &mut g,
         "attention_bwd_varlen_32x8..100x384x6",
         Unit::Flops(2 * flops),
+        || {
+            kernels::attention_backward_varlen(
+                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh,
+            );
+            black_box(&dqkv);
+        },
+    );
+    // Causal (GPT-2's unpadded task batches): about half the products.
+    bench(
+        &mut g,
+        "attention_fwd_varlen_causal_32x8..100x384x6",
+        Unit::Flops(flops / 2),
+        || {
+            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, true);
+            black_box(&out);
+        },
+    );
+    bench(
+        &mut g,
+        "attention_bwd_varlen_causal_32x8..100x384x6",
+        Unit::Flops(flops),
         || {
             kernels::attention_backward_varlen(
                 &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh,

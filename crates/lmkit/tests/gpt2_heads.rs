@@ -13,7 +13,7 @@ use lmkit::models::Trainable;
 
 #[path = "support/streamed.rs"]
 mod streamed;
-use lmkit::spec::{AnyConfig, Architecture, Gpt2Config, HasLayout};
+use lmkit::spec::{AnyConfig, Architecture, Gpt2Config, HasLayout, Precision};
 use streamed::check_streamed;
 
 fn fixture_dir(case: &str) -> PathBuf {
@@ -296,6 +296,54 @@ fn classify_logits_losses_and_every_gradient_match_pytorch() {
     };
     let l = layers(&trainer);
     check_streamed("classify", trainer, &bt, l, &m.grads);
+}
+
+/// A task batch runs its real tokens only (the fixtures' batches are padded,
+/// so the tests above check that path against PyTorch): with the padding
+/// cut to the longest row, or the rows one at a time, the same logits and
+/// losses; recomputing in backward gives the same gradients bit for bit, in
+/// f32 and in bf16.
+#[test]
+fn task_batches_run_their_real_tokens_only() {
+    let r = Reference::load("gpt2-tiny-classify");
+    let bt = task_batch(&r, 1, "labels");
+    let lm_coef = 0.5;
+    assert!(
+        bt.lens.iter().any(|&l| l < bt.t),
+        "the fixture batch is padded"
+    );
+    let mut m = load("gpt2-tiny-classify");
+    let want = m.forward_task(&bt, lm_coef).unwrap();
+    let pad = m.config.pad_token_id.unwrap();
+    for r in 0..bt.rows {
+        let row = &bt.inputs[r * bt.t..r * bt.t + bt.lens[r]];
+        let one = lmkit::models::gpt2::classify::task_batch(&[row], pad, vec![bt.labels[r]], 1);
+        let got = m.forward_task(&one, lm_coef).unwrap();
+        let l = got.logits.len();
+        assert_close(
+            &format!("row {r}"),
+            &got.logits,
+            &want.logits[r * l..(r + 1) * l],
+            1e-5,
+        );
+    }
+    for precision in [Precision::F32, Precision::Bf16] {
+        let mut m = load("gpt2-tiny-classify");
+        m.set_precision(precision);
+        let mut run = |recompute: bool| {
+            m.set_recompute(recompute);
+            m.grads.fill(0.0);
+            let out = m.forward_backward_task(&bt, lm_coef, 1.0).unwrap();
+            (out.loss(lm_coef), m.grads.clone())
+        };
+        let (l0, g0) = run(false);
+        let (l1, g1) = run(true);
+        assert_eq!(l0.to_bits(), l1.to_bits(), "{precision:?} loss");
+        assert!(
+            g0.iter().zip(&g1).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{precision:?}: recomputed gradients differ"
+        );
+    }
 }
 
 /// d loss / d θ of the head (and a shared embedding) by central differences

@@ -365,21 +365,31 @@ fn attention_matches_reference() {
 }
 
 /// Packed sequences without padding: each sequence's rows against the
-/// reference on that sequence alone (bidirectional, no mask), and against
-/// the padded kernel under a right-padding key mask on the real rows: what
-/// BERT's unpadded forward and backward rely on.
+/// reference on that sequence alone (bidirectional or causal, no mask), and
+/// against the padded kernel under a right-padding key mask on the real
+/// rows: what BERT's and GPT-2's unpadded forward and backward rely on.
 #[test]
 fn attention_varlen_matches_reference_per_sequence() {
     let mut rng = Rng(8);
     let (c, nh) = (24, 3);
-    for lens in [vec![5, 0, 17, 1, 70], vec![1], vec![33, 33], vec![]] {
+    let cases = [
+        vec![5, 0, 17, 1, 70],
+        vec![1],
+        vec![33, 33],
+        vec![],
+        vec![2, 130, 64],
+    ];
+    for (lens, causal) in cases
+        .into_iter()
+        .flat_map(|l| [(l.clone(), false), (l, true)])
+    {
         let rows: usize = lens.iter().sum();
         let att_len: usize = lens.iter().map(|&t| nh * t * t).sum();
         let qkv = rng.vec(rows * 3 * c, 2.0);
         let dout = rng.vec(rows * c, 1.0);
         let d0 = rng.vec(rows * 3 * c, 1.0);
         let (mut out, mut att) = (vec![f32::NAN; rows * c], vec![f32::NAN; att_len]);
-        kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, c, nh);
+        kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, c, nh, causal);
         let mut dqkv = d0.clone();
         let mut datt = vec![f32::NAN; att_len];
         kernels::attention_backward_varlen(&mut dqkv, &mut datt, &dout, &qkv, &att, &lens, c, nh);
@@ -388,8 +398,8 @@ fn attention_varlen_matches_reference_per_sequence() {
             let shape = AttentionShape { b: 1, t, c, nh };
             let sq = &qkv[row * 3 * c..(row + t) * 3 * c];
             let (mut rout, mut ratt) = (vec![0.0; t * c], vec![0.0; nh * t * t]);
-            reference::attention_forward(&mut rout, &mut ratt, sq, shape, false, None);
-            let tag = format!("varlen {lens:?} sequence at row {row} (T = {t})");
+            reference::attention_forward(&mut rout, &mut ratt, sq, shape, causal, None);
+            let tag = format!("varlen {lens:?} causal={causal} sequence at row {row} (T = {t})");
             assert_close(
                 &format!("{tag} out"),
                 &out[row * c..(row + t) * c],
@@ -413,7 +423,7 @@ fn attention_varlen_matches_reference_per_sequence() {
             pq[..t * 3 * c].copy_from_slice(sq);
             let mask: Vec<u8> = (0..tp).map(|j| u8::from(j < t)).collect();
             let (mut pout, mut patt) = (vec![0.0; tp * c], vec![0.0; nh * tp * tp]);
-            kernels::attention_forward(&mut pout, &mut patt, &pq, shape, false, Some(&mask));
+            kernels::attention_forward(&mut pout, &mut patt, &pq, shape, causal, Some(&mask));
             assert_close(
                 &format!("{tag} out vs padded"),
                 &out[row * c..(row + t) * c],

@@ -97,9 +97,9 @@ pub fn attention_forward(
 
 /// [`attention_forward`] over packed sequences without padding:
 /// sequence `s` is the `lens[s]` rows after those of the sequences before
-/// it, and attends to its own rows only (bidirectional, no mask).
-/// `out[R,C]`, `qkv[R,3C]` with R = Σ lens; `att` holds one `[NH,Tₛ,Tₛ]`
-/// block per sequence, in order.
+/// it, and attends to its own rows only (to its earlier rows if `causal`;
+/// no mask). `out[R,C]`, `qkv[R,3C]` with R = Σ lens; `att` holds one
+/// `[NH,Tₛ,Tₛ]` block per sequence, in order.
 pub fn attention_forward_varlen(
     out: &mut [f32],
     att: &mut [f32],
@@ -107,6 +107,7 @@ pub fn attention_forward_varlen(
     lens: &[usize],
     c: usize,
     nh: usize,
+    causal: bool,
 ) {
     let (rows, att_len) = varlen_sizes(lens, nh);
     let hs = AttentionShape { b: 1, t: 1, c, nh }.hs();
@@ -130,7 +131,7 @@ pub fn attention_forward_varlen(
     let blocks = split_blocks(att, &heads);
     heads.into_par_iter().zip(blocks).for_each(|(head, p)| {
         // SAFETY: this task writes only its sequence's head-`h` columns of `out`.
-        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, false, None) };
+        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, causal, None) };
     });
 }
 

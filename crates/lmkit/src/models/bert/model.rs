@@ -433,6 +433,7 @@ impl Bert {
                     lens,
                     c,
                     nh,
+                    false,
                 ),
                 None => kernels::attention_forward(
                     &mut la.atty,

@@ -33,6 +33,7 @@ use crate::spec::config::Gpt2Config;
 use crate::spec::layout::{gpt2_layout_for, ParamLayout};
 use crate::spec::names::Architecture;
 use crate::spec::Precision;
+use crate::util::alloc::resize_scratch;
 use crate::util::rng::Rng;
 use crate::util::slice::two_mut;
 use std::ops::Range;
@@ -143,7 +144,8 @@ impl Index {
     }
 }
 
-/// Saved activations of one block, for (B, T).
+/// Saved activations of one block, for the rows of one batch.
+#[derive(Default)]
 struct BlockActs {
     /// [N, C] LayerNorm 1 output (empty when recomputed), with mean/rstd [N].
     ln1: Vec<f32>,
@@ -153,8 +155,8 @@ struct BlockActs {
     qkv: Vec<f32>,
     /// [N, C] attention output (before c_proj).
     atty: Vec<f32>,
-    /// [B, NH, T, T] attention probabilities (empty when recomputed:
-    /// [`Gpt2Activations::att`] holds the current layer's).
+    /// [B, NH, T, T] attention probabilities, Σ NH·Tₛ² when packed (empty
+    /// when recomputed: [`Gpt2Activations::att`] holds the current layer's).
     att: Vec<f32>,
     /// [N, C] residual after the attention sub-block.
     residual2: Vec<f32>,
@@ -169,11 +171,21 @@ struct BlockActs {
     residual3: Vec<f32>,
 }
 
-/// Every tensor forward saves for backward, plus backward scratch, for one (B, T).
+/// Every tensor forward saves for backward, plus backward scratch, for one
+/// batch [B, T]: its N = B·T rows, or (packed) the N real tokens of its
+/// right-padded rows, end to end. Buffers keep their capacity from batch to
+/// batch ([`Gpt2Activations::prepare`]).
+#[derive(Default)]
 pub struct Gpt2Activations {
     b: usize,
     t: usize,
-    /// [N] position id of each row (0..T per sequence).
+    /// Rows run: B·T, or the real tokens when packed.
+    n: usize,
+    /// Packed: each sequence's real tokens; empty for B·T rows.
+    lens: Vec<usize>,
+    /// Packed: each sequence's first row.
+    offs: Vec<usize>,
+    /// [N] position id of each row (0.. per sequence).
     pos_ids: Vec<u32>,
     /// [N] input ids of the last forward.
     inputs: Vec<u32>,
@@ -186,7 +198,7 @@ pub struct Gpt2Activations {
     recompute: bool,
     /// [N, C] when recomputing (LayerNorm 1 or 2 of the current layer), else empty.
     ln: Vec<f32>,
-    /// [B, NH, T, T] when recomputing, else empty.
+    /// One layer's attention probabilities when recomputing, else empty.
     att: Vec<f32>,
     /// [N, I] when recomputing, else empty.
     fch_gelu: Vec<f32>,
@@ -210,7 +222,7 @@ pub struct Gpt2Activations {
     proj: Vec<f32>,
     /// [N, 3C]
     dqkv: Vec<f32>,
-    /// [B, NH, T, T]
+    /// The size of one layer's attention probabilities.
     datt: Vec<f32>,
     /// [N, I]
     dfch: Vec<f32>,
@@ -218,54 +230,102 @@ pub struct Gpt2Activations {
 }
 
 impl Gpt2Activations {
-    fn new(cfg: &Gpt2Config, b: usize, t: usize, recompute: bool) -> Self {
+    /// Sizes every buffer for a batch [B, T]: its B·T rows, or with `lens`
+    /// (each row's real tokens, right-padded) those tokens packed. Dead
+    /// contents are not kept; a buffer that must grow gets room for B·T
+    /// rows, so varying packed sizes grow it once.
+    fn prepare(&mut self, cfg: &Gpt2Config, b: usize, t: usize, lens: Option<&[usize]>) {
         let (c, nh, i) = (cfg.n_embd, cfg.n_head, cfg.inner());
-        let n = b * t;
-        let z = |len: usize| vec![0.0f32; len];
+        self.b = b;
+        self.t = t;
+        self.lens.clear();
+        self.offs.clear();
+        self.pos_ids.clear();
+        let padded = (b * t, b * nh * t * t);
+        let (n, att) = match lens {
+            Some(lens) => {
+                let mut n = 0;
+                for &len in lens {
+                    self.offs.push(n);
+                    self.pos_ids.extend(0..len as u32);
+                    n += len;
+                }
+                self.lens.extend_from_slice(lens);
+                (n, lens.iter().map(|&len| nh * len * len).sum())
+            }
+            None => {
+                self.pos_ids.extend((0..b * t).map(|r| (r % t) as u32));
+                padded
+            }
+        };
+        self.n = n;
+        let fit = |v: &mut Vec<f32>, k: usize| resize_scratch(v, n * k, padded.0 * k);
+        let fit_att = |v: &mut Vec<f32>, k: usize| resize_scratch(v, k * att, k * padded.1);
         // Per block when kept, once when recomputed.
-        let (kept, shared) = if recompute { (0, 1) } else { (1, 0) };
-        let blocks = (0..cfg.n_layer)
-            .map(|_| BlockActs {
-                ln1: z(kept * n * c),
-                ln1_mean: z(n),
-                ln1_rstd: z(n),
-                qkv: z(n * 3 * c),
-                atty: z(n * c),
-                att: z(kept * b * nh * t * t),
-                residual2: z(n * c),
-                ln2: z(kept * n * c),
-                ln2_mean: z(n),
-                ln2_rstd: z(n),
-                fch: z(n * i),
-                fch_gelu: z(kept * n * i),
-                residual3: z(n * c),
-            })
-            .collect();
-        Gpt2Activations {
-            b,
-            t,
-            pos_ids: (0..n).map(|r| (r % t) as u32).collect(),
-            inputs: vec![0; n],
-            encoded: z(n * c),
-            blocks,
-            recompute,
-            ln: z(shared * n * c),
-            att: z(shared * b * nh * t * t),
-            fch_gelu: z(shared * n * i),
-            lnf: z(n * c),
-            lnf_mean: z(n),
-            lnf_rstd: z(n),
-            logits: Vec::new(),
-            lm_scratch: Vec::new(),
-            losses: z(n),
-            dresidual: z(n * c),
-            dc: z(n * c),
-            proj: z(n * c),
-            dqkv: z(n * 3 * c),
-            datt: z(b * nh * t * t),
-            dfch: z(n * i),
-            dfch_gelu: z(n * i),
+        let (kept, shared) = if self.recompute { (0, 1) } else { (1, 0) };
+        self.blocks.resize_with(cfg.n_layer, BlockActs::default);
+        for a in &mut self.blocks {
+            for (v, k) in [
+                (&mut a.ln1, kept * c),
+                (&mut a.ln1_mean, 1),
+                (&mut a.ln1_rstd, 1),
+                (&mut a.qkv, 3 * c),
+                (&mut a.atty, c),
+                (&mut a.residual2, c),
+                (&mut a.ln2, kept * c),
+                (&mut a.ln2_mean, 1),
+                (&mut a.ln2_rstd, 1),
+                (&mut a.fch, i),
+                (&mut a.fch_gelu, kept * i),
+                (&mut a.residual3, c),
+            ] {
+                fit(v, k);
+            }
+            fit_att(&mut a.att, kept);
         }
+        resize_scratch(&mut self.inputs, n, padded.0);
+        for (v, k) in [
+            (&mut self.encoded, c),
+            (&mut self.ln, shared * c),
+            (&mut self.fch_gelu, shared * i),
+            (&mut self.lnf, c),
+            (&mut self.lnf_mean, 1),
+            (&mut self.lnf_rstd, 1),
+            (&mut self.losses, 1),
+            (&mut self.dresidual, c),
+            (&mut self.dc, c),
+            (&mut self.proj, c),
+            (&mut self.dqkv, 3 * c),
+            (&mut self.dfch, i),
+            (&mut self.dfch_gelu, i),
+        ] {
+            fit(v, k);
+        }
+        fit_att(&mut self.att, shared);
+        fit_att(&mut self.datt, 1);
+    }
+
+    /// The row of token `i` of sequence `r`.
+    fn row(&self, r: usize, i: usize) -> usize {
+        match self.lens.is_empty() {
+            true => r * self.t + i,
+            false => self.offs[r] + i,
+        }
+    }
+}
+
+/// Causal self-attention of one layer over the batch's rows: per row of
+/// [B, T], or per packed sequence of `lens`.
+fn causal_attention(
+    out: &mut [f32],
+    att: &mut [f32],
+    qkv: &[f32],
+    shape: AttentionShape,
+    lens: &[usize],
+) {
+    match lens.is_empty() {
+        true => kernels::attention_forward(out, att, qkv, shape, true, None),
+        false => kernels::attention_forward_varlen(out, att, qkv, lens, shape.c, shape.nh, true),
     }
 }
 
@@ -445,15 +505,15 @@ impl Gpt2 {
         });
     }
 
-    fn ensure_acts(&mut self, b: usize, t: usize) {
-        let ok = self
-            .acts
-            .as_ref()
-            .is_some_and(|a| a.b == b && a.t == t && a.recompute == self.recompute);
-        if !ok {
-            self.acts = None; // free the old set before allocating the new one
-            self.acts = Some(Gpt2Activations::new(&self.config, b, t, self.recompute));
+    fn ensure_acts(&mut self, b: usize, t: usize, lens: Option<&[usize]>) {
+        if self.acts.as_ref().map(|a| a.recompute) != Some(self.recompute) {
+            self.acts = Some(Gpt2Activations {
+                recompute: self.recompute,
+                ..Default::default()
+            });
         }
+        let acts = self.acts.as_mut().expect("set above");
+        acts.prepare(&self.config, b, t, lens);
     }
 
     /// Checks a batch against the model: T within n_positions, ids < V.
@@ -497,7 +557,7 @@ impl Gpt2 {
         if let Some(tg) = targets {
             self.check_targets(tg, b, t)?;
         }
-        self.forward_body(inputs, b, t)?;
+        self.forward_body(inputs, b, t, None)?;
         let v = self.config.vocab_size;
         let acts = self
             .acts
@@ -548,29 +608,56 @@ impl Gpt2 {
         t: usize,
     ) -> crate::Result<LossParts> {
         self.check_targets(targets, b, t)?;
-        self.forward_body(inputs, b, t)?;
+        self.forward_body(inputs, b, t, None)?;
         Ok(self.lm_loss(targets, None))
     }
 
     /// Embeddings, blocks and ln_f: everything up to the logits.
-    fn forward_body(&mut self, inputs: &[u32], b: usize, t: usize) -> crate::Result<()> {
+    ///
+    /// With `lens` (each row's real tokens; the rest is right padding) only
+    /// the real tokens run, packed end to end, each sequence attending to
+    /// its own earlier tokens: causal attention never lets a real token see
+    /// the padding after it, so they get the padded forward's arithmetic.
+    fn forward_body(
+        &mut self,
+        inputs: &[u32],
+        b: usize,
+        t: usize,
+        lens: Option<&[usize]>,
+    ) -> crate::Result<()> {
         self.check_batch(inputs, b, t)?;
-        self.ensure_acts(b, t);
+        if let Some(lens) = lens {
+            if lens.len() != b || lens.iter().any(|&l| l > t) {
+                return Err(crate::Error::InvalidInput(format!(
+                    "{} sequence lengths for {b} rows of {t} tokens",
+                    lens.len()
+                )));
+            }
+        }
+        self.ensure_acts(b, t, lens);
         self.ensure_bf16();
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let cfg = &self.config;
         let (c, nh, inner) = (cfg.n_embd, cfg.n_head, cfg.inner());
         let eps = cfg.layer_norm_epsilon as f32;
         let gelu = gelu_kind(cfg);
-        let n = b * t;
         let p = &self.params;
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated above");
-        acts.inputs.copy_from_slice(inputs);
+        let n = acts.n;
+        match lens {
+            Some(lens) => {
+                for (r, &len) in lens.iter().enumerate() {
+                    let at = acts.offs[r];
+                    acts.inputs[at..at + len].copy_from_slice(&inputs[r * t..r * t + len]);
+                }
+            }
+            None => acts.inputs.copy_from_slice(inputs),
+        }
         kernels::embeddings_forward(
             &mut acts.encoded,
             &[
-                (inputs, &p[idx.wte.clone()]),
+                (&acts.inputs, &p[idx.wte.clone()]),
                 (&acts.pos_ids, &p[idx.wpe.clone()]),
             ],
             c,
@@ -616,7 +703,7 @@ impl Gpt2 {
             } else {
                 &mut a.att
             };
-            kernels::attention_forward(&mut a.atty, att, &a.qkv, shape, true, None);
+            causal_attention(&mut a.atty, att, &a.qkv, shape, &acts.lens);
             linear_forward(
                 &mut acts.proj,
                 &a.atty,
@@ -734,7 +821,7 @@ impl Gpt2 {
         ready: &mut dyn FnMut(&'g mut [f32]),
     ) -> crate::Result<LossParts> {
         self.check_targets(targets, b, t)?;
-        self.forward_body(inputs, b, t)?;
+        self.forward_body(inputs, b, t, None)?;
         self.acts
             .as_mut()
             .expect("allocated by forward_body")
@@ -753,7 +840,7 @@ impl Gpt2 {
         let (c, v) = (self.config.n_embd, self.config.vocab_size);
         let w = &self.params[self.idx.lm_head.clone()];
         let acts = self.acts.as_mut().expect("allocated by forward_body");
-        let n = acts.b * acts.t;
+        let n = acts.n;
         let scratch_len = kernels::lm_head_scratch_len(n, v);
         if acts.lm_scratch.len() != scratch_len {
             acts.lm_scratch = vec![0.0; scratch_len];
@@ -807,8 +894,7 @@ impl Gpt2 {
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated by forward_body");
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
-        let (b, t) = (acts.b, acts.t);
-        let n = b * t;
+        let (b, t, n) = (acts.b, acts.t, acts.n);
         acts.dresidual.fill(0.0);
         {
             let last: &[f32] = match acts.blocks.last() {
@@ -929,27 +1015,19 @@ impl Gpt2 {
             }
             let att: &[f32] = if acts.recompute {
                 // The output is the saved `atty` again; `proj` is free in backward.
-                kernels::attention_forward(
-                    &mut acts.proj,
-                    &mut acts.att,
-                    &a.qkv,
-                    shape,
-                    true,
-                    None,
-                );
+                causal_attention(&mut acts.proj, &mut acts.att, &a.qkv, shape, &acts.lens);
                 &acts.att
             } else {
                 &a.att
             };
             acts.dqkv.fill(0.0);
-            kernels::attention_backward(
-                &mut acts.dqkv,
-                &mut acts.datt,
-                &acts.dc,
-                &a.qkv,
-                att,
-                shape,
-            );
+            let (dqkv, datt, dout) = (&mut acts.dqkv, &mut acts.datt, &acts.dc);
+            match acts.lens.is_empty() {
+                true => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape),
+                false => kernels::attention_backward_varlen(
+                    dqkv, datt, dout, &a.qkv, att, &acts.lens, c, nh,
+                ),
+            }
             let ln1: &[f32] = if acts.recompute {
                 kernels::layernorm_apply(
                     &mut acts.ln,
@@ -1298,15 +1376,23 @@ impl Gpt2 {
         } else {
             self.last_non_pad(&batch.inputs, rows, t)?
         };
-        self.forward_body(&batch.inputs, rows, t)?;
-        self.acts.as_mut().expect("allocated").dc.fill(0.0);
+        // Everything read lies in the rows' real tokens (the pooled token
+        // and the LM targets): the padding need not run. A row pooled past
+        // its length (a hand-built batch whose padding is not `pad_token_id`)
+        // keeps it.
+        let padded = batch.lens.iter().any(|&l| l < t);
+        let inside = pooled_at.iter().zip(&batch.lens).all(|(&i, &l)| i < l);
+        let lens = (padded && inside).then_some(&batch.lens[..]);
+        self.forward_body(&batch.inputs, rows, t, lens)?;
+        let acts = self.acts.as_mut().expect("allocated");
+        acts.dc.fill(0.0);
         let mut out = TaskOutput::default();
         if lm_coef > 0.0 {
             // HF shifts: position i predicts token i+1, real tokens only.
-            let mut targets = vec![IGNORE_INDEX; rows * t];
+            let mut targets = vec![IGNORE_INDEX; acts.n];
             for (r, &len) in batch.lens.iter().enumerate() {
                 for i in 0..len - 1 {
-                    targets[r * t + i] = batch.inputs[r * t + i + 1] as i32;
+                    targets[acts.row(r, i)] = batch.inputs[r * t + i + 1] as i32;
                 }
             }
             // lm_loss means over this batch's targets: rescale to `den`'s.
@@ -1326,7 +1412,7 @@ impl Gpt2 {
         let acts = self.acts.as_mut().expect("allocated");
         let mut pooled = vec![0.0f32; rows * c];
         for (r, &i) in pooled_at.iter().enumerate() {
-            let src = (r * t + i) * c;
+            let src = acts.row(r, i) * c;
             pooled[r * c..(r + 1) * c].copy_from_slice(&acts.lnf[src..src + c]);
         }
         let mut logits = vec![0.0f32; rows * oc];
@@ -1390,7 +1476,7 @@ impl Gpt2 {
             );
         }
         for (r, &i) in pooled_at.iter().enumerate() {
-            let dst = (r * t + i) * c;
+            let dst = acts.row(r, i) * c;
             for (d, s) in acts.dc[dst..dst + c].iter_mut().zip(&dpooled[r * c..]) {
                 *d += s;
             }
