@@ -159,6 +159,8 @@ impl<M: Trainable> Runner<'_, M> {
             config: cfg,
             parallel: dp,
         } = self;
+        // Denormals would take the gemms' slow path (see `util::fpenv`).
+        let _flush = crate::util::fpenv::FlushDenormals::new();
         let comm = dp.comm;
         let root = comm.is_root();
         let num_params = model.params().len();

@@ -9,10 +9,12 @@
 //!   process, threads, or MPI with the `mpi` feature).
 //! - [`size`]: byte sizes as written on a command line (`4GiB`, `5GB`).
 //! - [`alloc`]: malloc kept from returning memory between training steps.
+//! - [`fpenv`]: denormal floats flushed to zero on the compute threads.
 
 pub mod alloc;
 pub mod bf16;
 pub mod comm;
+pub mod fpenv;
 pub mod fs;
 pub mod parallel;
 pub mod rng;
