@@ -22,6 +22,8 @@ python3 scripts/check_layers.py
 python3 scripts/bench_report.py --self-test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The API docs build without broken or private links.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked
 # The examples as built here (`cargo run -p lmkit` would resolve features for
 # lmkit alone and build the library a second time), run at the end.

@@ -15,7 +15,7 @@
 //! one bit mask per class ([`classify_block`]: AVX-512BW or AVX2 where the
 //! CPU has it, else [`classify_block_scalar`]), non-ASCII characters are decoded
 //! once and their class spread over their bytes, and the pattern's rules
-//! become shifts and ands on the masks ([`Gpt2Pieces::region_starts`]); a
+//! become shifts and ands on the masks (`Gpt2Pieces::region_starts`); a
 //! piece's end is then a count of trailing zeros. The reference twin scans
 //! one character at a time through the pattern's alternatives; the two give
 //! the same pieces (property tests, and the `bpe_encode_decode` fuzz

@@ -1,7 +1,7 @@
 //! Training checkpoints: `ROOT/step-NNNNNNNN/` folders, each complete and
 //! self-contained — the model in its architecture's own (HF) layout, written
 //! by a callback, plus `optimizer.safetensors` (AdamW moments `exp_avg`,
-//! `exp_avg_sq`, flat [P]) and `trainer_state.json` (step, data position,
+//! `exp_avg_sq`, flat `[P]`) and `trainer_state.json` (step, data position,
 //! RNG, hyper-parameters).
 //!
 //! Atomicity: everything is written into `ROOT/.tmp-step-N/`, every file is

@@ -94,7 +94,7 @@ pub struct LambadaScores {
 }
 
 /// Scores one passage from the model's log-probabilities at the target
-/// positions: `logprobs[k]` is the log-softmax row [V] that predicts
+/// positions: `logprobs[k]` is the log-softmax row `[V]` that predicts
 /// `target_ids[k]`.
 pub fn score_target(logprobs: &[&[f32]], target_ids: &[u32]) -> LambadaOutcome {
     assert_eq!(logprobs.len(), target_ids.len());

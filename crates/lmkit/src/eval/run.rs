@@ -822,7 +822,7 @@ fn line_request(tok: &BpeTokenizer, prompt: &str, max_new_tokens: usize) -> Sequ
     }
 }
 
-/// [`line_request`] for one prompt alone, its text trimmed: the reference
+/// `line_request` for one prompt alone, its text trimmed: the reference
 /// the batched [`greedy_lines`] equals.
 pub fn greedy_line(
     engine: &mut Gpt2Engine,

@@ -2,7 +2,7 @@
 //! article followed by `"\nTL;DR:"` is the prompt, the model continues it
 //! for up to 100 tokens (top-k 2 sampling in the paper, or greedy), and the
 //! first 3 sentences of the continuation are the summary, scored with
-//! ROUGE against the reference (see [`super::rouge`]).
+//! ROUGE against the reference (see [`mod@super::rouge`]).
 
 use std::path::Path;
 

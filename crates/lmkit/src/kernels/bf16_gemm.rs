@@ -15,14 +15,14 @@
 //! (14 rows × 32 columns), KC the K block.
 //!
 //! Packed layouts (K padded to even with zeros):
-//! - A ([`PackedA`]): strips of MR rows, row-major within a strip (each row
+//! - A (`PackedA`): strips of MR rows, row-major within a strip (each row
 //!   `kp` bf16s, so the pair `(A[r,k], A[r,k+1])` is one 32-bit word the
 //!   kernel broadcasts); rows padded to a multiple of MR with zeros. A
 //!   transposed source (a weight gradient's `Xᵀ` or `dYᵀ`, whose MR rows are
 //!   contiguous for each k) packs pair-major instead, `[kp/2][MR][2]`: two
 //!   masked loads and one interleave per K pair rather than a transpose; the
 //!   kernel reads either through a (row, pair) stride.
-//! - B ([`PackedB`]): panels of NR columns; within a panel, for each pair of
+//! - B (`PackedB`): panels of NR columns; within a panel, for each pair of
 //!   K (k, k+1), NR pairs `(B[k,j], B[k+1,j])` — the operand `vdpbf16ps`
 //!   multiplies against a broadcast pair of A. Columns padded with zeros.
 //!
@@ -896,7 +896,7 @@ fn panels_len(ic: usize, oc: usize) -> usize {
 }
 
 /// bf16 inference weights `W[OC, IC]` kept in the packed panel layout of
-/// the gemm's right operand (`Wᵀ` as [`PackedB`]): panels of NR = 32 output
+/// the gemm's right operand (`Wᵀ` as `PackedB`): panels of NR = 32 output
 /// channels, each `[IC/2][32][2]`. Decode ([`Self::matvec`]) streams the
 /// panels, each one contiguous read; prefill ([`Self::matmul`]) multiplies
 /// them with no repack where `vdpbf16ps` outruns f32 FMAs, else widens them

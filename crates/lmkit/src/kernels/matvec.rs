@@ -21,7 +21,7 @@
 //!
 //! int8 weights run on [`super::int8_gemm`] at every batch size.
 //!
-//! Every kernel has a plain f64-accumulating twin in [`reference`].
+//! Every kernel has a plain f64-accumulating twin in [`mod@reference`].
 
 use rayon::prelude::*;
 

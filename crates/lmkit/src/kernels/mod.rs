@@ -7,7 +7,7 @@
 //! - Forward kernels overwrite their outputs.
 //! - Backward kernels ACCUMULATE (`+=`) into every gradient they write, so
 //!   the caller zeroes gradients once per step and residual branches sum for free.
-//! - Every fast kernel has a plain reference twin in [`reference`], used by tests.
+//! - Every fast kernel has a plain reference twin in [`mod@reference`], used by tests.
 //! - Results are deterministic for a fixed rayon thread count: reductions
 //!   split work in a fixed order that does not depend on scheduling.
 //! - Shapes are checked with `assert!` on entry: a mismatch is a programming

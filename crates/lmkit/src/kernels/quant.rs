@@ -3,7 +3,7 @@
 //! order the portable bf16 decode kernels in [`super::matvec`] stream, and
 //! the int8 rows that [`super::int8_gemm`] packs) or, for bf16 on CPUs with
 //! AVX-512 BF16, straight into the bf16 gemm's packed panels (`Bf16Panels`,
-//! through [`to_bf16_at`]).
+//! through `to_bf16_at`).
 //!
 //! Shape legend: IC input channels, OC output channels.
 //!
@@ -14,7 +14,7 @@
 //!   `w ≈ q · scale`.
 //!
 //! Conversion runs at every load, so its loops are compiled for AVX2 too
-//! ([`dispatch`]).
+//! (`dispatch`).
 
 use super::simd::dispatch;
 

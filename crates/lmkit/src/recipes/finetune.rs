@@ -6,7 +6,7 @@
 //! multiple choice for both (`BertForMultipleChoice`, `GPT2DoubleHeadsModel`),
 //! and causal-LM fine-tuning of GPT-2.
 //!
-//! The loop is the `train` engine's [`train_step`] (AdamW with decoupled
+//! The loop is the `train` engine's [`train_step`](crate::train::train_step) (AdamW with decoupled
 //! weight decay on the layout's decay flags, global-norm clipping, linear
 //! warmup then linear decay to 0 like HF's `get_linear_schedule_with_warmup`).
 //! Each epoch visits the training examples in a permutation drawn from

@@ -15,22 +15,22 @@
 /// Which BERT heads a model has (see `Architecture::bert_heads`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BertHeads {
-    /// `pooler.dense` [C,C] + tanh on `[CLS]`.
+    /// `pooler.dense` `[C,C]` + tanh on `[CLS]`.
     pub pooler: bool,
     /// `cls.predictions.transform.{dense [C,C], LayerNorm [C]}` and
     /// `cls.predictions.bias [V]`; the decoder weight is tied to
     /// `embeddings.word_embeddings.weight`.
     pub mlm: bool,
-    /// `cls.seq_relationship` [2,C], [2]; needs the pooler.
+    /// `cls.seq_relationship` `[2,C]`, `[2]`; needs the pooler.
     pub nsp: bool,
-    /// `classifier` [L,C], [L] with L = `num_labels()`.
+    /// `classifier` `[L,C]`, `[L]` with L = `num_labels()`.
     pub classifier: bool,
-    /// `qa_outputs` [2,C], [2] (start/end logits).
+    /// `qa_outputs` `[2,C]`, `[2]` (start/end logits).
     pub qa: bool,
-    /// `classifier` [L,C], [L] on every token (`BertForTokenClassification`);
+    /// `classifier` `[L,C]`, `[L]` on every token (`BertForTokenClassification`);
     /// the same tensors as `classifier`, never both.
     pub token_classifier: bool,
-    /// `classifier` [1,C], [1] on the pooled output of each choice
+    /// `classifier` `[1,C]`, `[1]` on the pooled output of each choice
     /// (`BertForMultipleChoice`); needs the pooler; never with the others
     /// that own `classifier`.
     pub multiple_choice: bool,

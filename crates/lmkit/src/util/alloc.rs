@@ -79,7 +79,7 @@ fn with_huge_capacity<T>(len: usize) -> Vec<T> {
 }
 
 /// A zeroed `Vec` of `len` elements, in huge pages where the kernel allows
-/// ([`with_huge_capacity`]), for buffers the caller fills.
+/// (`with_huge_capacity`), for buffers the caller fills.
 pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
     let mut v = with_huge_capacity(len);
     v.resize(len, T::default());
@@ -99,7 +99,7 @@ pub fn resize_scratch<T: Copy + Default>(v: &mut Vec<T>, len: usize, cap: usize)
 }
 
 /// A copy of `src` in huge pages where the kernel allows
-/// ([`with_huge_capacity`]), written once (no zeroing first) by the rayon
+/// (`with_huge_capacity`), written once (no zeroing first) by the rayon
 /// pool, 2 MiB per task: each task's first write faults in one huge page.
 pub fn huge_copy<T: Copy + Send + Sync>(src: &[T]) -> Vec<T> {
     use rayon::prelude::*;

@@ -4,7 +4,7 @@
 //! - [`bf16`]: f32 ⇄ bf16 conversion (round to nearest even).
 //! - [`parallel`]: [`parallel::SendPtr`] for disjoint writes from rayon tasks.
 //! - [`fs`]: atomic file writes and `sync_dir` (an fsync error is an error).
-//! - [`slice`]: two disjoint mutable views of one buffer.
+//! - [`mod@slice`]: two disjoint mutable views of one buffer.
 //! - [`comm`]: the [`comm::Communicator`] of data-parallel training (one
 //!   process, threads, or MPI with the `mpi` feature).
 //! - [`size`]: byte sizes as written on a command line (`4GiB`, `5GB`).

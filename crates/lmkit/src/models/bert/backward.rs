@@ -845,7 +845,7 @@ impl BertTrainer {
         self.run(batch, grad_scale, true, None, &mut |_| {})
     }
 
-    /// What each loss term of `tb` is a mean over, in [`LossTerm`] order
+    /// What each loss term of `tb` is a mean over, in `LossTerm` order
     /// (0 for a term the batch does not train).
     pub fn loss_counts(&self, tb: &BertTrainBatch) -> [f64; LossTerm::COUNT] {
         let tg = &tb.targets;

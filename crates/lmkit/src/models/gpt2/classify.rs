@@ -151,7 +151,7 @@ impl Gpt2Classifier {
         self.run(&rows, batch_size, truncate)
     }
 
-    /// Class logits [L] of each encoded row, `batch_size` rows at a time.
+    /// Class logits `[L]` of each encoded row, `batch_size` rows at a time.
     pub fn logits(&mut self, rows: &[Vec<u32>], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let l = self.model.config.num_labels();
         let mut out = Vec::with_capacity(rows.len());

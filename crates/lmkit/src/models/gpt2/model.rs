@@ -174,7 +174,7 @@ struct BlockActs {
 /// Every tensor forward saves for backward, plus backward scratch, for one
 /// batch [B, T]: its N = B·T rows, or (packed) the N real tokens of its
 /// right-padded rows, end to end. Buffers keep their capacity from batch to
-/// batch ([`Gpt2Activations::prepare`]).
+/// batch (`Gpt2Activations::prepare`).
 #[derive(Default)]
 pub struct Gpt2Activations {
     b: usize,
@@ -1249,14 +1249,14 @@ impl Trainable for Gpt2 {
 
 /// A batch for a task head: `rows` sequences of `t` tokens, right-padded.
 ///
-/// Sequence classification: one row per example, `labels` [rows].
+/// Sequence classification: one row per example, `labels` `[rows]`.
 /// Multiple choice: `choices` consecutive rows per example (each the context,
 /// a delimiter and one ending), `labels` [rows / choices] the right choice.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Gpt2TaskBatch {
     /// [rows, t] token ids, each row's padding after its `lens` real tokens.
     pub inputs: Vec<u32>,
-    /// [rows] real tokens per row (≥ 1).
+    /// `[rows]` real tokens per row (≥ 1).
     pub lens: Vec<usize>,
     pub rows: usize,
     pub t: usize,

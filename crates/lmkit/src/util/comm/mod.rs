@@ -31,10 +31,10 @@ pub trait Communicator: Sync {
     fn all_reduce_sum(&self, buf: &mut [f32]);
     /// As [`Communicator::all_reduce_sum`], in f64 (losses, counts, flags).
     fn all_reduce_sum_f64(&self, buf: &mut [f64]);
-    /// `send`: [world_size · n] on every rank; `recv`: [n] ← block `rank`
+    /// `send`: `[world_size · n]` on every rank; `recv`: `[n]` ← block `rank`
     /// of the element-wise sum of every rank's `send`.
     fn reduce_scatter_sum(&self, send: &[f32], recv: &mut [f32]);
-    /// `send`: [n]; `recv`: [world_size · n] ← every rank's `send`, in rank order.
+    /// `send`: `[n]`; `recv`: `[world_size · n]` ← every rank's `send`, in rank order.
     fn all_gather(&self, send: &[f32], recv: &mut [f32]);
     /// `buf` ← `root`'s `buf` (same length on every rank).
     fn broadcast(&self, buf: &mut [u8], root: usize);
