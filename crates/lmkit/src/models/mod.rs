@@ -15,6 +15,7 @@
 pub mod bert;
 pub mod gpt2;
 pub mod load;
+pub(crate) mod packed;
 
 use std::ops::Range;
 

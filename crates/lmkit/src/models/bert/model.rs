@@ -37,6 +37,7 @@ use crate::util::parallel::on_pool;
 use super::heads::{linear_head, qa_forward, MlmHead, Pooler};
 use super::weights::{Bf16Weights, EncoderMatmul, F32Weights, Int8Weights, PackedLinear};
 use crate::models::gpt2::WeightDtype;
+use crate::models::packed::PackedSeqs;
 
 /// A BERT checkpoint in memory: config, which heads it has, and the flat
 /// parameter buffer laid out by [`bert_layout`].
@@ -345,7 +346,7 @@ impl Bert {
         let mut packed = std::mem::take(&mut acts.packed);
         packed.clear();
         if let Some(lens) = unpad.then(|| right_padded_lens(batch)).flatten() {
-            packed.gather(batch, lens);
+            packed.gather(batch, &lens);
         }
         let (input, att_len) = match packed.lens() {
             Some(lens) => (&packed.batch, lens.iter().map(|&l| nh * l * l).sum()),
@@ -830,29 +831,24 @@ pub struct BertActivations {
 pub(crate) struct PackedRows {
     /// `[1,R]`: the real tokens' ids, token types and positions (mask all 1).
     pub(crate) batch: BertBatch,
-    /// Real tokens of each sequence `[B]`; empty: not packed.
-    lens: Vec<usize>,
-    /// Each sequence's first row `[B]`.
-    offs: Vec<usize>,
+    /// Each sequence's length and first row; empty: not packed.
+    seqs: PackedSeqs,
 }
 
 impl PackedRows {
     fn clear(&mut self) {
-        self.lens.clear();
-        self.offs.clear();
+        self.seqs.clear();
     }
 
     /// Packs the first `lens[b]` positions of each row of `batch`.
-    fn gather(&mut self, batch: &BertBatch, lens: Vec<usize>) {
-        let r: usize = lens.iter().sum();
+    fn gather(&mut self, batch: &BertBatch, lens: &[usize]) {
+        let r = self.seqs.set(lens);
         let p = &mut self.batch;
         for v in [&mut p.input_ids, &mut p.token_type_ids, &mut p.position_ids] {
             v.clear();
             v.reserve(r);
         }
-        self.offs.clear();
         for (bi, &len) in lens.iter().enumerate() {
-            self.offs.push(p.input_ids.len());
             let span = bi * batch.t..bi * batch.t + len;
             p.input_ids
                 .extend_from_slice(&batch.input_ids[span.clone()]);
@@ -863,17 +859,16 @@ impl PackedRows {
         p.attention_mask.clear();
         p.attention_mask.resize(r, 1);
         (p.b, p.t) = (1, r);
-        self.lens = lens;
     }
 
     /// Each sequence's rows, in order.
     pub(crate) fn spans(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-        self.offs.iter().zip(&self.lens).map(|(&o, &l)| o..o + l)
+        self.seqs.spans()
     }
 
     /// Each sequence's length when packed.
     pub(crate) fn lens(&self) -> Option<&[usize]> {
-        (!self.lens.is_empty()).then_some(&self.lens[..])
+        self.seqs.lens()
     }
 }
 
@@ -938,7 +933,7 @@ impl BertActivations {
             return None;
         }
         match self.packed.lens() {
-            Some(lens) => (j < lens[bi]).then(|| self.packed.offs[bi] + j),
+            Some(_) => self.packed.seqs.row(bi, j),
             None => Some(bi * self.t + j),
         }
     }
@@ -975,7 +970,7 @@ impl BertActivations {
     /// The `[CLS]` (first) row of each sequence `[B]`.
     pub fn cls_rows(&self) -> Vec<usize> {
         match self.packed.lens() {
-            Some(_) => self.packed.offs.clone(),
+            Some(_) => self.packed.seqs.offs().to_vec(),
             None => (0..self.b).map(|bi| bi * self.t).collect(),
         }
     }

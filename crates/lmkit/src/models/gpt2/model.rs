@@ -28,6 +28,7 @@
 
 use crate::data::TokenBatch;
 use crate::kernels::{self, AttentionShape, Bf16Weight, Gelu, WeightLayout};
+use crate::models::packed::PackedSeqs;
 use crate::models::{GradPieces, LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
 use crate::spec::layout::{gpt2_layout_for, ParamLayout};
@@ -181,10 +182,8 @@ pub struct Gpt2Activations {
     t: usize,
     /// Rows run: B·T, or the real tokens when packed.
     n: usize,
-    /// Packed: each sequence's real tokens; empty for B·T rows.
-    lens: Vec<usize>,
-    /// Packed: each sequence's first row.
-    offs: Vec<usize>,
+    /// Packed: each sequence's real tokens and first row; empty for B·T rows.
+    packed: PackedSeqs,
     /// [N] position id of each row (0.. per sequence).
     pos_ids: Vec<u32>,
     /// [N] input ids of the last forward.
@@ -238,22 +237,18 @@ impl Gpt2Activations {
         let (c, nh, i) = (cfg.n_embd, cfg.n_head, cfg.inner());
         self.b = b;
         self.t = t;
-        self.lens.clear();
-        self.offs.clear();
         self.pos_ids.clear();
         let padded = (b * t, b * nh * t * t);
         let (n, att) = match lens {
             Some(lens) => {
-                let mut n = 0;
                 for &len in lens {
-                    self.offs.push(n);
                     self.pos_ids.extend(0..len as u32);
-                    n += len;
                 }
-                self.lens.extend_from_slice(lens);
+                let n = self.packed.set(lens);
                 (n, lens.iter().map(|&len| nh * len * len).sum())
             }
             None => {
+                self.packed.clear();
                 self.pos_ids.extend((0..b * t).map(|r| (r % t) as u32));
                 padded
             }
@@ -305,11 +300,11 @@ impl Gpt2Activations {
         fit_att(&mut self.datt, 1);
     }
 
-    /// The row of token `i` of sequence `r`.
+    /// The row of token `i` (< its length) of sequence `r`.
     fn row(&self, r: usize, i: usize) -> usize {
-        match self.lens.is_empty() {
-            true => r * self.t + i,
-            false => self.offs[r] + i,
+        match self.packed.lens() {
+            None => r * self.t + i,
+            Some(_) => self.packed.offs()[r] + i,
         }
     }
 }
@@ -321,11 +316,13 @@ fn causal_attention(
     att: &mut [f32],
     qkv: &[f32],
     shape: AttentionShape,
-    lens: &[usize],
+    lens: Option<&[usize]>,
 ) {
-    match lens.is_empty() {
-        true => kernels::attention_forward(out, att, qkv, shape, true, None),
-        false => kernels::attention_forward_varlen(out, att, qkv, lens, shape.c, shape.nh, true),
+    match lens {
+        None => kernels::attention_forward(out, att, qkv, shape, true, None),
+        Some(lens) => {
+            kernels::attention_forward_varlen(out, att, qkv, lens, shape.c, shape.nh, true)
+        }
     }
 }
 
@@ -614,10 +611,11 @@ impl Gpt2 {
 
     /// Embeddings, blocks and ln_f: everything up to the logits.
     ///
-    /// With `lens` (each row's real tokens; the rest is right padding) only
-    /// the real tokens run, packed end to end, each sequence attending to
-    /// its own earlier tokens: causal attention never lets a real token see
-    /// the padding after it, so they get the padded forward's arithmetic.
+    /// With `lens` (each row's real tokens, 1..=T, checked by the caller;
+    /// the rest is right padding) only the real tokens run, packed end to
+    /// end, each sequence attending to its own earlier tokens: causal
+    /// attention never lets a real token see the padding after it, so they
+    /// get the padded forward's arithmetic.
     fn forward_body(
         &mut self,
         inputs: &[u32],
@@ -626,14 +624,6 @@ impl Gpt2 {
         lens: Option<&[usize]>,
     ) -> crate::Result<()> {
         self.check_batch(inputs, b, t)?;
-        if let Some(lens) = lens {
-            if lens.len() != b || lens.iter().any(|&l| l > t) {
-                return Err(crate::Error::InvalidInput(format!(
-                    "{} sequence lengths for {b} rows of {t} tokens",
-                    lens.len()
-                )));
-            }
-        }
         self.ensure_acts(b, t, lens);
         self.ensure_bf16();
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
@@ -648,7 +638,7 @@ impl Gpt2 {
         match lens {
             Some(lens) => {
                 for (r, &len) in lens.iter().enumerate() {
-                    let at = acts.offs[r];
+                    let at = acts.packed.offs()[r];
                     acts.inputs[at..at + len].copy_from_slice(&inputs[r * t..r * t + len]);
                 }
             }
@@ -703,7 +693,7 @@ impl Gpt2 {
             } else {
                 &mut a.att
             };
-            causal_attention(&mut a.atty, att, &a.qkv, shape, &acts.lens);
+            causal_attention(&mut a.atty, att, &a.qkv, shape, acts.packed.lens());
             linear_forward(
                 &mut acts.proj,
                 &a.atty,
@@ -1015,18 +1005,24 @@ impl Gpt2 {
             }
             let att: &[f32] = if acts.recompute {
                 // The output is the saved `atty` again; `proj` is free in backward.
-                causal_attention(&mut acts.proj, &mut acts.att, &a.qkv, shape, &acts.lens);
+                causal_attention(
+                    &mut acts.proj,
+                    &mut acts.att,
+                    &a.qkv,
+                    shape,
+                    acts.packed.lens(),
+                );
                 &acts.att
             } else {
                 &a.att
             };
             acts.dqkv.fill(0.0);
             let (dqkv, datt, dout) = (&mut acts.dqkv, &mut acts.datt, &acts.dc);
-            match acts.lens.is_empty() {
-                true => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape),
-                false => kernels::attention_backward_varlen(
-                    dqkv, datt, dout, &a.qkv, att, &acts.lens, c, nh,
-                ),
+            match acts.packed.lens() {
+                None => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape),
+                Some(lens) => {
+                    kernels::attention_backward_varlen(dqkv, datt, dout, &a.qkv, att, lens, c, nh)
+                }
             }
             let ln1: &[f32] = if acts.recompute {
                 kernels::layernorm_apply(
