@@ -659,7 +659,7 @@ pub async fn embeddings(State(app): State<Arc<App>>, body: Body) -> Response {
         };
         let _ = r.user;
         let texts = texts_of(r.input, "input")?;
-        let tok = m.pipeline.tokenizer.clone();
+        let tok = &m.pipeline.tokenizer;
         let prompt_tokens: usize = texts
             .iter()
             .map(|t| tok.encode(t, true).map_or(0, |e| e.ids.len()))
