@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One command for every benchmark against the peers, in one run, written to
 # docs/benchmarks.md (scripts/bench_report.py): tokenizers (tiktoken, tiktoken-rs,
-# HF tokenizers), GPT-2 decode and prefill (HF transformers f32 and bf16), BERT
-# (PyTorch f32 and bf16, ONNX Runtime f32 and int8, sentence-transformers),
-# training (PyTorch f32 and bf16 autocast), fine-tuning (PyTorch) and serving
-# (HF behind a server), plus a probe of the machine's limits (gemm peak, read
+# HF tokenizers), GPT-2 decode and prefill (HF transformers f32 and bf16,
+# llama.cpp's llama-bench f32 / bf16 / q8_0), BERT (PyTorch f32 and bf16, ONNX
+# Runtime f32 and int8, sentence-transformers), training (PyTorch f32 and bf16
+# autocast), fine-tuning (PyTorch) and serving (HF behind a server, llama.cpp's
+# llama-server), plus a probe of the machine's limits (gemm peak, read
 # bandwidth) before and after each benchmark, for the "% of limit" column (the
 # best of all probes: on a shared machine a single probe can read low).
 #
@@ -19,6 +20,8 @@
 #
 # Python: $PYTHON, else assets/.venv-fixtures/bin/python (scripts/fetch-big-assets.sh
 # makes it; the peers also need `pip install tiktoken sentence-transformers onnx onnxruntime`).
+# llama.cpp is built from the sources in a pinned PyPI sdist on first use
+# (scripts/llama_cpp_peer.py, minutes; kept in assets/.llama.cpp).
 # Needs scripts/fetch-assets.sh; the full-size random GPT-2 124M and BERT-base under
 # assets/big are written with scripts/make_fixtures.py --big when absent.
 # A benchmark that fails is named in the report and the others still run.
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift ;;
     --out) out="$2"; shift ;;
     --keep) keep="$2"; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -115,14 +118,26 @@ run() {
   fi
 }
 
+llama_args=()
+if want gpt2 || want serve; then
+  log "llama.cpp: llama-bench and llama-server (scripts/llama_cpp_peer.py; built once into assets/.llama.cpp)"
+  if "$py" scripts/llama_cpp_peer.py >"$work/llama_cpp.log" 2>&1; then
+    llama_args=(--llama-cpp)
+  else
+    log "llama.cpp: FAILED (last lines of $work/llama_cpp.log below); its rows will be missing"
+    tail -n 15 "$work/llama_cpp.log" >&2 || true
+    failed+=("llama.cpp")
+  fi
+fi
+
 probe
 run tokenizers "$py" scripts/bench_tokenizers.py "${tok_args[@]}" --whole-process --lmkit "$lmkit" --json "$work/tokenizers.json"
 run wordpiece "$py" scripts/bench_wordpiece.py "$wp_file" --json "$work/wordpiece.json"
-run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
+run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" "${llama_args[@]+"${llama_args[@]}"}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
 run bert "$py" scripts/bench_bert.py "${bert_args[@]}" --threads "$threads" --json "$work/bert.json"
 run train "$py" scripts/bench_train.py "${train_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/train.json"
 run finetune "$py" scripts/bench_finetune.py "${ft_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/finetune.json"
-run serve "$py" scripts/bench_serve.py "$lmkit" "${serve_args[@]}" --threads "$threads" --peer-python "$py" --json "$work/serve.json"
+run serve "$py" scripts/bench_serve.py "$lmkit" "${serve_args[@]}" "${llama_args[@]+"${llama_args[@]}"}" --threads "$threads" --peer-python "$py" --json "$work/serve.json"
 
 report=("$py" scripts/bench_report.py --command "$cmdline" --out "$out" --threads "$threads")
 for f in "${probes[@]+"${probes[@]}"}"; do report+=(--probe "$f"); done

@@ -15,6 +15,12 @@ Measures
 Ratios are lmkit (each --dtype) over HF in float32 (`model.generate`,
 `torch.set_num_threads(THREADS)`, same prompt ids), and over HF with the whole
 model in bfloat16 (--hf-dtypes). lmkit runs with RAYON_NUM_THREADS=THREADS.
+With --llama-cpp, each lmkit dtype is also set against llama.cpp's own
+`llama-bench` on a GGUF of the same checkpoint in the matching type (f32, bf16,
+and q8_0 for int8: 8-bit weights, one scale per 32), `-t THREADS`: decode is
+its `tg` test (NEW_TOKENS tokens after a context of PROMPT_TOKENS, `-d`),
+prefill its `pp` test (PREFILL_TOKENS tokens); llama.cpp's defaults otherwise
+(f16 KV cache). scripts/llama_cpp_peer.py builds it and writes the GGUFs.
 
 Usage: python3 scripts/bench_gpt2_infer.py [--model DIR] [--reps 5] [--threads 2] [--json FILE]
 --json FILE writes the figures in scripts/bench_common.py's format (decode:
@@ -119,6 +125,22 @@ def hf_decode(model, ids, new_tokens):
     return (new_tokens - 1) / (st.t[-1] - st.t[0]), (st.t[0] - t0) * 1e3
 
 
+# The llama.cpp weight type set against each lmkit dtype.
+LLAMA_TYPE = {"f32": "f32", "bf16": "bf16", "int8": "q8_0"}
+
+
+def llama_bench_tps(exe, model, threads, prompt=0, gen=0, depth=0):
+    """Tokens/s of one llama-bench test (after its own warm-up run): `pp` with `prompt`
+    tokens, or `tg` with `gen` tokens after a context of `depth`."""
+    cmd = [str(exe), "-m", str(model), "-t", str(threads), "-p", str(prompt), "-n", str(gen),
+           "-d", str(depth), "-r", "1", "-o", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"llama-bench failed ({p.returncode}): {p.stderr[-2000:]}")
+    (test,) = json.loads(p.stdout)
+    return test["avg_ts"]
+
+
 def hf_prefill_ms(model, ids):
     import torch
 
@@ -155,6 +177,8 @@ def main():
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--dtypes", default="f32,bf16,int8")
     ap.add_argument("--hf-dtypes", default="f32,bf16", help="HF peers: f32 and/or bf16 (whole model)")
+    ap.add_argument("--llama-cpp", action="store_true",
+                    help="also measure llama.cpp (llama-bench) on GGUFs of the model (scripts/llama_cpp_peer.py)")
     ap.add_argument("--json-out", default=None, help="also write every measurement here")
     ap.add_argument("--json", default=None, metavar="FILE", help="write the figures here (bench_common format)")
     args = ap.parse_args()
@@ -184,6 +208,13 @@ def main():
         hf_decode(hf_models[d], ids_short, 8)  # warm-up
         hf_prefill_ms(hf_models[d], ids_long)
 
+    llama = {}
+    if args.llama_cpp:
+        import llama_cpp_peer
+
+        bench_exe = llama_cpp_peer.tools()["llama-bench"]
+        for d in dtypes:
+            llama[d] = (LLAMA_TYPE[d], llama_cpp_peer.gguf(model_dir, LLAMA_TYPE[d]))
     m = {"hf_decode_tps": [], "hf_prefill_ms": [], "peak_gbs": []}
     for d in hf_models:
         if d != "f32":
@@ -193,6 +224,9 @@ def main():
         m[f"lmkit_{d}_decode_tps"] = []
         m[f"lmkit_{d}_prefill_ms"] = []
         m[f"lmkit_{d}_rss"] = []
+        if d in llama:
+            m[f"llama_{d}_decode_tps"] = []
+            m[f"llama_{d}_prefill_tps"] = []
     weight_bytes = {}
     for rep in range(args.reps):
         log(f"repetition {rep + 1}/{args.reps}")
@@ -217,6 +251,11 @@ def main():
             r = run_lmkit(exe, model_dir, p_long, 1, d, args.threads)
             assert r["prompt_tokens"] == args.prefill_tokens, r
             m[f"lmkit_{d}_prefill_ms"].append(r["prefill_ms"])
+        for d, (_, path) in llama.items():
+            m[f"llama_{d}_decode_tps"].append(
+                llama_bench_tps(bench_exe, path, args.threads, gen=args.new_tokens, depth=args.prompt_tokens))
+            m[f"llama_{d}_prefill_tps"].append(
+                llama_bench_tps(bench_exe, path, args.threads, prompt=args.prefill_tokens))
 
     med = {k: statistics.median(v) for k, v in m.items()}
     rss = {d: max(m[f"lmkit_{d}_rss"]) for d in dtypes}
@@ -246,8 +285,15 @@ def main():
         if d != "f32":
             print(f"HF transformers bfloat16: decode {med[f'hf_{d}_decode_tps']:.1f} tok/s, "
                   f"prefill {med[f'hf_{d}_prefill_ms']:.0f} ms")
+    for d, (t, path) in llama.items():
+        tps, pre = med[f"lmkit_{d}_decode_tps"], args.prefill_tokens / med[f"lmkit_{d}_prefill_ms"] * 1e3
+        ltps, lpre = med[f"llama_{d}_decode_tps"], med[f"llama_{d}_prefill_tps"]
+        print(f"llama.cpp {t}: decode {ltps:.1f} tok/s (lmkit {d} {tps / ltps:.2f}x), prefill {lpre:.0f} "
+              f"tok/s (lmkit {d} {pre / lpre:.2f}x)")
     if args.json:
-        write_json(args.json, figures(args, model.config, med, weight_bytes, rss, weight_file_bytes, list(hf_models)),
+        sizes = {d: path.stat().st_size for d, (_, path) in llama.items()}
+        write_json(args.json, figures(args, model.config, med, weight_bytes, rss, weight_file_bytes, list(hf_models),
+                                      {d: t for d, (t, _) in llama.items()}, sizes),
                    medians=med, weight_bytes=weight_bytes, rss_bytes=rss)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"runs": m, "medians": med, "rss_bytes": rss,
@@ -255,10 +301,12 @@ def main():
                                                    "weight_file_bytes": weight_file_bytes}, indent=1))
 
 
-def figures(args, cfg, med, weight_bytes, rss, weight_file_bytes, hf_dtypes):
+def figures(args, cfg, med, weight_bytes, rss, weight_file_bytes, hf_dtypes, llama_types, gguf_bytes):
     """bench_common figures: decode tokens/s with the bytes streamed per token (weights in
     their dtype + the f32 KV cache read at the run's average context), prefill tokens/s with
-    the FLOPs per prompt token (matmuls + causal attention; the LM head runs for one token)."""
+    the FLOPs per prompt token (matmuls + causal attention; the LM head runs for one token).
+    llama.cpp (where measured) is a peer of the lmkit dtype it matches; its bytes per token
+    are its GGUF file's plus its f16 KV cache."""
     L, C = cfg.n_layer, cfg.n_embd
     kv = 2 * L * (args.prompt_tokens + args.new_tokens / 2) * C * 4
     hf_bytes = {"f32": weight_file_bytes, "bf16": weight_file_bytes / 2}
@@ -276,6 +324,9 @@ def figures(args, cfg, med, weight_bytes, rss, weight_file_bytes, hf_dtypes):
     for d in args.dtypes.split(","):
         decode = {f"HF transformers {h}": peer(med[k[0]], dtype=h, bytes_per_item=hf_bytes[h] + kv)
                   for h, k in hf_key.items()}
+        if d in llama_types:
+            decode[f"llama.cpp {llama_types[d]}"] = peer(med[f"llama_{d}_decode_tps"], dtype=llama_types[d],
+                                                          bytes_per_item=gguf_bytes[d] + kv / 2)
         out.append(figure(f"GPT-2 124M batch-1 decode {d}", "tokens/s", med[f"lmkit_{d}_decode_tps"], decode,
                           dtype=d, threads=args.threads, bytes_per_item=weight_bytes[d] + kv,
                           note=f"{args.prompt_tokens}-token prompt, {args.new_tokens} new; "
@@ -283,6 +334,8 @@ def figures(args, cfg, med, weight_bytes, rss, weight_file_bytes, hf_dtypes):
                                f"{alongside(med[f'lmkit_{d}_decode_tps'] * (weight_bytes[d] + kv))}"))
         prefill = {f"HF transformers {h}": peer(args.prefill_tokens / med[k[1]] * 1e3, dtype=h)
                    for h, k in hf_key.items()}
+        if d in llama_types:
+            prefill[f"llama.cpp {llama_types[d]}"] = peer(med[f"llama_{d}_prefill_tps"], dtype=llama_types[d])
         out.append(figure(f"GPT-2 124M prefill {args.prefill_tokens} tokens {d}", "tokens/s",
                           args.prefill_tokens / med[f"lmkit_{d}_prefill_ms"] * 1e3, prefill, dtype=d,
                           threads=args.threads, flops_per_item=prefill_flops))

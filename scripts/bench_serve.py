@@ -6,9 +6,15 @@ completions (continuous batching), each with batching on and then off
 against a peer measured in the same run: HF transformers (PyTorch) behind a
 minimal threaded Python HTTP server with the same routes (mean pooling for
 embeddings; `generate`, greedy, for completions — one request at a time, as
-HF has no batching across requests). Prints a table and the ratios.
+HF has no batching across requests). With --llama-cpp, both loads also go to
+llama.cpp's `llama-server` (one slot per client, batching across slots,
+-t THREADS), one server per model, on f32 GGUFs of the same checkpoints
+(MiniLM with `--embeddings --pooling mean`, its vectors L2-normalized as
+lmkit's; scripts/llama_cpp_peer.py builds the server and converts the models).
+Prints a table and the ratios.
 
-Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY] [--json FILE]
+Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY] [--llama-cpp]
+                                          [--json FILE]
   LMKIT: the lmkit binary (a release build: cargo build --release -p lmkit-cli)
   --peer-python: a Python with torch + transformers (scripts/fetch-big-assets.sh
   makes assets/.venv-fixtures); without it the peer is skipped.
@@ -22,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -114,6 +121,12 @@ def load(addr, path, bodies, clients, deadline_s=300, want_tokens=None):
             "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3}
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def peak_rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -128,6 +141,7 @@ def main():
     ap.add_argument("--requests", type=int, default=512)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--peer-python")
+    ap.add_argument("--llama-cpp", action="store_true", help="also load llama.cpp's llama-server")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
     a = ap.parse_args()
@@ -177,6 +191,26 @@ def main():
             finally:
                 p.terminate()
                 p.wait(timeout=60)
+        if a.llama_cpp:
+            import llama_cpp_peer
+
+            server = llama_cpp_peer.tools()["llama-server"]
+            for load_name, path, bodies, model, flags, tokens in (
+                    ("embeddings", "/v1/embeddings", embed_bodies, MINILM, ["--embeddings", "--pooling", "mean"], None),
+                    ("completions", "/v1/completions", comp, run, [], TOKENS)):
+                gguf = llama_cpp_peer.gguf(model, "f32", dest=os.path.join(tmp, f"{load_name}.gguf"))
+                # One slot per client, each with room for 128 tokens (a sentence of under 200
+                # characters, or a 60-character prompt and TOKENS new ones).
+                p, addr = start([str(server), "-m", str(gguf), *flags, "--host", "127.0.0.1",
+                                 "--port", str(free_port()), "-t", str(a.threads), "-tb", str(a.threads),
+                                 "-np", str(a.clients), "-c", str(a.clients * 128), "--no-webui"])
+                try:
+                    post(addr, path, bodies[0], tokens)
+                    r = load(addr, path, bodies, a.clients, want_tokens=tokens)
+                    rows.append((load_name, f"llama.cpp llama-server, -np {a.clients}", r, peak_rss_mib(p.pid)))
+                finally:
+                    p.terminate()
+                    p.wait(timeout=60)
     finally:
         shutil.rmtree(tmp)
 
@@ -191,7 +225,8 @@ def main():
         figs = []
         for load_name, what in (("embeddings", "MiniLM embeddings"), ("completions", f"completions, {TOKENS} tokens")):
             peers = {"lmkit --max-batch 1": by[(load_name, "lmkit, --max-batch 1")]["rps"]}
-            peers.update({n: r["rps"] for (l, n), r in by.items() if l == load_name and n.startswith("HF")})
+            peers.update({n: r["rps"] for (l, n), r in by.items()
+                          if l == load_name and not n.startswith("lmkit")})
             figs.append(figure(f"serving {what}, {a.clients} clients (lmkit --max-batch 32)", "requests/s",
                                by[(load_name, "lmkit, --max-batch 32")]["rps"], peers, threads=a.threads,
                                note="loopback; p50/p99 in the script's table"))
@@ -200,10 +235,10 @@ def main():
         on, off = by[(load_name, "lmkit, --max-batch 32")], by[(load_name, "lmkit, --max-batch 1")]
         print(f"{load_name}: batching gives {on['rps'] / off['rps']:.2f}x the req/s of --max-batch 1, "
               f"p99 {off['p99'] / on['p99']:.2f}x lower")
-        peer = [r for (l, n), r in by.items() if l == load_name and n.startswith("HF")]
-        if peer:
-            print(f"{load_name}: lmkit / HF transformers {on['rps'] / peer[0]['rps']:.2f}x req/s, "
-                  f"p99 {peer[0]['p99'] / on['p99']:.2f}x lower")
+        for (l, n), r in by.items():
+            if l == load_name and not n.startswith("lmkit"):
+                print(f"{load_name}: lmkit / {n}: {on['rps'] / r['rps']:.2f}x req/s, "
+                      f"p99 {r['p99'] / on['p99']:.2f}x lower")
 
 
 if __name__ == "__main__":
