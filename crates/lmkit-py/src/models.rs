@@ -7,7 +7,7 @@
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lmkit::models::bert::{BertPipeline, EmbedOptions, LabelScore, Pooling, QaOptions};
 use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
@@ -36,6 +36,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct PyGpt2 {
     tokenizer: Arc<BpeTokenizer>,
     engine: Arc<Mutex<Gpt2Engine>>,
+    /// What the `tokenizer` property hands out, made on first use.
+    shared_tokenizer: OnceLock<Arc<Tokenizer>>,
 }
 
 /// A generation request, free of Python objects.
@@ -119,13 +121,20 @@ impl PyGpt2 {
         Ok(PyGpt2 {
             tokenizer: Arc::new(tok),
             engine: Arc::new(Mutex::new(engine)),
+            shared_tokenizer: OnceLock::new(),
         })
     }
 
-    /// The model's tokenizer, as an `lmkit.Tokenizer`.
+    /// The model's tokenizer, as an `lmkit.Tokenizer` (its own copy once
+    /// changed, e.g. by `enable_truncation`).
     #[getter]
     fn tokenizer(&self) -> PyTokenizer {
-        PyTokenizer::new(Tokenizer::from((*self.tokenizer).clone()))
+        // Shared, not copied per access: a copy of GPT-2's tables took
+        // milliseconds, paid by every `model.tokenizer.encode(...)`.
+        let t = self
+            .shared_tokenizer
+            .get_or_init(|| Arc::new(Tokenizer::from((*self.tokenizer).clone())));
+        PyTokenizer::shared(t.clone())
     }
 
     /// The model's `config.json` values that shape it.
@@ -386,6 +395,8 @@ impl GenerationStream {
 #[pyclass(module = "lmkit", name = "Bert")]
 pub struct PyBert {
     p: Arc<BertPipeline>,
+    /// What the `tokenizer` property hands out, made on first use.
+    shared_tokenizer: OnceLock<Arc<Tokenizer>>,
 }
 
 /// `str` or a list of them; whether it was one.
@@ -486,13 +497,21 @@ impl PyBert {
         let p = py
             .detach(|| load_bert("Bert.from_pretrained", name_or_path, d))
             .py()?;
-        Ok(PyBert { p: Arc::new(p) })
+        Ok(PyBert {
+            p: Arc::new(p),
+            shared_tokenizer: OnceLock::new(),
+        })
     }
 
-    /// The model's tokenizer, as an `lmkit.Tokenizer`.
+    /// The model's tokenizer, as an `lmkit.Tokenizer` (its own copy once
+    /// changed, e.g. by `enable_truncation`).
     #[getter]
     fn tokenizer(&self) -> PyTokenizer {
-        PyTokenizer::new(Tokenizer::from(self.p.tokenizer.clone()))
+        // Shared, not copied per access (see `GPT2.tokenizer`).
+        let t = self
+            .shared_tokenizer
+            .get_or_init(|| Arc::new(Tokenizer::from(self.p.tokenizer.clone())));
+        PyTokenizer::shared(t.clone())
     }
 
     /// Sentence embeddings, a float32 array `(len(texts), hidden)`, pooled

@@ -58,8 +58,13 @@ pub struct PyTokenizer {
 
 impl PyTokenizer {
     pub fn new(inner: Tokenizer) -> Self {
+        Self::shared(Arc::new(inner))
+    }
+
+    /// A tokenizer over `inner`, copied only when it is changed.
+    pub fn shared(inner: Arc<Tokenizer>) -> Self {
         PyTokenizer {
-            inner: Arc::new(inner),
+            inner,
             bpe_truncation: None,
             bpe_padding: None,
         }

@@ -145,6 +145,25 @@ def test_classify_and_qa_equal_the_cli(tmp_path):
     assert qa.qa("who saw the dog", ctx)["answer"] == got[0]["answer"]
 
 
+def test_model_tokenizer_property_is_shared_until_changed(minilm):
+    # Each access hands out the model's tokenizer without copying its tables;
+    # changing one copies it then, so neither the model's nor a later
+    # access's tokenizer sees the change (as before the sharing).
+    text = "a sentence long enough to be cut by a truncation to five tokens"
+    full = minilm.tokenizer.encode(text).ids
+    assert len(full) > 5
+    cut = minilm.tokenizer
+    cut.enable_truncation(5)
+    assert len(cut.encode(text).ids) == 5
+    assert minilm.tokenizer.encode(text).ids == full
+    gpt2 = lmkit.GPT2.from_pretrained(str(FIXTURES / "gpt2-tiny"), tokenizer=str(ROOT / "assets" / "gpt2"))
+    ids = gpt2.tokenizer.encode(text).ids
+    short = gpt2.tokenizer
+    short.enable_truncation(2)
+    assert len(short.encode(text).ids) == 2
+    assert gpt2.tokenizer.encode(text).ids == ids and len(ids) > 2
+
+
 def test_model_errors_are_python_exceptions(minilm_dir, tmp_path):
     with pytest.raises(ValueError, match="holds a BERT model"):
         lmkit.GPT2.from_pretrained(minilm_dir)
