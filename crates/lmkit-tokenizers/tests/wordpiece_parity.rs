@@ -251,14 +251,24 @@ fn padding_of(t: &WordPieceTokenizer, v: &Value) -> Option<Padding> {
 #[test]
 fn pairs_truncation_padding_match_hf() {
     let mut t = uncased();
+    // The same truncation handed to each call instead of set: same encodings.
+    let mut untruncated = uncased();
     let records = fixture("pairs.jsonl");
     let mut failures = Vec::new();
     for (i, r) in records.iter().enumerate() {
         t.set_truncation(truncation_of(&r["truncation"]));
         let padding = padding_of(&t, &r["padding"]);
-        t.set_padding(padding);
+        t.set_padding(padding.clone());
+        untruncated.set_padding(padding);
         let (a, b) = (r["a"].as_str().unwrap(), r["b"].as_str().unwrap());
-        let got = t.encode_pair(a, b, r["add_special"].as_bool().unwrap());
+        let add = r["add_special"].as_bool().unwrap();
+        let got = t.encode_pair(a, b, add);
+        let handed = untruncated.encode_pair_batch_truncated(&[(a, b)], add, t.truncation());
+        if got.as_ref().ok() != handed.as_ref().ok().and_then(|v| v.first()) {
+            failures.push(format!(
+                "#{i}: truncation handed to the call differs from set"
+            ));
+        }
         match (got, r.get("error")) {
             (Err(_), Some(_)) => {}
             (Ok(e), None) => {
@@ -453,4 +463,35 @@ fn count_of_a_large_text_equals_its_encoding() {
             );
         }
     }
+}
+
+#[test]
+fn truncation_handed_to_a_batch_call_equals_the_set_one() {
+    let plain = uncased();
+    let texts = [
+        "Short.",
+        "A longer sentence, with punctuation, that is cut to a handful of tokens here.",
+        "unaffable unbelievably 東京 naïve café — words split into many word pieces",
+    ];
+    for max in [2, 3, 7, 16, 512] {
+        for direction in [TruncationDirection::Right, TruncationDirection::Left] {
+            let mut trunc = Truncation::new(max);
+            trunc.direction = direction;
+            let mut set = uncased();
+            set.set_truncation(Some(trunc.clone()));
+            let want = set.encode_batch(&texts, true).unwrap();
+            let got = plain
+                .encode_batch_truncated(&texts, true, Some(&trunc))
+                .unwrap();
+            assert_eq!(got, want, "max {max}, {direction:?}");
+            assert!(got.iter().all(|e| e.ids.len() <= max));
+        }
+    }
+    // `None` means no truncation, whatever the tokenizer's own setting.
+    let mut set = uncased();
+    set.set_truncation(Some(Truncation::new(3)));
+    assert_eq!(
+        set.encode_batch_truncated(&texts, true, None).unwrap(),
+        plain.encode_batch(&texts, true).unwrap()
+    );
 }

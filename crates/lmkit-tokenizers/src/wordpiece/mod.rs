@@ -419,7 +419,7 @@ impl WordPieceTokenizer {
 
     /// Encodes one text: `[CLS] text [SEP]` when `add_special_tokens`.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Encoding> {
-        let mut enc = self.encode_main(text, None, add_special_tokens)?;
+        let mut enc = self.encode_main(text, None, add_special_tokens, self.truncation.as_ref())?;
         self.pad_batch(std::slice::from_mut(&mut enc));
         Ok(enc)
     }
@@ -435,17 +435,29 @@ impl WordPieceTokenizer {
     /// Encodes a pair: `[CLS] a [SEP] b [SEP]`, type ids 0 for `a`, 1 for `b`;
     /// offsets of `b`'s tokens are byte ranges into `b`.
     pub fn encode_pair(&self, a: &str, b: &str, add_special_tokens: bool) -> Result<Encoding> {
-        let mut enc = self.encode_main(a, Some(b), add_special_tokens)?;
+        let mut enc = self.encode_main(a, Some(b), add_special_tokens, self.truncation.as_ref())?;
         self.pad_batch(std::slice::from_mut(&mut enc));
         Ok(enc)
     }
 
     /// Encodes many texts in parallel; `Longest` padding pads to the longest.
     pub fn encode_batch(&self, texts: &[&str], add_special_tokens: bool) -> Result<Vec<Encoding>> {
+        self.encode_batch_truncated(texts, add_special_tokens, self.truncation.as_ref())
+    }
+
+    /// [`Self::encode_batch`] truncated by `truncation` (`None`: not at all)
+    /// instead of the tokenizer's own setting: for callers with a limit of
+    /// their own, without a copy of the tokenizer to set it on.
+    pub fn encode_batch_truncated(
+        &self,
+        texts: &[&str],
+        add_special_tokens: bool,
+        truncation: Option<&Truncation>,
+    ) -> Result<Vec<Encoding>> {
         let mut encs = texts
             .par_iter()
             .with_min_len(32)
-            .map(|t| self.encode_main(t, None, add_special_tokens))
+            .map(|t| self.encode_main(t, None, add_special_tokens, truncation))
             .collect::<Result<Vec<_>>>()?;
         self.pad_batch(&mut encs);
         Ok(encs)
@@ -457,10 +469,21 @@ impl WordPieceTokenizer {
         pairs: &[(&str, &str)],
         add_special_tokens: bool,
     ) -> Result<Vec<Encoding>> {
+        self.encode_pair_batch_truncated(pairs, add_special_tokens, self.truncation.as_ref())
+    }
+
+    /// [`Self::encode_pair_batch`] truncated by `truncation` (see
+    /// [`Self::encode_batch_truncated`]).
+    pub fn encode_pair_batch_truncated(
+        &self,
+        pairs: &[(&str, &str)],
+        add_special_tokens: bool,
+        truncation: Option<&Truncation>,
+    ) -> Result<Vec<Encoding>> {
         let mut encs = pairs
             .par_iter()
             .with_min_len(32)
-            .map(|(a, b)| self.encode_main(a, Some(b), add_special_tokens))
+            .map(|(a, b)| self.encode_main(a, Some(b), add_special_tokens, truncation))
             .collect::<Result<Vec<_>>>()?;
         self.pad_batch(&mut encs);
         Ok(encs)
@@ -502,9 +525,15 @@ impl WordPieceTokenizer {
         Ok(windows)
     }
 
-    /// The kept (first) window with the tokenizer's truncation, unpadded.
-    fn encode_main(&self, a: &str, b: Option<&str>, add_special_tokens: bool) -> Result<Encoding> {
-        if self.truncation.is_none() {
+    /// The kept (first) window after `truncation`, unpadded.
+    fn encode_main(
+        &self,
+        a: &str,
+        b: Option<&str>,
+        add_special_tokens: bool,
+        truncation: Option<&Truncation>,
+    ) -> Result<Encoding> {
+        if truncation.is_none() {
             // The common case, kept free of intermediate allocations.
             return Ok(SCRATCH.with(|scratch| {
                 let mut scratch = scratch.borrow_mut();
@@ -535,14 +564,7 @@ impl WordPieceTokenizer {
                 enc
             }));
         }
-        let all = self.encode_all(
-            a,
-            b,
-            add_special_tokens,
-            self.truncation.as_ref(),
-            false,
-            false,
-        )?;
+        let all = self.encode_all(a, b, add_special_tokens, truncation, false, false)?;
         // Without `overflow`, `encode_all` returns exactly the kept window.
         Ok(all
             .into_iter()

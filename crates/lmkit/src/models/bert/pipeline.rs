@@ -292,7 +292,9 @@ impl BertPipeline {
         truncate: bool,
     ) -> Result<Vec<Vec<LabelScore>>> {
         self.model.require(HeadKind::Classifier)?;
-        let encs = self.encode_checked(truncate, |tok| tok.encode_batch(texts, true))?;
+        let encs = self.encode_checked(truncate, |tok, t| {
+            tok.encode_batch_truncated(texts, true, t)
+        })?;
         self.ranked(self.classifier_logits(&encs, batch_size)?)
     }
 
@@ -305,7 +307,9 @@ impl BertPipeline {
         truncate: bool,
     ) -> Result<Vec<Vec<LabelScore>>> {
         self.model.require(HeadKind::Classifier)?;
-        let encs = self.encode_checked(truncate, |tok| tok.encode_pair_batch(pairs, true))?;
+        let encs = self.encode_checked(truncate, |tok, t| {
+            tok.encode_pair_batch_truncated(pairs, true, t)
+        })?;
         self.ranked(self.classifier_logits(&encs, batch_size)?)
     }
 
@@ -322,7 +326,9 @@ impl BertPipeline {
         truncate: bool,
     ) -> Result<Vec<Vec<f32>>> {
         self.model.require(HeadKind::Classifier)?;
-        let encs = self.encode_checked(truncate, |tok| tok.encode_pair_batch(pairs, true))?;
+        let encs = self.encode_checked(truncate, |tok, t| {
+            tok.encode_pair_batch_truncated(pairs, true, t)
+        })?;
         self.classifier_logits(&encs, batch_size)
     }
 
@@ -356,16 +362,18 @@ impl BertPipeline {
     fn encode_checked(
         &self,
         truncate: bool,
-        encode: impl Fn(&WordPieceTokenizer) -> lmkit_tokenizers::Result<Vec<Encoding>>,
+        encode: impl Fn(
+            &WordPieceTokenizer,
+            Option<&Truncation>,
+        ) -> lmkit_tokenizers::Result<Vec<Encoding>>,
     ) -> Result<Vec<Encoding>> {
-        let max = self.model.config.max_position_embeddings;
-        let encs = if truncate {
-            let mut tok = self.tokenizer.clone();
-            tok.set_truncation(Some(Truncation::new(max)));
-            encode(&tok)?
-        } else {
-            encode(&self.tokenizer)?
-        };
+        // The limit is handed to the encode call: a copy of the tokenizer
+        // to set it on cost more than the encoding (~3 ms for MiniLM's).
+        let limit = truncate.then(|| Truncation::new(self.model.config.max_position_embeddings));
+        let encs = encode(
+            &self.tokenizer,
+            limit.as_ref().or(self.tokenizer.truncation()),
+        )?;
         for (i, e) in encs.iter().enumerate() {
             self.check_len(e, &|| format!("input {}", i + 1))?;
         }
@@ -378,7 +386,9 @@ impl BertPipeline {
     pub fn ner(&self, text: &str, truncate: bool) -> Result<Vec<NerEntity>> {
         self.model.require(HeadKind::TokenClassifier)?;
         let enc = self
-            .encode_checked(truncate, |tok| tok.encode_batch(&[text], true))?
+            .encode_checked(truncate, |tok, t| {
+                tok.encode_batch_truncated(&[text], true, t)
+            })?
             .remove(0);
         let batch = BertBatch::from_encodings(&[&enc], self.tokenizer.pad_id())?;
         let mut acts = BertActivations::new(false);
