@@ -62,7 +62,9 @@ def sources():
         members = [m for m in t.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
         for m in members:
             m.name = m.name[len(prefix):]
-        t.extractall(tmp, members=members, filter="data")
+        # The "data" filter (no links out of the tree, no odd modes) where this Python has it.
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        t.extractall(tmp, members=members, **safe)
     shutil.rmtree(src, ignore_errors=True)
     tmp.rename(src)
     return src
@@ -83,6 +85,7 @@ def tools(py=sys.executable):
         subprocess.run([py, "-m", "pip", "install", "-q", "cmake", "ninja"], check=True)
         env["PATH"] = f"{Path(py).parent}{os.pathsep}{env.get('PATH', '')}"
     build = HOME / "build"
+    shutil.rmtree(build, ignore_errors=True)  # what an interrupted build left
     log(f"building {' '.join(TOOLS)} in {build} (minutes)")
     subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                     "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -132,7 +135,7 @@ def gguf(model_dir, outtype, dest=None, py=sys.executable):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", help="an HF GPT-2 folder to convert")
+    ap.add_argument("--model", help="an HF checkpoint folder (GPT-2 or BERT) to convert")
     ap.add_argument("--outtype", action="append", default=[], choices=["f32", "bf16", "q8_0"])
     a = ap.parse_args()
     paths = {k.removeprefix("llama-"): str(v) for k, v in tools().items()}
