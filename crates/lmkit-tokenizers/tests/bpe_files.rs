@@ -225,6 +225,80 @@ fn trained_tokenizer_round_trips_and_loads_back() {
     assert_eq!(from_files.encode_ordinary(sample), ids);
 }
 
+/// A vocab.json not in id order, or with ids no token has, loads to the
+/// same tokenizer (the tables are reordered by id; in id order they are
+/// taken as read).
+#[test]
+fn vocabulary_out_of_order_or_with_holes_loads_the_same() {
+    let original = std::fs::read_to_string(assets().join("gpt2/vocab.json")).unwrap();
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&original).unwrap();
+    let mut entries: Vec<(String, u64)> = vocab
+        .iter()
+        .map(|(t, id)| (t.clone(), id.as_u64().unwrap()))
+        .collect();
+    entries.sort_by_key(|&(_, id)| id);
+    let merges = assets().join("gpt2/merges.txt");
+    let docs = corpus_docs();
+    let text = docs[..20].concat();
+    let want = gpt2().encode_ids(text.as_bytes(), true);
+    let write = |dir: &Path, entries: &[(String, u64)]| {
+        let body: Vec<String> = entries
+            .iter()
+            .map(|(t, id)| format!("{}: {id}", serde_json::to_string(t).unwrap()))
+            .collect();
+        std::fs::write(dir.join("vocab.json"), format!("{{{}}}", body.join(",\n"))).unwrap();
+        std::fs::copy(&merges, dir.join("merges.txt")).unwrap();
+        BpeTokenizer::from_dir(dir).unwrap()
+    };
+
+    let dir = scratch("reordered");
+    let mut reversed = entries.clone();
+    reversed.reverse();
+    let tok = write(&dir, &reversed);
+    assert_eq!(tok.encode_ids(text.as_bytes(), true), want);
+    assert_eq!(tok.vocab_size(), 50257);
+    for (t, id) in entries.iter().step_by(97) {
+        assert_eq!(tok.id_to_token(*id as u32), Some(t.as_str()));
+        assert_eq!(tok.token_to_id(t), Some(*id as u32));
+    }
+
+    // <|endoftext|> moved to 50300: ids 50257..50300 are holes.
+    let mut holes = entries.clone();
+    holes.last_mut().unwrap().1 = 50300;
+    let tok = write(&dir, &holes);
+    let want: Vec<u32> = want
+        .iter()
+        .map(|&id| if id == 50256 { 50300 } else { id })
+        .collect();
+    assert_eq!(tok.encode_ids(text.as_bytes(), true), want);
+    assert_eq!(tok.vocab_size(), 50301);
+    assert_eq!(tok.endoftext_id(), Some(50300));
+    assert_eq!(tok.id_to_token(50256), None);
+    assert_eq!(tok.token_bytes(50299), None);
+    assert_eq!(tok.token_to_id("<|endoftext|>"), Some(50300));
+    assert_eq!(tok.token_to_id(""), None);
+}
+
+/// merges.txt is read as bytes and its tokens checked to be UTF-8 as they
+/// are spelled out: invalid UTF-8 is still an error naming the line.
+#[test]
+fn invalid_utf8_in_merges_txt_names_the_line() {
+    let dir = scratch("utf8");
+    tiny(&dir, "", "");
+    for (merges, line) in [
+        (&b"#version: 0.2\na b\nab \xC3\n"[..], 3),
+        (b"a b\n\xFFb c\n", 2),
+        (b"#version \xFF\na b\n", 1),
+    ] {
+        std::fs::write(dir.join("merges.txt"), merges).unwrap();
+        let (path, got, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+        assert!(path.ends_with("merges.txt"), "{msg}");
+        assert_eq!(got, line, "{msg}");
+        assert!(msg.contains("UTF-8"), "{msg}");
+    }
+}
+
 /// Every entry of GPT-2's vocab.json maps both ways (the packed spellings'
 /// reverse lookup), and what is not a token is not found.
 #[test]

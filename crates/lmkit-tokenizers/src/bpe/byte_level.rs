@@ -83,10 +83,32 @@ pub fn token_to_bytes(token: &str) -> Option<Vec<u8>> {
 /// Appends the bytes of a token spelled in the alphabet to `out`; `false`
 /// (with `out` partly extended) if a character is not in it.
 pub fn token_to_bytes_into(token: &str, out: &mut Vec<u8>) -> bool {
-    for c in token.chars() {
-        match char_to_byte(c) {
-            Some(b) => out.push(b),
-            None => return false,
+    spelled_to_bytes_into(token.as_bytes(), out)
+}
+
+/// [`token_to_bytes_into`] on the UTF-8 bytes of a spelling, which need not
+/// be valid UTF-8: `true` only if they are, every character in the alphabet.
+/// The alphabet's characters are ASCII or two-byte sequences (U+0080..U+0143,
+/// lead bytes 0xC2..=0xC5), so decoding validates as it goes: loading
+/// merges.txt needs no separate UTF-8 pass.
+pub fn spelled_to_bytes_into(spelled: &[u8], out: &mut Vec<u8>) -> bool {
+    out.reserve(spelled.len());
+    let mut i = 0;
+    while let Some(&b) = spelled.get(i) {
+        let code = match (b, spelled.get(i + 1)) {
+            (0..=0x7F, _) => {
+                i += 1;
+                b as usize
+            }
+            (0xC2..=0xC5, Some(&c)) if c & 0xC0 == 0x80 => {
+                i += 2;
+                ((b as usize & 0x1F) << 6) | (c as usize & 0x3F)
+            }
+            _ => return false,
+        };
+        match REVERSE.get(code) {
+            Some(&r) if r >= 0 => out.push(r as u8),
+            _ => return false,
         }
     }
     true
@@ -134,5 +156,38 @@ mod tests {
             }
             assert_eq!(char_to_byte(c), want, "{c:?}");
         }
+    }
+
+    /// On any bytes, the decoder accepts exactly the valid UTF-8 spelled in
+    /// the alphabet, with the bytes `char_to_byte` gives per character.
+    #[test]
+    fn spelled_bytes_decode_like_the_chars() {
+        use proptest::prelude::*;
+        let pieces = prop_oneof![
+            Just(vec![b'a']),
+            Just("Ġ".as_bytes().to_vec()),
+            Just("Ń".as_bytes().to_vec()),
+            Just("é".as_bytes().to_vec()),
+            Just("ŉ".as_bytes().to_vec()),
+            Just("€".as_bytes().to_vec()),
+            Just(vec![b' ']),
+            Just(vec![0xC4]),
+            Just(vec![0x84]),
+            Just(vec![0xC0, 0x80]),
+            Just(vec![0xFF]),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        proptest!(|(parts in proptest::collection::vec(pieces, 0..12))| {
+            let bytes = parts.concat();
+            let want = std::str::from_utf8(&bytes).ok().and_then(|s| {
+                s.chars().map(char_to_byte).collect::<Option<Vec<u8>>>()
+            });
+            let mut out = vec![7];
+            let ok = spelled_to_bytes_into(&bytes, &mut out);
+            match want {
+                Some(w) => prop_assert!(ok && out[1..] == w[..], "{:?}: {:?}", bytes, out),
+                None => prop_assert!(!ok, "{:?}", bytes),
+            }
+        });
     }
 }

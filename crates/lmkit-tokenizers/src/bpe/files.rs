@@ -133,6 +133,20 @@ impl Entries {
         self.items.len()
     }
 
+    /// Bytes of all spellings together.
+    pub(crate) fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// The spellings and where each starts (`starts[k]..starts[k + 1]` for
+    /// entry k), for a vocabulary in id order.
+    pub(crate) fn into_text_and_starts(self) -> (String, Vec<u32>) {
+        let mut starts = Vec::with_capacity(self.items.len() + 1);
+        starts.push(0);
+        starts.extend(self.items.iter().map(|&(end, _)| end));
+        (self.text, starts)
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
         let mut start = 0;
         self.items.iter().map(move |&(end, id)| {
@@ -143,24 +157,41 @@ impl Entries {
     }
 }
 
+/// A buffer JSON strings are appended to.
+trait Arena {
+    fn append(&mut self, s: &str);
+}
+
+impl Arena for String {
+    fn append(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+impl Arena for Vec<u8> {
+    fn append(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+}
+
 /// A serde seed that appends a JSON string to an arena instead of
 /// allocating it (serde_json hands over borrowed or scratch-buffer strings).
-struct AppendStr<'a>(&'a mut String);
+struct AppendStr<'a, A>(&'a mut A);
 
-impl<'de> de::DeserializeSeed<'de> for AppendStr<'_> {
+impl<'de, A: Arena> de::DeserializeSeed<'de> for AppendStr<'_, A> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl Visitor<'_> for AppendStr<'_> {
+impl<A: Arena> Visitor<'_> for AppendStr<'_, A> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a string")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<(), E> {
-        self.0.push_str(v);
+        self.0.append(v);
         Ok(())
     }
 }
@@ -215,18 +246,24 @@ pub(crate) fn read_vocab_json(path: &Path) -> Result<(Entries, String)> {
 }
 
 /// Merge rules `left right` in rank order, the tokens as byte ranges into
-/// one string (the text of `merges.txt` itself, or an arena for
-/// `tokenizer.json`): no allocation per merge.
+/// one buffer (the bytes of `merges.txt` itself, or an arena for
+/// `tokenizer.json`): no allocation per merge. The tokens' bytes are the
+/// file's, not yet checked to be UTF-8 (see [`read_merges_txt`]).
 #[derive(Default)]
 pub(crate) struct Merges {
-    text: String,
+    text: Vec<u8>,
     items: Vec<MergeItem>,
+    /// Bytes between a merge's left and right token: 1 (the space) in
+    /// `merges.txt`, 0 in an arena.
+    gap: u32,
 }
 
+/// Left token `start..mid`, right `mid + gap..end`.
 #[derive(Clone, Copy)]
 struct MergeItem {
-    left: (u32, u32),
-    right: (u32, u32),
+    start: u32,
+    mid: u32,
+    end: u32,
     /// 1-based line; 0 for `tokenizer.json`, where it is looked up only if
     /// the merge is in error ([`merge_line_in_json`]).
     line: u32,
@@ -234,8 +271,8 @@ struct MergeItem {
 
 /// One merge rule with the line it came from.
 pub(crate) struct MergeLine<'a> {
-    pub left: &'a str,
-    pub right: &'a str,
+    pub left: &'a [u8],
+    pub right: &'a [u8],
     pub line: usize,
 }
 
@@ -245,79 +282,126 @@ impl Merges {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = MergeLine<'_>> + '_ {
-        let s = |(a, b): (u32, u32)| &self.text[a as usize..b as usize];
         self.items.iter().map(move |m| MergeLine {
-            left: s(m.left),
-            right: s(m.right),
+            left: &self.text[m.start as usize..m.mid as usize],
+            right: &self.text[(m.mid + self.gap) as usize..m.end as usize],
             line: m.line as usize,
         })
     }
 
-    /// Appends `left right` (for merges that are not read from a file).
+    /// Appends `left right` to an arena (merges that are not read from a file).
     pub(crate) fn push(&mut self, left: &str, right: &str, line: usize) {
-        let a = self.text.len() as u32;
-        self.text.push_str(left);
-        let b = self.text.len() as u32;
-        self.text.push_str(right);
-        let c = self.text.len() as u32;
+        debug_assert_eq!(self.gap, 0, "an arena");
+        let start = self.text.len() as u32;
+        self.text.extend_from_slice(left.as_bytes());
+        let mid = self.text.len() as u32;
+        self.text.extend_from_slice(right.as_bytes());
         self.items.push(MergeItem {
-            left: (a, b),
-            right: (b, c),
+            start,
+            mid,
+            end: self.text.len() as u32,
             line: line as u32,
         });
     }
 }
 
-/// Reads `merges.txt`: an optional `#version` header, then `left right` per line.
+/// Reads `merges.txt`: an optional `#version` header, then `left right` per
+/// line. The header line is checked to be UTF-8 here; the tokens are when
+/// they are spelled out in the byte alphabet
+/// ([`super::byte_level::spelled_to_bytes_into`] accepts only UTF-8), which
+/// saves a pass over the file (~0.8 ms of GPT-2's start-up: its text is
+/// mostly two-byte characters, std's validator's slow path).
 pub(crate) fn read_merges_txt(path: &Path) -> Result<Merges> {
-    parse_merges_txt(path, read_text(path)?)
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_merges_txt(path, bytes)
 }
 
-/// The text of a `merges.txt` (`path` names it in errors).
-fn parse_merges_txt(path: &Path, text: String) -> Result<Merges> {
+/// High bit of each byte of `w` that equals `c`, exactly (no carries
+/// between bytes).
+#[inline(always)]
+fn bytes_equal(w: u64, c: u8) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    let x = w ^ (c as u64 * 0x0101_0101_0101_0101);
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
+/// The bytes of a `merges.txt` (`path` names it in errors).
+fn parse_merges_txt(path: &Path, text: Vec<u8>) -> Result<Merges> {
     if text.len() > u32::MAX as usize {
         return Err(parse_error(path, 0, "file is larger than 4 GiB".into()));
     }
-    let bytes = text.as_bytes();
-    let mut items = Vec::with_capacity(bytes.iter().filter(|&&b| b == b'\n').count() + 1);
-    // One pass over the bytes: `str::lines` + `split(' ')` spent ~40 ns a
-    // line setting up searchers, 4 ms of GPT-2's start-up. Lines are those
-    // of `str::lines`: split at '\n', a '\r' before it dropped.
-    let (mut start, mut index) = (0usize, 0usize);
-    while start < bytes.len() {
-        let (mut end, mut space, mut spaces) = (start, start, 0);
-        while end < bytes.len() && bytes[end] != b'\n' {
-            if bytes[end] == b' ' {
-                space = end;
-                spaces += 1;
-            }
-            end += 1;
-        }
+    let mut items = Vec::with_capacity(text.iter().filter(|&&b| b == b'\n').count() + 1);
+    // Lines are those of `str::lines`: split at '\n', a '\r' before it
+    // dropped. The newlines and spaces are found eight bytes at a time: a
+    // byte loop spent ~4 cycles a byte, 1.5 ms of GPT-2's start-up.
+    let (mut start, mut index, mut space, mut spaces) = (0usize, 0usize, 0usize, 0usize);
+    let mut line_end = |end: usize, space: usize, spaces: usize, start: usize, index: usize| {
         let next = end + 1;
-        if end < bytes.len() && end > start && bytes[end - 1] == b'\r' {
+        let mut end = end;
+        if end < text.len() && end > start && text[end - 1] == b'\r' {
             end -= 1;
         }
         let line = &text[start..end];
-        index += 1;
-        if (index == 1 && line.starts_with("#version")) || line.is_empty() {
-            start = next;
-            continue;
+        if index == 1 && line.starts_with(b"#version") {
+            return match std::str::from_utf8(line) {
+                Ok(_) => Ok(next),
+                Err(_) => Err(parse_error(path, 1, "file is not valid UTF-8".into())),
+            };
+        }
+        if line.is_empty() {
+            return Ok(next);
         }
         if spaces != 1 || space == start || space + 1 >= end {
             return Err(parse_error(
                 path,
                 index,
-                format!("expected two tokens separated by one space, found {line:?}"),
+                format!(
+                    "expected two tokens separated by one space, found {:?}",
+                    String::from_utf8_lossy(line)
+                ),
             ));
         }
         items.push(MergeItem {
-            left: (start as u32, space as u32),
-            right: (space as u32 + 1, end as u32),
+            start: start as u32,
+            mid: space as u32,
+            end: end as u32,
             line: index as u32,
         });
-        start = next;
+        Ok(next)
+    };
+    let mut at = 0;
+    while at < text.len() {
+        let mut word = [0u8; 8];
+        let chunk = &text[at..text.len().min(at + 8)];
+        word[..chunk.len()].copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        // Padding is zeros: neither a newline nor a space.
+        let mut marks = bytes_equal(w, b'\n') | bytes_equal(w, b' ');
+        while marks != 0 {
+            let pos = at + marks.trailing_zeros() as usize / 8;
+            marks &= marks - 1;
+            if text[pos] == b' ' {
+                space = pos;
+                spaces += 1;
+            } else {
+                index += 1;
+                start = line_end(pos, space, spaces, start, index)?;
+                spaces = 0;
+            }
+        }
+        at += 8;
     }
-    Ok(Merges { text, items })
+    if start < text.len() {
+        line_end(text.len(), space, spaces, start, index + 1)?;
+    }
+    Ok(Merges {
+        text,
+        items,
+        gap: 1,
+    })
 }
 
 /// `model.merges` of a `tokenizer.json`: each merge `"left right"` or
@@ -392,8 +476,9 @@ impl<'de> Visitor<'de> for OneMerge<'_> {
             return Err(de::Error::invalid_length(3, &"two tokens"));
         }
         m.items.push(MergeItem {
-            left: (bounds[0], bounds[1]),
-            right: (bounds[1], bounds[2]),
+            start: bounds[0],
+            mid: bounds[1],
+            end: bounds[2],
             line: 0,
         });
         Ok(())
@@ -710,9 +795,11 @@ mod tests {
         ) {
             let text: String = parts.concat();
             let path = Path::new("merges.txt");
-            let got = parse_merges_txt(path, text.clone());
+            let got = parse_merges_txt(path, text.clone().into_bytes());
             match (merges_by_lines(&text), got) {
                 (Ok(want), Ok(got)) => {
+                    let want: Vec<_> =
+                        want.iter().map(|&(l, r, i)| (l.as_bytes(), r.as_bytes(), i)).collect();
                     let got: Vec<_> = got.iter().map(|m| (m.left, m.right, m.line)).collect();
                     prop_assert_eq!(want, got);
                 }

@@ -65,22 +65,37 @@ struct Spellings {
     /// Ids that are not holes, in the byte order of their spellings; sorted
     /// on the first reverse lookup, which start-up does not need.
     sorted: OnceLock<Vec<u32>>,
-    /// Ids that are not holes.
-    present: Vec<u32>,
+    /// Ids that are not holes, `None` when every id below `len` is a token.
+    present: Option<Vec<u32>>,
 }
 
 impl Spellings {
-    fn new(tokens: &[&str], kinds: &[Kind]) -> Self {
-        let mut text = String::with_capacity(tokens.iter().map(|t| t.len()).sum());
-        let mut starts = Vec::with_capacity(tokens.len() + 1);
-        starts.push(0);
-        for t in tokens {
-            text.push_str(t);
-            starts.push(text.len() as u32);
-        }
-        let present = (0..tokens.len() as u32)
-            .filter(|&id| kinds[id as usize] != Kind::Hole)
-            .collect();
+    /// The spellings of `entries` by id (`kinds` per id, holes empty). When
+    /// the entries are in id order without holes (GPT-2's vocab.json, and
+    /// the files [`BpeTokenizer::save`] writes) their text is the table as
+    /// it is: no copy.
+    fn new(entries: Entries, kinds: &[Kind], in_order: bool) -> Self {
+        let (text, starts) = if in_order {
+            entries.into_text_and_starts()
+        } else {
+            let mut tokens = vec![""; kinds.len()];
+            for (t, id) in entries.iter() {
+                tokens[id as usize] = t;
+            }
+            let mut text = String::with_capacity(tokens.iter().map(|t| t.len()).sum());
+            let mut starts = Vec::with_capacity(tokens.len() + 1);
+            starts.push(0);
+            for t in tokens {
+                text.push_str(t);
+                starts.push(text.len() as u32);
+            }
+            (text, starts)
+        };
+        let present = kinds.contains(&Kind::Hole).then(|| {
+            (0..kinds.len() as u32)
+                .filter(|&id| kinds[id as usize] != Kind::Hole)
+                .collect()
+        });
         Spellings {
             text,
             starts,
@@ -100,7 +115,10 @@ impl Spellings {
 
     fn id_of(&self, spelling: &str) -> Option<u32> {
         let sorted = self.sorted.get_or_init(|| {
-            let mut sorted = self.present.clone();
+            let mut sorted = match &self.present {
+                Some(ids) => ids.clone(),
+                None => (0..self.len() as u32).collect(),
+            };
             sorted.sort_unstable_by(|&a, &b| self.get(a).cmp(self.get(b)));
             sorted
         });
@@ -135,7 +153,7 @@ impl BpeTokenizer {
             vocab_text: &text,
             merges_path,
         };
-        Self::build(&source, &entries, &merge_lines, specials)
+        Self::build(&source, entries, &merge_lines, specials)
     }
 
     /// Loads a directory holding `vocab.json` + `merges.txt` or `tokenizer.json`.
@@ -154,10 +172,21 @@ impl BpeTokenizer {
         let path = path.as_ref();
         let hf = files::read_tokenizer_json(path)?;
         let mut vocab = hf.vocab;
-        let ids: FastMap<&str, u32> = vocab.iter().collect();
+        // The vocabulary's ids of the added tokens' contents (the last
+        // entry's, if one is there twice: `build` refuses that).
+        let mut ids: FastMap<&str, u32> = hf
+            .specials
+            .iter()
+            .map(|(c, _)| (c.as_str(), u32::MAX))
+            .collect();
+        for (t, id) in vocab.iter() {
+            if let Some(slot) = ids.get_mut(t) {
+                *slot = id;
+            }
+        }
         let mut extra = Vec::new();
         for (content, id) in &hf.specials {
-            match ids.get(content.as_str()) {
+            match ids.get(content.as_str()).filter(|&&vid| vid != u32::MAX) {
                 Some(vid) if vid != id => {
                     return Err(parse_error(
                         path,
@@ -180,15 +209,16 @@ impl BpeTokenizer {
             vocab_text: &hf.text,
             merges_path: path,
         };
-        Self::build(&source, &vocab, &hf.merges, hf.specials)
+        Self::build(&source, vocab, &hf.merges, hf.specials)
     }
 
     /// Checks and indexes the vocabulary and merges: linear, one table of
     /// tokens by their bytes (kept by the model) with one insert per token
-    /// and two or three lookups per merge, no allocation per entry.
+    /// and two or three lookups per merge, no allocation per entry, and no
+    /// copy of the tables when the vocabulary is in id order.
     fn build(
         src: &Source,
-        entries: &Entries,
+        entries: Entries,
         merges_in: &Merges,
         specials: Vec<(String, u32)>,
     ) -> Result<Self> {
@@ -204,19 +234,28 @@ impl BpeTokenizer {
             .map(|(_, id)| id as usize + 1)
             .max()
             .unwrap_or(0);
-        let mut tokens: Vec<&str> = vec![""; size];
         let mut kinds = vec![Kind::Hole; size];
-        // Bytes of the ordinary tokens in file order; `byte_ranges[id]` into it.
-        let mut arena: Vec<u8> = Vec::with_capacity(entries.len() * 8);
-        let mut byte_ranges = vec![(0u32, 0u32); size];
+        // Bytes of the tokens in file order: entry k's are
+        // `arena[ends[k]..ends[k + 1]]` (empty for special tokens).
+        let mut arena: Vec<u8> = Vec::with_capacity(entries.text_len());
+        let mut ends: Vec<u32> = Vec::with_capacity(entries.len() + 1);
+        ends.push(0);
+        // Whether entry k has id k for every k: then the file order is the
+        // id order and the tables need no reordering.
+        let mut in_order = true;
         let mut index = TokenIndex::with_capacity(entries.len());
         let mut special_ids: FastMap<&str, u32> = FastMap::default();
-        for (token, id) in entries.iter() {
+        for (k, (token, id)) in entries.iter().enumerate() {
             let i = id as usize;
+            in_order &= i == k;
             if kinds[i] != Kind::Hole {
+                let first = entries
+                    .iter()
+                    .find(|&(_, j)| j == id)
+                    .map_or("", |(t, _)| t);
                 return Err(vocab_err(
                     token,
-                    format!("id {id} is given to both {:?} and {token:?}", tokens[i]),
+                    format!("id {id} is given to both {first:?} and {token:?}"),
                 ));
             }
             let twice = || vocab_err(token, format!("token {token:?} appears twice"));
@@ -245,10 +284,9 @@ impl BpeTokenizer {
                 if index.insert(&arena[start..], id).is_err() {
                     return Err(twice());
                 }
-                byte_ranges[i] = (start as u32, arena.len() as u32);
                 kinds[i] = Kind::Ordinary;
             }
-            tokens[i] = token;
+            ends.push(arena.len() as u32);
         }
         for b in 0..=255u8 {
             if index.get(&[b]).is_none() {
@@ -260,58 +298,81 @@ impl BpeTokenizer {
                 ));
             }
         }
+        // The tokens' bytes by id: `bytes[starts[id]..starts[id + 1]]`.
+        let (bytes, starts) = if in_order {
+            (arena, ends)
+        } else {
+            let mut span = vec![(0u32, 0u32); size];
+            for (k, (_, id)) in entries.iter().enumerate() {
+                span[id as usize] = (ends[k], ends[k + 1]);
+            }
+            let mut bytes = Vec::with_capacity(arena.len());
+            let mut starts = Vec::with_capacity(size + 1);
+            starts.push(0);
+            for (a, b) in span {
+                bytes.extend_from_slice(&arena[a as usize..b as usize]);
+                starts.push(bytes.len() as u32);
+            }
+            (bytes, starts)
+        };
+        let token = |id: usize| &bytes[starts[id] as usize..starts[id + 1] as usize];
         let mut merges = Vec::with_capacity(merges_in.len());
-        let mut triples = Vec::with_capacity(merges_in.len());
+        let mut merged_ids: Vec<u32> = Vec::with_capacity(merges_in.len());
         // The bytes of a merge's left and right tokens (then of their join).
         let (mut left, mut right) = (Vec::new(), Vec::new());
         for m in merges_in.iter() {
             let err = |message: String| {
                 let line = match m.line {
-                    0 => files::merge_line_in_json(src.vocab_text, m.left, m.right),
+                    0 => files::merge_line_in_json(
+                        src.vocab_text,
+                        &String::from_utf8_lossy(m.left),
+                        &String::from_utf8_lossy(m.right),
+                    ),
                     line => line,
                 };
                 parse_error(src.merges_path, line, message)
             };
-            let id_of = |t: &str, bytes: &mut Vec<u8>| {
+            let id_of = |t: &[u8], bytes: &mut Vec<u8>| {
                 bytes.clear();
-                byte_level::token_to_bytes_into(t, bytes)
+                byte_level::spelled_to_bytes_into(t, bytes)
                     .then(|| index.get(bytes))
                     .flatten()
                     .ok_or_else(|| {
-                        err(format!(
-                            "merge token {t:?} is not an ordinary vocabulary token"
-                        ))
+                        err(match std::str::from_utf8(t) {
+                            Ok(t) => {
+                                format!("merge token {t:?} is not an ordinary vocabulary token")
+                            }
+                            Err(_) => format!(
+                                "merge token {:?} is not valid UTF-8",
+                                String::from_utf8_lossy(t)
+                            ),
+                        })
                     })
             };
             let (l, r) = (id_of(m.left, &mut left)?, id_of(m.right, &mut right)?);
             // Merge results usually take consecutive ids in rank order
             // (GPT-2: 256 + rank): try the id after the previous result,
             // compared by bytes (unique), before looking the join up.
-            let guess = triples.last().map_or(256, |&(_, _, m)| m as usize + 1);
-            let is_join = |&(a, b): &(u32, u32)| {
-                let t = &arena[a as usize..b as usize];
+            let guess = merged_ids.last().map_or(256, |&m| m as usize + 1);
+            let is_join = |t: &[u8]| {
                 t.len() == left.len() + right.len() && t.starts_with(&left) && t.ends_with(&right)
             };
-            let merged = match byte_ranges.get(guess) {
-                Some(range) if kinds[guess] == Kind::Ordinary && is_join(range) => guess as u32,
-                _ => {
-                    left.extend_from_slice(&right);
-                    index.get(&left).ok_or_else(|| {
-                        err(format!(
-                            "merge result {:?} is not in the vocabulary",
-                            format!("{}{}", m.left, m.right)
-                        ))
-                    })?
-                }
+            let merged = if guess < size && kinds[guess] == Kind::Ordinary && is_join(token(guess))
+            {
+                guess as u32
+            } else {
+                left.extend_from_slice(&right);
+                index.get(&left).ok_or_else(|| {
+                    err(format!(
+                        "merge result {:?} is not in the vocabulary",
+                        String::from_utf8_lossy(&[m.left, m.right].concat())
+                    ))
+                })?
             };
             merges.push((l, r));
-            triples.push((l, r, merged));
+            merged_ids.push(merged);
         }
-        let token_bytes: Vec<&[u8]> = byte_ranges
-            .iter()
-            .map(|&(a, b)| &arena[a as usize..b as usize])
-            .collect();
-        let model = BpeModel::new(&token_bytes, index, &triples);
+        let model = BpeModel::new(bytes, starts, index, &merges, &merged_ids);
         let mut specials: Vec<(Vec<u8>, u32)> = specials
             .into_iter()
             .map(|(c, id)| (c.into_bytes(), id))
@@ -324,7 +385,7 @@ impl BpeTokenizer {
         }
         Ok(BpeTokenizer {
             model,
-            spellings: Spellings::new(&tokens, &kinds),
+            spellings: Spellings::new(entries, &kinds, in_order),
             kinds,
             merges,
             specials,
@@ -369,7 +430,7 @@ impl BpeTokenizer {
             vocab_text: "",
             merges_path: Path::new("<trained merges>"),
         };
-        Self::build(&source, &entries, &merge_lines, specials)
+        Self::build(&source, entries, &merge_lines, specials)
     }
 
     /// Writes `vocab.json`, `merges.txt` and `tokenizer.json` into `dir`

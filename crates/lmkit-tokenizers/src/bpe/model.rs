@@ -72,30 +72,34 @@ thread_local! {
 }
 
 impl BpeModel {
-    /// `tokens[id]` are the bytes of each id (empty for ids that are not
-    /// ordinary tokens, e.g. holes or special tokens), `index` those tokens
-    /// by their bytes (it must have every single byte); `merges` are
-    /// `(left, right, merged)` in rank order.
+    /// Token `id` is `bytes[starts[id]..starts[id + 1]]` (empty for ids
+    /// that are not ordinary tokens, e.g. holes or special tokens), `index`
+    /// those tokens by their bytes (it must have every single byte); merge
+    /// `rank` joins `merges[rank]` into `merged[rank]`.
     ///
     /// Linear in the vocabulary and merges, with no allocation per entry.
-    pub(crate) fn new(tokens: &[&[u8]], index: TokenIndex, merges: &[(u32, u32, u32)]) -> Self {
-        let mut bytes = Vec::with_capacity(tokens.iter().map(|t| t.len()).sum());
-        let mut starts = Vec::with_capacity(tokens.len() + 1);
-        starts.push(0u32);
-        for t in tokens {
-            bytes.extend_from_slice(t);
-            starts.push(bytes.len() as u32);
-        }
+    pub(crate) fn new(
+        bytes: Vec<u8>,
+        starts: Vec<u32>,
+        index: TokenIndex,
+        merges: &[(u32, u32)],
+        merged: &[u32],
+    ) -> Self {
+        debug_assert_eq!(merges.len(), merged.len());
+        let len = |id: usize| (starts[id + 1] - starts[id]) as usize;
+        let ids = starts.len() - 1;
         let mut merge_map = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
         let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
-        for (rank, &(l, r, m)) in merges.iter().enumerate() {
+        for (rank, (&(l, r), &m)) in merges.iter().zip(merged).enumerate() {
             let value = ((rank as u64) << 32) | m as u64;
             // A repeated pair keeps its first (lowest) rank, as in HF.
             merge_map.entry(pair_key(l, r)).or_insert(value);
             // Two single-byte tokens: spellings are unique, so each is its
             // byte's token in `byte_ids`.
-            if let ([a], [b]) = (tokens[l as usize], tokens[r as usize]) {
-                let slot = &mut byte_pairs[(*a as usize) << 8 | *b as usize];
+            let (l, r) = (l as usize, r as usize);
+            if len(l) == 1 && len(r) == 1 {
+                let (a, b) = (bytes[starts[l] as usize], bytes[starts[r] as usize]);
+                let slot = &mut byte_pairs[(a as usize) << 8 | b as usize];
                 if *slot == NO_MERGE {
                     *slot = value;
                 }
@@ -106,17 +110,13 @@ impl BpeModel {
             "a byte without a token"
         );
         BpeModel {
+            max_token_len: (0..ids).map(len).max().unwrap_or(1),
             bytes,
             starts,
             index,
             merges: merge_map,
             byte_pairs,
-            max_token_len: tokens.iter().map(|t| t.len()).max().unwrap_or(1),
-            whole_state: WholeState(
-                (0..tokens.len())
-                    .map(|_| AtomicU8::new(WHOLE_UNKNOWN))
-                    .collect(),
-            ),
+            whole_state: WholeState((0..ids).map(|_| AtomicU8::new(WHOLE_UNKNOWN)).collect()),
         }
     }
 
@@ -582,7 +582,16 @@ mod tests {
         for (id, t) in refs.iter().enumerate() {
             index.insert(t, id as u32).unwrap();
         }
-        let model = BpeModel::new(&refs, index, &merges);
+        let bytes = tokens.concat();
+        let starts: Vec<u32> = std::iter::once(0)
+            .chain(tokens.iter().scan(0, |end, t| {
+                *end += t.len() as u32;
+                Some(*end)
+            }))
+            .collect();
+        let pairs: Vec<(u32, u32)> = merges.iter().map(|&(l, r, _)| (l, r)).collect();
+        let merged: Vec<u32> = merges.iter().map(|&(_, _, m)| m).collect();
+        let model = BpeModel::new(bytes, starts, index, &pairs, &merged);
         for (id, t) in tokens.iter().enumerate().skip(256) {
             assert_eq!(
                 model.lookup_whole(&Piece::new(t)),
