@@ -14,11 +14,18 @@ use std::time::Instant;
 use lmkit_tokenizers::BpeTokenizer;
 use rayon::prelude::*;
 
-/// CPU time of the calling thread in seconds (Linux), so single-thread
-/// timings hold on a busy machine; wall time where it cannot be read.
+/// CPU time of the calling thread in seconds, so single-thread timings
+/// hold on a busy machine. `CLOCK_THREAD_CPUTIME_ID`, not
+/// /proc/thread-self/schedstat: the latter moves only at scheduler ticks
+/// (4 ms here), which quantised every start-up figure to 8 or 12 ms.
 fn thread_cpu() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(s.split_whitespace().next()?.parse::<f64>().ok()? / 1e9)
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 /// Best of `reps` runs: thread CPU time when `cpu`, else wall time.

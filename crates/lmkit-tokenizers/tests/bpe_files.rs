@@ -263,6 +263,24 @@ fn vocabulary_out_of_order_or_with_holes_loads_the_same() {
         assert_eq!(tok.token_to_id(t), Some(*id as u32));
     }
 
+    // Two merge results trade ids (" the" 262 <-> " and" 290): merge
+    // results no longer take consecutive ids, so those are looked up by bytes.
+    let mut swapped = entries.clone();
+    swapped[262].1 = 290;
+    swapped[290].1 = 262;
+    let tok = write(&dir, &swapped);
+    let trade = |id: u32| match id {
+        262 => 290,
+        290 => 262,
+        id => id,
+    };
+    let traded: Vec<u32> = want.iter().map(|&id| trade(id)).collect();
+    assert!(traded != want, "the text has neither token");
+    assert!(tok.encode_ids(text.as_bytes(), true) == traded);
+    let remap = |(l, r): (u32, u32)| (trade(l), trade(r));
+    let want_merges: Vec<(u32, u32)> = gpt2().merges().iter().map(|&m| remap(m)).collect();
+    assert_eq!(tok.merges(), &want_merges[..]);
+
     // <|endoftext|> moved to 50300: ids 50257..50300 are holes.
     let mut holes = entries.clone();
     holes.last_mut().unwrap().1 = 50300;
@@ -297,6 +315,22 @@ fn invalid_utf8_in_merges_txt_names_the_line() {
         assert_eq!(got, line, "{msg}");
         assert!(msg.contains("UTF-8"), "{msg}");
     }
+    // The space cuts "Ġ" in two: joined, the line spells the next token
+    // ("aĠb"), and the halves' bytes cut at the character count would be
+    // tokens ("aĠ", "b"), but the line is not UTF-8 where it is cut.
+    tiny(&dir, ",\n  \"aĠ\": 258,\n  \"aĠb\": 259", "");
+    std::fs::write(dir.join("merges.txt"), "a b\nab c\na Ġ\naĠ b\n").unwrap();
+    let tok = BpeTokenizer::from_dir(&dir).unwrap();
+    let b = tok.token_to_id("b").unwrap();
+    assert_eq!(tok.merges()[3], (258, b));
+    std::fs::write(
+        dir.join("merges.txt"),
+        b"a b\nab c\na \xC4\xA0\na\xC4 \xA0b\n",
+    )
+    .unwrap();
+    let (_, line, msg) = parse_error(BpeTokenizer::from_dir(&dir));
+    assert_eq!(line, 4, "{msg}");
+    assert!(msg.contains("UTF-8"), "{msg}");
 }
 
 /// Every entry of GPT-2's vocab.json maps both ways (the packed spellings'

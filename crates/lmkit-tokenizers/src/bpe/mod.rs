@@ -316,11 +316,38 @@ impl BpeTokenizer {
             (bytes, starts)
         };
         let token = |id: usize| &bytes[starts[id] as usize..starts[id + 1] as usize];
+        let spellings = Spellings::new(entries, &kinds, in_order);
         let mut merges = Vec::with_capacity(merges_in.len());
         let mut merged_ids: Vec<u32> = Vec::with_capacity(merges_in.len());
         // The bytes of a merge's left and right tokens (then of their join).
         let (mut left, mut right) = (Vec::new(), Vec::new());
         for m in merges_in.iter() {
+            // Merge results usually take consecutive ids in rank order
+            // (GPT-2: 256 + rank): try the id after the previous result.
+            let guess = merged_ids.last().map_or(256, |&m| m as usize + 1);
+            // When it is spelled `left right` joined, cut at a character
+            // boundary, the two tokens' bytes are its bytes cut after
+            // left's characters (one byte each): no spelling to decode,
+            // whose unpredictable branches cost more than the lookups.
+            if guess < size && kinds[guess] == Kind::Ordinary {
+                let spelled = spellings.get(guess as u32).as_bytes();
+                let is_char_start = |b: &u8| b & 0xC0 != 0x80;
+                if spelled.len() == m.left.len() + m.right.len()
+                    && spelled.starts_with(m.left)
+                    && spelled.ends_with(m.right)
+                    && m.right.first().is_some_and(is_char_start)
+                {
+                    let (t, cut) = (
+                        token(guess),
+                        m.left.iter().filter(|b| is_char_start(b)).count(),
+                    );
+                    if let (Some(l), Some(r)) = (index.get(&t[..cut]), index.get(&t[cut..])) {
+                        merges.push((l, r));
+                        merged_ids.push(guess as u32);
+                        continue;
+                    }
+                }
+            }
             let err = |message: String| {
                 let line = match m.line {
                     0 => files::merge_line_in_json(
@@ -350,10 +377,7 @@ impl BpeTokenizer {
                     })
             };
             let (l, r) = (id_of(m.left, &mut left)?, id_of(m.right, &mut right)?);
-            // Merge results usually take consecutive ids in rank order
-            // (GPT-2: 256 + rank): try the id after the previous result,
-            // compared by bytes (unique), before looking the join up.
-            let guess = merged_ids.last().map_or(256, |&m| m as usize + 1);
+            // The guess compared by bytes (unique), before looking the join up.
             let is_join = |t: &[u8]| {
                 t.len() == left.len() + right.len() && t.starts_with(&left) && t.ends_with(&right)
             };
@@ -385,7 +409,7 @@ impl BpeTokenizer {
         }
         Ok(BpeTokenizer {
             model,
-            spellings: Spellings::new(entries, &kinds, in_order),
+            spellings,
             kinds,
             merges,
             specials,
