@@ -4,7 +4,8 @@
     python3 scripts/bench_wordpiece.py [FILE] [TOKENIZER_DIR] [--json FILE]
 
 Encodes every non-empty line of FILE (default assets/books/corpus.txt) with special tokens,
-one call per line and in batches of 1000 lines, best of 5 runs each, and prints lines/s and ratios.
+one call per line and in batches of 1000 lines, best of 5 runs each, and prints lines/s and ratios;
+and loads TOKENIZER_DIR's tokenizer.json, best of 10 (wall time, one thread either side).
 --json FILE also writes the figures in scripts/bench_common.py's format (work per line:
 its UTF-8 bytes, read once) for scripts/bench.sh.
 """
@@ -43,6 +44,7 @@ def main():
     with open(path, encoding="utf-8") as f:
         lines = [l for l in f.read().split("\n") if l.strip()]
 
+    hf_load = best_of(10, lambda: Tokenizer.from_file(os.path.join(tdir, "tokenizer.json")))
     hf = Tokenizer.from_file(os.path.join(tdir, "tokenizer.json"))
     hf.no_truncation()
     hf.no_padding()
@@ -65,6 +67,9 @@ def main():
           f"HF tokenizers {hf_single:,.0f} lines/s, ratio {float(rs['single_lines_per_s']) / hf_single:.1f}x")
     print(f"batch:       lmkit {float(rs['batch_lines_per_s']):,.0f} lines/s, "
           f"HF tokenizers {hf_batch:,.0f} lines/s, ratio {float(rs['batch_lines_per_s']) / hf_batch:.1f}x")
+    lmkit_load = float(rs["load_ms"])
+    print(f"load:        lmkit {lmkit_load:.2f} ms, HF tokenizers {hf_load * 1e3:.2f} ms, "
+          f"ratio {hf_load * 1e3 / lmkit_load:.1f}x")
     if args.json:
         per_line = sum(len(l.encode("utf-8")) for l in lines) / len(lines)
         write_json(args.json, [
@@ -74,6 +79,9 @@ def main():
             figure(f"WordPiece encode_batch, {BATCH} lines per call", "lines/s",
                    float(rs["batch_lines_per_s"]), {"HF tokenizers": hf_batch}, threads=os.cpu_count(),
                    bytes_per_item=per_line),
+            figure("WordPiece start-up from tokenizer.json (MiniLM)", "ms", lmkit_load,
+                   {"HF tokenizers": hf_load * 1e3}, better="lower", threads=1,
+                   note="wall time, best of 10"),
         ], lines=len(lines), tokens=hf_tokens)
 
 

@@ -1,5 +1,6 @@
 //! Times WordPiece encoding of every non-empty line of a file, one call per
-//! line and in batches of 1000 lines, and prints lines/s (read by scripts/bench_wordpiece.py).
+//! line and in batches of 1000 lines, and prints lines/s, and loading the
+//! tokenizer (best of 10, ms) (read by scripts/bench_wordpiece.py).
 //!
 //!     cargo run --release --example wordpiece_bench -p lmkit-tokenizers -- FILE [TOKENIZER_DIR]
 
@@ -16,6 +17,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or("usage: wordpiece_bench FILE [TOKENIZER_DIR]")?;
     let dir = args.next().unwrap_or_else(|| "assets/minilm".into());
+    let mut load = f64::INFINITY;
+    for _ in 0..10 {
+        let t = Instant::now();
+        std::hint::black_box(WordPieceTokenizer::from_dir(&dir)?);
+        load = load.min(t.elapsed().as_secs_f64());
+    }
     let mut tok = WordPieceTokenizer::from_dir(&dir)?;
     tok.set_truncation(None).set_padding(None);
     let text = std::fs::read_to_string(&file)?;
@@ -51,5 +58,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("tokens {tokens}");
     println!("single_lines_per_s {:.0}", lines.len() as f64 / single);
     println!("batch_lines_per_s {:.0}", lines.len() as f64 / batch);
+    println!("load_ms {:.3}", load * 1e3);
     Ok(())
 }

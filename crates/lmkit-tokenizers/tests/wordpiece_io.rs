@@ -139,6 +139,21 @@ fn json_errors_name_file_and_line() {
         other => panic!("{other:?}"),
     }
 
+    // A token twice (under two ids) is an error naming its first line, as
+    // in vocab.txt (a JSON object read into a map would keep the last).
+    let twice = good.replacen("\"hello\": 7592", "\"hello\": 7592,\n\"hello\": 30522", 1);
+    let p = write(&dir, "tokenizer.json", twice.as_bytes());
+    let want_line = 1 + twice[..twice.find("\"hello\": 7592").unwrap()]
+        .matches('\n')
+        .count();
+    match WordPieceTokenizer::from_tokenizer_json(&p) {
+        Err(Error::Parse { line, message, .. }) => {
+            assert_eq!(line, want_line, "{message}");
+            assert!(message.contains("duplicate token \"hello\""), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
     // A tokenizer_config.json with a wrongly typed key.
     std::fs::copy(minilm().join("vocab.txt"), dir.join("vocab.txt")).unwrap();
     std::fs::remove_file(dir.join("tokenizer.json")).unwrap();

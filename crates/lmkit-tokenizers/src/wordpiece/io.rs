@@ -137,6 +137,7 @@ pub(crate) fn from_vocab_file(
             padding: None,
         },
         path,
+        &|id, _| id + 1,
     )
 }
 
@@ -266,18 +267,47 @@ enum DecoderJson {
     },
 }
 
+/// `model`: a struct with its `type` checked by hand rather than an
+/// internally tagged enum, which serde reads by first copying the whole
+/// object (the vocabulary: a string per token) into a buffer of its own.
 #[derive(Deserialize)]
-#[serde(tag = "type")]
-enum ModelJson {
-    WordPiece {
-        #[serde(default = "unk")]
-        unk_token: String,
-        #[serde(default = "hashes")]
-        continuing_subword_prefix: String,
-        #[serde(default = "hundred")]
-        max_input_chars_per_word: usize,
-        vocab: HashMap<String, u32>,
-    },
+struct ModelJson {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default = "unk")]
+    unk_token: String,
+    #[serde(default = "hashes")]
+    continuing_subword_prefix: String,
+    #[serde(default = "hundred")]
+    max_input_chars_per_word: usize,
+    vocab: VocabJson,
+}
+
+/// `model.vocab`: its entries in file order (a repeated token is an error
+/// later, as in vocab.txt, rather than a silent overwrite).
+struct VocabJson(Vec<(String, u32)>);
+
+impl<'de> Deserialize<'de> for VocabJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = VocabJson;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object mapping tokens to integer ids")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<VocabJson, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some(entry) = map.next_entry::<String, u32>()? {
+                    out.push(entry);
+                }
+                Ok(VocabJson(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Deserialize, Serialize)]
@@ -364,28 +394,41 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
         message,
     };
 
-    let ModelJson::WordPiece {
+    let ModelJson {
+        kind,
         unk_token,
         continuing_subword_prefix,
         max_input_chars_per_word,
-        vocab,
+        vocab: VocabJson(vocab),
     } = j.model;
+    let json_line = |tok: &str| line_of(&text, &serde_json::Value::String(tok.into()).to_string());
+    if kind != "WordPiece" {
+        return Err(parse_err(
+            &serde_json::Value::String(kind.clone()).to_string(),
+            format!("model type {kind:?} is not WordPiece"),
+        ));
+    }
     // The ids must be exactly 0..n.
     let n = vocab.len();
     let mut by_id: Vec<Option<String>> = vec![None; n];
     for (tok, id) in vocab {
-        let slot = by_id.get_mut(id as usize).ok_or_else(|| {
-            parse_err(
-                &format!("{}", serde_json::Value::String(tok.clone())),
-                format!("model.vocab: id {id} of {tok:?} is not below the vocabulary size {n}"),
-            )
-        })?;
-        if let Some(other) = slot.replace(tok.clone()) {
-            return Err(parse_err(
-                &format!("{}", serde_json::Value::String(tok.clone())),
-                format!("model.vocab: {tok:?} and {other:?} share id {id}"),
-            ));
+        let Some(slot) = by_id.get_mut(id as usize) else {
+            return Err(Error::Parse {
+                path: path.to_path_buf(),
+                line: json_line(&tok),
+                message: format!(
+                    "model.vocab: id {id} of {tok:?} is not below the vocabulary size {n}"
+                ),
+            });
+        };
+        if let Some(other) = slot {
+            return Err(Error::Parse {
+                path: path.to_path_buf(),
+                line: json_line(&tok),
+                message: format!("model.vocab: {tok:?} and {other:?} share id {id}"),
+            });
         }
+        *slot = Some(tok);
     }
     let vocab: Vec<String> = by_id.into_iter().map(|t| t.unwrap_or_default()).collect();
 
@@ -545,6 +588,7 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
             padding,
         },
         path,
+        &|_, tok| json_line(tok),
     )
 }
 

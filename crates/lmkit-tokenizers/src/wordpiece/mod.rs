@@ -19,7 +19,6 @@ mod trie;
 use std::path::Path;
 
 use rayon::prelude::*;
-use rustc_hash::FxHashMap;
 
 use crate::{Encoding, Error, Result};
 use normalizer::{BertNormalizer, NormalizerConfig, WordBuf};
@@ -117,13 +116,12 @@ pub(crate) struct DecoderConfig {
 pub struct WordPieceTokenizer {
     /// id -> token.
     vocab: Vec<String>,
-    /// token -> id, the whole vocabulary.
-    token_ids: FxHashMap<String, u32>,
     /// Longest-prefix lookup of whole-vocabulary tokens (a word's first piece)
     /// and of continuation pieces without their prefix (`##ing` as `ing`).
     initial: Trie,
     continuation: Trie,
-    /// Exact lookup of a whole word (the common case: one piece).
+    /// Exact lookup of a whole word (the common case: one piece), and of
+    /// any token by its text.
     words: WordMap,
     options: WordPieceOptions,
     normalizer: BertNormalizer,
@@ -191,6 +189,7 @@ impl WordPieceTokenizer {
                 padding: None,
             },
             Path::new("<vocabulary>"),
+            &|id, _| id + 1,
         )
     }
 
@@ -201,7 +200,13 @@ impl WordPieceTokenizer {
         io::save(self, dir.as_ref())
     }
 
-    pub(crate) fn from_parts(mut parts: Parts, path: &Path) -> Result<Self> {
+    /// `line_of(id, token)` is where the file being read has that token,
+    /// for errors.
+    pub(crate) fn from_parts(
+        mut parts: Parts,
+        path: &Path,
+        line_of: &dyn Fn(usize, &str) -> usize,
+    ) -> Result<Self> {
         let o = &parts.options;
         let missing = |what: &str, tok: &str| Error::Unsupported {
             path: path.to_path_buf(),
@@ -212,26 +217,29 @@ impl WordPieceTokenizer {
                 "continuing_subword_prefix must not be empty".into(),
             ));
         }
-        let mut token_ids = FxHashMap::default();
-        token_ids.reserve(parts.vocab.len());
+        // Every token by its bytes: the whole-word lookup, and `token_to_id`.
+        let mut words = WordMap::with_capacity(parts.vocab.len());
         for (id, tok) in parts.vocab.iter().enumerate() {
-            if token_ids.insert(tok.clone(), id as u32).is_some() {
+            if words.insert(tok.as_bytes(), id as u32).is_err() {
                 return Err(Error::Parse {
                     path: path.to_path_buf(),
-                    line: id + 1,
+                    line: line_of(id, tok),
                     message: format!("duplicate token {tok:?}"),
                 });
             }
         }
-        let initial = Trie::new(token_ids.iter().map(|(t, &id)| (t.as_str(), id)));
-        let words = WordMap::new(token_ids.iter().map(|(t, &id)| (t.as_str(), id)));
-        let prefix = o.continuing_subword_prefix.as_str();
-        let continuation = Trie::new(
-            token_ids
+        let entries = || {
+            parts
+                .vocab
                 .iter()
-                .filter_map(|(t, &id)| Some((t.strip_prefix(prefix)?, id))),
-        );
-        let lookup = |t: &str| token_ids.get(t).copied();
+                .enumerate()
+                .map(|(id, t)| (t.as_str(), id as u32))
+        };
+        let initial = Trie::new(entries());
+        let prefix = o.continuing_subword_prefix.as_str();
+        let continuation =
+            Trie::new(entries().filter_map(|(t, id)| Some((t.strip_prefix(prefix)?, id))));
+        let lookup = |t: &str| words.get(t.as_bytes());
         let unk_id = lookup(&o.unk_token).ok_or_else(|| missing("unknown", &o.unk_token))?;
         let cls_id = lookup(&o.cls_token).ok_or_else(|| missing("CLS", &o.cls_token))?;
         let sep_id = lookup(&o.sep_token).ok_or_else(|| missing("SEP", &o.sep_token))?;
@@ -312,7 +320,6 @@ impl WordPieceTokenizer {
         let normalizer = BertNormalizer::new(o.normalizer_config());
         Ok(Self {
             vocab: parts.vocab,
-            token_ids,
             initial,
             continuation,
             words,
@@ -353,7 +360,7 @@ impl WordPieceTokenizer {
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.token_ids.get(token).copied()
+        self.words.get(token.as_bytes())
     }
 
     pub fn unk_id(&self) -> u32 {
