@@ -179,9 +179,15 @@ impl BpeTokenizer {
             .iter()
             .map(|(c, _)| (c.as_str(), u32::MAX))
             .collect();
+        // Only entries of an added token's length are hashed.
+        let mut lens: Vec<usize> = hf.specials.iter().map(|(c, _)| c.len()).collect();
+        lens.sort_unstable();
+        lens.dedup();
         for (t, id) in vocab.iter() {
-            if let Some(slot) = ids.get_mut(t) {
-                *slot = id;
+            if lens.binary_search(&t.len()).is_ok() {
+                if let Some(slot) = ids.get_mut(t) {
+                    *slot = id;
+                }
             }
         }
         let mut extra = Vec::new();
