@@ -257,42 +257,28 @@ mod avx512 {
     }
 }
 
-/// Two-level lookup table over all code points: `blocks[index[c >> 8]][c & 255]`.
-struct ClassTrie {
-    index: Vec<u16>,
-    blocks: Vec<[u8; 256]>,
+/// Class of a code point (below 0x110000) from its page of 256, built
+/// the first time one of its characters is asked about: a text touches a
+/// few pages, and building the table of all 4352 at once was ~1 ms of
+/// every process's first encode.
+#[inline]
+fn class_of(c: u32) -> u8 {
+    static PAGES: [OnceLock<[u8; 256]>; 0x1100] = [const { OnceLock::new() }; 0x1100];
+    PAGES[(c >> 8) as usize].get_or_init(|| class_page(c >> 8))[(c & 255) as usize]
 }
 
-fn trie() -> &'static ClassTrie {
-    static TRIE: OnceLock<ClassTrie> = OnceLock::new();
-    TRIE.get_or_init(|| {
-        let mut flat = vec![3u8; 0x11_0000];
-        for (ranges, class) in [(WHITE_SPACE, 2u8), (NUMBER, 1), (LETTER, 0)] {
-            for &(lo, hi) in ranges {
-                flat[lo as usize..=hi as usize].fill(class);
-            }
+/// The classes of code points `page << 8 ..= page << 8 | 255`, from the
+/// ranges that overlap them (classes do not overlap: see the tests).
+fn class_page(page: u32) -> [u8; 256] {
+    let mut block = [3u8; 256];
+    let (lo, hi) = (page << 8, page << 8 | 255);
+    for (ranges, class) in [(WHITE_SPACE, 2u8), (NUMBER, 1), (LETTER, 0)] {
+        let first = ranges.partition_point(|&(_, end)| end < lo);
+        for &(a, b) in ranges[first..].iter().take_while(|&&(a, _)| a <= hi) {
+            block[(a.max(lo) - lo) as usize..=(b.min(hi) - lo) as usize].fill(class);
         }
-        let mut blocks: Vec<[u8; 256]> = Vec::new();
-        let mut seen = std::collections::HashMap::new();
-        let index = flat
-            .chunks_exact(256)
-            .map(|chunk| {
-                let block: [u8; 256] = chunk.try_into().expect("chunk of 256");
-                *seen.entry(block).or_insert_with(|| {
-                    blocks.push(block);
-                    (blocks.len() - 1) as u16
-                })
-            })
-            .collect();
-        ClassTrie { index, blocks }
-    })
-}
-
-impl ClassTrie {
-    #[inline]
-    fn class(&self, c: u32) -> u8 {
-        self.blocks[self.index[(c >> 8) as usize] as usize][(c & 255) as usize]
     }
+    block
 }
 
 /// The class of one character under the GPT-2 pattern.
@@ -301,7 +287,7 @@ pub fn char_class(c: char) -> CharClass {
     if c < 128 {
         CLASSES[BYTE_CLASS[c as usize] as usize]
     } else {
-        CLASSES[trie().class(c) as usize]
+        CLASSES[class_of(c) as usize]
     }
 }
 
@@ -367,7 +353,6 @@ pub fn split_gpt2_with(text: &[u8], fast: bool) -> Gpt2Pieces<'_> {
     Gpt2Pieces {
         text,
         pos: 0,
-        trie: trie(),
         fast,
         region: usize::MAX,
         starts: 0,
@@ -386,7 +371,6 @@ const _: () = assert!(BEHIND + REGION + 4 == 64);
 pub struct Gpt2Pieces<'a> {
     text: &'a [u8],
     pos: usize,
-    trie: &'static ClassTrie,
     fast: bool,
     /// Bit `k` of `starts`: a piece starts at `region + k` (`k < REGION`).
     region: usize,
@@ -414,7 +398,7 @@ impl Gpt2Pieces<'_> {
             return (c, 1);
         }
         match decode_multibyte(self.text, i) {
-            Some((cp, len)) => (self.trie.class(cp), len),
+            Some((cp, len)) => (class_of(cp), len),
             None => (3, 1),
         }
     }
