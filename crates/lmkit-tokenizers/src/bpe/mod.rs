@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
-pub(crate) use files::read_text;
+pub(crate) use files::{line_of_json_string, read_text};
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
 use model::{BpeModel, TokenIndex};

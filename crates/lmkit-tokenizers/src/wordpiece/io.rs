@@ -12,6 +12,7 @@ use super::{
     AddedToken, DecoderConfig, Padding, PaddingDirection, PaddingLength, Parts, Truncation,
     TruncationDirection, TruncationStrategy, WordPieceOptions, WordPieceTokenizer,
 };
+use crate::bpe::line_of_json_string;
 use crate::{Error, Result};
 
 fn read_text(path: &Path) -> Result<String> {
@@ -401,10 +402,16 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
         max_input_chars_per_word,
         vocab: VocabJson(vocab),
     } = j.model;
-    let json_line = |tok: &str| line_of(&text, &serde_json::Value::String(tok.into()).to_string());
+    // An error about a JSON string, at its first line (either spelling).
+    let json_line = |s: &str| line_of_json_string(&text, s);
+    let string_err = |s: &str, message: String| Error::Parse {
+        path: path.to_path_buf(),
+        line: json_line(s),
+        message,
+    };
     if kind != "WordPiece" {
-        return Err(parse_err(
-            &serde_json::Value::String(kind.clone()).to_string(),
+        return Err(string_err(
+            &kind,
             format!("model type {kind:?} is not WordPiece"),
         ));
     }
@@ -413,20 +420,16 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
     let mut by_id: Vec<Option<String>> = vec![None; n];
     for (tok, id) in vocab {
         let Some(slot) = by_id.get_mut(id as usize) else {
-            return Err(Error::Parse {
-                path: path.to_path_buf(),
-                line: json_line(&tok),
-                message: format!(
-                    "model.vocab: id {id} of {tok:?} is not below the vocabulary size {n}"
-                ),
-            });
+            return Err(string_err(
+                &tok,
+                format!("model.vocab: id {id} of {tok:?} is not below the vocabulary size {n}"),
+            ));
         };
         if let Some(other) = slot {
-            return Err(Error::Parse {
-                path: path.to_path_buf(),
-                line: json_line(&tok),
-                message: format!("model.vocab: {tok:?} and {other:?} share id {id}"),
-            });
+            return Err(string_err(
+                &tok,
+                format!("model.vocab: {tok:?} and {other:?} share id {id}"),
+            ));
         }
         *slot = Some(tok);
     }
