@@ -80,7 +80,11 @@ impl Tokenizer {
             merges: Option<serde::de::IgnoredAny>,
         }
         let path = path.as_ref();
-        let text = crate::bpe::read_text(path)?;
+        let key = BpeTokenizer::json_cache_key(path)?;
+        if let Some(t) = BpeTokenizer::from_cache(key) {
+            return Ok(t.into());
+        }
+        let text = crate::bpe::text_of(path, crate::bpe::read_bytes(path)?)?;
         let head: Head = serde_json::from_str(&text).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
             line: e.line(),
@@ -96,7 +100,7 @@ impl Tokenizer {
             .into()
         });
         match kind.as_str() {
-            "BPE" => Ok(BpeTokenizer::from_tokenizer_json(path)?.into()),
+            "BPE" => Ok(BpeTokenizer::from_json_text(path, text, key)?.into()),
             "WordPiece" => Ok(WordPieceTokenizer::from_tokenizer_json(path)?.into()),
             other => Err(Error::Unsupported {
                 path: path.to_path_buf(),

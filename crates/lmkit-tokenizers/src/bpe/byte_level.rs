@@ -116,7 +116,14 @@ pub fn spelled_to_bytes_into(spelled: &[u8], out: &mut Vec<u8>) -> bool {
 
 /// The alphabet spelling of `bytes` (as in vocab.json).
 pub fn bytes_to_token(bytes: &[u8]) -> String {
-    bytes.iter().map(|&b| BYTE_TO_CHAR[b as usize]).collect()
+    let mut out = String::with_capacity(bytes.len());
+    bytes_to_token_into(bytes, &mut out);
+    out
+}
+
+/// [`bytes_to_token`] appended to `out`.
+pub fn bytes_to_token_into(bytes: &[u8], out: &mut String) {
+    out.extend(bytes.iter().map(|&b| BYTE_TO_CHAR[b as usize]));
 }
 
 #[cfg(test)]

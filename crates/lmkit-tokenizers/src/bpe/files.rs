@@ -7,6 +7,7 @@ use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -14,11 +15,16 @@ use serde_json::Value;
 
 use crate::{Error, Result};
 
-pub(crate) fn read_text(path: &Path) -> Result<String> {
-    let bytes = fs::read(path).map_err(|source| Error::Io {
+pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    })
+}
+
+/// `bytes` (read from `path`) as text, or an error naming the first line
+/// that is not UTF-8.
+pub(crate) fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         parse_error(
@@ -238,9 +244,9 @@ impl<'de> Deserialize<'de> for OrderedVocab {
 /// Largest token id accepted (bounds the tables a malformed file can make us allocate).
 pub(crate) const MAX_ID: u32 = crate::MAX_VOCAB_SIZE as u32 - 1;
 
-/// Reads `vocab.json`: token (in GPT-2's byte alphabet) -> id, in file order.
-pub(crate) fn read_vocab_json(path: &Path) -> Result<(Entries, String)> {
-    let text = read_text(path)?;
+/// Parses `vocab.json` (`text`, read from `path`): token (in GPT-2's byte
+/// alphabet) -> id, in file order.
+pub(crate) fn parse_vocab_json(path: &Path, text: String) -> Result<(Entries, String)> {
     let vocab: OrderedVocab = serde_json::from_str(&text).map_err(|e| json_error(path, e))?;
     Ok((vocab.0, text))
 }
@@ -248,7 +254,7 @@ pub(crate) fn read_vocab_json(path: &Path) -> Result<(Entries, String)> {
 /// Merge rules `left right` in rank order, the tokens as byte ranges into
 /// one buffer (the bytes of `merges.txt` itself, or an arena for
 /// `tokenizer.json`): no allocation per merge. The tokens' bytes are the
-/// file's, not yet checked to be UTF-8 (see [`read_merges_txt`]).
+/// file's, not yet checked to be UTF-8 (see [`parse_merges_txt`]).
 #[derive(Default)]
 pub(crate) struct Merges {
     text: Vec<u8>,
@@ -305,20 +311,12 @@ impl Merges {
     }
 }
 
-/// Reads `merges.txt`: an optional `#version` header, then `left right` per
+/// Parses `merges.txt` (`text`, read from `path`): an optional `#version` header, then `left right` per
 /// line. The header line is checked to be UTF-8 here; the tokens are when
 /// they are spelled out in the byte alphabet
 /// ([`super::byte_level::spelled_to_bytes_into`] accepts only UTF-8), which
 /// saves a pass over the file (~0.8 ms of GPT-2's start-up: its text is
 /// mostly two-byte characters, std's validator's slow path).
-pub(crate) fn read_merges_txt(path: &Path) -> Result<Merges> {
-    let bytes = fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_merges_txt(path, bytes)
-}
-
 /// High bit of each byte of `w` that equals `c`, exactly (no carries
 /// between bytes).
 #[inline(always)]
@@ -329,7 +327,7 @@ fn bytes_equal(w: u64, c: u8) -> u64 {
 }
 
 /// The bytes of a `merges.txt` (`path` names it in errors).
-fn parse_merges_txt(path: &Path, text: Vec<u8>) -> Result<Merges> {
+pub(crate) fn parse_merges_txt(path: &Path, text: Vec<u8>) -> Result<Merges> {
     if text.len() > u32::MAX as usize {
         return Err(parse_error(path, 0, "file is larger than 4 GiB".into()));
     }
@@ -543,9 +541,9 @@ fn is_type(v: &Value, ty: &str) -> bool {
     v.get("type").and_then(Value::as_str) == Some(ty)
 }
 
-/// Reads an HF `tokenizer.json` whose model is BPE with ByteLevel pre-tokenization.
-pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
-    let text = read_text(path)?;
+/// Parses an HF `tokenizer.json` (`text`, read from `path`) whose model is
+/// BPE with ByteLevel pre-tokenization.
+pub(crate) fn parse_tokenizer_json(path: &Path, text: String) -> Result<HfBpe> {
     let json: HfJson = serde_json::from_str(&text).map_err(|e| json_error(path, e))?;
     let unsupported = |message: String| Error::Unsupported {
         path: path.to_path_buf(),
@@ -646,8 +644,12 @@ pub(crate) fn read_tokenizer_json(path: &Path) -> Result<HfBpe> {
 }
 
 /// Writes `contents` to `path` atomically: a temporary file in the same
-/// folder, fsync, then rename, so readers never see a half-written file.
-pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+/// folder (named for this process and call, so concurrent writers never
+/// share one), then rename, so readers never see a half-written file. With
+/// `durable` the file is synced before the rename (a save); without (a
+/// cache entry, which is checked when read) it is not.
+pub(crate) fn write_atomic(path: &Path, contents: &[u8], durable: bool) -> Result<()> {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -656,11 +658,15 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let tmp: PathBuf =
+        path.with_file_name(format!(".{file_name}.tmp-{}-{call}", std::process::id()));
     let result = (|| {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(contents)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

@@ -12,6 +12,7 @@
 
 pub mod byte_level;
 mod cache;
+mod compiled;
 mod files;
 mod hash;
 mod model;
@@ -22,7 +23,8 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
-pub(crate) use files::{line_of_json_string, read_text};
+pub use compiled::cache_dir;
+pub(crate) use files::{line_of_json_string, read_bytes, text_of, write_atomic};
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
 use model::{BpeModel, TokenIndex};
@@ -42,8 +44,10 @@ enum Kind {
 pub struct BpeTokenizer {
     model: BpeModel,
     /// Spelling of each id: the byte alphabet for ordinary tokens (as in
-    /// vocab.json), the literal content for special tokens.
-    spellings: Spellings,
+    /// vocab.json), the literal content for special tokens. Loading from
+    /// text has them; a compiled tokenizer spells them out on first use
+    /// (encoding and decoding never need them).
+    spellings: OnceLock<Spellings>,
     kinds: Vec<Kind>,
     merges: Vec<(u32, u32)>,
     /// Special tokens, longest content first (longest match wins).
@@ -91,6 +95,11 @@ impl Spellings {
             }
             (text, starts)
         };
+        Self::from_parts(text, starts, kinds)
+    }
+
+    /// Spelling of id `i` is `text[starts[i]..starts[i + 1]]`.
+    fn from_parts(text: String, starts: Vec<u32>, kinds: &[Kind]) -> Self {
         let present = kinds.contains(&Kind::Hole).then(|| {
             (0..kinds.len() as u32)
                 .filter(|&id| kinds[id as usize] != Kind::Hole)
@@ -129,6 +138,21 @@ impl Spellings {
     }
 }
 
+/// A vocabulary and its merges, checked: ids below `kinds.len()`, the
+/// ordinary tokens' bytes distinct (indexed by `index`) with every single
+/// byte among them, merge `rank` joins `merges[rank]` into `merged[rank]`
+/// (whose bytes are theirs concatenated), and each special id's text.
+struct Tables {
+    /// Bytes of token `id` are `bytes[starts[id]..starts[id + 1]]`.
+    bytes: Vec<u8>,
+    starts: Vec<u32>,
+    kinds: Vec<Kind>,
+    index: TokenIndex,
+    merges: Vec<(u32, u32)>,
+    merged: Vec<u32>,
+    specials: Vec<(Vec<u8>, u32)>,
+}
+
 /// Where the vocabulary and merges came from, for error messages.
 struct Source<'a> {
     vocab_path: &'a Path,
@@ -138,11 +162,20 @@ struct Source<'a> {
 
 impl BpeTokenizer {
     /// Loads GPT-2's `vocab.json` + `merges.txt`. `<|endoftext|>`, if in the
-    /// vocabulary, is the special token.
+    /// vocabulary, is the special token. Large vocabularies are cached
+    /// compiled (see [`cache_dir`]): loading the same files again takes a
+    /// fraction of the time.
     pub fn from_files(vocab: impl AsRef<Path>, merges: impl AsRef<Path>) -> Result<Self> {
         let (vocab_path, merges_path) = (vocab.as_ref(), merges.as_ref());
-        let (entries, text) = files::read_vocab_json(vocab_path)?;
-        let merge_lines = files::read_merges_txt(merges_path)?;
+        let key = compiled::key_of_files(b"vocab.json+merges.txt", &[vocab_path, merges_path])?;
+        if let Some(t) = Self::from_cache(key) {
+            return Ok(t);
+        }
+        let vocab_bytes = files::read_bytes(vocab_path)?;
+        let merges_bytes = files::read_bytes(merges_path)?;
+        let text = files::text_of(vocab_path, vocab_bytes)?;
+        let (entries, text) = files::parse_vocab_json(vocab_path, text)?;
+        let merge_lines = files::parse_merges_txt(merges_path, merges_bytes)?;
         let specials: Vec<(String, u32)> = entries
             .iter()
             .filter(|&(t, _)| t == ENDOFTEXT)
@@ -153,7 +186,11 @@ impl BpeTokenizer {
             vocab_text: &text,
             merges_path,
         };
-        Self::build(&source, entries, &merge_lines, specials)
+        let t = Self::build(&source, entries, &merge_lines, specials)?;
+        if let Some(key) = key {
+            compiled::store(key, &t);
+        }
+        Ok(t)
     }
 
     /// Loads a directory holding `vocab.json` + `merges.txt` or `tokenizer.json`.
@@ -167,10 +204,32 @@ impl BpeTokenizer {
     }
 
     /// Loads an HF `tokenizer.json` of model type BPE with ByteLevel
-    /// pre-tokenization (GPT-2's, or one written by [`Self::save`]).
+    /// pre-tokenization (GPT-2's, or one written by [`Self::save`]). Cached
+    /// like [`Self::from_files`].
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let hf = files::read_tokenizer_json(path)?;
+        let key = Self::json_cache_key(path)?;
+        if let Some(t) = Self::from_cache(key) {
+            return Ok(t);
+        }
+        let text = files::text_of(path, files::read_bytes(path)?)?;
+        Self::from_json_text(path, text, key)
+    }
+
+    /// The cache key of the `tokenizer.json` at `path`, if it is cached.
+    pub(crate) fn json_cache_key(path: &Path) -> Result<Option<u128>> {
+        compiled::key_of_files(b"tokenizer.json", &[path])
+    }
+
+    /// The cached tokenizer under `key`, if there is a sound one.
+    pub(crate) fn from_cache(key: Option<u128>) -> Option<Self> {
+        key.and_then(compiled::load)
+    }
+
+    /// Parses a `tokenizer.json` (`text`, read from `path`) and caches the
+    /// result under `key`.
+    pub(crate) fn from_json_text(path: &Path, text: String, key: Option<u128>) -> Result<Self> {
+        let hf = files::parse_tokenizer_json(path, text)?;
         let mut vocab = hf.vocab;
         // The vocabulary's ids of the added tokens' contents (the last
         // entry's, if one is there twice: `build` refuses that).
@@ -215,7 +274,32 @@ impl BpeTokenizer {
             vocab_text: &hf.text,
             merges_path: path,
         };
-        Self::build(&source, vocab, &hf.merges, hf.specials)
+        let t = Self::build(&source, vocab, &hf.merges, hf.specials)?;
+        if let Some(key) = key {
+            compiled::store(key, &t);
+        }
+        Ok(t)
+    }
+
+    /// Writes the tokenizer in lmkit's compiled form to `path`, atomically:
+    /// one file that [`Self::from_compiled`] loads in a fraction of the time
+    /// the text files take (the form the cache keeps; its layout is in
+    /// `bpe/compiled.rs`).
+    pub fn save_compiled(&self, path: impl AsRef<Path>) -> Result<()> {
+        files::write_atomic(path.as_ref(), &compiled::to_bytes(self, 0), true)
+    }
+
+    /// Loads a tokenizer written by [`Self::save_compiled`], checked as
+    /// strictly as the text files: a damaged or crafted file is an error.
+    pub fn from_compiled(path: impl AsRef<Path>) -> Result<Self> {
+        let (tables, _) = compiled::from_file(path.as_ref())?;
+        Ok(Self::assemble(tables, None))
+    }
+
+    /// [`Self::from_compiled`] from bytes in memory (e.g. `include_bytes!`).
+    pub fn from_compiled_bytes(data: &[u8]) -> Result<Self> {
+        let (tables, _) = compiled::from_bytes(Path::new("<compiled tokenizer>"), data)?;
+        Ok(Self::assemble(tables, None))
     }
 
     /// Checks and indexes the vocabulary and merges: linear, one table of
@@ -402,27 +486,46 @@ impl BpeTokenizer {
             merges.push((l, r));
             merged_ids.push(merged);
         }
-        let model = BpeModel::new(bytes, starts, index, &merges, &merged_ids);
-        let mut specials: Vec<(Vec<u8>, u32)> = specials
+        let specials = specials
             .into_iter()
             .map(|(c, id)| (c.into_bytes(), id))
             .collect();
+        let tables = Tables {
+            bytes,
+            starts,
+            kinds,
+            index,
+            merges,
+            merged: merged_ids,
+            specials,
+        };
+        Ok(Self::assemble(tables, Some(spellings)))
+    }
+
+    /// The tokenizer of checked tables (see [`Tables`]).
+    fn assemble(t: Tables, spellings: Option<Spellings>) -> Self {
+        let model = BpeModel::new(t.bytes, t.starts, t.index, &t.merges, &t.merged);
+        let mut specials = t.specials;
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         specials.retain(|(c, _)| !c.is_empty());
         let mut special_first_byte = [false; 256];
         for (c, _) in &specials {
             special_first_byte[c[0] as usize] = true;
         }
-        Ok(BpeTokenizer {
+        let cell = OnceLock::new();
+        if let Some(s) = spellings {
+            let _ = cell.set(s);
+        }
+        BpeTokenizer {
             model,
-            spellings,
-            kinds,
-            merges,
+            spellings: cell,
+            kinds: t.kinds,
+            merges: t.merges,
             specials,
             special_first_byte,
             owner: cache::new_owner(),
             word_cache: true,
-        })
+        }
     }
 
     /// Builds a tokenizer from ordinary tokens given by their bytes (index =
@@ -473,15 +576,15 @@ impl BpeTokenizer {
         })?;
         let entries: Vec<(String, u32)> = (0..self.vocab_size() as u32)
             .filter(|&id| self.kinds[id as usize] != Kind::Hole)
-            .map(|id| (self.spellings.get(id).to_string(), id))
+            .map(|id| (self.spellings().get(id).to_string(), id))
             .collect();
         let merges: Vec<(String, String)> = self
             .merges
             .iter()
             .map(|&(l, r)| {
                 (
-                    self.spellings.get(l).to_string(),
-                    self.spellings.get(r).to_string(),
+                    self.spellings().get(l).to_string(),
+                    self.spellings().get(r).to_string(),
                 )
             })
             .collect();
@@ -494,14 +597,17 @@ impl BpeTokenizer {
         files::write_atomic(
             &dir.join("vocab.json"),
             files::vocab_json(&entries).as_bytes(),
+            true,
         )?;
         files::write_atomic(
             &dir.join("merges.txt"),
             files::merges_txt(&merges).as_bytes(),
+            true,
         )?;
         files::write_atomic(
             &dir.join("tokenizer.json"),
             files::tokenizer_json(&entries, &merges, &specials).as_bytes(),
+            true,
         )
     }
 
@@ -747,7 +853,7 @@ impl BpeTokenizer {
 
     fn token_len(&self, id: u32) -> usize {
         match self.kinds[id as usize] {
-            Kind::Special => self.spellings.get(id).len(),
+            Kind::Special => self.special_content(id).len(),
             _ => self.model.token_bytes(id).len(),
         }
     }
@@ -758,7 +864,7 @@ impl BpeTokenizer {
         for &id in ids {
             match self.kinds.get(id as usize) {
                 Some(Kind::Ordinary) => out.extend_from_slice(self.model.token_bytes(id)),
-                Some(Kind::Special) => out.extend_from_slice(self.spellings.get(id).as_bytes()),
+                Some(Kind::Special) => out.extend_from_slice(self.special_content(id)),
                 _ => {
                     return Err(Error::IdOutOfRange {
                         id,
@@ -774,7 +880,7 @@ impl BpeTokenizer {
     pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
         match self.kinds.get(id as usize)? {
             Kind::Ordinary => Some(self.model.token_bytes(id)),
-            Kind::Special => Some(self.spellings.get(id).as_bytes()),
+            Kind::Special => Some(self.special_content(id)),
             Kind::Hole => None,
         }
     }
@@ -783,18 +889,50 @@ impl BpeTokenizer {
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
         match self.kinds.get(id as usize)? {
             Kind::Hole => None,
-            _ => Some(self.spellings.get(id)),
+            _ => Some(self.spellings().get(id)),
         }
     }
 
     /// Id of a token spelled as in vocab.json, or of a special token's text.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.spellings.id_of(token)
+        self.spellings().id_of(token)
     }
 
     /// One more than the largest id.
     pub fn vocab_size(&self) -> usize {
-        self.spellings.len()
+        self.kinds.len()
+    }
+
+    /// The text of special token `id` (empty if it has none).
+    pub(crate) fn special_content(&self, id: u32) -> &[u8] {
+        self.specials
+            .iter()
+            .find(|&&(_, i)| i == id)
+            .map_or(&[], |(c, _)| c.as_slice())
+    }
+
+    /// Every id's spelling, spelled out from the tokens' bytes on first use
+    /// when the tokenizer was loaded compiled.
+    fn spellings(&self) -> &Spellings {
+        self.spellings.get_or_init(|| {
+            let mut text = String::new();
+            let mut starts = Vec::with_capacity(self.kinds.len() + 1);
+            starts.push(0);
+            for (id, kind) in self.kinds.iter().enumerate() {
+                match kind {
+                    Kind::Ordinary => byte_level::bytes_to_token_into(
+                        self.model.token_bytes(id as u32),
+                        &mut text,
+                    ),
+                    Kind::Special => text.push_str(
+                        std::str::from_utf8(self.special_content(id as u32)).unwrap_or_default(),
+                    ),
+                    Kind::Hole => {}
+                }
+                starts.push(text.len() as u32);
+            }
+            Spellings::from_parts(text, starts, &self.kinds)
+        })
     }
 
     /// Special tokens: (text, id).

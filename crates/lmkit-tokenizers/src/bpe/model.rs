@@ -88,21 +88,27 @@ impl BpeModel {
         debug_assert_eq!(merges.len(), merged.len());
         let len = |id: usize| (starts[id + 1] - starts[id]) as usize;
         let ids = starts.len() - 1;
-        let mut merge_map = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
+        let mut merge_map: FastMap<u64, u64> =
+            FastMap::with_capacity_and_hasher(merges.len(), Default::default());
+        // Single-byte tokens by id: a table that stays in cache, where
+        // reading `starts` for both tokens of every merge would miss.
+        let mut byte_of = vec![NO_BYTE; ids];
+        for (b, &id) in index.byte_ids.iter().enumerate() {
+            if let Some(slot) = byte_of.get_mut(id as usize) {
+                *slot = b as u16;
+            }
+        }
         let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
         for (rank, (&(l, r), &m)) in merges.iter().zip(merged).enumerate() {
             let value = ((rank as u64) << 32) | m as u64;
             // A repeated pair keeps its first (lowest) rank, as in HF.
             merge_map.entry(pair_key(l, r)).or_insert(value);
-            // Two single-byte tokens: spellings are unique, so each is its
-            // byte's token in `byte_ids`.
-            let (l, r) = (l as usize, r as usize);
-            if len(l) == 1 && len(r) == 1 {
-                let (a, b) = (bytes[starts[l] as usize], bytes[starts[r] as usize]);
-                let slot = &mut byte_pairs[(a as usize) << 8 | b as usize];
-                if *slot == NO_MERGE {
-                    *slot = value;
-                }
+            let (a, b) = (byte_of[l as usize], byte_of[r as usize]);
+            if a != NO_BYTE
+                && b != NO_BYTE
+                && byte_pairs[(a as usize) << 8 | b as usize] == NO_MERGE
+            {
+                byte_pairs[(a as usize) << 8 | b as usize] = value;
             }
         }
         debug_assert!(
@@ -118,6 +124,17 @@ impl BpeModel {
             byte_pairs,
             whole_state: WholeState((0..ids).map(|_| AtomicU8::new(WHOLE_UNKNOWN)).collect()),
         }
+    }
+
+    /// Every token's bytes and where each id's start (`bytes`, `starts`
+    /// as given to [`Self::new`]).
+    pub(crate) fn tables(&self) -> (&[u8], &[u32]) {
+        (&self.bytes, &self.starts)
+    }
+
+    /// The id the merge of `l` and `r` makes, if they have one.
+    pub(crate) fn merged_id(&self, l: u32, r: u32) -> Option<u32> {
+        self.merges.get(&pair_key(l, r)).map(|&v| v as u32)
     }
 
     #[inline]
@@ -308,7 +325,7 @@ impl BpeModel {
 
 /// Longest key of [`ShortMap`]: 99% of GPT-2's multi-byte tokens; a key of
 /// up to 12 bytes makes a 16-byte slot.
-const SHORT: usize = 12;
+pub(crate) const SHORT: usize = 12;
 
 /// No token for this byte (in [`TokenIndex`]'s table of single bytes).
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
@@ -362,6 +379,95 @@ impl TokenIndex {
         prior.map_or(Ok(()), Err)
     }
 
+    /// The table of tokens of 2..=[`SHORT`] bytes as stored by the compiled
+    /// form: `bits` (log2 of its slots), then 16 bytes per slot (key bytes
+    /// 0..8 and 8..12, `len << 24 | id`, little-endian; zero when empty).
+    pub(crate) fn short_table(&self) -> (u32, Vec<u8>) {
+        let slots = &self.short.slots;
+        let mut out = Vec::with_capacity(16 * slots.len());
+        for s in slots {
+            out.extend_from_slice(&s.lo.to_le_bytes());
+            out.extend_from_slice(&s.hi.to_le_bytes());
+            out.extend_from_slice(&s.meta.to_le_bytes());
+        }
+        (slots.len().trailing_zeros(), out)
+    }
+
+    /// An index whose short tokens are the stored `table` (see
+    /// [`Self::short_table`]), checked to be exactly the table of the
+    /// tokens `bytes[starts[id]..starts[id + 1]]` of 2..=[`SHORT`] bytes
+    /// (offsets already checked; ids that are not ordinary tokens have
+    /// none): each such token found by a lookup under its own id, no other
+    /// slot full, empty slots zero, at most half the slots full. The other
+    /// tokens (one byte, or more than [`SHORT`]) are added with
+    /// [`Self::insert`]. `Err` says what is wrong.
+    ///
+    /// The table arrives in one sequential copy and the lookups are
+    /// independent of each other, so their cache misses overlap, where
+    /// inserting token by token waits on each in turn.
+    pub(crate) fn with_short_table(
+        table: ShortTable,
+        bytes: &[u8],
+        starts: &[u32],
+    ) -> Result<Self, String> {
+        let ShortTable { slots, bits } = table;
+        if slots.len() != 1 << bits {
+            return Err(format!(
+                "a token table of 2^{bits} slots has {}",
+                slots.len()
+            ));
+        }
+        let size = starts.len() - 1;
+        let mut short = ShortMap {
+            slots,
+            shift: 64 - bits,
+            len: 0,
+        };
+        for (i, s) in short.slots.iter().enumerate() {
+            if s.meta == 0 && (s.lo != 0 || s.hi != 0) {
+                return Err(format!("empty slot {i} of the token table holds a key"));
+            }
+        }
+        short.len = short.slots.iter().filter(|s| s.meta != 0).count();
+        if short.len * 2 > short.slots.len() {
+            return Err("the token table is more than half full".into());
+        }
+        // Every short token is found under its own id: that many distinct
+        // slots; with no more slots full, the table is exactly theirs. The
+        // lookups are independent, so their misses overlap.
+        let found = |id: usize| {
+            let t = &bytes[starts[id] as usize..starts[id + 1] as usize];
+            short.get(&Piece::new(t)) == Some(id as u32)
+        };
+        let mut n_short = 0;
+        let mut all_found = true;
+        for id in 0..size {
+            if (2..=SHORT).contains(&((starts[id + 1] - starts[id]) as usize)) {
+                n_short += 1;
+                all_found &= found(id);
+            }
+        }
+        if !all_found {
+            let id = (0..size)
+                .find(|&id| {
+                    (2..=SHORT).contains(&((starts[id + 1] - starts[id]) as usize)) && !found(id)
+                })
+                .expect("a token not found");
+            return Err(format!("token {id} is not in the token table under its id"));
+        }
+        if n_short != short.len {
+            return Err(format!(
+                "the token table holds {} tokens for {n_short} short tokens",
+                short.len
+            ));
+        }
+        Ok(TokenIndex {
+            byte_ids: [NO_TOKEN; 256],
+            short,
+            whole: FastMap::default(),
+        })
+    }
+
     /// The token spelled `bytes`.
     pub(crate) fn get(&self, bytes: &[u8]) -> Option<u32> {
         match bytes {
@@ -370,6 +476,33 @@ impl TokenIndex {
             _ if bytes.len() <= SHORT => self.short.get(&Piece::new(bytes)),
             _ => self.whole.get(bytes).copied(),
         }
+    }
+}
+
+/// A stored table of short tokens being read (see
+/// [`TokenIndex::short_table`]), checked by [`TokenIndex::with_short_table`].
+pub(crate) struct ShortTable {
+    slots: Vec<ShortSlot>,
+    bits: u32,
+}
+
+impl ShortTable {
+    /// Room for `2^bits` slots (`bits` ≤ 27: 2 GiB).
+    pub(crate) fn with_capacity(bits: u32) -> Self {
+        debug_assert!(bits <= 27);
+        ShortTable {
+            slots: Vec::with_capacity(1 << bits),
+            bits,
+        }
+    }
+
+    /// Appends the slots stored in `b` (a whole number of 16-byte slots).
+    pub(crate) fn extend_from_le(&mut self, b: &[u8]) {
+        self.slots.extend(b.chunks_exact(16).map(|b| ShortSlot {
+            lo: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            hi: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            meta: u32::from_le_bytes(b[12..].try_into().expect("4 bytes")),
+        }));
     }
 }
 
@@ -542,6 +675,9 @@ impl ShortMap {
         (s.meta != 0).then_some(s.meta & 0x00FF_FFFF)
     }
 }
+
+/// No single byte (in `BpeModel::new`'s table of bytes by id).
+const NO_BYTE: u16 = u16::MAX;
 
 #[inline(always)]
 fn pair_key(l: u32, r: u32) -> u64 {

@@ -2,8 +2,7 @@
 //! `tokenizer_config.json`, `special_tokens_map.json` and `tokenizer.json`.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +11,7 @@ use super::{
     AddedToken, DecoderConfig, Padding, PaddingDirection, PaddingLength, Parts, Truncation,
     TruncationDirection, TruncationStrategy, WordPieceOptions, WordPieceTokenizer,
 };
-use crate::bpe::line_of_json_string;
+use crate::bpe::{line_of_json_string, write_atomic};
 use crate::{Error, Result};
 
 fn read_text(path: &Path) -> Result<String> {
@@ -597,30 +596,6 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
 
 // ---- saving ----------------------------------------------------------------
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder,
-/// fsync, rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io_err = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| Error::Io { path: p, source }
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp: PathBuf = path.with_file_name(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(bytes).map_err(io_err(&tmp))?;
-        f.sync_all().map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io_err(path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// The vocabulary as a JSON object in id order.
 struct OrderedVocab<'a>(&'a [String]);
 
@@ -675,7 +650,7 @@ pub(crate) fn save(t: &WordPieceTokenizer, dir: &Path) -> Result<()> {
         vocab_txt.push_str(tok);
         vocab_txt.push('\n');
     }
-    write_atomic(&dir.join("vocab.txt"), vocab_txt.as_bytes())?;
+    write_atomic(&dir.join("vocab.txt"), vocab_txt.as_bytes(), true)?;
 
     let to_json =
         |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
@@ -702,10 +677,12 @@ pub(crate) fn save(t: &WordPieceTokenizer, dir: &Path) -> Result<()> {
     write_atomic(
         &dir.join("tokenizer_config.json"),
         to_json(&config).as_bytes(),
+        true,
     )?;
     write_atomic(
         &dir.join("special_tokens_map.json"),
         to_json(&specials).as_bytes(),
+        true,
     )?;
 
     let piece_json = |p: &Piece| match p {
@@ -805,5 +782,5 @@ pub(crate) fn save(t: &WordPieceTokenizer, dir: &Path) -> Result<()> {
     };
     let json = serde_json::to_string_pretty(&out)
         .map_err(|e| Error::InvalidInput(format!("cannot serialise tokenizer.json: {e}")))?;
-    write_atomic(&dir.join("tokenizer.json"), (json + "\n").as_bytes())
+    write_atomic(&dir.join("tokenizer.json"), (json + "\n").as_bytes(), true)
 }
