@@ -6,9 +6,10 @@
 
 mod bpe_common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bpe_common::{adversarial, assets, corpus_docs};
+use lmkit_tokenizers::bpe::byte_level;
 use lmkit_tokenizers::BpeTokenizer;
 
 /// Turns the cache off (every test here calls it first; all set the same).
@@ -21,6 +22,20 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A vocab.json of the 256 bytes at ids `first..`, then `extra`, and a merges.txt.
+fn write_tokenizer(dir: &Path, first: u32, extra: &[(&str, u32)], merges: &str) {
+    let vocab: std::collections::BTreeMap<String, u32> = (0..=255u8)
+        .map(|b| (byte_level::bytes_to_token(&[b]), first + b as u32))
+        .chain(extra.iter().map(|&(t, id)| (t.to_string(), id)))
+        .collect();
+    std::fs::write(
+        dir.join("vocab.json"),
+        serde_json::to_string(&vocab).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("merges.txt"), merges).unwrap();
 }
 
 /// `a` and `b` are the same tokenizer: ids of every text (with and without
@@ -80,23 +95,7 @@ fn compiled_gpt2_is_the_same_tokenizer() {
     );
     // The fuzz target's seed: a small tokenizer in the current format.
     let tiny = scratch("tiny");
-    std::fs::write(
-        tiny.join("vocab.json"),
-        serde_json::to_string(
-            &(0..=255u8)
-                .map(|b| {
-                    (
-                        lmkit_tokenizers::bpe::byte_level::bytes_to_token(&[b]),
-                        b as u32,
-                    )
-                })
-                .chain([("ab".to_string(), 256), ("<|endoftext|>".to_string(), 257)])
-                .collect::<std::collections::BTreeMap<_, _>>(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    std::fs::write(tiny.join("merges.txt"), "a b\n").unwrap();
+    write_tokenizer(&tiny, 0, &[("ab", 256), ("<|endoftext|>", 257)], "a b\n");
     let t = BpeTokenizer::from_dir(&tiny).unwrap();
     let seed = assets().join("../fuzz/corpus/bpe_parse_compiled/tiny.lmbpe");
     let mut written = tiny.join("tiny.lmbpe");
@@ -120,23 +119,7 @@ fn compiled_gpt2_is_the_same_tokenizer() {
 fn holes_and_added_tokens_survive_compiling() {
     uncached();
     let dir = scratch("holes");
-    std::fs::write(
-        dir.join("vocab.json"),
-        serde_json::to_string(
-            &(0..=255u8)
-                .map(|b| {
-                    (
-                        lmkit_tokenizers::bpe::byte_level::bytes_to_token(&[b]),
-                        b as u32 + 3,
-                    )
-                })
-                .chain([("ab".to_string(), 300), ("abc".to_string(), 261)])
-                .collect::<std::collections::BTreeMap<_, _>>(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    std::fs::write(dir.join("merges.txt"), "a b\nab c\n").unwrap();
+    write_tokenizer(&dir, 3, &[("ab", 300), ("abc", 261)], "a b\nab c\n");
     let mut t = BpeTokenizer::from_dir(&dir).unwrap();
     t.save(&dir).unwrap();
     // Add two special tokens to its tokenizer.json, one past the end.
