@@ -1,15 +1,23 @@
 //! The compiled-tokenizer reader never panics on arbitrary input, and
 //! whatever loads is a working tokenizer: it round-trips any text, and its
-//! tokens map back to their ids.
+//! tokens map back to their ids. Each input is also tried with its checksum
+//! made right, so mutations reach the checks behind it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lmkit_tokenizers::BpeTokenizer;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(tok) = BpeTokenizer::from_compiled_bytes(data) else {
-        return;
-    };
+    let mut sealed = data.to_vec();
+    lmkit_tokenizers::bpe::reseal_compiled(&mut sealed);
+    for input in [data, &sealed] {
+        if let Ok(tok) = BpeTokenizer::from_compiled_bytes(input) {
+            check(&tok);
+        }
+    }
+});
+
+fn check(tok: &BpeTokenizer) {
     let sample = b"Hello world, it's 2024! \xff\xfe <|endoftext|> abcabc";
     for special in [false, true] {
         let ids = tok.encode_ids(sample, special);
@@ -20,4 +28,4 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(tok.token_to_id(t), Some(id), "{t:?}");
         }
     }
-});
+}

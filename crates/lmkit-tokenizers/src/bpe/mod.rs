@@ -24,6 +24,8 @@ use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
 pub use compiled::cache_dir;
+#[doc(hidden)]
+pub use compiled::reseal as reseal_compiled;
 pub(crate) use files::{line_of_json_string, read_bytes, text_of, write_atomic};
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
