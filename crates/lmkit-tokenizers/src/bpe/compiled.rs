@@ -9,8 +9,9 @@
 //! text files: each token's bytes distinct, all 256 bytes present, every
 //! merge's result the bytes of its two tokens, the table exactly that of
 //! the tokens, so a corrupt or crafted file is an error, never a different
-//! tokenizer. The table is checked in one pass in its own order, where
-//! building it token by token costs a cache miss per token.
+//! tokenizer. The table is checked by lookups that do not depend on each
+//! other, so their cache misses overlap, where building it token by token
+//! waits on each miss in turn.
 //!
 //! Layout (integers little-endian):
 //!
