@@ -311,12 +311,6 @@ impl Merges {
     }
 }
 
-/// Parses `merges.txt` (`text`, read from `path`): an optional `#version` header, then `left right` per
-/// line. The header line is checked to be UTF-8 here; the tokens are when
-/// they are spelled out in the byte alphabet
-/// ([`super::byte_level::spelled_to_bytes_into`] accepts only UTF-8), which
-/// saves a pass over the file (~0.8 ms of GPT-2's start-up: its text is
-/// mostly two-byte characters, std's validator's slow path).
 /// High bit of each byte of `w` that equals `c`, exactly (no carries
 /// between bytes).
 #[inline(always)]
@@ -326,7 +320,13 @@ fn bytes_equal(w: u64, c: u8) -> u64 {
     !(((x & LOW7) + LOW7) | x | LOW7)
 }
 
-/// The bytes of a `merges.txt` (`path` names it in errors).
+/// Parses the bytes of a `merges.txt` (`path` names it in errors): an
+/// optional `#version` header, then `left right` per line. The header line
+/// is checked to be UTF-8 here; the tokens are when they are spelled out in
+/// the byte alphabet ([`super::byte_level::spelled_to_bytes_into`] accepts
+/// only UTF-8), which saves a pass over the file (~0.8 ms of GPT-2's
+/// start-up: its text is mostly two-byte characters, std's validator's
+/// slow path).
 pub(crate) fn parse_merges_txt(path: &Path, text: Vec<u8>) -> Result<Merges> {
     if text.len() > u32::MAX as usize {
         return Err(parse_error(path, 0, "file is larger than 4 GiB".into()));
