@@ -22,7 +22,7 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["util", "kernels", "spec", "checkpoint", "data", "models", "train", "eval", "recipes"]
+LAYERS = ["util", "kernels", "spec", "checkpoint", "data", "models", "train", "eval", "tasks", "recipes"]
 # Top-level files that belong to a layer.
 FILE_LAYER = {"error": "util"}
 

@@ -178,7 +178,7 @@ fn qa_scores_and_overlap() {
     assert_eq!(answers, want);
     assert_eq!(e["count"], 4);
     let coqa = p("tests/data/qa/coqa_tiny.jsonl");
-    let e = eval("qa", &coqa, &["--max-new-tokens", "16"]);
+    let e = eval("zero-shot-qa", &coqa, &["--max-new-tokens", "16"]);
     assert_eq!(e["count"], 6);
     // --overlap: the first story is in the "training text".
     let train = dir.join("train.txt");

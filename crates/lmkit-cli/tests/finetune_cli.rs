@@ -309,7 +309,7 @@ fn finetune_qa_then_eval_squad_and_qa() {
     ]);
     let e: serde_json::Value = serde_json::from_str(e.trim()).unwrap();
     assert_eq!(e["f1"].as_f64().unwrap(), f1);
-    assert_eq!(e["count"], 32);
+    assert_eq!(e["examples"], 32);
     let ctx = dir.join("ctx.txt");
     std::fs::write(&ctx, "it was a long day . the king saw a tree .").unwrap();
     let a = ok(&[

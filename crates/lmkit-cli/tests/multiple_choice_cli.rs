@@ -124,7 +124,7 @@ fn finetune_and_eval(dir: &Path, model: &str, arch: &str, extra: &[&str]) -> Pat
     )
     .unwrap();
     assert_eq!(got["task"], "multiple-choice");
-    assert_eq!(got["count"], 5);
+    assert_eq!(got["examples"], 5);
     assert!(
         (got["accuracy"].as_f64().unwrap() - acc).abs() < 1e-12,
         "{got} vs {row}"
@@ -184,7 +184,7 @@ fn bert_multiple_choice_finetune_then_eval() {
         .trim(),
     )
     .unwrap();
-    assert_eq!(got["count"], 1, "{got}");
+    assert_eq!(got["examples"], 1, "{got}");
     // A model without the head is named as such.
     let err = fails(&[
         "eval",

@@ -116,7 +116,7 @@ fn finetune_regression_then_eval_and_classify() {
     ]))
     .unwrap();
     assert_eq!(ev["task"], "regression");
-    assert_eq!(ev["count"], 6);
+    assert_eq!(ev["examples"], 6);
     for (k, e) in [
         ("loss", "eval_loss"),
         ("pearson", "eval_pearson"),

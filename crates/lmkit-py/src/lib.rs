@@ -1,7 +1,7 @@
 //! `lmkit` for Python: a thin shell over the library, as the CLI is. Each
 //! class or function calls the library entry point the CLI calls for the
 //! same thing (`lmkit::models::load`, the pipelines, `recipes::pretrain`,
-//! `recipes::finetune::finetune`); heavy work runs with the GIL released.
+//! `recipes::finetune::finetune`, `tasks::evaluate`); heavy work runs with the GIL released.
 
 mod convert;
 mod errors;
@@ -23,6 +23,7 @@ fn _lmkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<models::PyClassifier>()?;
     m.add_function(wrap_pyfunction!(train::_pretrain, m)?)?;
     m.add_function(wrap_pyfunction!(train::_finetune, m)?)?;
+    m.add_function(wrap_pyfunction!(train::_evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(train::keep_freed_memory, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,5 +1,5 @@
-//! `lmkit.pretrain` and `lmkit.finetune`: keyword arguments → the
-//! library's option structs (`PretrainOptions`, `FinetuneOptions`: the
+//! `lmkit.pretrain`, `lmkit.finetune` and `lmkit.evaluate`: keyword arguments → the
+//! library's option structs (`PretrainOptions`, `FinetuneOptions`, `EvalOptions`: the
 //! types the CLI fills from its flags, read by field name) → the library's
 //! entry points. Progress goes to stderr as the CLI prints it in a log;
 //! Ctrl-C finishes the step, saves a checkpoint, then raises
@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lmkit::recipes::finetune::{
-    finetune, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
-};
+use lmkit::eval::benchmark::EvalOptions;
+use lmkit::recipes::finetune::{finetune, FinetuneEvent, FinetuneOptions, StopRequest};
+use lmkit::tasks::{evaluate, EvalTarget, TaskKind};
 use lmkit::recipes::pretrain::{pretrain, PretrainEvent, PretrainOptions};
 use pyo3::prelude::*;
 use serde_json::{json, Map, Value};
@@ -133,7 +133,7 @@ pub fn _pretrain(
         last: None,
         error: error.clone(),
     };
-    let poll = stop_poll(error.clone());
+    let poll = StopRequest::new(stop_poll(error.clone()));
     let result = py.detach(|| {
         let mut on_event = |e: PretrainEvent| {
             let event = match e {
@@ -208,7 +208,7 @@ pub fn _finetune(
     callback: Option<Py<PyAny>>,
     progress: bool,
 ) -> PyResult<Py<PyAny>> {
-    let task: FinetuneTask = task.parse().map_err(value_error)?;
+    let task: TaskKind = task.parse().map_err(value_error)?;
     let given: Map<String, Value> = serde_json::from_str(options_json)
         .map_err(|e| value_error(format!("finetune options: {e}")))?;
     let has_len = given.contains_key("max_seq_len");
@@ -231,65 +231,47 @@ pub fn _finetune(
     };
     let result = py.detach(|| {
         let mut on_event = |e: FinetuneEvent| {
-            let event = match e {
-                FinetuneEvent::Start {
-                    description,
-                    train_examples,
-                    eval_examples,
-                    total_steps,
-                    start_step,
-                } => {
-                    rep.line(&format!(
-                        "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
-                    ));
-                    if start_step > 0 {
-                        rep.line(&format!("resuming at step {start_step}"));
-                    }
-                    json!({"event": "start", "description": description, "train_examples": train_examples,
-                           "eval_examples": eval_examples, "total_steps": total_steps, "start_step": start_step})
-                }
-                FinetuneEvent::Step {
-                    epoch,
-                    stats,
-                    examples_per_s,
-                } => {
-                    rep.step_line(|| {
-                        format!(
-                            "step {} | epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
-                            stats.step,
-                            epoch + 1,
-                            stats.loss,
-                            stats.lr
-                        )
-                    });
-                    json!({"event": "step", "epoch": epoch, "step": stats.step, "loss": stats.loss,
-                           "lr": stats.lr, "examples_per_s": examples_per_s})
-                }
-                FinetuneEvent::Eval { epoch, row } => {
-                    let shown: Vec<String> = row
-                        .iter()
-                        .filter(|(k, _)| !matches!(k.as_str(), "step" | "epoch"))
-                        .map(|(k, v)| match v.as_f64() {
-                            Some(x) if v.is_f64() => format!("{k} {x:.4}"),
-                            _ => format!("{k} {v}"),
-                        })
-                        .collect();
-                    rep.line(&format!("epoch {}: {}", epoch + 1, shown.join(", ")));
-                    json!({"event": "eval", "epoch": epoch, "row": row})
-                }
-                FinetuneEvent::Saved { path } => {
-                    rep.line(&format!("saved {}", path.display()));
-                    json!({"event": "saved", "path": path})
-                }
-                FinetuneEvent::Note(n) => {
-                    rep.line(&n);
-                    json!({"event": "note", "message": n})
-                }
-            };
-            rep.send(event);
+            if let (Some(text), FinetuneEvent::Step { stats, .. }) = (e.step_text(), &e) {
+                rep.step_line(|| format!("step {} | {text}", stats.step));
+            }
+            for line in e.lines() {
+                rep.line(&line);
+            }
+            rep.send(e.to_json());
         };
         finetune(task, &dir, &train, eval.as_deref(), &output, &opts, &mut on_event)
     });
     let summary = result.py()?;
     finish(py, summary.to_json(), &error)
+}
+
+/// `lmkit.evaluate(task, model, data, **options)`: `lmkit eval` — a
+/// fine-tuned model on its task or a GPT-2 on a benchmark — returning the
+/// metrics `lmkit eval --json` prints and, with `predictions`, the
+/// per-item rows `--predictions` writes.
+#[pyfunction]
+#[pyo3(signature = (task, model, data, *, options_json = "{}", predictions = false))]
+pub fn _evaluate(
+    py: Python<'_>,
+    task: &str,
+    model: &str,
+    data: PathBuf,
+    options_json: &str,
+    predictions: bool,
+) -> PyResult<Py<PyAny>> {
+    let target: EvalTarget = task.parse().map_err(value_error)?;
+    let opts: EvalOptions = serde_json::from_str(options_json)
+        .map_err(|e| value_error(format!("evaluate options: {e}")))?;
+    let r = py
+        .detach(|| -> Result<_, lmkit::recipes::RecipeError> {
+            let dir = lmkit::checkpoint::resolve_model_dir(model)?;
+            evaluate(target, &dir, &data, &opts, None, &mut |_, _| {})
+        })
+        .py()?;
+    let metrics = Value::Object(r.metrics);
+    if predictions {
+        json_to_py(py, &json!([metrics, r.predictions]))
+    } else {
+        json_to_py(py, &metrics)
+    }
 }

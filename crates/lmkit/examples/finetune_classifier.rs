@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..FinetuneOptions::default()
     };
     let summary = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         Path::new(model),
         &train,
         Some(&eval),

@@ -85,7 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             PretrainEvent::Saved { path } => println!("saved {}", path.display()),
             _ => {}
         },
-        &|| false,
+        &lmkit::train::StopRequest::default(),
     )?;
     println!(
         "{} steps, loss {:.3}; validation loss {:.3} -> {:.3}; model in {}",

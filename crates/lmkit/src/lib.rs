@@ -23,6 +23,7 @@ pub mod kernels;
 pub mod models;
 pub mod recipes;
 pub mod spec;
+pub mod tasks;
 pub mod train;
 pub mod util;
 

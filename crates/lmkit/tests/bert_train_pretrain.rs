@@ -173,7 +173,7 @@ fn pretraining_writes_metrics_and_an_hf_model_and_resumes_exactly() {
     let data = corpus_slice(&dir, 30);
     // Straight through 12 steps.
     let a = dir.join("a");
-    let sa = run_bert_pretraining(&options(&a, data.clone(), 12), &mut |_| {}, &|| false).unwrap();
+    let sa = run_bert_pretraining(&options(&a, data.clone(), 12), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     assert_eq!(sa.steps, 12);
     let rows = read_metrics(&a.join("metrics.jsonl")).unwrap();
     let train: Vec<_> = rows.iter().filter(|r| r.contains_key("mlm_loss")).collect();
@@ -200,11 +200,11 @@ fn pretraining_writes_metrics_and_an_hf_model_and_resumes_exactly() {
     let b = dir.join("b");
     let mut o = options(&b, data.clone(), 12);
     o.stop_after = Some(5);
-    let sb = run_bert_pretraining(&o, &mut |_| {}, &|| false).unwrap();
+    let sb = run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     assert!(sb.interrupted && sb.steps == 5);
     let mut o = options(&b, data, 12);
     o.resume = true;
-    let sb = run_bert_pretraining(&o, &mut |_| {}, &|| false).unwrap();
+    let sb = run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     assert_eq!(sb.steps, 12);
     let wa = std::fs::read(a.join("model.safetensors")).unwrap();
     let wb = std::fs::read(b.join("model.safetensors")).unwrap();
@@ -227,21 +227,21 @@ fn init_from_a_bare_model_adds_heads_and_resume_rejects_changes() {
     o.tokenizer = None;
     o.run.seq_len = 48;
     o.run.eval_every = 0;
-    let s = run_bert_pretraining(&o, &mut |_| {}, &|| false).unwrap();
+    let s = run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     assert_eq!(s.steps, 3);
     let m = Bert::from_dir(dir.join("out")).unwrap();
     assert_eq!(m.config.num_hidden_layers, 6);
     assert_eq!(m.config.hidden_dropout_prob, 0.0);
     assert!(m.heads.mlm && m.heads.nsp);
     // A second fresh run into the same folder, and a resume with another seq-len.
-    let err = run_bert_pretraining(&o, &mut |_| {}, &|| false)
+    let err = run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains("already holds a checkpoint"), "{err}");
     o.resume = true;
     o.run.max_steps = 5;
     o.run.seq_len = 64;
-    let err = run_bert_pretraining(&o, &mut |_| {}, &|| false)
+    let err = run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -252,7 +252,7 @@ fn init_from_a_bare_model_adds_heads_and_resume_rejects_changes() {
     let mut g = options(&dir.join("g"), data, 3);
     g.dims = None;
     g.init_from = Some(root().join("tests/fixtures/gpt2-tiny"));
-    let err = run_bert_pretraining(&g, &mut |_| {}, &|| false)
+    let err = run_bert_pretraining(&g, &mut |_| {}, &lmkit::train::StopRequest::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains("not a BERT checkpoint"), "{err}");
@@ -292,7 +292,7 @@ fn pretraining_checkpoint_has_hf_keys() {
     });
     o.run.seq_len = 32;
     o.run.val_fraction = 0.0;
-    run_bert_pretraining(&o, &mut |_| {}, &|| false).unwrap();
+    run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     let bytes = std::fs::read(dir.join("out/model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let got: std::collections::BTreeMap<String, Vec<usize>> = st
@@ -340,8 +340,8 @@ fn bf16_pretraining_tracks_f32_and_resumes_exactly() {
             .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
             .collect()
     };
-    run_bert_pretraining(&opts("f32", Precision::F32), &mut |_| {}, &|| false).unwrap();
-    run_bert_pretraining(&opts("bf16", Precision::Bf16), &mut |_| {}, &|| false).unwrap();
+    run_bert_pretraining(&opts("f32", Precision::F32), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
+    run_bert_pretraining(&opts("bf16", Precision::Bf16), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     let (f, b) = (losses("f32"), losses("bf16"));
     assert_eq!((f.len(), b.len()), (8, 8));
     assert_ne!(f, b, "bf16 is not f32");
@@ -351,13 +351,13 @@ fn bf16_pretraining_tracks_f32_and_resumes_exactly() {
     let mut cut = opts("cut", Precision::Bf16);
     cut.stop_after = Some(3);
     assert!(
-        run_bert_pretraining(&cut, &mut |_| {}, &|| false)
+        run_bert_pretraining(&cut, &mut |_| {}, &lmkit::train::StopRequest::default())
             .unwrap()
             .interrupted
     );
     let mut wrong = opts("cut", Precision::F32);
     wrong.resume = true;
-    let err = run_bert_pretraining(&wrong, &mut |_| {}, &|| false)
+    let err = run_bert_pretraining(&wrong, &mut |_| {}, &lmkit::train::StopRequest::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -366,7 +366,7 @@ fn bf16_pretraining_tracks_f32_and_resumes_exactly() {
     );
     let mut again = opts("cut", Precision::Bf16);
     again.resume = true;
-    run_bert_pretraining(&again, &mut |_| {}, &|| false).unwrap();
+    run_bert_pretraining(&again, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     assert_eq!(losses("cut"), b, "a resumed bf16 run continues exactly");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -102,7 +102,7 @@ fn on_ranks<T: Send>(ranks: usize, job: impl Fn(&dyn Communicator) -> T + Sync) 
 /// Runs `o` on `ranks` threads (1: one process), rank 0's summary.
 fn run(o: &PretrainOptions, ranks: usize) -> PretrainSummary {
     on_ranks(ranks, |c| {
-        pretrain_on(o, c, &mut |_| {}, &|| false).unwrap()
+        pretrain_on(o, c, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap()
     })
 }
 
@@ -243,7 +243,7 @@ fn two_rank_checkpoint_resumes_on_one_and_two() {
         max_steps: Some(8),
         ..PretrainOptions::default()
     };
-    let e = pretrain_on(&bad, &SingleProcess, &mut |_| {}, &|| false)
+    let e = pretrain_on(&bad, &SingleProcess, &mut |_| {}, &lmkit::train::StopRequest::default())
         .unwrap_err()
         .to_string();
     assert!(e.contains("global batch"), "{e}");
@@ -463,7 +463,7 @@ fn finetuning_two_ranks_match_one_process() {
     std::fs::write(&eval, conll(6, 1)).unwrap();
     check_finetune(
         &dir.join("ner"),
-        FinetuneTask::TokenClassify,
+        FinetuneTask::TOKEN_CLASSIFY,
         &fixtures.join("bert-tiny-bare"),
         (&train, &eval),
         &["loss", "grad_norm", "eval_loss", "eval_f1"],
@@ -490,7 +490,7 @@ fn finetuning_two_ranks_match_one_process() {
     std::fs::write(&eval, rows(6, 1)).unwrap();
     check_finetune(
         &dir.join("cls"),
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &gpt2.output,
         (&train, &eval),
         &["loss", "grad_norm", "eval_loss", "eval_accuracy"],

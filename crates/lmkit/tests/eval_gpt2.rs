@@ -219,7 +219,7 @@ fn lm_finetuning_lowers_held_out_loss() {
     };
     // Loss of the untouched model on the eval text, from a 0-step run's evaluation...
     let before = finetune(
-        FinetuneTask::Lm,
+        FinetuneTask::LM,
         &model,
         &train,
         Some(&eval),
@@ -234,7 +234,7 @@ fn lm_finetuning_lowers_held_out_loss() {
     .unwrap();
     let l0 = before.last_eval.unwrap()["eval_loss"].as_f64().unwrap();
     let s = finetune(
-        FinetuneTask::Lm,
+        FinetuneTask::LM,
         &model,
         &train,
         Some(&eval),

@@ -56,7 +56,7 @@ fn minilm_learns_prose_vs_code_from_a_slice() {
         ..FinetuneOptions::default()
     };
     let s = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &minilm(),
         &train,
         Some(&eval),
@@ -123,7 +123,7 @@ fn minilm_learns_to_tag_code_and_numbers_in_prose() {
         ..FinetuneOptions::default()
     };
     let s = finetune(
-        FinetuneTask::TokenClassify,
+        FinetuneTask::TOKEN_CLASSIFY,
         &minilm(),
         &train,
         Some(&eval),
@@ -170,7 +170,7 @@ fn minilm_squad_end_to_end_on_real_paragraphs() {
         ..FinetuneOptions::default()
     };
     let s = finetune(
-        FinetuneTask::Qa,
+        FinetuneTask::QA,
         &minilm(),
         &data,
         Some(&data),
@@ -183,7 +183,7 @@ fn minilm_squad_end_to_end_on_real_paragraphs() {
     let ev = s.last_eval.unwrap();
     assert_eq!(ev["eval_examples"], 51);
     let (em, f1) = (
-        ev["exact_match"].as_f64().unwrap(),
+        ev["eval_exact_match"].as_f64().unwrap(),
         ev["f1"].as_f64().unwrap(),
     );
     assert!((0.0..=100.0).contains(&em) && f1 >= em, "EM {em}, F1 {f1}");

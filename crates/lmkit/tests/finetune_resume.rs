@@ -193,7 +193,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     let model = fixture("bert-tiny-pretraining");
     let run = |out: &Path, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &model,
             &train,
             Some(&eval),
@@ -264,7 +264,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     std::fs::write(&other, animal_place_rows(44, 1)).unwrap();
     refused(
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &model,
             &other,
             Some(&eval),
@@ -277,7 +277,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     );
     refused(
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &model,
             &train,
             None,
@@ -290,7 +290,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     );
     refused(
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &fixture("bert-tiny-bare"),
             &train,
             Some(&eval),
@@ -303,7 +303,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
     );
     refused(
         finetune(
-            FinetuneTask::Qa,
+            FinetuneTask::QA,
             &model,
             &train,
             None,
@@ -426,7 +426,7 @@ fn gpt2_lm_and_classify_resume_exactly() {
     std::fs::write(&eval, &text[..600]).unwrap();
     let lm = |out: &Path, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::Lm,
+            FinetuneTask::LM,
             &model,
             &train,
             Some(&eval),
@@ -443,7 +443,7 @@ fn gpt2_lm_and_classify_resume_exactly() {
     std::fs::write(&ceval, animal_place_rows(10, 3)).unwrap();
     let cls = |out: &Path, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &model,
             &ctrain,
             Some(&ceval),
@@ -485,7 +485,7 @@ fn bert_qa_and_token_classify_resume_exactly() {
     std::fs::write(&qeval, tiny_squad(6)).unwrap();
     let qa = |out: &Path, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::Qa,
+            FinetuneTask::QA,
             &model,
             &qtrain,
             Some(&qeval),
@@ -525,7 +525,7 @@ fn bert_qa_and_token_classify_resume_exactly() {
     std::fs::write(&teval, conll(10)).unwrap();
     let tag = |out: &Path, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::TokenClassify,
+            FinetuneTask::TOKEN_CLASSIFY,
             &model,
             &ttrain,
             Some(&teval),

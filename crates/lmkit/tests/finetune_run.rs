@@ -108,7 +108,7 @@ fn tiny_classifier_learns_and_saves_an_hf_checkpoint() {
     };
     let mut events = 0;
     let s = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &fixture("bert-tiny-pretraining"),
         &train,
         Some(&eval),
@@ -178,7 +178,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
     };
     // classify takes both families (GPT-2 in gpt2_heads.rs); qa is BERT's.
     let err = finetune(
-        FinetuneTask::Qa,
+        FinetuneTask::QA,
         &fixture("gpt2-tiny"),
         &train,
         None,
@@ -193,7 +193,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
         "{err}"
     );
     let err = finetune(
-        FinetuneTask::Lm,
+        FinetuneTask::LM,
         &fixture("bert-tiny-bare"),
         &train,
         None,
@@ -211,7 +211,7 @@ fn wrong_architecture_and_labels_are_clear_errors() {
     )
     .unwrap();
     let err = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &fixture("bert-tiny-classify"),
         &train,
         None,
@@ -272,7 +272,7 @@ fn tiny_qa_trains_and_answers() {
     };
     // From a bare BertModel: the QA head is new, the pooler is dropped.
     let s = finetune(
-        FinetuneTask::Qa,
+        FinetuneTask::QA,
         &fixture("bert-tiny-bare"),
         &train,
         Some(&eval),
@@ -283,7 +283,7 @@ fn tiny_qa_trains_and_answers() {
     .unwrap();
     let ev = s.last_eval.unwrap();
     let (em, f1) = (
-        ev["exact_match"].as_f64().unwrap(),
+        ev["eval_exact_match"].as_f64().unwrap(),
         ev["f1"].as_f64().unwrap(),
     );
     assert!(f1 >= 80.0 && em >= 60.0, "EM {em}, F1 {f1}");

@@ -255,7 +255,7 @@ fn pretrain_dtype_is_kept_on_resume() {
         dtype,
         ..tiny_gpt2(&data, dir.join(out))
     };
-    let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &|| false);
+    let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &lmkit::train::StopRequest::default());
     let losses = |out: &str| losses(&dir.join(out));
     run(&opts("f32", None)).unwrap();
     run(&opts("whole", Some(Precision::Bf16))).unwrap();
@@ -298,7 +298,7 @@ fn pretrain_recompute_changes_memory_not_losses() {
         dtype: Some(Precision::Bf16),
         ..tiny_gpt2(&data, dir.join(out))
     };
-    let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &|| false);
+    let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &lmkit::train::StopRequest::default());
     run(&opts("kept", false)).unwrap();
     run(&opts("re", true)).unwrap();
     let cut = PretrainOptions {
@@ -342,7 +342,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
         lr: None,
         ..tiny_gpt2(&data, base.clone())
     };
-    pretrain(&pre, &mut |_| {}, &|| false).unwrap();
+    pretrain(&pre, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
     let rows: String = (0..24)
         .map(|i| {
             let label = if i % 2 == 0 { "prose" } else { "code" };
@@ -366,7 +366,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     };
     let run = |out: &str, o: &FinetuneOptions| {
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &base,
             &train,
             None,
@@ -402,7 +402,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     for (out, dtype) in [("bert-f32", Precision::F32), ("bert-bf16", Precision::Bf16)] {
         let o = opts(dtype);
         finetune(
-            FinetuneTask::Classify,
+            FinetuneTask::CLASSIFY,
             &bert,
             &train,
             None,
@@ -422,7 +422,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     run("bf16-re", &re).unwrap();
     assert_eq!(losses("bf16-re"), losses("bf16"));
     let err = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &bert,
         &train,
         None,

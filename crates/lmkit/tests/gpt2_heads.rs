@@ -577,7 +577,7 @@ fn random_small_gpt2_learns_prose_vs_code() {
     };
     assert_eq!(opts.lm_coef, 0.5, "GPT-1's default");
     let s = finetune(
-        FinetuneTask::Classify,
+        FinetuneTask::CLASSIFY,
         &base,
         &train,
         Some(&eval),
@@ -628,8 +628,6 @@ fn random_small_gpt2_learns_prose_vs_code() {
 #[test]
 #[ignore = "about 20 s on 2 shared cores (200 steps); run with --ignored"]
 fn random_small_gpt2_learns_multiple_choice_prose_or_code() {
-    use lmkit::data::multiple_choice::read_multiple_choice;
-    use lmkit::eval::run::eval_multiple_choice_dir;
     use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let vocab = root.join("assets/gpt2");
@@ -672,7 +670,7 @@ fn random_small_gpt2_learns_multiple_choice_prose_or_code() {
     };
     let t0 = std::time::Instant::now();
     let s = finetune(
-        FinetuneTask::MultipleChoice,
+        FinetuneTask::MULTIPLE_CHOICE,
         &base,
         &train,
         Some(&eval),
@@ -693,7 +691,12 @@ fn random_small_gpt2_learns_multiple_choice_prose_or_code() {
     assert!(acc >= 0.9, "eval accuracy {acc} (chance 0.5)");
     // The saved model scores alike when loaded back for evaluation.
     assert_eq!(load_back(&out).arch, Architecture::Gpt2DoubleHeadsModel);
-    let rows = read_multiple_choice(&eval).unwrap();
-    let again = eval_multiple_choice_dir(&out, &rows, max_seq_len, 32).unwrap();
-    assert_eq!(again.accuracy, acc);
+    let opts = lmkit::eval::benchmark::EvalOptions {
+        max_seq_len: Some(max_seq_len),
+        batch_size: Some(32),
+        ..Default::default()
+    };
+    let target = lmkit::tasks::EvalTarget::Task(lmkit::tasks::TaskKind::MULTIPLE_CHOICE);
+    let again = lmkit::tasks::evaluate(target, &out, &eval, &opts, None, &mut |_, _| {}).unwrap();
+    assert_eq!(again.metrics["accuracy"].as_f64(), Some(acc));
 }

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use lmkit::checkpoint::{save_params, SafeTensors};
 use lmkit::data::multiple_choice::{read_multiple_choice, MAX_CHOICES};
-use lmkit::eval::run::eval_multiple_choice_dir;
 use lmkit::models::bert::{Bert, BertActivations, BertBatch};
 use lmkit::models::gpt2::classify::encode_choice;
 use lmkit::recipes::finetune::{finetune, FinetuneOptions, FinetuneTask};
@@ -261,7 +260,7 @@ fn bert_recipe_saves_a_multiple_choice_model_that_evaluates_alike() {
     // said before anything is written.
     let clf = fixture("bert-tiny-classify");
     let e = finetune(
-        FinetuneTask::MultipleChoice,
+        FinetuneTask::MULTIPLE_CHOICE,
         &clf,
         &train,
         None,
@@ -274,7 +273,7 @@ fn bert_recipe_saves_a_multiple_choice_model_that_evaluates_alike() {
     assert!(!out.join("model.safetensors").exists());
     let base = fixture("bert-tiny-bare");
     let s = finetune(
-        FinetuneTask::MultipleChoice,
+        FinetuneTask::MULTIPLE_CHOICE,
         &base,
         &train,
         Some(&train),
@@ -288,19 +287,20 @@ fn bert_recipe_saves_a_multiple_choice_model_that_evaluates_alike() {
     assert_eq!(ev["eval_examples"], 6);
     let m = Bert::from_dir(&out).unwrap();
     assert_eq!(m.architecture, Some(Architecture::BertForMultipleChoice));
-    let data = read_multiple_choice(&train).unwrap();
-    let r = eval_multiple_choice_dir(&out, &data, 16, 64).unwrap();
-    assert_eq!(r.accuracy, ev["eval_accuracy"].as_f64().unwrap());
-    assert_eq!(r.loss, ev["eval_loss"].as_f64().unwrap());
+    // `lmkit eval`'s scoring of the saved model: the training row's metrics.
+    let r = evaluate_mc(&out, &train, 16, 64).unwrap();
+    assert_eq!(r.metrics["accuracy"], ev["eval_accuracy"]);
+    assert_eq!(r.metrics["loss"], ev["eval_loss"]);
     // A file of another K than the model saw still evaluates (one score per choice).
     let three = d.file(
         "three.jsonl",
         "{\"context\": \"the dog\", \"choices\": [\"a\", \"b\", \"c\"], \"label\": 2}\n",
     );
-    let r = eval_multiple_choice_dir(&out, &read_multiple_choice(&three).unwrap(), 16, 64).unwrap();
-    assert_eq!((r.count, r.scores[0].len()), (1, 3));
+    let r = evaluate_mc(&out, &three, 16, 64).unwrap();
+    assert_eq!(r.metrics["examples"], 1);
+    assert_eq!(r.predictions[0]["scores"].as_array().unwrap().len(), 3);
     // A GPT-2 checkpoint without a tokenizer, and a classify-only BERT, are clear errors.
-    let e = eval_multiple_choice_dir(&fixture("bert-tiny-classify"), &data, 16, 64)
+    let e = evaluate_mc(&fixture("bert-tiny-classify"), &train, 16, 64)
         .err()
         .unwrap()
         .to_string();
@@ -341,7 +341,7 @@ fn minilm_picks_the_next_sentence() {
     };
     let t0 = std::time::Instant::now();
     let s = finetune(
-        FinetuneTask::MultipleChoice,
+        FinetuneTask::MULTIPLE_CHOICE,
         &minilm,
         &story("train"),
         Some(&story("eval")),
@@ -358,4 +358,20 @@ fn minilm_picks_the_next_sentence() {
     let acc = ev["eval_accuracy"].as_f64().unwrap();
     assert!(acc >= 0.7, "eval accuracy {acc} (measured 0.79)");
     assert_eq!(ev["eval_examples"], 100);
+}
+
+/// `lmkit eval --task multiple-choice` on the model in `dir`.
+fn evaluate_mc(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    max_seq_len: usize,
+    batch_size: usize,
+) -> lmkit::tasks::Result<lmkit::eval::benchmark::Evaluation> {
+    let opts = lmkit::eval::benchmark::EvalOptions {
+        max_seq_len: Some(max_seq_len),
+        batch_size: Some(batch_size),
+        ..Default::default()
+    };
+    let target = lmkit::tasks::EvalTarget::Task(lmkit::tasks::TaskKind::MULTIPLE_CHOICE);
+    lmkit::tasks::evaluate(target, dir, data, &opts, None, &mut |_, _| {})
 }

@@ -288,7 +288,7 @@ fn tiny_regression_learns_and_saves_an_hf_checkpoint() {
     };
     // From a BertForPreTraining checkpoint: a new one-output classifier.
     let s = finetune(
-        FinetuneTask::Regression,
+        FinetuneTask::REGRESSION,
         &fixture("bert-tiny-pretraining"),
         &train,
         Some(&eval),
@@ -363,7 +363,7 @@ fn tiny_regression_learns_and_saves_an_hf_checkpoint() {
         ..opts.clone()
     };
     finetune(
-        FinetuneTask::Regression,
+        FinetuneTask::REGRESSION,
         &out,
         &train,
         None,
@@ -389,7 +389,7 @@ fn regression_errors_are_clear() {
     };
     // A three-label classifier is not a regression model.
     let e = finetune(
-        FinetuneTask::Regression,
+        FinetuneTask::REGRESSION,
         &fixture("bert-tiny-classify"),
         &train,
         None,
@@ -404,7 +404,7 @@ fn regression_errors_are_clear() {
         "{e}"
     );
     let e = finetune(
-        FinetuneTask::Regression,
+        FinetuneTask::REGRESSION,
         &fixture("gpt2-tiny"),
         &train,
         None,
@@ -477,7 +477,7 @@ fn minilm_learns_sts_like_scores() {
     };
     let t0 = std::time::Instant::now();
     let s = finetune(
-        FinetuneTask::Regression,
+        FinetuneTask::REGRESSION,
         &minilm,
         &data.join("replaced.train.jsonl"),
         Some(&data.join("replaced.eval.jsonl")),

@@ -1,46 +1,33 @@
-//! `lmkit finetune`: fine-tune a BERT or GPT-2 checkpoint for sequence
-//! classification (`--task classify`, JSONL `{"text", "text_pair"?,
-//! "label"}`; GPT-2 joins a pair with `<|endoftext|>` and adds `--lm-coef`
-//! times the LM loss), a BERT checkpoint for token classification (`--task
-//! token-classify`, CoNLL-style columns or JSONL `{"tokens", "tags"}`, scored
-//! with seqeval's entity F1), regression (`--task regression`, the classify
-//! JSONL with a number as `label`: a one-output classifier trained with MSE,
-//! scored with Pearson / Spearman) or SQuAD span QA (`--task qa`, SQuAD v1.1 JSON), either family
-//! for multiple choice (`--task multiple-choice`, JSONL `{"context", "question"?, "choices",
-//! "label"}` or SWAG's columns; GPT-2 adds `--lm-coef` times the LM loss), or a GPT-2
-//! checkpoint as a causal LM on text (`--task lm`). OUTPUT gets an HF
-//! checkpoint + tokenizer (loadable by `lmkit classify` / `qa` / `generate`
-//! and transformers) and `metrics.jsonl` (train rows every step, eval rows
-//! after every epoch), and `checkpoints/step-N/` (model + optimizer + trainer
-//! state) at every epoch end or `--save-every` steps. The same command plus
-//! `--resume` continues a run exactly; Ctrl-C once finishes the step, saves
-//! a checkpoint and exits 130, twice exits at once.
+//! `lmkit finetune`: fine-tune a BERT or GPT-2 checkpoint for a task of the
+//! library's registry (`lmkit finetune --help` lists them with their data).
+//! OUTPUT gets an HF checkpoint + tokenizer (loadable by `lmkit classify` /
+//! `qa` / `ner` / `generate`, `lmkit eval` and transformers) and
+//! `metrics.jsonl` (train rows every step, eval rows after every epoch, the
+//! metrics `lmkit eval` prints prefixed `eval_`), and `checkpoints/step-N/`
+//! (model + optimizer + trainer state) at every epoch end or `--save-every`
+//! steps. The same command plus `--resume` continues a run exactly; Ctrl-C
+//! once finishes the step, saves a checkpoint and exits 130, twice exits at
+//! once.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
-use lmkit::recipes::finetune::{
-    finetune_on, FinetuneEvent, FinetuneOptions, FinetuneTask, StopRequest,
-};
+use lmkit::recipes::finetune::{finetune_on, FinetuneEvent, FinetuneOptions, StopRequest};
 use lmkit::recipes::RecipeError;
-use serde_json::Value;
+use lmkit::spec::Precision;
+use lmkit::tasks::TaskKind;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// classify | qa | lm | token-classify | regression | multiple-choice.
+    /// What to fine-tune for (see the list below).
     #[arg(long)]
-    pub task: FinetuneTask,
-    /// Starting checkpoint (HF layout): any BERT for classify/qa/token-classify/
-    /// regression/multiple-choice (a bare BertModel gets new heads), a GPT-2 for
-    /// classify/lm/multiple-choice.
+    pub task: TaskKind,
+    /// Starting checkpoint (HF layout) of a family the task supports; a bare
+    /// BertModel or GPT-2 LM gets the task's head, initialised as HF does.
     #[arg(long)]
     pub model: String,
-    /// Training data: JSONL (classify; regression with a number as `label`), SQuAD v1.1 JSON
-    /// (qa), text or JSONL `text` (lm),
-    /// CoNLL-style columns (token first, tag last) or JSONL `{"tokens", "tags"}` (token-classify),
-    /// JSONL `{"context", "question"?, "choices", "label"}` or SWAG's `sent1`, `sent2`,
-    /// `ending0..`, `label` (multiple-choice; the same number of choices on every row).
+    /// Training data, in the task's format (see the list below).
     #[arg(long)]
     pub train: PathBuf,
     /// Evaluation data in the same format, scored after every epoch.
@@ -64,42 +51,54 @@ pub struct Args {
     #[arg(long)]
     pub save_every: Option<u64>,
     /// Checkpoints to keep.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = FinetuneOptions::default().keep)]
     pub keep: usize,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = FinetuneOptions::default().epochs)]
     pub epochs: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = FinetuneOptions::default().batch_size)]
     pub batch_size: usize,
     /// Peak learning rate (linear warmup, then linear decay to 0).
-    #[arg(long, default_value_t = 5e-5)]
+    #[arg(long, default_value_t = FinetuneOptions::default().lr)]
     pub lr: f32,
     /// Fraction of the steps used for warmup.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = FinetuneOptions::default().warmup_ratio)]
     pub warmup_ratio: f64,
     /// Longest input in tokens [default: 128; qa: 384 (the window)].
     #[arg(long)]
     pub max_seq_len: Option<usize>,
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = FinetuneOptions::default().seed)]
     pub seed: u64,
     /// Decoupled AdamW weight decay on matmul weights.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = FinetuneOptions::default().weight_decay)]
     pub weight_decay: f32,
+    /// AdamW's β1.
+    #[arg(long, default_value_t = FinetuneOptions::default().beta1)]
+    pub beta1: f32,
+    /// AdamW's β2.
+    #[arg(long, default_value_t = FinetuneOptions::default().beta2)]
+    pub beta2: f32,
+    /// AdamW's ε.
+    #[arg(long, default_value_t = FinetuneOptions::default().eps)]
+    pub eps: f32,
+    /// A metrics row every N steps.
+    #[arg(long, default_value_t = FinetuneOptions::default().log_every)]
+    pub log_every: u64,
     /// Global gradient-norm clip, 0 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = FinetuneOptions::default().grad_clip)]
     pub grad_clip: f32,
     /// qa: tokens of overlap between windows of a long context.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = FinetuneOptions::default().doc_stride)]
     pub doc_stride: usize,
     /// qa: longest answer in tokens (evaluation).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = FinetuneOptions::default().max_answer_len)]
     pub max_answer_len: usize,
     /// qa: answers considered per question (evaluation).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = FinetuneOptions::default().n_best)]
     pub n_best: usize,
     /// Stop after this many steps (the schedule still spans all epochs).
     #[arg(long)]
     pub max_steps: Option<u64>,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = FinetuneOptions::default().eval_batch_size)]
     pub eval_batch_size: usize,
     /// Print the summary as one JSON object.
     #[arg(long)]
@@ -110,15 +109,15 @@ pub struct Args {
     pub max_shard_size: Option<u64>,
     /// classify and multiple-choice on GPT-2: weight λ of the LM loss on the
     /// same inputs (GPT-1's L2 + λ·L1); 0 = off.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = FinetuneOptions::default().lm_coef)]
     pub lm_coef: f32,
     #[command(flatten)]
     pub dist: crate::distributed::DistArgs,
     /// f32 (exact against HF), or bf16: mixed precision, the matmuls of every
     /// block (GPT-2: and the LM head) with bf16 operands and f32 sums (weights,
     /// gradients and AdamW state stay f32). --resume needs the run's.
-    #[arg(long, default_value = "f32")]
-    pub dtype: String,
+    #[arg(long, default_value_t = FinetuneOptions::default().dtype)]
+    pub dtype: Precision,
     /// GPT-2: recompute attention probabilities, GELU and LayerNorm outputs in
     /// backward instead of keeping them: the same gradients in far less memory
     /// at long sequences (an error for BERT).
@@ -137,11 +136,15 @@ pub fn run(a: Args) -> Result<()> {
         max_seq_len: a.max_seq_len.unwrap_or(a.task.default_max_seq_len()),
         seed: a.seed,
         weight_decay: a.weight_decay,
+        beta1: a.beta1,
+        beta2: a.beta2,
+        eps: a.eps,
         grad_clip: a.grad_clip,
         doc_stride: a.doc_stride,
         max_answer_len: a.max_answer_len,
         n_best: a.n_best,
         max_steps: a.max_steps,
+        log_every: a.log_every,
         overwrite: a.overwrite,
         max_shard_size: a.max_shard_size,
         lm_coef: a.lm_coef,
@@ -149,10 +152,9 @@ pub fn run(a: Args) -> Result<()> {
         save_every: a.save_every,
         keep: a.keep,
         shard_optimizer: a.dist.shard_optimizer,
-        dtype: a.dtype.parse()?,
+        dtype: a.dtype,
         recompute: a.recompute,
         stop: StopRequest::new(crate::interrupt::requested),
-        ..FinetuneOptions::default()
     };
     // `mpirun -np N lmkit finetune ...`: one rank of a data-parallel run;
     // rank 0 prints and writes.
@@ -162,53 +164,27 @@ pub fn run(a: Args) -> Result<()> {
     let pb = crate::progress::Progress::new(
         "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
     );
-    let mut on_event = |e: FinetuneEvent| match e {
-        _ if !root => {}
-        FinetuneEvent::Start {
-            description,
-            train_examples,
-            eval_examples,
-            total_steps,
-            start_step,
-        } => {
-            pb.line(&format!(
-                "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
-            ));
-            if start_step > 0 {
-                pb.line(&format!("resuming at step {start_step}"));
+    let mut on_event = |e: FinetuneEvent| {
+        if !root {
+            return;
+        }
+        match &e {
+            FinetuneEvent::Start {
+                total_steps,
+                start_step,
+                ..
+            } => {
+                pb.set_length(*total_steps);
+                pb.update(*start_step, String::new);
             }
-            pb.set_length(total_steps);
-            pb.update(start_step, String::new);
+            FinetuneEvent::Step { stats, .. } => {
+                pb.update(stats.step, || e.step_text().unwrap_or_default());
+            }
+            _ => {}
         }
-        FinetuneEvent::Step {
-            epoch,
-            stats,
-            examples_per_s,
-        } => {
-            pb.update(stats.step, || {
-                format!(
-                    "epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
-                    epoch + 1,
-                    stats.loss,
-                    stats.lr
-                )
-            });
+        for line in e.lines() {
+            pb.line(&line);
         }
-        FinetuneEvent::Eval { epoch, row } => {
-            let shown: Vec<String> = row
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "step" | "epoch"))
-                .map(|(k, v)| match v {
-                    Value::Number(n) if n.is_f64() => {
-                        format!("{k} {:.4}", n.as_f64().unwrap_or(0.0))
-                    }
-                    other => format!("{k} {other}"),
-                })
-                .collect();
-            pb.line(&format!("epoch {}: {}", epoch + 1, shown.join(", ")));
-        }
-        FinetuneEvent::Saved { path } => pb.line(&format!("saved {}", path.display())),
-        FinetuneEvent::Note(n) => pb.line(&n),
     };
     let eval = a.eval.as_deref();
     let summary = finetune_on(

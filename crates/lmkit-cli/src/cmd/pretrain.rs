@@ -320,9 +320,9 @@ fn train_on(
         // Notes before the run starts belong above the tokenizing bar.
         PretrainEvent::Note(n) => tok_bar.line(&n),
     };
-    let should_stop = crate::interrupt::requested;
+    let stop = lmkit::train::StopRequest::new(crate::interrupt::requested);
     let t0 = std::time::Instant::now();
-    let s = lib::pretrain_on(opts, comm, &mut on_event, &should_stop);
+    let s = lib::pretrain_on(opts, comm, &mut on_event, &stop);
     tok_bar.finish();
     pb.finish();
     let s = s?;

@@ -35,6 +35,7 @@ __all__ = [
     "Classifier",
     "pretrain",
     "finetune",
+    "evaluate",
     "keep_freed_memory",
     "tiktoken_compat",
     "__version__",
@@ -105,7 +106,8 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
     """Fine-tunes `model` (a folder or a hub name) as `lmkit finetune` does.
 
     `task`: "classify", "regression", "qa", "token-classify",
-    "multiple-choice" (BERT), "classify", "multiple-choice", "lm" (GPT-2).
+    "multiple-choice" (BERT), "classify", "multiple-choice", "lm" (GPT-2):
+    the library's task registry, as `lmkit finetune --help` lists it.
     `train` / `eval` are the CLI's data files, `output` the run's folder.
     The keyword arguments are the fields of the library's `FinetuneOptions`:
     `epochs`, `batch_size`, `eval_batch_size`, `lr`, `warmup_ratio`,
@@ -130,6 +132,33 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
         callback=callback,
         progress=progress,
     )
+
+
+def evaluate(task, model, data, *, predictions=False, **options):
+    """Scores `model` (a folder or a hub name) on `data` as `lmkit eval` does.
+
+    `task`: a fine-tuning task ("classify", "regression", "token-classify",
+    "qa", "multiple-choice", "lm": the model fine-tuned for it, scored as
+    fine-tuning scores it after every epoch) or a zero-shot GPT-2 benchmark
+    ("perplexity", "lambada", "summarize", "cbt", "translate",
+    "zero-shot-qa"). The keyword arguments are the fields of the library's
+    `EvalOptions` (the CLI's flags with `_` for `-`): `limit`, `batch_size`,
+    `max_seq_len`, `doc_stride`, `max_answer_len`, `n_best`, `context`,
+    `stride`, `greedy`, `top_k`, `max_new_tokens`, `shots`, `reverse`,
+    `targets`, `seed`. An unknown name is a `ValueError`.
+
+    Returns the metrics dict `lmkit eval --json` prints (the names of
+    fine-tuning's `eval_*` metrics without the prefix, and `task`); with
+    `predictions=True`, `(metrics, rows)` with one row per scored item.
+    """
+    out = _lmkit._evaluate(
+        task,
+        _os.fspath(model) if isinstance(model, _os.PathLike) else model,
+        _os.fspath(data),
+        options_json=_options_json(options),
+        predictions=predictions,
+    )
+    return tuple(out) if predictions else out
 
 
 from . import tiktoken_compat  # noqa: E402,F401

@@ -1,5 +1,5 @@
 import os
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import tiktoken_compat as tiktoken_compat
 from ._lmkit import (
@@ -33,3 +33,11 @@ def finetune(
     progress: bool = True,
     **options: Any,
 ) -> Dict[str, Any]: ...
+def evaluate(
+    task: str,
+    model: Union[str, _Path],
+    data: _Path,
+    *,
+    predictions: bool = False,
+    **options: Any,
+) -> Union[Dict[str, Any], Tuple[Dict[str, Any], List[Dict[str, Any]]]]: ...

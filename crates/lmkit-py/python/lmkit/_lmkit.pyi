@@ -252,3 +252,6 @@ def _finetune(
     callback: Optional[Callable[[Dict[str, Any]], None]] = None,
     progress: bool = True,
 ) -> Dict[str, Any]: ...
+def _evaluate(
+    task: str, model: str, data: _Path, *, options_json: str = "{}", predictions: bool = False
+) -> Any: ...

@@ -9,6 +9,7 @@ pub mod lambada;
 pub mod qa;
 pub mod regression;
 pub mod rouge;
+pub mod benchmark;
 pub mod run;
 pub mod seqeval;
 pub mod squad;

@@ -351,55 +351,6 @@ pub fn eval_gpt2_multiple_choice(
     Ok(choice_eval(scores, gold))
 }
 
-/// Scores `data` with the multiple-choice model in `dir`, of either family
-/// (`BertForMultipleChoice` or `GPT2DoubleHeadsModel`, from its
-/// config.json), its choices encoded as fine-tuning encodes them, at most
-/// `max_len` tokens (and the model's positions), `batch_size` examples per
-/// forward.
-pub fn eval_multiple_choice_dir(
-    dir: &std::path::Path,
-    data: &ChoiceData,
-    max_len: usize,
-    batch_size: usize,
-) -> Result<ChoiceEval> {
-    let (k, gold) = (data.num_choices, data.labels());
-    match crate::checkpoint::read_config(dir, None)? {
-        crate::spec::config::AnyConfig::Bert(_) => {
-            let model = Bert::from_dir(dir)?;
-            model.require(HeadKind::MultipleChoice)?;
-            let tok = WordPieceTokenizer::from_dir(dir)?;
-            let max_len = max_len.min(model.config.max_position_embeddings);
-            let encs = encode_multiple_choice(&tok, data, max_len)?;
-            eval_multiple_choice(&model, tok.pad_id(), &encs, k, &gold, batch_size)
-        }
-        crate::spec::config::AnyConfig::Gpt2(_) => {
-            let arch = crate::spec::names::Architecture::Gpt2DoubleHeadsModel;
-            let pre = crate::checkpoint::load_pretrained(
-                &dir.display().to_string(),
-                Some(arch),
-                crate::checkpoint::LoadOptions::default(),
-            )?;
-            let crate::spec::config::AnyConfig::Gpt2(config) = pre.config else {
-                return Err(Error::InvalidInput(format!(
-                    "{}: not a GPT-2 config",
-                    dir.display()
-                )));
-            };
-            let tok = BpeTokenizer::from_dir(dir)?;
-            let delimiter = tok.endoftext_id().ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "{}: the tokenizer has no <|endoftext|> token (the choice delimiter)",
-                    dir.display()
-                ))
-            })?;
-            let mut model = Gpt2::from_params_for(config, arch, pre.params)?;
-            let max_len = max_len.min(model.config.n_positions);
-            let rows = encode_gpt2_multiple_choice(&tok, data, max_len, delimiter);
-            eval_gpt2_multiple_choice(&mut model, &rows, k, &gold, batch_size)
-        }
-    }
-}
-
 /// Token-classification predictions and scores.
 pub struct TokenClassifyEval {
     /// seqeval scores of the predicted tags on the scored tokens.

@@ -45,7 +45,7 @@ use super::pretrain_options::{
 use super::{check_vocab, invalid, RecipeError, Result};
 use crate::models::{LossParts, Trainable};
 use crate::train::runner::{ModelWriteError, Row};
-use crate::train::StepStats;
+use crate::train::{StepStats, StopRequest};
 use crate::train::{
     latest_checkpoint, load_train_state, DataParallel, MetricsWriter, OptimConfig, OptimState,
     RunConfig, RunTask, Runner, TrainState,
@@ -389,9 +389,9 @@ fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer> {
 pub fn run_bert_pretraining(
     o: &BertPretrainOptions,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
-    run_bert_pretraining_on(o, &SingleProcess, on_event, should_stop)
+    run_bert_pretraining_on(o, &SingleProcess, on_event, stop)
 }
 
 /// [`run_bert_pretraining`] as one rank of a data-parallel job over `comm`
@@ -407,7 +407,7 @@ pub fn run_bert_pretraining_on(
     o: &BertPretrainOptions,
     comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
     let out = &o.output;
     let io = |p: &Path| {
@@ -756,7 +756,7 @@ pub fn run_bert_pretraining_on(
                 on_event(e)
             }
         },
-        should_stop,
+        stop,
     )
 }
 

@@ -1,21 +1,20 @@
-//! Fine-tuning: sequence classification, regression (STS-B style) and SQuAD
-//! span QA from any BERT
-//! checkpoint (a bare `BertModel` such as all-MiniLM-L6-v2 included, new
-//! heads initialised as HF does), sequence classification of GPT-2
-//! (`GPT2ForSequenceClassification` with GPT-1's auxiliary LM loss),
-//! multiple choice for both (`BertForMultipleChoice`, `GPT2DoubleHeadsModel`),
-//! and causal-LM fine-tuning of GPT-2.
+//! Fine-tuning: one generic loop over a task of the `tasks` layer
+//! ([`TaskKind`]: classification and multiple choice for both families,
+//! regression, token classification and SQuAD span QA for BERT, causal LM
+//! for GPT-2). The task reads its data, prepares the model with its head
+//! (a bare `BertModel` such as all-MiniLM-L6-v2 gets new heads initialised
+//! as HF does), fills batches, evaluates and saves; this module runs it.
 //!
 //! The loop is the `train` engine's [`train_step`](crate::train::train_step) (AdamW with decoupled
 //! weight decay on the layout's decay flags, global-norm clipping, linear
 //! warmup then linear decay to 0 like HF's `get_linear_schedule_with_warmup`).
-//! Each epoch visits the training examples in a permutation drawn from
+//! Each epoch visits the training items in a permutation drawn from
 //! `(seed, epoch)`, `batch_size` at a time (the last batch may be smaller),
 //! each batch padded to its longest example. Dropout is off. After every
-//! epoch the eval file, if any, is scored and a row goes to
-//! `OUTPUT/metrics.jsonl`; at the end OUTPUT holds an HF checkpoint
-//! (`BertForSequenceClassification`, `BertForQuestionAnswering` or
-//! `GPT2LMHeadModel`) and the tokenizer.
+//! epoch the eval file, if any, is scored by the task's evaluation (the one
+//! `lmkit eval` runs) and a row of its metrics, prefixed `eval_`, goes to
+//! `OUTPUT/metrics.jsonl`; at the end OUTPUT holds the task's HF checkpoint
+//! and the tokenizer.
 //!
 //! Checkpoints as in pretraining: `OUTPUT/checkpoints/step-N/` (the HF model
 //! and tokenizer, AdamW moments, trainer state with the epoch and cursor in
@@ -29,248 +28,32 @@
 
 use crate::util::comm::{Communicator, SingleProcess};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
-use lmkit_tokenizers::{BpeTokenizer, Encoding};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::checkpoint::{
-    load_params, load_pretrained, open_model_dir_for, read_config, save_params_sharded, LoadOptions,
+use crate::checkpoint::{load_params, open_model_dir_for, LoadOptions};
+use crate::spec::config::ModelConfig;
+use crate::spec::Precision;
+pub use crate::tasks::{
+    load_bert_as, qa_train_features, FinetuneOptions, QaFeature, StopRequest, TaskKind,
 };
-use crate::data::classify_data::{read_classify_jsonl, read_regression_jsonl, LabelMap};
-use crate::data::multiple_choice::read_multiple_choice;
-use crate::data::squad::{read_squad, SquadExample};
-use crate::data::tagging::{encode_sentences, read_tagging, tag_map};
-use crate::data::TokenBatch;
-use crate::eval::run::{
-    encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, eval_regression,
-    eval_squad, eval_token_classify,
-};
-use crate::eval::run::{
-    encode_gpt2_multiple_choice, encode_multiple_choice, eval_gpt2_multiple_choice,
-    eval_multiple_choice, ChoiceEval, ClassifyEval,
-};
-use crate::models::bert::QaOptions;
-use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer};
-use crate::models::bert::{Bert, BertBatch};
-use crate::models::gpt2::classify::task_batch;
-use crate::models::gpt2::{Gpt2, Gpt2TaskBatch, Gpt2TaskTrainer};
-use crate::spec::config::{AnyConfig, BertConfig, ModelConfig};
-use crate::spec::layout::{bert_layout, gpt2_layout_for};
-use crate::spec::names::BertHeads;
-use crate::spec::names::{Architecture, Family};
-use crate::spec::{Precision, IGNORE_INDEX};
+use crate::tasks::{EvalFn, FillFn, Metrics, PrepareCx, Prepared, SaveFn, Session};
+use crate::train::runner::ModelWriteError;
+
+/// The task kind fine-tuning takes (the [`TaskKind`] of the `tasks` registry).
+pub type FinetuneTask = TaskKind;
 
 use super::pretrain_options::{init_from_record, pick};
-use super::{check_output, check_vocab, invalid, RecipeError, Result};
+use super::{check_output, invalid, RecipeError, Result};
 use crate::data::shards::fingerprint_files;
-use crate::train::runner::{ModelWriteError, Row};
+use crate::train::runner::Row;
 use crate::train::{
     latest_checkpoint, list_checkpoints, load_train_state, read_train_state, skipped_checkpoints,
-    DataParallel, DataPosition, LossParts, LrSchedule, MetricsWriter, OptimConfig, OptimState,
-    RunConfig, RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
+    DataParallel, DataPosition, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
+    RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
 };
 use crate::util::rng::Rng;
-
-/// What to fine-tune for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinetuneTask {
-    /// `BertForSequenceClassification` on JSONL `{"text", "text_pair"?, "label"}`.
-    Classify,
-    /// `BertForQuestionAnswering` on SQuAD v1.1 JSON.
-    Qa,
-    /// `GPT2LMHeadModel` on text (files split at form-feed lines, or JSONL `text`).
-    Lm,
-    /// `BertForTokenClassification` on CoNLL-style columns or JSONL `{"tokens", "tags"}`.
-    TokenClassify,
-    /// `BertForSequenceClassification` with one output (`problem_type`
-    /// regression, MSE) on JSONL `{"text", "text_pair"?, "label": number}`.
-    Regression,
-    /// `BertForMultipleChoice` / `GPT2DoubleHeadsModel` on JSONL
-    /// `{"context", "question"?, "choices", "label"}` or SWAG's columns.
-    MultipleChoice,
-}
-
-impl std::str::FromStr for FinetuneTask {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "classify" => Ok(Self::Classify),
-            "qa" => Ok(Self::Qa),
-            "lm" => Ok(Self::Lm),
-            "token-classify" => Ok(Self::TokenClassify),
-            "regression" => Ok(Self::Regression),
-            "multiple-choice" => Ok(Self::MultipleChoice),
-            o => Err(format!(
-                "unknown task `{o}` (expected classify, qa, lm, token-classify, regression or \
-                 multiple-choice)"
-            )),
-        }
-    }
-}
-
-impl FinetuneTask {
-    /// `max_seq_len` when none is given: 384 for QA (HF's window), else 128.
-    pub fn default_max_seq_len(self) -> usize {
-        match self {
-            Self::Qa => 384,
-            _ => 128,
-        }
-    }
-
-    /// The name `FromStr` reads.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Classify => "classify",
-            Self::Qa => "qa",
-            Self::Lm => "lm",
-            Self::TokenClassify => "token-classify",
-            Self::Regression => "regression",
-            Self::MultipleChoice => "multiple-choice",
-        }
-    }
-}
-
-/// A stop request, polled after every step (the CLI's Ctrl-C): when it
-/// answers true the run finishes the step, saves a checkpoint and returns
-/// with `interrupted` set. None by default.
-#[derive(Clone, Default)]
-pub struct StopRequest(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
-
-impl StopRequest {
-    pub fn new(poll: impl Fn() -> bool + Send + Sync + 'static) -> Self {
-        StopRequest(Some(Arc::new(poll)))
-    }
-
-    /// Whether a stop was asked for.
-    pub fn requested(&self) -> bool {
-        self.0.as_ref().is_some_and(|f| f())
-    }
-}
-
-impl std::fmt::Debug for StopRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            Some(_) => "StopRequest(set)",
-            None => "StopRequest(none)",
-        })
-    }
-}
-
-/// The same poll (or none on both sides).
-impl PartialEq for StopRequest {
-    fn eq(&self, other: &Self) -> bool {
-        match (&self.0, &other.0) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
-/// Hyper-parameters (HF Trainer defaults where it has them). Deserializes
-/// from the field names (unknown ones are an error, absent ones take
-/// [`Default`]): how the Python package passes its keyword arguments.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FinetuneOptions {
-    pub epochs: usize,
-    pub batch_size: usize,
-    pub eval_batch_size: usize,
-    /// Peak learning rate.
-    pub lr: f32,
-    /// Fraction of the steps spent warming up linearly.
-    pub warmup_ratio: f64,
-    /// Longest input in tokens (QA: the window length; LM: the block length).
-    pub max_seq_len: usize,
-    pub seed: u64,
-    pub weight_decay: f32,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    /// Global gradient-norm clip (HF `max_grad_norm` 1.0); 0 = off.
-    pub grad_clip: f32,
-    /// QA: overlap between consecutive windows (HF run_qa `doc_stride` 128).
-    pub doc_stride: usize,
-    /// QA: longest answer in tokens (HF run_qa 30).
-    pub max_answer_len: usize,
-    /// QA: answers kept per question in the predictions (HF run_qa `n_best_size` 20).
-    pub n_best: usize,
-    /// Stop after this many optimizer steps (the schedule still spans all epochs).
-    pub max_steps: Option<u64>,
-    /// A metrics row every N steps.
-    pub log_every: u64,
-    /// Write into a non-empty output folder (its files are replaced).
-    pub overwrite: bool,
-    /// Write the model in shards of at most this many bytes; `None`: one file.
-    #[serde(deserialize_with = "crate::util::size::deserialize_byte_size")]
-    pub max_shard_size: Option<u64>,
-    /// GPT-2 classification: λ of GPT-1's L3 = L2 + λ·L1, the weight of the
-    /// LM loss on the same inputs (GPT-1 used 0.5); 0 = off.
-    pub lm_coef: f32,
-    /// Continue the run in the output folder from its newest checkpoint,
-    /// exactly. Every option that shapes training must be the run's (an
-    /// error names the one that differs); `max_steps`, `save_every`, `keep`
-    /// and the evaluation settings may change.
-    pub resume: bool,
-    /// A checkpoint every N steps; `None`: at the end of every epoch; 0: only
-    /// at the end (and when stopped).
-    pub save_every: Option<u64>,
-    /// Checkpoints kept (at least 1).
-    pub keep: usize,
-    /// Data-parallel runs ([`finetune_on`] over several ranks): each rank
-    /// keeps the optimizer moments of its share of the parameters (ZeRO
-    /// stage 1); the same weights as without.
-    pub shard_optimizer: bool,
-    /// The number format of the matmuls of every block (GPT-2: and the LM
-    /// head): f32 (exact against HF) or bf16 (mixed precision: bf16
-    /// operands, f32 sums, weights and optimizer state). A resumed run must
-    /// give the run's.
-    pub dtype: Precision,
-    /// GPT-2: recompute activations in backward instead of keeping them
-    /// ([`crate::models::gpt2::Gpt2::set_recompute`]); an error for BERT.
-    /// Memory only: a resume may turn it on or off.
-    pub recompute: bool,
-    /// Polled after every step; see [`StopRequest`].
-    #[serde(skip)]
-    pub stop: StopRequest,
-}
-
-impl Default for FinetuneOptions {
-    fn default() -> Self {
-        FinetuneOptions {
-            epochs: 3,
-            batch_size: 16,
-            eval_batch_size: 64,
-            lr: 5e-5,
-            warmup_ratio: 0.0,
-            max_seq_len: 128,
-            seed: 42,
-            weight_decay: 0.0,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            grad_clip: 1.0,
-            doc_stride: 128,
-            max_answer_len: 30,
-            n_best: 20,
-            max_steps: None,
-            log_every: 1,
-            overwrite: false,
-            max_shard_size: None,
-            lm_coef: 0.5,
-            resume: false,
-            save_every: None,
-            keep: 2,
-            shard_optimizer: false,
-            dtype: Precision::F32,
-            recompute: false,
-            stop: StopRequest::default(),
-        }
-    }
-}
 
 /// Progress reports to the caller (the CLI draws bars from them).
 #[derive(Debug)]
@@ -297,6 +80,87 @@ pub enum FinetuneEvent<'a> {
         path: &'a Path,
     },
     Note(String),
+}
+
+impl FinetuneEvent<'_> {
+    /// The lines a front end prints for the event (none for a step, which
+    /// a progress bar shows with [`Self::step_text`]).
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            FinetuneEvent::Start {
+                description,
+                train_examples,
+                eval_examples,
+                total_steps,
+                start_step,
+            } => {
+                let mut v = vec![format!(
+                    "{description}; {train_examples} training / {eval_examples} eval items, {total_steps} steps"
+                )];
+                if *start_step > 0 {
+                    v.push(format!("resuming at step {start_step}"));
+                }
+                v
+            }
+            FinetuneEvent::Step { .. } => vec![],
+            FinetuneEvent::Eval { epoch, row } => {
+                let shown: Vec<String> = row
+                    .iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "step" | "epoch"))
+                    .map(|(k, v)| match v.as_f64() {
+                        Some(x) if v.is_f64() => format!("{k} {x:.4}"),
+                        _ => format!("{k} {v}"),
+                    })
+                    .collect();
+                vec![format!("epoch {}: {}", epoch + 1, shown.join(", "))]
+            }
+            FinetuneEvent::Saved { path } => vec![format!("saved {}", path.display())],
+            FinetuneEvent::Note(n) => vec![n.clone()],
+        }
+    }
+
+    /// A step's progress: `epoch E | loss L | lr X | N ex/s` (None for
+    /// other events).
+    pub fn step_text(&self) -> Option<String> {
+        let FinetuneEvent::Step {
+            epoch,
+            stats,
+            examples_per_s,
+        } = self
+        else {
+            return None;
+        };
+        Some(format!(
+            "epoch {} | loss {:.4} | lr {:.2e} | {examples_per_s:.1} ex/s",
+            epoch + 1,
+            stats.loss,
+            stats.lr
+        ))
+    }
+
+    /// The event as a JSON object (`"event"`: start, step, eval, saved or
+    /// note), as Python's callbacks receive it.
+    pub fn to_json(&self) -> Value {
+        match self {
+            FinetuneEvent::Start {
+                description,
+                train_examples,
+                eval_examples,
+                total_steps,
+                start_step,
+            } => json!({"event": "start", "description": description, "train_examples": train_examples,
+                        "eval_examples": eval_examples, "total_steps": total_steps, "start_step": start_step}),
+            FinetuneEvent::Step {
+                epoch,
+                stats,
+                examples_per_s,
+            } => json!({"event": "step", "epoch": epoch, "step": stats.step, "loss": stats.loss,
+                        "lr": stats.lr, "examples_per_s": examples_per_s}),
+            FinetuneEvent::Eval { epoch, row } => json!({"event": "eval", "epoch": epoch, "row": row}),
+            FinetuneEvent::Saved { path } => json!({"event": "saved", "path": path}),
+            FinetuneEvent::Note(n) => json!({"event": "note", "message": n}),
+        }
+    }
 }
 
 /// The outcome of a run.
@@ -342,7 +206,7 @@ impl FinetuneSummary {
 /// Fine-tunes `model_dir` for `task`: the one entry point of every task
 /// (the CLI's `finetune` and Python's `lmkit.finetune` call it).
 pub fn finetune(
-    task: FinetuneTask,
+    task: TaskKind,
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
@@ -373,7 +237,7 @@ pub fn finetune(
 /// ranks that keeps the global batch.
 #[allow(clippy::too_many_arguments)]
 pub fn finetune_on(
-    task: FinetuneTask,
+    task: TaskKind,
     model_dir: &Path,
     train: &Path,
     eval: Option<&Path>,
@@ -382,80 +246,20 @@ pub fn finetune_on(
     comm: &dyn Communicator,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    let run = match task {
-        FinetuneTask::Classify => finetune_classify,
-        FinetuneTask::Qa => finetune_qa,
-        FinetuneTask::Lm => finetune_lm,
-        FinetuneTask::TokenClassify => finetune_token_classify,
-        FinetuneTask::Regression => finetune_regression,
-        FinetuneTask::MultipleChoice => finetune_multiple_choice,
+    let job = Job::start(task, model_dir, train, eval, output, opts, comm)?;
+    let cx = PrepareCx {
+        model_dir,
+        config: task.model_config(model_dir)?,
+        train,
+        eval,
+        opts,
     };
-    run(model_dir, train, eval, output, opts, comm, on_event)
-}
-
-/// Reads `dir/config.json`, demanding the `family` task `task` needs.
-fn task_config(dir: &Path, family: Family, task: &str) -> Result<AnyConfig> {
-    Ok(read_config(dir, Some((family, &format!("`task` {task}"))))?)
-}
-
-/// Loads a BERT checkpoint into the layout of `arch` (its `config` adjusted
-/// by the caller): base weights must all be there; heads `arch` has but the
-/// file lacks are initialised as HF does (N(0, initializer_range) weights,
-/// zero biases), heads the file has but `arch` lacks are ignored.
-/// Returns the model and the names of the initialised parameters.
-pub fn load_bert_as(
-    dir: &Path,
-    config: BertConfig,
-    arch: Architecture,
-    seed: u64,
-) -> Result<(Bert, Vec<String>)> {
-    let (_, file) = open_model_dir_for(dir, Some((Family::Bert, arch.hf_name())))?;
-    let heads: BertHeads = arch.bert_heads();
-    let layout = bert_layout(&config, heads)?;
-    let mut params = layout.try_zeros()?;
-    let report = load_params(
-        &layout,
-        &mut params,
-        &file,
-        Family::Bert,
-        LoadOptions {
-            allow_missing_heads: true,
-            ignore_unused_heads: true,
-        },
-    )?;
-    let missing = report.missing_heads.clone();
-    let mut rng = Rng::derive(seed, 0x4845_4144); // "HEAD"
-    hf_init(
-        &layout,
-        &mut params,
-        config.initializer_range,
-        None,
-        &mut rng,
-        &|name| missing.iter().any(|m| m == name),
-    );
-    let model = Bert::from_parts(config, heads, layout, params, Some(arch))?;
-    Ok((model, missing))
-}
-
-/// The tokenizer's ids fit the model's embeddings, and text pairs (segment
-/// B has token type 1) need `type_vocab_size` ≥ 2: checked before training,
-/// with the reason, rather than as an id out of range in the first batch.
-fn check_fits(
-    dir: &Path,
-    tok: &WordPieceTokenizer,
-    config: &BertConfig,
-    pairs: bool,
-) -> Result<()> {
-    check_vocab(tok.vocab_size(), config.vocab_size)?;
-    if pairs && config.type_vocab_size < 2 {
-        return Err(invalid(format!(
-            "{}: the model has type_vocab_size {} (one segment), but the task gives it text pairs, \
-             whose second segment is token type 1",
-            dir.display(),
-            config.type_vocab_size
-        )));
+    // One generic loop; the arms differ only in the model's type.
+    match task.task().prepare(&cx)? {
+        Prepared::Bert(s) => run_loop(s, opts, job, on_event),
+        Prepared::Gpt2Head(s) => run_loop(s, opts, job, on_event),
+        Prepared::Gpt2(s) => run_loop(s, opts, job, on_event),
     }
-    Ok(())
 }
 
 fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
@@ -475,34 +279,6 @@ fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
         grad_clip: opts.grad_clip,
         grad_accum: 1,
     }
-}
-
-fn check_opts(opts: &FinetuneOptions) -> Result<()> {
-    for (name, v) in [
-        ("epochs", opts.epochs),
-        ("batch_size", opts.batch_size),
-        ("eval_batch_size", opts.eval_batch_size),
-    ] {
-        if v == 0 {
-            return Err(invalid(format!("`{name}` must be positive")));
-        }
-    }
-    if !(0.0..1.0).contains(&opts.warmup_ratio) {
-        return Err(invalid(format!(
-            "`warmup_ratio` {} must be in [0, 1)",
-            opts.warmup_ratio
-        )));
-    }
-    if !(opts.lr > 0.0 && opts.lr.is_finite()) {
-        return Err(invalid(format!("`lr` {} must be positive", opts.lr)));
-    }
-    if opts.max_seq_len < 8 {
-        return Err(invalid(format!(
-            "`max_seq_len` {} is too short",
-            opts.max_seq_len
-        )));
-    }
-    Ok(())
 }
 
 /// One fine-tuning run: what it starts from, on what data, into which
@@ -573,7 +349,7 @@ impl<'a> Job<'a> {
     /// (task, starting model, data and training options are compared now;
     /// the item count and model size once the data and model are loaded).
     fn start(
-        task: FinetuneTask,
+        task: TaskKind,
         model_dir: &'a Path,
         train: &'a Path,
         eval: Option<&'a Path>,
@@ -581,7 +357,7 @@ impl<'a> Job<'a> {
         opts: &FinetuneOptions,
         comm: &'a dyn Communicator,
     ) -> Result<Self> {
-        check_opts(opts)?;
+        opts.check()?;
         let mut job = Job {
             comm,
             model_dir,
@@ -608,9 +384,8 @@ impl<'a> Job<'a> {
                 beta2: opts.beta2,
                 eps: opts.eps,
                 grad_clip: opts.grad_clip,
-                doc_stride: (task == FinetuneTask::Qa).then_some(opts.doc_stride),
-                lm_coef: matches!(task, FinetuneTask::Classify | FinetuneTask::MultipleChoice)
-                    .then_some(opts.lm_coef),
+                doc_stride: task.uses("doc_stride").then_some(opts.doc_stride),
+                lm_coef: task.uses("lm_coef").then_some(opts.lm_coef),
                 examples: 0,
                 dtype: opts.dtype,
             },
@@ -763,47 +538,13 @@ impl<'a> Job<'a> {
     }
 }
 
-/// Evaluates the model on the held-out set: the metrics row, or None without one.
-type EvalFn<'a, M> = dyn FnMut(&mut M) -> Result<Option<Map<String, Value>>> + 'a;
-
-/// Writes the task's model (HF layout, config, tokenizer) into a folder: the
-/// final model and every checkpoint's.
-type SaveFn<'a, M> = dyn Fn(&M, &Path) -> std::result::Result<(), ModelWriteError> + 'a;
-
-/// The files of a BERT task's model: its weights in `arch`'s HF layout, its
-/// config and the tokenizer.
-fn save_bert(
-    m: &Bert,
-    arch: Architecture,
-    tok: &WordPieceTokenizer,
-    max_shard_size: Option<u64>,
-    dir: &Path,
-) -> std::result::Result<(), ModelWriteError> {
-    save_params_sharded(&m.layout, &m.params, &m.config, dir, arch, max_shard_size)?;
-    tok.save(dir)?;
-    Ok(())
-}
-
-/// [`save_bert`] for GPT-2.
-fn save_gpt2(
-    m: &Gpt2,
-    arch: Architecture,
-    tok: &BpeTokenizer,
-    max_shard_size: Option<u64>,
-    dir: &Path,
-) -> std::result::Result<(), ModelWriteError> {
-    save_params_sharded(&m.layout, &m.params, &m.config, dir, arch, max_shard_size)?;
-    tok.save(dir)?;
-    Ok(())
-}
-
 /// Fine-tuning's part of a [`Runner`] run: epochs of a fresh permutation of
 /// the examples drawn from `(seed, epoch)`, `b` (the global batch) at a time
 /// (the last batch of an epoch may be smaller), evaluation after every
 /// epoch. Rank `rank` of a data-parallel run takes `rank_b` examples of
 /// each batch, from `rank × rank_b` on (none of a short last batch that
 /// ends before).
-struct EpochTask<'a, M: Trainable> {
+struct EpochTask<M: Trainable> {
     n: usize,
     b: usize,
     rank_b: usize,
@@ -815,9 +556,9 @@ struct EpochTask<'a, M: Trainable> {
     epoch: u64,
     cursor: usize,
     order: Vec<usize>,
-    fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
-    evaluate: &'a mut EvalFn<'a, M>,
-    save: &'a SaveFn<'a, M>,
+    fill: FillFn<M>,
+    evaluate: EvalFn<M>,
+    save: SaveFn<M>,
     /// Examples of the batch just drawn.
     last_batch: usize,
     examples: usize,
@@ -826,7 +567,7 @@ struct EpochTask<'a, M: Trainable> {
     last_eval: Option<Map<String, Value>>,
 }
 
-impl<'a, M: Trainable> EpochTask<'a, M> {
+impl<M: Trainable> EpochTask<M> {
     fn order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..n).collect();
         Rng::derive(seed, epoch).shuffle(&mut order);
@@ -834,7 +575,7 @@ impl<'a, M: Trainable> EpochTask<'a, M> {
     }
 }
 
-impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
+impl<M: Trainable> RunTask<M> for EpochTask<M> {
     type Error = RecipeError;
 
     fn next_batch(&mut self, batch: &mut M::Batch) -> Result<()> {
@@ -882,9 +623,10 @@ impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
     }
 
     fn evaluate(&mut self, model: &mut M) -> Result<Option<Row>> {
-        let Some(mut row) = (self.evaluate)(model)? else {
+        let Some(metrics) = (self.evaluate)(model)? else {
             return Ok(None);
         };
+        let mut row = training_row(metrics);
         let trained = self.cursor > 0 || self.epoch > 0;
         row.insert(
             "epoch".into(),
@@ -899,90 +641,92 @@ impl<M: Trainable> RunTask<M> for EpochTask<'_, M> {
     }
 }
 
-/// The epoch loop of every fine-tuning task, on the [`Runner`]:
-/// `fill(indices, batch)` builds a batch from example indices,
+/// A task's metrics as a training row: each name prefixed `eval_`, as HF's
+/// Trainer writes them (`eval_accuracy`); `lmkit eval` prints the bare names.
+fn training_row(metrics: Metrics) -> Row {
+    metrics
+        .into_iter()
+        .map(|(k, v)| (format!("eval_{k}"), v))
+        .collect()
+}
+
+/// The steps of a run: per epoch, in the schedule, and to run now.
+#[derive(Clone, Copy)]
+struct Steps {
+    /// The global batch (`batch_size` per rank).
+    b: usize,
+    per_epoch: u64,
+    schedule: u64,
+    total: u64,
+}
+
+impl Steps {
+    fn new(opts: &FinetuneOptions, items: usize, ranks: usize) -> Self {
+        let b = opts.batch_size * ranks;
+        let per_epoch = items.div_ceil(b) as u64;
+        let schedule = per_epoch * opts.epochs as u64;
+        let total = opts.max_steps.map_or(schedule, |m| m.min(schedule));
+        Steps {
+            b,
+            per_epoch,
+            schedule,
+            total,
+        }
+    }
+}
+
+/// The epoch loop of every fine-tuning task, on the [`Runner`]: the
+/// session's `fill(indices, batch)` builds a batch from item indices,
 /// `evaluate(model)` scores after each epoch (and where `max_steps` stops),
 /// `save(model, dir)` writes the model's files (checkpoints and, at the end,
 /// the output folder). A resumed `job` continues from its checkpoint: the
 /// model's parameters, the moments, the step and the data position.
-#[allow(clippy::too_many_arguments)]
-fn run_loop<'a, M: Trainable>(
-    model: &mut M,
-    n_examples: usize,
+fn run_loop<M: Trainable>(
+    session: Session<M>,
     opts: &FinetuneOptions,
-    batch: &mut M::Batch,
-    fill: &'a mut dyn FnMut(&[usize], &mut M::Batch),
-    evaluate: &'a mut EvalFn<'a, M>,
-    save: &'a SaveFn<'a, M>,
-    description: String,
-    eval_examples: usize,
     mut job: Job,
     on_event: &mut dyn FnMut(FinetuneEvent),
 ) -> Result<FinetuneSummary> {
-    let output = job.output;
-    let comm = job.comm;
-    let root = comm.is_root();
-    // `b`: the global batch, `opts.batch_size` per rank.
-    let b = opts.batch_size * comm.world_size();
-    let per_epoch = n_examples.div_ceil(b) as u64;
-    let schedule_steps = per_epoch * opts.epochs as u64;
-    let total = opts
-        .max_steps
-        .map_or(schedule_steps, |m| m.min(schedule_steps));
-    let optim = linear_schedule(opts, schedule_steps);
+    let Session {
+        mut model,
+        mut batch,
+        train_items: n,
+        eval_items,
+        description,
+        fill,
+        evaluate,
+        save,
+    } = session;
+    let (output, comm) = (job.output, job.comm);
+    let steps = Steps::new(opts, n, comm.world_size());
+    let optim = linear_schedule(opts, steps.schedule);
     let num_params = model.params().len();
     model.set_precision(opts.dtype)?;
     model.set_recompute(opts.recompute)?;
     let record = RunRecord {
-        examples: n_examples,
+        examples: n,
         ..job.record.clone()
     };
     // Everything is checked before the output folder is touched.
     let (mut state, mut opt) = match &job.resume {
-        Some(dir) => resume_from(dir, &job, opts, model, n_examples, total, schedule_steps)?,
+        Some(dir) => resume_from(dir, &job, opts, &mut model, n, steps)?,
         None => (
-            TrainState::new(opts.seed, optim, b, opts.max_seq_len, num_params),
+            TrainState::new(opts.seed, optim, steps.b, opts.max_seq_len, num_params),
             OptimState::new(num_params),
         ),
     };
     state.optim = optim;
     state.extra = json!({ "finetune": record });
-    let ckpt_root = output.join("checkpoints");
-    // Every rank has checked (and on resume read) the folder before rank 0,
-    // alone, writes it.
-    comm.barrier();
-    let mut metrics = if root {
-        std::fs::create_dir_all(output).map_err(|source| RecipeError::Io {
-            path: output.to_path_buf(),
-            source,
-        })?;
-        if job.resume.is_none() {
-            // `overwrite`: an earlier run's checkpoints would pass for this one's.
-            for (_, d) in list_checkpoints(&ckpt_root)? {
-                std::fs::remove_dir_all(&d)
-                    .map_err(|source| RecipeError::Io { path: d, source })?;
-            }
-        }
-        let metrics_path = output.join("metrics.jsonl");
-        Some(
-            MetricsWriter::open(&metrics_path, job.resume.as_ref().map(|_| state.step)).map_err(
-                |source| RecipeError::Io {
-                    path: metrics_path,
-                    source,
-                },
-            )?,
-        )
-    } else {
-        None
-    };
+    let mut metrics = open_output(&job, state.step)?;
     if opts.dtype == Precision::Bf16 {
         job.notes.push(Precision::Bf16.describe().into());
     }
     if comm.world_size() > 1 {
         job.notes.push(format!(
-            "data-parallel: {} ranks x {} examples = a global batch of {b}",
+            "data-parallel: {} ranks x {} examples = a global batch of {}",
             comm.world_size(),
-            opts.batch_size
+            opts.batch_size,
+            steps.b
         ));
     }
     for n in job.notes {
@@ -990,23 +734,23 @@ fn run_loop<'a, M: Trainable>(
     }
     on_event(FinetuneEvent::Start {
         description,
-        train_examples: n_examples,
-        eval_examples,
-        total_steps: total,
+        train_examples: n,
+        eval_examples: eval_items,
+        total_steps: steps.total,
         start_step: state.step,
     });
     let DataPosition { epoch, cursor } = state.data;
     let mut task = EpochTask::<M> {
-        n: n_examples,
-        b,
+        n,
+        b: steps.b,
         rank_b: opts.batch_size,
         rank: comm.rank(),
         rows: true,
         seed: opts.seed,
-        per_epoch,
+        per_epoch: steps.per_epoch,
         epoch,
         cursor: cursor as usize,
-        order: EpochTask::<M>::order(n_examples, opts.seed, epoch),
+        order: EpochTask::<M>::order(n, opts.seed, epoch),
         fill,
         evaluate,
         save,
@@ -1017,19 +761,19 @@ fn run_loop<'a, M: Trainable>(
         last_eval: None,
     };
     let config = RunConfig {
-        max_steps: total,
+        max_steps: steps.total,
         log_every: opts.log_every,
-        eval_every: per_epoch,
-        save_every: opts.save_every.unwrap_or(per_epoch),
+        eval_every: steps.per_epoch,
+        save_every: opts.save_every.unwrap_or(steps.per_epoch),
         keep: super::check_keep(opts.keep)?,
         stop_after: None,
-        checkpoint_dir: Some(ckpt_root),
+        checkpoint_dir: Some(output.join("checkpoints")),
         final_dir: Some(output.to_path_buf()),
         // Only a run of no steps (`max_steps` 0) reports its starting point.
-        eval_at_start: total == 0,
+        eval_at_start: steps.total == 0,
     };
     let runner = Runner {
-        model,
+        model: &mut model,
         opt: &mut opt,
         state: &mut state,
         optim: &optim,
@@ -1040,46 +784,21 @@ fn run_loop<'a, M: Trainable>(
             shard_optimizer: opts.shard_optimizer,
         },
     };
-    let last_of_epoch = n_examples - (per_epoch as usize - 1) * b;
+    let last_of_epoch = n - (steps.per_epoch as usize - 1) * steps.b;
     let run = runner.run(
         &mut task,
-        batch,
-        &mut |e| match e {
-            RunEvent::Step { stats, seconds, .. } => {
-                let epoch = ((stats.step - 1) / per_epoch) as usize;
-                let n = if stats.step % per_epoch == 0 {
-                    last_of_epoch
-                } else {
-                    b
-                };
-                on_event(FinetuneEvent::Step {
-                    epoch,
-                    stats,
-                    examples_per_s: n as f64 / seconds.max(1e-9),
-                })
-            }
-            RunEvent::Eval { row } => {
-                let done = row.get("epoch").and_then(Value::as_u64).unwrap_or(0);
-                on_event(FinetuneEvent::Eval {
-                    epoch: done.saturating_sub(1) as usize,
-                    row,
-                })
-            }
-            RunEvent::Saved { path } => on_event(FinetuneEvent::Saved { path }),
-            RunEvent::Note(n) => on_event(FinetuneEvent::Note(n)),
-            RunEvent::Text { .. } => {}
-        },
-        &|| opts.stop.requested(),
+        &mut batch,
+        &mut |e| forward_event(e, steps, last_of_epoch, on_event),
+        &opts.stop,
     )?;
-    let epochs_done = if run.steps == 0 {
-        0
-    } else {
-        task.epoch as usize + 1
-    };
     Ok(FinetuneSummary {
         steps: run.steps,
-        epochs_done,
-        train_examples: n_examples,
+        epochs_done: if run.steps == 0 {
+            0
+        } else {
+            task.epoch as usize + 1
+        },
+        train_examples: n,
         examples_per_s: task.examples as f64 / task.train_s.max(1e-9),
         tokens_per_s: task.tokens as f64 / task.train_s.max(1e-9),
         train_seconds: task.train_s,
@@ -1091,19 +810,77 @@ fn run_loop<'a, M: Trainable>(
     })
 }
 
+/// Rank 0 creates the output folder (a fresh run drops an earlier run's
+/// checkpoints, which would pass for this one's) and opens its
+/// `metrics.jsonl` (a resumed run's cut after `step`); other ranks write
+/// nothing. Every rank has checked the folder before.
+fn open_output(job: &Job, step: u64) -> Result<Option<MetricsWriter>> {
+    let output = job.output;
+    job.comm.barrier();
+    if !job.comm.is_root() {
+        return Ok(None);
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RecipeError::Io { path, source }
+    };
+    std::fs::create_dir_all(output).map_err(io(output))?;
+    if job.resume.is_none() {
+        for (_, d) in list_checkpoints(&output.join("checkpoints"))? {
+            std::fs::remove_dir_all(&d).map_err(io(&d))?;
+        }
+    }
+    let path = output.join("metrics.jsonl");
+    let writer = MetricsWriter::open(&path, job.resume.as_ref().map(|_| step)).map_err(io(&path))?;
+    Ok(Some(writer))
+}
+
+/// The [`Runner`]'s events as fine-tuning's.
+fn forward_event(
+    e: RunEvent,
+    steps: Steps,
+    last_of_epoch: usize,
+    on_event: &mut dyn FnMut(FinetuneEvent),
+) {
+    match e {
+        RunEvent::Step { stats, seconds, .. } => {
+            let epoch = ((stats.step - 1) / steps.per_epoch) as usize;
+            let n = if stats.step % steps.per_epoch == 0 {
+                last_of_epoch
+            } else {
+                steps.b
+            };
+            on_event(FinetuneEvent::Step {
+                epoch,
+                stats,
+                examples_per_s: n as f64 / seconds.max(1e-9),
+            })
+        }
+        RunEvent::Eval { row } => {
+            let done = row.get("epoch").and_then(Value::as_u64).unwrap_or(0);
+            on_event(FinetuneEvent::Eval {
+                epoch: done.saturating_sub(1) as usize,
+                row,
+            })
+        }
+        RunEvent::Saved { path } => on_event(FinetuneEvent::Saved { path }),
+        RunEvent::Note(n) => on_event(FinetuneEvent::Note(n)),
+        RunEvent::Text { .. } => {}
+    }
+}
+
 /// The trainer state and moments of checkpoint `dir`, its parameters loaded
 /// into `model`, after checking that it is this command's run, that it
 /// fits the model and the data, and that it has steps left.
-#[allow(clippy::too_many_arguments)]
 fn resume_from<M: Trainable>(
     dir: &Path,
     job: &Job,
     opts: &FinetuneOptions,
     model: &mut M,
     n_examples: usize,
-    total: u64,
-    schedule_steps: u64,
+    steps: Steps,
 ) -> Result<(TrainState, OptimState)> {
+    let (total, schedule_steps) = (steps.total, steps.schedule);
     let (state, opt) = load_train_state(dir)?;
     job.check(dir, &state, Some(n_examples))?;
     let num_params = model.params().len();
@@ -1146,1006 +923,6 @@ fn resume_from<M: Trainable>(
         LoadOptions::default(),
     )?;
     Ok((state, opt))
-}
-
-fn pad_batch(encs: &[&Encoding], pad: u32) -> Result<BertBatch> {
-    Ok(BertBatch::from_encodings(encs, pad)?)
-}
-
-/// Fine-tunes a sequence classifier from the checkpoint in `model_dir`:
-/// `BertForSequenceClassification` from a BERT, `GPT2ForSequenceClassification`
-/// from a GPT-2 (the family is read from its config.json). Labels come from
-/// the checkpoint when it already has a classifier (its `id2label`), else
-/// from the training file.
-fn finetune_classify(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(
-        FinetuneTask::Classify,
-        model_dir,
-        train,
-        eval,
-        output,
-        opts,
-        comm,
-    )?;
-    let mut config = match read_config(model_dir, None)? {
-        AnyConfig::Bert(c) => c,
-        AnyConfig::Gpt2(c) => {
-            return finetune_gpt2_classify(model_dir, c, train, eval, job, opts, on_event)
-        }
-    };
-    let tok = WordPieceTokenizer::from_dir(model_dir)?;
-    let train_data = read_classify_jsonl(train)?;
-    let has_classifier = open_model_dir_for(model_dir, None)?
-        .1
-        .names()
-        .iter()
-        .any(|k| k.starts_with("classifier."));
-    let labels = if has_classifier {
-        LabelMap::from_names(config.id2label.clone())?
-    } else {
-        LabelMap::from_examples(&train_data)?
-    };
-    config.id2label = labels.names().to_vec();
-    let train_ids = labels.ids(&train_data)?;
-    let eval_data = eval.map(read_classify_jsonl).transpose()?;
-    let eval_ids = eval_data.as_ref().map(|d| labels.ids(d)).transpose()?;
-    let pairs = std::iter::once(&train_data)
-        .chain(&eval_data)
-        .any(|d| d.examples.iter().any(|e| e.text_pair.is_some()));
-    check_fits(model_dir, &tok, &config, pairs)?;
-    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let (model, _) = load_bert_as(
-        model_dir,
-        config,
-        Architecture::BertForSequenceClassification,
-        opts.seed,
-    )?;
-    let train_encs = encode_classify(&tok, &train_data, max_len)?;
-    let eval_encs = eval_data
-        .as_ref()
-        .map(|d| encode_classify(&tok, d, max_len))
-        .transpose()?;
-    let pad = tok.pad_id();
-    let mut trainer = BertTrainer::new(model)?;
-    let mut batch = BertTrainBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
-        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i]).collect();
-        // Encodings were built by us within the model's limits.
-        bt.batch = pad_batch(&refs, pad).expect("valid batch");
-        bt.targets = BertTargets {
-            class_labels: Some(idx.iter().map(|&i| train_ids[i] as i32).collect()),
-            ..Default::default()
-        };
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
-        let (Some(encs), Some(gold)) = (&eval_encs, &eval_ids) else {
-            return Ok(None);
-        };
-        let r = eval_classify(&m.model, pad, encs, gold, eval_bs)?;
-        Ok(Some(classify_row(&r)))
-    };
-    let description = format!(
-        "classify: {} labels ({}), {} train examples",
-        labels.num_labels(),
-        labels.names().join(", "),
-        train_encs.len()
-    );
-    let arch = Architecture::BertForSequenceClassification;
-    let save =
-        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_encs.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_encs.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
-}
-
-/// Fine-tunes a one-output `BertForSequenceClassification` for regression
-/// from the BERT checkpoint in `model_dir`, as HF does with `num_labels=1`,
-/// `problem_type="regression"` (STS-B in run_glue): the MSE of the output
-/// against the row's `label`, Pearson / Spearman of the eval outputs after
-/// every epoch. The saved config has `num_labels` 1 (`id2label`
-/// `{0: "LABEL_0"}` unless the checkpoint already names its one output)
-/// and `problem_type` regression. A checkpoint whose classifier has more
-/// than one output is an error.
-fn finetune_regression(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(
-        FinetuneTask::Regression,
-        model_dir,
-        train,
-        eval,
-        output,
-        opts,
-        comm,
-    )?;
-    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "regression")? else {
-        unreachable!("task_config checked the family")
-    };
-    let tok = WordPieceTokenizer::from_dir(model_dir)?;
-    let train_data = read_regression_jsonl(train)?;
-    let has_classifier = open_model_dir_for(model_dir, None)?
-        .1
-        .names()
-        .iter()
-        .any(|k| k.starts_with("classifier."));
-    if !has_classifier {
-        config.set_num_labels(1);
-    } else if config.num_labels() != 1 {
-        return Err(invalid(format!(
-            "{}: its classifier has {} outputs ({}); regression needs one: start from a model \
-             without a classifier (its encoder) or a one-output one",
-            model_dir.display(),
-            config.num_labels(),
-            config.id2label.join(", ")
-        )));
-    }
-    config.problem_type = Some("regression".into());
-    let eval_data = eval.map(read_regression_jsonl).transpose()?;
-    let pairs = std::iter::once(&train_data)
-        .chain(&eval_data)
-        .any(|d| d.examples.iter().any(|e| e.text_pair.is_some()));
-    check_fits(model_dir, &tok, &config, pairs)?;
-    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let (model, _) = load_bert_as(
-        model_dir,
-        config,
-        Architecture::BertForSequenceClassification,
-        opts.seed,
-    )?;
-    let train_encs = encode_classify(&tok, &train_data, max_len)?;
-    let eval_encs = eval_data
-        .as_ref()
-        .map(|d| encode_classify(&tok, d, max_len))
-        .transpose()?;
-    let train_y: Vec<f32> = train_data.examples.iter().map(|e| e.label).collect();
-    let eval_y: Option<Vec<f32>> = eval_data
-        .as_ref()
-        .map(|d| d.examples.iter().map(|e| e.label).collect());
-    let pad = tok.pad_id();
-    let mut trainer = BertTrainer::new(model)?;
-    let mut batch = BertTrainBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
-        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i]).collect();
-        // Encodings were built by us within the model's limits.
-        bt.batch = pad_batch(&refs, pad).expect("valid batch");
-        bt.targets = BertTargets {
-            regression_targets: Some(idx.iter().map(|&i| train_y[i]).collect()),
-            ..Default::default()
-        };
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
-        let (Some(encs), Some(gold)) = (&eval_encs, &eval_y) else {
-            return Ok(None);
-        };
-        let r = eval_regression(&m.model, pad, encs, gold, eval_bs)?;
-        Ok(Some(object(json!({
-            "eval_loss": r.loss,
-            "eval_pearson": r.scores.pearson,
-            "eval_spearmanr": r.scores.spearmanr,
-            "eval_examples": r.scores.count,
-        }))))
-    };
-    let (lo, hi) = train_y
-        .iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &y| {
-            (a.min(y), b.max(y))
-        });
-    let description = format!(
-        "regression: {} train examples, targets {lo}..{hi}",
-        train_encs.len()
-    );
-    let arch = Architecture::BertForSequenceClassification;
-    let save =
-        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_encs.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_encs.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
-}
-
-/// `finetune_classify` for GPT-2 (GPT-1 §3.2 with GPT-2's vocabulary):
-/// each input is the text's tokens, for a pair `text <|endoftext|> pair`
-/// (the delimiter), cut to `max_seq_len`; batches are right-padded with the
-/// pad token, `<|endoftext|>` unless the config names one (written to the
-/// saved config's `pad_token_id`, as HF users do); `score` reads the last
-/// non-pad token; the loss adds `lm_coef` times the LM loss on the same
-/// tokens (the tied head; a config with `tie_word_embeddings: false` needs
-/// `lm_coef` 0, as `GPT2ForSequenceClassification` saves no LM head).
-fn finetune_gpt2_classify(
-    model_dir: &Path,
-    mut config: crate::spec::config::Gpt2Config,
-    train: &Path,
-    eval: Option<&Path>,
-    job: Job,
-    opts: &FinetuneOptions,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let arch = Architecture::Gpt2ForSequenceClassification;
-    if !(opts.lm_coef >= 0.0 && opts.lm_coef.is_finite()) {
-        return Err(invalid(format!(
-            "`lm_coef` {} must be a finite number >= 0",
-            opts.lm_coef
-        )));
-    }
-    if opts.lm_coef > 0.0 && !config.tie_word_embeddings {
-        return Err(invalid(
-            "the model has tie_word_embeddings false, and GPT2ForSequenceClassification keeps \
-             no LM head for the auxiliary LM loss: use lm_coef 0",
-        ));
-    }
-    let tok = BpeTokenizer::from_dir(model_dir)?;
-    check_vocab(tok.vocab_size(), config.vocab_size)?;
-    let eos = tok.endoftext_id().ok_or_else(|| {
-        invalid("the tokenizer has no <|endoftext|> token (the pair delimiter and padding)")
-    })?;
-    let pad = *config.pad_token_id.get_or_insert(eos);
-    for (what, id) in [("pad_token_id", pad), ("<|endoftext|>", eos)] {
-        if id as usize >= config.vocab_size {
-            return Err(invalid(format!(
-                "{what} {id} is outside the model's vocabulary of {}",
-                config.vocab_size
-            )));
-        }
-    }
-    let train_data = read_classify_jsonl(train)?;
-    let (_, file) = open_model_dir_for(model_dir, Some((Family::Gpt2, arch.hf_name())))?;
-    let has_score = file.names().iter().any(|k| k.starts_with("score."));
-    let labels = if has_score {
-        LabelMap::from_names(config.id2label.clone())?
-    } else {
-        LabelMap::from_examples(&train_data)?
-    };
-    config.id2label = labels.names().to_vec();
-    let train_ids = labels.ids(&train_data)?;
-    let eval_data = eval.map(read_classify_jsonl).transpose()?;
-    let eval_ids = eval_data.as_ref().map(|d| labels.ids(d)).transpose()?;
-    let layout = gpt2_layout_for(&config, arch)?;
-    let mut params = layout.try_zeros()?;
-    let report = load_params(
-        &layout,
-        &mut params,
-        &file,
-        Family::Gpt2,
-        LoadOptions {
-            allow_missing_heads: true,
-            ignore_unused_heads: true,
-        },
-    )?;
-    // A new `score`: N(0, initializer_range), as HF initialises nn.Linear.
-    let mut rng = Rng::derive(opts.seed, 0x4845_4144); // "HEAD"
-    for name in &report.missing_heads {
-        if let Some(r) = layout.range(name) {
-            for x in &mut params[r] {
-                *x = (rng.normal() * config.initializer_range) as f32;
-            }
-        }
-    }
-    let model = Gpt2::from_params_for(config, arch, params)?;
-    let t = opts.max_seq_len.min(model.config.n_positions);
-    let train_rows = encode_gpt2_classify(&tok, &train_data, t, eos);
-    let eval_rows = eval_data
-        .as_ref()
-        .map(|d| encode_gpt2_classify(&tok, d, t, eos));
-    let mut trainer = Gpt2TaskTrainer {
-        model,
-        lm_coef: opts.lm_coef,
-    };
-    let mut batch = Gpt2TaskBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
-        let refs: Vec<&[u32]> = idx.iter().map(|&i| train_rows[i].as_slice()).collect();
-        *bt = task_batch(
-            &refs,
-            pad,
-            idx.iter().map(|&i| train_ids[i] as u32).collect(),
-            1,
-        );
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut Gpt2TaskTrainer| -> Result<Option<Map<String, Value>>> {
-        let (Some(rows), Some(gold)) = (&eval_rows, &eval_ids) else {
-            return Ok(None);
-        };
-        let r = eval_gpt2_classify(&mut m.model, rows, gold, eval_bs)?;
-        Ok(Some(classify_row(&r)))
-    };
-    let description = format!(
-        "classify (GPT-2, lm_coef {}): {} labels ({}), {} train examples",
-        opts.lm_coef,
-        labels.num_labels(),
-        labels.names().join(", "),
-        train_rows.len()
-    );
-    let save =
-        |t: &Gpt2TaskTrainer, dir: &Path| save_gpt2(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_rows.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_rows.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
-}
-
-/// Fine-tunes `BertForTokenClassification` (HF run_ner: tags on the first
-/// word piece of each word, seqeval entity scores after every epoch) from
-/// the BERT checkpoint in `model_dir`. Tags come from the checkpoint when it
-/// is already a token classifier (its `id2label`), else from the training
-/// file (sorted).
-fn finetune_token_classify(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(
-        FinetuneTask::TokenClassify,
-        model_dir,
-        train,
-        eval,
-        output,
-        opts,
-        comm,
-    )?;
-    let AnyConfig::Bert(mut config) = task_config(model_dir, Family::Bert, "token-classify")?
-    else {
-        unreachable!("task_config checked the family")
-    };
-    let tok = WordPieceTokenizer::from_dir(model_dir)?;
-    check_fits(model_dir, &tok, &config, false)?;
-    let train_data = read_tagging(train)?;
-    let is_tagger = config
-        .architectures
-        .iter()
-        .any(|a| a == Architecture::BertForTokenClassification.hf_name());
-    let labels = if is_tagger {
-        LabelMap::from_names(config.id2label.clone())?
-    } else {
-        tag_map(&train_data)?
-    };
-    config.id2label = labels.names().to_vec();
-    let eval_data = eval.map(read_tagging).transpose()?;
-    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let train_encs = encode_sentences(&tok, &train_data, &labels, max_len)?;
-    let eval_encs = eval_data
-        .as_ref()
-        .map(|d| encode_sentences(&tok, d, &labels, max_len))
-        .transpose()?;
-    let (model, _) = load_bert_as(
-        model_dir,
-        config,
-        Architecture::BertForTokenClassification,
-        opts.seed,
-    )?;
-    let pad = tok.pad_id();
-    let mut trainer = BertTrainer::new(model)?;
-    let mut batch = BertTrainBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
-        let refs: Vec<&Encoding> = idx.iter().map(|&i| &train_encs[i].encoding).collect();
-        bt.batch = pad_batch(&refs, pad).expect("valid batch");
-        let t = bt.batch.t;
-        let mut labels = Vec::with_capacity(idx.len() * t);
-        for &i in idx {
-            let l = &train_encs[i].labels;
-            labels.extend_from_slice(l);
-            labels.extend(std::iter::repeat_n(IGNORE_INDEX, t - l.len()));
-        }
-        bt.targets = BertTargets {
-            token_labels: Some(labels),
-            ..Default::default()
-        };
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
-        let Some(encs) = &eval_encs else {
-            return Ok(None);
-        };
-        let r = eval_token_classify(&m.model, pad, encs, eval_bs)?;
-        Ok(Some(object(json!({
-            "eval_loss": r.loss,
-            "eval_precision": r.scores.precision,
-            "eval_recall": r.scores.recall,
-            "eval_f1": r.scores.f1,
-            "eval_accuracy": r.scores.accuracy,
-            "eval_examples": encs.len(),
-        }))))
-    };
-    let description = format!(
-        "token-classify: {} tags ({}), {} train sentences",
-        labels.num_labels(),
-        labels.names().join(", "),
-        train_encs.len()
-    );
-    let arch = Architecture::BertForTokenClassification;
-    let save =
-        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_encs.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_encs.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
-}
-
-/// Fine-tunes a multiple-choice model from the checkpoint in `model_dir`
-/// (the family is read from its config.json) on [`read_multiple_choice`]
-/// data, `batch_size` examples of K choices per step:
-/// `BertForMultipleChoice` from a BERT (HF run_swag: each choice the pair
-/// (context, question + choice), the pooled `[CLS]` of each scored by
-/// `classifier` [1, C], cross-entropy over the K scores), or
-/// `GPT2DoubleHeadsModel` from a GPT-2 (see [`finetune_gpt2_multiple_choice`]).
-/// The evaluation file may have another K than the training file.
-fn finetune_multiple_choice(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(
-        FinetuneTask::MultipleChoice,
-        model_dir,
-        train,
-        eval,
-        output,
-        opts,
-        comm,
-    )?;
-    let config = match read_config(model_dir, None)? {
-        AnyConfig::Bert(c) => c,
-        AnyConfig::Gpt2(c) => {
-            return finetune_gpt2_multiple_choice(model_dir, c, train, eval, job, opts, on_event)
-        }
-    };
-    let arch = Architecture::BertForMultipleChoice;
-    // A sequence classifier's `classifier` has one row per label; this head
-    // has one score per choice: said plainly rather than as a shape mismatch.
-    let (_, file) = open_model_dir_for(model_dir, None)?;
-    if let Some(shape) = file
-        .shape("classifier.weight")
-        .filter(|s| s.first() != Some(&1))
-    {
-        return Err(invalid(format!(
-            "{}: its classifier.weight has shape {shape:?} (a sequence classifier's); multiple \
-             choice scores each choice with one output [1, hidden]: start from the encoder it \
-             was fine-tuned from, or a BertForMultipleChoice checkpoint",
-            model_dir.display()
-        )));
-    }
-    let tok = WordPieceTokenizer::from_dir(model_dir)?;
-    check_fits(model_dir, &tok, &config, true)?;
-    let train_data = read_multiple_choice(train)?;
-    let eval_data = eval.map(read_multiple_choice).transpose()?;
-    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let (model, _) = load_bert_as(model_dir, config, arch, opts.seed)?;
-    let train_encs = encode_multiple_choice(&tok, &train_data, max_len)?;
-    let eval_encs = eval_data
-        .as_ref()
-        .map(|d| encode_multiple_choice(&tok, d, max_len))
-        .transpose()?;
-    let (k, gold) = (train_data.num_choices, train_data.labels());
-    let pad = tok.pad_id();
-    let mut trainer = BertTrainer::new(model)?;
-    let mut batch = BertTrainBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
-        // [B, K, T] as [B·K, T]: each example's K choices in order.
-        let refs: Vec<&Encoding> = idx
-            .iter()
-            .flat_map(|&i| &train_encs[i * k..(i + 1) * k])
-            .collect();
-        bt.batch = pad_batch(&refs, pad).expect("valid batch");
-        bt.targets = BertTargets {
-            choice_labels: Some(idx.iter().map(|&i| gold[i] as i32).collect()),
-            ..Default::default()
-        };
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
-        let (Some(encs), Some(d)) = (&eval_encs, &eval_data) else {
-            return Ok(None);
-        };
-        let r = eval_multiple_choice(&m.model, pad, encs, d.num_choices, &d.labels(), eval_bs)?;
-        Ok(Some(choice_row(&r)))
-    };
-    let description = format!(
-        "multiple-choice: {k} choices, {} train examples ({} sequences of ≤ {max_len} tokens)",
-        train_data.examples.len(),
-        train_encs.len()
-    );
-    let save =
-        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_data.examples.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_data.as_ref().map_or(0, |d| d.examples.len()),
-        job,
-        on_event,
-    )
-}
-
-/// A metrics row from a `json!({...})` object.
-fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("metrics rows are written as JSON objects"),
-    }
-}
-
-/// The metrics row of a classification evaluation (both families).
-fn classify_row(r: &ClassifyEval) -> Map<String, Value> {
-    object(json!({
-        "eval_loss": r.loss,
-        "eval_accuracy": r.scores.accuracy,
-        "eval_f1": r.scores.f1,
-        "eval_examples": r.scores.count,
-    }))
-}
-
-/// The metrics row of a multiple-choice evaluation.
-fn choice_row(r: &ChoiceEval) -> Map<String, Value> {
-    object(json!({
-        "eval_loss": r.loss,
-        "eval_accuracy": r.accuracy,
-        "eval_examples": r.count,
-    }))
-}
-
-/// `finetune_multiple_choice` for GPT-2 (GPT-1 §3.2's input transformation
-/// for multiple choice): each choice is the sequence `context question
-/// <|endoftext|> choice` ([`encode_choice`](crate::models::gpt2::classify::encode_choice)),
-/// the multiple-choice head
-/// (`multiple_choice_head.summary` [1, C] + [1], new ones N(0,
-/// initializer_range) and 0 as HF initialises them) scores its last token
-/// (`mc_token_ids`), softmax over the K choices; the loss adds `lm_coef`
-/// times the LM loss on the same sequences (GPT-1's λ). Saved as
-/// `GPT2DoubleHeadsModel` with `pad_token_id` (`<|endoftext|>` unless the
-/// config names one) and `num_labels` 1, as HF has it.
-fn finetune_gpt2_multiple_choice(
-    model_dir: &Path,
-    mut config: crate::spec::config::Gpt2Config,
-    train: &Path,
-    eval: Option<&Path>,
-    job: Job,
-    opts: &FinetuneOptions,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let arch = Architecture::Gpt2DoubleHeadsModel;
-    if !(opts.lm_coef >= 0.0 && opts.lm_coef.is_finite()) {
-        return Err(invalid(format!(
-            "`lm_coef` {} must be a finite number >= 0",
-            opts.lm_coef
-        )));
-    }
-    let tok = BpeTokenizer::from_dir(model_dir)?;
-    check_vocab(tok.vocab_size(), config.vocab_size)?;
-    let eos = tok.endoftext_id().ok_or_else(|| {
-        invalid("the tokenizer has no <|endoftext|> token (the choice delimiter and padding)")
-    })?;
-    let pad = *config.pad_token_id.get_or_insert(eos);
-    for (what, id) in [("pad_token_id", pad), ("<|endoftext|>", eos)] {
-        if id as usize >= config.vocab_size {
-            return Err(invalid(format!(
-                "{what} {id} is outside the model's vocabulary of {}",
-                config.vocab_size
-            )));
-        }
-    }
-    // HF's GPT2DoubleHeadsModel: one score per choice.
-    config.set_num_labels(1);
-    let train_data = read_multiple_choice(train)?;
-    let eval_data = eval.map(read_multiple_choice).transpose()?;
-    let (_, file) = open_model_dir_for(model_dir, Some((Family::Gpt2, arch.hf_name())))?;
-    let layout = gpt2_layout_for(&config, arch)?;
-    let mut params = layout.try_zeros()?;
-    let report = load_params(
-        &layout,
-        &mut params,
-        &file,
-        Family::Gpt2,
-        LoadOptions {
-            allow_missing_heads: true,
-            ignore_unused_heads: true,
-        },
-    )?;
-    if report.missing_heads.iter().any(|n| n == "lm_head.weight") {
-        return Err(invalid(format!(
-            "{}: the model has tie_word_embeddings false but no lm_head.weight, which \
-             GPT2DoubleHeadsModel keeps",
-            model_dir.display()
-        )));
-    }
-    let mut rng = Rng::derive(opts.seed, 0x4845_4144); // "HEAD"
-    for name in &report.missing_heads {
-        if let Some(r) = layout.range(name) {
-            let weight = name.ends_with(".weight");
-            for x in &mut params[r] {
-                *x = if weight {
-                    (rng.normal() * config.initializer_range) as f32
-                } else {
-                    0.0
-                };
-            }
-        }
-    }
-    let model = Gpt2::from_params_for(config, arch, params)?;
-    let t = opts.max_seq_len.min(model.config.n_positions);
-    let train_rows = encode_gpt2_multiple_choice(&tok, &train_data, t, eos);
-    let eval_rows = eval_data
-        .as_ref()
-        .map(|d| encode_gpt2_multiple_choice(&tok, d, t, eos));
-    let (k, gold) = (train_data.num_choices, train_data.labels());
-    let mut trainer = Gpt2TaskTrainer {
-        model,
-        lm_coef: opts.lm_coef,
-    };
-    let mut batch = Gpt2TaskBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut Gpt2TaskBatch| {
-        let refs: Vec<&[u32]> = idx
-            .iter()
-            .flat_map(|&i| &train_rows[i * k..(i + 1) * k])
-            .map(Vec::as_slice)
-            .collect();
-        *bt = task_batch(&refs, pad, idx.iter().map(|&i| gold[i] as u32).collect(), k);
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut Gpt2TaskTrainer| -> Result<Option<Map<String, Value>>> {
-        let (Some(rows), Some(d)) = (&eval_rows, &eval_data) else {
-            return Ok(None);
-        };
-        let r = eval_gpt2_multiple_choice(&mut m.model, rows, d.num_choices, &d.labels(), eval_bs)?;
-        Ok(Some(choice_row(&r)))
-    };
-    let description = format!(
-        "multiple-choice (GPT-2, lm_coef {}): {k} choices, {} train examples ({} sequences of ≤ {t} tokens)",
-        opts.lm_coef,
-        train_data.examples.len(),
-        train_rows.len()
-    );
-    let save =
-        |t: &Gpt2TaskTrainer, dir: &Path| save_gpt2(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        train_data.examples.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_data.as_ref().map_or(0, |d| d.examples.len()),
-        job,
-        on_event,
-    )
-}
-
-/// One training window of a SQuAD question (HF run_qa's `prepare_train_features`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct QaFeature {
-    pub encoding: Encoding,
-    /// Answer token span (inclusive), or (0, 0) = `[CLS]` when the window
-    /// does not contain the whole answer.
-    pub start: usize,
-    pub end: usize,
-}
-
-/// Windows of `max_len` tokens (stride `stride`) for every question with
-/// start/end labels from its first answer; a question whose answer text is
-/// not at its `answer_start` is an error naming the entry.
-pub fn qa_train_features(
-    tok: &WordPieceTokenizer,
-    examples: &[SquadExample],
-    max_len: usize,
-    stride: usize,
-) -> Result<Vec<QaFeature>> {
-    let mut out = Vec::new();
-    for ex in examples {
-        let ans = ex
-            .answers
-            .first()
-            .ok_or_else(|| invalid(format!("{}: a training question needs an answer", ex.entry)))?;
-        let s = ans.byte_start.ok_or_else(|| {
-            invalid(format!(
-                "{}: answer {:?} is not at answer_start {} of the context",
-                ex.entry, ans.text, ans.char_start
-            ))
-        })?;
-        let e = s + ans.text.len();
-        let wins = tok
-            .encode_pair_windows(&ex.question, &ex.context, max_len, stride)
-            .map_err(|err| invalid(format!("{}: {err}", ex.entry)))?;
-        for w in wins {
-            let ctx = w.context_range();
-            let enc = w.encoding;
-            let (mut start, mut end) = (0, 0);
-            if !ctx.is_empty() {
-                let (first, last) = (ctx.start, ctx.end - 1);
-                if enc.offsets[first].0 <= s && enc.offsets[last].1 >= e {
-                    // As HF: the last token starting at or before the answer
-                    // start, the first token ending at or after its end.
-                    let mut i = first;
-                    while i <= last && enc.offsets[i].0 <= s {
-                        i += 1;
-                    }
-                    start = i - 1;
-                    let mut j = last + 1;
-                    while j > first && enc.offsets[j - 1].1 >= e {
-                        j -= 1;
-                    }
-                    end = j;
-                }
-            }
-            out.push(QaFeature {
-                encoding: enc,
-                start,
-                end,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// Fine-tunes `BertForQuestionAnswering` on SQuAD v1.1 data.
-fn finetune_qa(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(FinetuneTask::Qa, model_dir, train, eval, output, opts, comm)?;
-    let AnyConfig::Bert(config) = task_config(model_dir, Family::Bert, "qa")? else {
-        unreachable!("task_config checked the family")
-    };
-    if opts.doc_stride >= opts.max_seq_len {
-        return Err(invalid(format!(
-            "`doc_stride` {} must be smaller than `max_seq_len` {}",
-            opts.doc_stride, opts.max_seq_len
-        )));
-    }
-    let tok = WordPieceTokenizer::from_dir(model_dir)?;
-    check_fits(model_dir, &tok, &config, true)?;
-    let max_len = opts.max_seq_len.min(config.max_position_embeddings);
-    let train_ex = read_squad(train)?;
-    let eval_ex = eval.map(read_squad).transpose()?;
-    let mut plain = tok.clone();
-    plain.set_padding(None);
-    plain.set_truncation(None);
-    let feats = qa_train_features(&plain, &train_ex, max_len, opts.doc_stride)?;
-    let (model, _) = load_bert_as(
-        model_dir,
-        config,
-        Architecture::BertForQuestionAnswering,
-        opts.seed,
-    )?;
-    let pad = tok.pad_id();
-    let mut trainer = BertTrainer::new(model)?;
-    let mut batch = BertTrainBatch::default();
-    let mut fill = |idx: &[usize], bt: &mut BertTrainBatch| {
-        let refs: Vec<&Encoding> = idx.iter().map(|&i| &feats[i].encoding).collect();
-        bt.batch = pad_batch(&refs, pad).expect("valid batch");
-        bt.targets = BertTargets {
-            start_positions: Some(idx.iter().map(|&i| feats[i].start as i32).collect()),
-            end_positions: Some(idx.iter().map(|&i| feats[i].end as i32).collect()),
-            ..Default::default()
-        };
-    };
-    let qa_opts = QaOptions {
-        top_k: opts.n_best.max(1),
-        max_answer_len: opts.max_answer_len,
-        handle_impossible_answer: false,
-    };
-    let (stride, eval_bs) = (opts.doc_stride, opts.eval_batch_size);
-    let mut evaluate = |m: &mut BertTrainer| -> Result<Option<Map<String, Value>>> {
-        let Some(ex) = &eval_ex else {
-            return Ok(None);
-        };
-        let r = eval_squad(&m.model, &plain, ex, max_len, stride, qa_opts, eval_bs)?;
-        Ok(Some(object(json!({
-            "exact_match": r.scores.exact_match,
-            "f1": r.scores.f1,
-            "eval_examples": r.scores.total,
-        }))))
-    };
-    let description = format!(
-        "qa: {} questions → {} windows of ≤ {max_len} tokens (stride {})",
-        train_ex.len(),
-        feats.len(),
-        opts.doc_stride
-    );
-    let arch = Architecture::BertForQuestionAnswering;
-    let save =
-        |t: &BertTrainer, dir: &Path| save_bert(&t.model, arch, &tok, opts.max_shard_size, dir);
-    run_loop(
-        &mut trainer,
-        feats.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_ex.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
-}
-
-/// GPT-2 blocks of a text file: documents (form-feed separated, or JSONL
-/// `text`) each preceded by `<|endoftext|>`, concatenated, cut into
-/// `T + 1`-token windows at stride T.
-fn lm_blocks(path: &Path, tok: &BpeTokenizer, t: usize) -> Result<Vec<Vec<u32>>> {
-    let docs = crate::data::nsp::read_documents(&[path.to_path_buf()])?;
-    let eos = tok
-        .endoftext_id()
-        .ok_or_else(|| invalid("the tokenizer has no <|endoftext|> token"))?;
-    let mut ids = Vec::new();
-    for d in &docs {
-        ids.push(eos);
-        ids.extend(tok.encode_ordinary(d.as_bytes()));
-    }
-    let blocks: Vec<Vec<u32>> = (0..ids.len().saturating_sub(1) / t)
-        .map(|k| ids[k * t..k * t + t + 1].to_vec())
-        .collect();
-    if blocks.is_empty() {
-        return Err(invalid(format!(
-            "{}: {} tokens, fewer than one block of {}+1",
-            path.display(),
-            ids.len(),
-            t
-        )));
-    }
-    Ok(blocks)
-}
-
-/// Causal-LM fine-tuning of a GPT-2 checkpoint (HF `run_clm`: text grouped
-/// into blocks of `max_seq_len`).
-fn finetune_lm(
-    model_dir: &Path,
-    train: &Path,
-    eval: Option<&Path>,
-    output: &Path,
-    opts: &FinetuneOptions,
-    comm: &dyn Communicator,
-    on_event: &mut dyn FnMut(FinetuneEvent),
-) -> Result<FinetuneSummary> {
-    let job = Job::start(FinetuneTask::Lm, model_dir, train, eval, output, opts, comm)?;
-    let AnyConfig::Gpt2(config) = task_config(model_dir, Family::Gpt2, "lm")? else {
-        unreachable!("task_config checked the family")
-    };
-    let tok = BpeTokenizer::from_dir(model_dir)?;
-    check_vocab(tok.vocab_size(), config.vocab_size)?;
-    let t = opts.max_seq_len.min(config.n_positions);
-    let pre = load_pretrained(
-        &model_dir.display().to_string(),
-        Some(Architecture::Gpt2LMHeadModel),
-        LoadOptions::default(),
-    )?;
-    let params = pre.params;
-    let mut model = Gpt2::from_params(config, params)?;
-    let train_blocks = lm_blocks(train, &tok, t)?;
-    let eval_blocks = eval.map(|p| lm_blocks(p, &tok, t)).transpose()?;
-    let b = opts.batch_size;
-    let mut batch = TokenBatch::new(b, t);
-    let mut fill = |idx: &[usize], bt: &mut TokenBatch| {
-        *bt = TokenBatch::new(idx.len(), t);
-        for (r, &i) in idx.iter().enumerate() {
-            let blk = &train_blocks[i];
-            bt.inputs[r * t..(r + 1) * t].copy_from_slice(&blk[..t]);
-            for k in 0..t {
-                bt.targets[r * t + k] = blk[k + 1] as i32;
-            }
-        }
-    };
-    let eval_bs = opts.eval_batch_size;
-    let mut evaluate = |m: &mut Gpt2| -> Result<Option<Map<String, Value>>> {
-        let Some(blocks) = &eval_blocks else {
-            return Ok(None);
-        };
-        let mut total = LossParts::default();
-        for chunk in blocks.chunks(eval_bs) {
-            let mut bt = TokenBatch::new(chunk.len(), t);
-            for (r, blk) in chunk.iter().enumerate() {
-                bt.inputs[r * t..(r + 1) * t].copy_from_slice(&blk[..t]);
-                for k in 0..t {
-                    bt.targets[r * t + k] = blk[k + 1] as i32;
-                }
-            }
-            debug_assert!(bt.targets.iter().all(|&x| x != IGNORE_INDEX));
-            total.add(m.evaluate(&bt)?);
-        }
-        let loss = total.mean();
-        Ok(Some(object(
-            json!({"eval_loss": loss, "eval_ppl": loss.exp(), "eval_tokens": total.count}),
-        )))
-    };
-    let description = format!(
-        "lm: {} blocks of {t} tokens, GPT-2 {} layers d {}",
-        train_blocks.len(),
-        model.config.n_layer,
-        model.config.n_embd
-    );
-    let save = |m: &Gpt2, dir: &Path| {
-        save_gpt2(
-            m,
-            Architecture::Gpt2LMHeadModel,
-            &tok,
-            opts.max_shard_size,
-            dir,
-        )
-    };
-    run_loop(
-        &mut model,
-        train_blocks.len(),
-        opts,
-        &mut batch,
-        &mut fill,
-        &mut evaluate,
-        &save,
-        description,
-        eval_blocks.as_ref().map_or(0, Vec::len),
-        job,
-        on_event,
-    )
 }
 
 #[cfg(test)]

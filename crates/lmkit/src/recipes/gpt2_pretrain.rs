@@ -26,7 +26,7 @@ use crate::spec::config::{AnyConfig, Gpt2Config};
 use crate::spec::names::{Architecture, Family};
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 use crate::spec::Precision;
-use crate::train::runner::{ModelWriteError, Row};
+use crate::train::runner::{ModelWriteError, Row, StopRequest};
 use crate::train::{
     load_train_state, DataParallel, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask,
     Runner, TrainState,
@@ -158,7 +158,7 @@ pub(crate) fn run(
     o: &PretrainOptions,
     comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
     let out = &o.output;
     std::fs::create_dir_all(out).map_err(io(out))?;
@@ -479,7 +479,7 @@ pub(crate) fn run(
                 on_event(e)
             }
         },
-        should_stop,
+        stop,
     )
 }
 

@@ -1,6 +1,7 @@
 //! Recipes: what to train, on top of the `train` layer — data + model +
-//! loss for GPT-2 pretraining, BERT pretraining (MLM + NSP) and
-//! fine-tuning (classification, span QA, causal LM).
+//! loss for GPT-2 pretraining, BERT pretraining (MLM + NSP), and
+//! fine-tuning generic over a task of the `tasks` layer (classification,
+//! regression, token classification, span QA, multiple choice, causal LM).
 //!
 //! Errors name options by their field names in backticks (`` `seq_len` ``);
 //! a front end maps them to its own spelling (the CLI: `--seq-len`).
@@ -11,37 +12,9 @@ pub mod gpt2_pretrain;
 pub mod pretrain;
 pub mod pretrain_options;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::data::DataError;
-use crate::train::{StateError, StepError};
-
-/// Everything that can stop a recipe (pretraining or fine-tuning).
-#[derive(Debug, thiserror::Error)]
-pub enum RecipeError {
-    #[error(transparent)]
-    Model(#[from] crate::Error),
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Tokenizer(#[from] lmkit_tokenizers::Error),
-    #[error(transparent)]
-    Step(#[from] StepError),
-    #[error(transparent)]
-    State(#[from] StateError),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Invalid(String),
-    /// The output folder holds files and replacing them was not asked for.
-    #[error("{}: the output folder is not empty; refusing to overwrite it", path.display())]
-    OutputNotEmpty { path: PathBuf },
-}
-
-pub type Result<T, E = RecipeError> = std::result::Result<T, E>;
+pub use crate::tasks::{check_vocab, invalid, RecipeError, Result};
 
 /// Checks an output folder before anything is written: never the input
 /// model's own folder, and absent or empty unless `overwrite`.
@@ -67,22 +40,6 @@ pub(crate) fn check_output(input: &Path, output: &Path, overwrite: bool) -> Resu
             source,
         }),
     }
-}
-
-/// The tokenizer's ids fit the model's embeddings: no more tokens than its
-/// `vocab_size` (a larger model vocabulary is fine: GPT-2 pads to 50304).
-pub(crate) fn check_vocab(tokens: usize, vocab_size: usize) -> Result<()> {
-    if tokens > vocab_size {
-        return Err(invalid(format!(
-            "the tokenizer has {tokens} tokens but the model's vocab_size is {vocab_size}: they do not belong together"
-        )));
-    }
-    Ok(())
-}
-
-/// A [`RecipeError::Invalid`].
-pub(crate) fn invalid(msg: impl Into<String>) -> RecipeError {
-    RecipeError::Invalid(msg.into())
 }
 
 /// `keep` checkpoints: at least the newest one (0 would delete the

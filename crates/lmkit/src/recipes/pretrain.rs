@@ -22,20 +22,20 @@ use super::{gpt2_pretrain, invalid, Result};
 use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
-use crate::train::TrainState;
+use crate::train::{StopRequest, TrainState};
 use crate::util::comm::{Communicator, SingleProcess};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use std::path::{Path, PathBuf};
 
-/// Runs (or continues) the pretraining `o` describes. `should_stop` is
+/// Runs (or continues) the pretraining `o` describes. `stop` is
 /// polled after every step: when it says so the run saves a checkpoint and
 /// returns with `interrupted` set.
 pub fn pretrain(
     o: &PretrainOptions,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
-    pretrain_on(o, &SingleProcess, on_event, should_stop)
+    pretrain_on(o, &SingleProcess, on_event, stop)
 }
 
 /// [`pretrain`] as one rank of a data-parallel job over `comm` (every rank
@@ -48,7 +48,7 @@ pub fn pretrain_on(
     o: &PretrainOptions,
     comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
     if o.overlap_filter {
         if comm.is_root() {
@@ -64,7 +64,7 @@ pub fn pretrain_on(
             if o.whole_word_masking {
                 return Err(invalid("`whole_word_masking` applies to BERT only"));
             }
-            gpt2_pretrain::run(o, comm, on_event, should_stop)
+            gpt2_pretrain::run(o, comm, on_event, stop)
         }
         Family::Bert => {
             if o.recompute {
@@ -72,7 +72,7 @@ pub fn pretrain_on(
                     "`recompute` applies to GPT-2 only (BERT keeps its activations)",
                 ));
             }
-            run_bert(o, comm, on_event, should_stop)
+            run_bert(o, comm, on_event, stop)
         }
     }
 }
@@ -124,7 +124,7 @@ fn run_bert(
     o: &PretrainOptions,
     comm: &dyn Communicator,
     on_event: &mut dyn FnMut(PretrainEvent),
-    should_stop: &dyn Fn() -> bool,
+    stop: &StopRequest,
 ) -> Result<PretrainSummary> {
     if o.sample_every.is_some() || o.sample_prompt.is_some() || o.sample_tokens.is_some() {
         return Err(invalid(
@@ -251,7 +251,7 @@ fn run_bert(
         max_shard_size: o.max_shard_size,
         shard_optimizer: o.shard_optimizer,
     };
-    run_bert_pretraining_on(&opts, comm, on_event, should_stop)
+    run_bert_pretraining_on(&opts, comm, on_event, stop)
 }
 
 /// A resumed BERT run given the options of the command that started it:

@@ -14,5 +14,5 @@ pub use crate::checkpoint::state::{
 pub use crate::models::{LossParts, Trainable};
 pub use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use runner::{RunConfig, RunEvent, RunSummary, RunTask, Runner};
+pub use runner::{RunConfig, RunEvent, RunSummary, RunTask, Runner, StopRequest};
 pub use step::{train_step, train_step_parallel, DataParallel, StepError, StepStats};

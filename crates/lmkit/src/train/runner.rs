@@ -16,6 +16,7 @@
 //! still bit-identical.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
@@ -112,6 +113,44 @@ pub enum RunEvent<'a> {
     Note(String),
 }
 
+/// A stop request, polled after every step (the CLI's Ctrl-C): when it
+/// answers true the run finishes the step, saves a checkpoint and returns
+/// with `interrupted` set. None by default.
+#[derive(Clone, Default)]
+pub struct StopRequest(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
+
+impl StopRequest {
+    pub fn new(poll: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        StopRequest(Some(Arc::new(poll)))
+    }
+
+    /// Whether a stop was asked for.
+    pub fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f())
+    }
+}
+
+impl std::fmt::Debug for StopRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "StopRequest(set)",
+            None => "StopRequest(none)",
+        })
+    }
+}
+
+/// The same poll (or none on both sides).
+impl PartialEq for StopRequest {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+
 /// The outcome of a run (serialized as Python's `lmkit.pretrain` returns it).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RunSummary {
@@ -121,7 +160,7 @@ pub struct RunSummary {
     pub last_val_loss: Option<f64>,
     /// The last checkpoint written by this run.
     pub checkpoint: Option<PathBuf>,
-    /// Stopped early (`should_stop` or `stop_after`); continue with a resume.
+    /// Stopped early (a [`StopRequest`] or `stop_after`); continue with a resume.
     pub interrupted: bool,
 }
 
@@ -142,13 +181,13 @@ pub struct Runner<'a, M: Trainable> {
 
 impl<M: Trainable> Runner<'_, M> {
     /// Trains from `state.step` to `max_steps` (or until stopped).
-    /// `should_stop` is polled after every step.
+    /// `stop` is polled after every step.
     pub fn run<T: RunTask<M>>(
         self,
         task: &mut T,
         batch: &mut M::Batch,
         on_event: &mut dyn FnMut(RunEvent),
-        should_stop: &dyn Fn() -> bool,
+        stop: &StopRequest,
     ) -> Result<RunSummary, T::Error> {
         let Runner {
             model,
@@ -281,7 +320,7 @@ impl<M: Trainable> Runner<'_, M> {
                     });
                 }
             }
-            let interrupted = comm.any(should_stop());
+            let interrupted = comm.any(stop.requested());
             let stop_after = cfg.stop_after.is_some_and(|n| steps_this_run >= n);
             let periodic = cfg.save_every > 0 && state.step % cfg.save_every == 0;
             let ckpt_root = cfg.checkpoint_dir.as_ref();
