@@ -148,7 +148,7 @@ fn qa_scores_and_overlap() {
     let dir = tmpdir("zs-qa");
     let preds = dir.join("qa.jsonl");
     let e = eval(
-        "qa",
+        "zero-shot-qa",
         &data,
         &[
             "--shots",
@@ -198,7 +198,7 @@ fn qa_scores_and_overlap() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let e = eval(
-        "qa",
+        "zero-shot-qa",
         &coqa,
         &[
             "--max-new-tokens",
@@ -212,6 +212,6 @@ fn qa_scores_and_overlap() {
     // A row without answers names its line.
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"question\": \"q\", \"answers\": []}\n").unwrap();
-    let err = refused("qa", bad.to_str().unwrap(), &[]);
+    let err = refused("zero-shot-qa", bad.to_str().unwrap(), &[]);
     assert!(err.contains("bad.jsonl:1: `answers` is empty"), "{err}");
 }

@@ -226,7 +226,7 @@ fn finetune_classify_then_eval_and_classify() {
         &s(&eval),
     ]);
     assert!(
-        err.contains("needs a GPT-2 model") && err.contains("BERT"),
+        err.contains("needs a GPT-2 checkpoint") && err.contains("BERT"),
         "{err}"
     );
     // classify takes both families (GPT2ForSequenceClassification); qa is BERT's.
@@ -291,7 +291,7 @@ fn finetune_qa_then_eval_squad_and_qa() {
         "--json",
     ]);
     let j: serde_json::Value = serde_json::from_str(summary.trim()).unwrap();
-    let f1 = j["eval"]["f1"].as_f64().unwrap();
+    let f1 = j["eval"]["eval_f1"].as_f64().unwrap();
     assert!(f1 > 80.0, "{summary}");
     let e = ok(&[
         "eval",
@@ -524,7 +524,10 @@ fn gpt2_eval_tasks_and_lm_finetuning() {
         "--data",
         &s(&lam),
     ]);
-    assert!(err.contains("needs a BERT QA model"), "{err}");
+    assert!(
+        err.contains("`task` qa needs a BERT checkpoint") && err.contains("zero-shot-qa"),
+        "{err}"
+    );
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"text\": \"ok then fine\"}\n{\"txt\": \"oops\"}\n").unwrap();
     let err = fails(&[

@@ -184,7 +184,7 @@ impl Server {
     }
 
     /// `(name, family)` of every model served.
-    pub fn models(&self) -> Vec<(String, &'static str)> {
+    pub fn models(&self) -> Vec<(String, lmkit::spec::Family)> {
         self.app
             .models
             .iter()

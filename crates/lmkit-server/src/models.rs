@@ -25,7 +25,9 @@ use lmkit::models::gpt2::{
     BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, SeqId, SequenceRequest, TokenLogprob,
     WeightDtype,
 };
+use lmkit::models::load::Classifier;
 use lmkit::spec::config::{AnyConfig, Gpt2Config};
+use lmkit::spec::names::{Architecture, Family};
 use lmkit_tokenizers::BpeTokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -73,15 +75,19 @@ pub struct WorkerLimits {
 
 /// A loaded model.
 pub enum Model {
+    /// A GPT-2 language model: completions.
     Gpt2(Gpt2Model),
+    /// A BERT: embeddings and its heads' routes.
     Bert(BertModel),
+    /// A GPT-2 sequence classifier (`GPT2ForSequenceClassification`): `/predict`.
+    Gpt2Classifier(ClassifierModel),
 }
 
 impl Model {
-    pub fn family(&self) -> &'static str {
+    pub fn family(&self) -> Family {
         match self {
-            Model::Gpt2(_) => "gpt2",
-            Model::Bert(_) => "bert",
+            Model::Gpt2(_) | Model::Gpt2Classifier(_) => Family::Gpt2,
+            Model::Bert(_) => Family::Bert,
         }
     }
 
@@ -90,6 +96,7 @@ impl Model {
         match self {
             Model::Gpt2(m) => m.queued.load(Ordering::Relaxed),
             Model::Bert(m) => m.queued.load(Ordering::Relaxed),
+            Model::Gpt2Classifier(m) => m.queued.load(Ordering::Relaxed),
         }
     }
 
@@ -100,7 +107,11 @@ impl Model {
         metrics: Arc<Metrics>,
     ) -> lmkit::Result<Model> {
         let dir: PathBuf = resolve_model_dir(&spec.source)?;
+        let classifier = Architecture::Gpt2ForSequenceClassification.hf_name();
         Ok(match read_config(&dir, None)? {
+            AnyConfig::Gpt2(c) if c.architectures.iter().any(|a| a == classifier) => {
+                Model::Gpt2Classifier(ClassifierModel::load(&spec.name, &spec.source, limits)?)
+            }
             AnyConfig::Gpt2(_) => Model::Gpt2(Gpt2Model::load(&spec.name, &dir, limits, metrics)?),
             AnyConfig::Bert(_) => Model::Bert(BertModel::load(&spec.name, &dir, limits, metrics)?),
         })
@@ -405,6 +416,64 @@ impl BertModel {
                 "the embedding worker stopped",
             ))
         })
+    }
+}
+
+/// A GPT-2 sequence classifier, run on a blocking thread per request (one
+/// at a time: the model keeps its activations).
+pub struct ClassifierModel {
+    classifier: Arc<std::sync::Mutex<Classifier>>,
+    /// Its BPE tokenizer, for `/tokenize` and `/decode`.
+    pub tokenizer: Arc<BpeTokenizer>,
+    pub eos: Option<u32>,
+    queued: Arc<AtomicUsize>,
+    max_queue: usize,
+    name: String,
+}
+
+impl ClassifierModel {
+    fn load(name: &str, source: &str, limits: WorkerLimits) -> lmkit::Result<Self> {
+        let classifier = Classifier::load(source, limits.dtype)?;
+        let Classifier::Gpt2(c) = &classifier else {
+            return Err(lmkit::Error::InvalidInput(format!(
+                "{source}: not a GPT-2 classifier"
+            )));
+        };
+        let tokenizer = Arc::new(c.tokenizer.clone());
+        Ok(ClassifierModel {
+            eos: c.model.config.eos_token_id.or_else(|| tokenizer.endoftext_id()),
+            tokenizer,
+            classifier: Arc::new(std::sync::Mutex::new(classifier)),
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_queue: limits.max_queue,
+            name: name.to_string(),
+        })
+    }
+
+    /// Runs `f` on the classifier on a blocking thread, counted in this
+    /// model's queue: 429 when it is full.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Classifier) -> lmkit::Result<T> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= self.max_queue {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::overloaded(&self.name));
+        }
+        let c = self.classifier.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut c)
+        })
+        .await;
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Ok(r) => r.map_err(ApiError::from_lmkit),
+            Err(e) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.to_string(),
+            )),
+        }
     }
 }
 

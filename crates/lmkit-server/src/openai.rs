@@ -12,6 +12,7 @@ use axum::Json;
 use base64::Engine as _;
 use futures_util::stream::{self, Stream, StreamExt};
 use lmkit::models::gpt2::{GenerationConfig, SamplingParams, SequenceRequest, TokenLogprob};
+use lmkit::spec::Family;
 use lmkit_tokenizers::BpeTokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -100,7 +101,7 @@ fn request_id(prefix: &str) -> String {
 pub fn model<'a>(
     app: &'a App,
     name: &str,
-    family: Option<&str>,
+    family: Option<Family>,
     route: &str,
 ) -> Result<&'a Model, ApiError> {
     let m = app.models.get(name).ok_or_else(|| {
@@ -114,17 +115,25 @@ pub fn model<'a>(
         .code("model_not_found")
     })?;
     let Some(family) = family else { return Ok(m) };
-    if m.family() != family {
-        let what = if family == "gpt2" {
-            "a GPT-2"
-        } else {
-            "a BERT"
+    let fits = matches!(
+        (family, m),
+        (Family::Gpt2, Model::Gpt2(_)) | (Family::Bert, Model::Bert(_))
+    );
+    if !fits {
+        let what = match family {
+            Family::Gpt2 => "a GPT-2 language model",
+            Family::Bert => "a BERT model",
+        };
+        let is = match m {
+            Model::Gpt2Classifier(_) => "a GPT-2 sequence classifier (served at /predict)",
+            Model::Gpt2(_) => "a GPT-2 language model",
+            Model::Bert(_) => "a BERT model",
         };
         return Err(ApiError {
             param: Some("model"),
             ..ApiError::new(
                 StatusCode::BAD_REQUEST,
-                format!("{route} needs {what} model; {name:?} is {}", m.family()),
+                format!("{route} needs {what}; {name:?} is {is}"),
             )
         });
     }
@@ -323,7 +332,7 @@ pub async fn completions(State(app): State<Arc<App>>, body: Body) -> Response {
 
 async fn completions_inner(app: Arc<App>, body: Body) -> Result<Response, ApiError> {
     let r: CompletionRequest = parse_body(body)?;
-    let Model::Gpt2(m) = model(&app, &r.model, Some("gpt2"), "/v1/completions")? else {
+    let Model::Gpt2(m) = model(&app, &r.model, Some(Family::Gpt2), "/v1/completions")? else {
         unreachable!("model() checked the family")
     };
     let plan = plan(&app, m, &r)?;
@@ -644,7 +653,7 @@ pub fn texts_of(input: Inputs, param: &'static str) -> Result<Vec<String>, ApiEr
 pub async fn embeddings(State(app): State<Arc<App>>, body: Body) -> Response {
     let run = async {
         let r: EmbeddingRequest = parse_body(body)?;
-        let Model::Bert(m) = model(&app, &r.model, Some("bert"), "/v1/embeddings")? else {
+        let Model::Bert(m) = model(&app, &r.model, Some(Family::Bert), "/v1/embeddings")? else {
             unreachable!("model() checked the family")
         };
         let base64 = match r.encoding_format.as_deref() {

@@ -1,4 +1,4 @@
-//! BERT task routes: TEI's `/predict` (sequence classification) and
+//! Task routes: TEI's `/predict` (sequence classification, BERT or GPT-2) and
 //! `/rerank` (a cross-encoder's score, or a bi-encoder's cosine), and lmkit's `/v1/fill-mask` and
 //! `/v1/qa` with the fields and shapes of HF's pipelines — each what its
 //! CLI command computes.
@@ -9,6 +9,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lmkit::models::bert::{qa_windows, HeadKind, QaOptions};
+use lmkit::models::load::Ranked;
+use lmkit::spec::Family;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -20,12 +22,12 @@ use crate::{parse_body, App, Body};
 
 fn bert<'a>(app: &'a App, name: Option<&str>, route: &str) -> Result<&'a BertModel, ApiError> {
     let m = match name {
-        Some(n) => model(app, n, Some("bert"), route)?,
+        Some(n) => model(app, n, Some(Family::Bert), route)?,
         None => {
             let berts: Vec<&Model> = app
                 .models
                 .values()
-                .filter(|m| m.family() == "bert")
+                .filter(|m| matches!(m, Model::Bert(_)))
                 .collect();
             match berts.as_slice() {
                 [one] => *one,
@@ -40,7 +42,29 @@ fn bert<'a>(app: &'a App, name: Option<&str>, route: &str) -> Result<&'a BertMod
     };
     match m {
         Model::Bert(b) => Ok(b),
-        Model::Gpt2(_) => unreachable!("model() checked the family"),
+        _ => unreachable!("model() checked the family"),
+    }
+}
+
+/// The sequence classifier `/predict` runs: the named model, or the one
+/// model that classifies (a BERT with a classifier head, or a GPT-2
+/// classifier).
+fn classifier<'a>(app: &'a App, name: Option<&str>) -> Result<&'a Model, ApiError> {
+    let route = "/predict";
+    if let Some(n) = name {
+        return model(app, n, None, route);
+    }
+    let classifies = |m: &&Model| match m {
+        Model::Bert(b) => b.pipeline.model.require(HeadKind::Classifier).is_ok(),
+        Model::Gpt2Classifier(_) => true,
+        Model::Gpt2(_) => false,
+    };
+    match app.models.values().filter(classifies).collect::<Vec<_>>().as_slice() {
+        [one] => Ok(one),
+        _ => Err(ApiError::invalid(
+            "model",
+            format!("{route}: name the model (\"model\": NAME)"),
+        )),
     }
 }
 
@@ -70,12 +94,14 @@ struct PredictRequest {
     model: Option<String>,
 }
 
+/// TEI's `/predict`: each input's labels with scores, best first, from a
+/// BERT sequence classifier or a GPT-2 one (`GPT2ForSequenceClassification`),
+/// as `lmkit classify` gives them.
 pub async fn predict(State(app): State<Arc<App>>, body: Body) -> Response {
     reply(
         async {
             let r: PredictRequest = parse_body(body)?;
-            let m = bert(&app, r.model.as_deref(), "/predict")?;
-            needs(m, HeadKind::Classifier, "/predict")?;
+            let m = classifier(&app, r.model.as_deref())?;
             if r.raw_scores {
                 return Err(ApiError::invalid(
                     "raw_scores",
@@ -85,16 +111,34 @@ pub async fn predict(State(app): State<Arc<App>>, body: Body) -> Response {
             let one = matches!(r.inputs, Inputs::Text(_));
             let texts = texts_of(r.inputs, "inputs")?;
             let truncate = r.truncate;
-            if !truncate {
-                let max = m.pipeline.model.config.max_position_embeddings;
-                check_fits(m, "inputs", max, texts.iter().map(|t| (t.as_str(), None)))?;
+            if let Model::Bert(b) = m {
+                needs(b, HeadKind::Classifier, "/predict")?;
+                if !truncate {
+                    let max = b.pipeline.model.config.max_position_embeddings;
+                    let rows = texts.iter().map(|t| (t.as_str(), None));
+                    check_fits(b, "inputs", max, rows)?;
+                }
             }
-            let out = m
-                .run(move |p| {
-                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    p.classify(&refs, 32, truncate)
-                })
-                .await?;
+            let classify = move |c: &mut dyn FnMut(&[&str]) -> lmkit::Result<Ranked>| {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                c(&refs)
+            };
+            let out = match m {
+                Model::Bert(b) => {
+                    b.run(move |p| classify(&mut |t| p.classify(t, 32, truncate)))
+                        .await?
+                }
+                Model::Gpt2Classifier(c) => {
+                    c.run(move |c| classify(&mut |t| c.classify(t, 32, truncate)))
+                        .await?
+                }
+                Model::Gpt2(_) => {
+                    return Err(ApiError::invalid(
+                        "model",
+                        "/predict needs a sequence classifier; this is a GPT-2 language model",
+                    ))
+                }
+            };
             let lists: Vec<Value> = out
                 .iter()
                 .map(|scores| {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use lmkit::spec::Family;
+use lmkit_tokenizers::BpeTokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -55,7 +57,7 @@ pub fn check_fits<'a>(
 fn pick<'a>(
     app: &'a App,
     name: Option<&str>,
-    family: Option<&str>,
+    family: Option<Family>,
     route: &str,
 ) -> Result<&'a Model, ApiError> {
     match name {
@@ -97,7 +99,7 @@ fn yes() -> bool {
 pub async fn embed(State(app): State<Arc<App>>, body: crate::Body) -> Response {
     let run = async {
         let r: EmbedRequest = parse_body(body)?;
-        let Model::Bert(m) = pick(&app, r.model.as_deref(), Some("bert"), "/embed")? else {
+        let Model::Bert(m) = pick(&app, r.model.as_deref(), Some(Family::Bert), "/embed")? else {
             unreachable!("pick() checked the family")
         };
         let texts = texts_of(r.inputs, "inputs")?;
@@ -155,19 +157,9 @@ pub async fn tokenize(State(app): State<Arc<App>>, body: Body) -> Response {
                         })
                         .collect()
                 }
-                Model::Gpt2(g) => {
-                    let tok = &g.tokenizer;
-                    let ids = tok.encode_ids(t.as_bytes(), r.add_special_tokens);
-                    let mut at = 0usize;
-                    ids.iter()
-                        .map(|&id| {
-                            let bytes = tok.token_bytes(id).unwrap_or_default();
-                            let (s, e) = (at, at + bytes.len());
-                            at = e;
-                            json!({"id": id, "text": String::from_utf8_lossy(bytes), "special": Some(id) == g.eos,
-                                   "start": s, "stop": e})
-                        })
-                        .collect()
+                Model::Gpt2(g) => bpe_tokens(&g.tokenizer, g.eos, t, r.add_special_tokens),
+                Model::Gpt2Classifier(c) => {
+                    bpe_tokens(&c.tokenizer, c.eos, t, r.add_special_tokens)
                 }
             };
             out.push(Value::Array(rows));
@@ -212,17 +204,9 @@ pub async fn decode(State(app): State<Arc<App>>, body: Body) -> Response {
                     .tokenizer
                     .decode(ids, r.skip_special_tokens)
                     .map_err(|e| ApiError::invalid("ids", e.to_string()))?,
-                Model::Gpt2(g) => {
-                    let kept: Vec<u32> = ids
-                        .iter()
-                        .copied()
-                        .filter(|&id| !(r.skip_special_tokens && Some(id) == g.eos))
-                        .collect();
-                    let bytes = g
-                        .tokenizer
-                        .decode(&kept)
-                        .map_err(|e| ApiError::invalid("ids", e.to_string()))?;
-                    String::from_utf8_lossy(&bytes).into_owned()
+                Model::Gpt2(g) => bpe_decode(&g.tokenizer, g.eos, ids, r.skip_special_tokens)?,
+                Model::Gpt2Classifier(c) => {
+                    bpe_decode(&c.tokenizer, c.eos, ids, r.skip_special_tokens)?
                 }
             };
             out.push(json!(text));
@@ -233,4 +217,37 @@ pub async fn decode(State(app): State<Arc<App>>, body: Body) -> Response {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// A GPT-2 tokenizer's tokens of `text`, as `/tokenize` lists them.
+fn bpe_tokens(tok: &BpeTokenizer, eos: Option<u32>, text: &str, special: bool) -> Vec<Value> {
+    let ids = tok.encode_ids(text.as_bytes(), special);
+    let mut at = 0usize;
+    ids.iter()
+        .map(|&id| {
+            let bytes = tok.token_bytes(id).unwrap_or_default();
+            let (s, e) = (at, at + bytes.len());
+            at = e;
+            json!({"id": id, "text": String::from_utf8_lossy(bytes), "special": Some(id) == eos,
+                   "start": s, "stop": e})
+        })
+        .collect()
+}
+
+/// A GPT-2 tokenizer's text of `ids` (without `eos` when `skip_special`).
+fn bpe_decode(
+    tok: &BpeTokenizer,
+    eos: Option<u32>,
+    ids: &[u32],
+    skip_special: bool,
+) -> Result<String, ApiError> {
+    let kept: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|&id| !(skip_special && Some(id) == eos))
+        .collect();
+    let bytes = tok
+        .decode(&kept)
+        .map_err(|e| ApiError::invalid("ids", e.to_string()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }

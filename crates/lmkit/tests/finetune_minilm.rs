@@ -184,7 +184,7 @@ fn minilm_squad_end_to_end_on_real_paragraphs() {
     assert_eq!(ev["eval_examples"], 51);
     let (em, f1) = (
         ev["eval_exact_match"].as_f64().unwrap(),
-        ev["f1"].as_f64().unwrap(),
+        ev["eval_f1"].as_f64().unwrap(),
     );
     assert!((0.0..=100.0).contains(&em) && f1 >= em, "EM {em}, F1 {f1}");
     // The checkpoint answers with spans of the paragraph.

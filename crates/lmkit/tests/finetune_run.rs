@@ -284,7 +284,7 @@ fn tiny_qa_trains_and_answers() {
     let ev = s.last_eval.unwrap();
     let (em, f1) = (
         ev["eval_exact_match"].as_f64().unwrap(),
-        ev["f1"].as_f64().unwrap(),
+        ev["eval_f1"].as_f64().unwrap(),
     );
     assert!(f1 >= 80.0 && em >= 60.0, "EM {em}, F1 {f1}");
     let m = Bert::from_dir(&out).unwrap();

@@ -48,8 +48,8 @@ pub struct Gpt2Heads {
 }
 
 /// Which model family a config, layout or checkpoint belongs to.
-/// Options name it `gpt2` or `bert`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+/// Options (and JSON) name it `gpt2` or `bert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Gpt2,

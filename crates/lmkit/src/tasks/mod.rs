@@ -136,7 +136,7 @@ impl TaskKind {
         if !families.contains(&config.family()) {
             let want: Vec<&str> = families.iter().map(|f| f.name()).collect();
             let mut msg = format!(
-                "`task` {} needs a {} model, but {} is {} ({})",
+                "`task` {} needs a {} checkpoint, but {} holds a {} model ({})",
                 self.name(),
                 want.join(" or "),
                 dir.display(),
