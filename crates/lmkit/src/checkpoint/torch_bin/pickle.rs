@@ -1,6 +1,6 @@
 //! The pickle VM: runs a state dict's `data.pkl` on the opcodes a state
 //! dict uses, knowing only the globals that rebuild tensors
-//! ([`ALLOWED`](super::ALLOWED)); memo, stack and nesting bounded.
+//! ([`ALLOWED`]); memo, stack and nesting bounded.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

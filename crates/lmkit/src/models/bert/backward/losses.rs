@@ -291,8 +291,8 @@ impl HeadPass<'_> {
         }
     }
 
-    /// HF BertForMultipleChoice: one score per choice [B,1] read as
-    /// [E,K], mean CE over the examples.
+    /// HF BertForMultipleChoice: one score per choice `[B,1]` read as
+    /// `[E,K]`, mean CE over the examples.
     fn choice(&mut self, labels: &[i32], pooled: &[f32], dpooled: &mut [f32]) {
         let (b, c) = (self.b, self.cfg.hidden_size);
         let (e, k) = (labels.len(), b / labels.len());

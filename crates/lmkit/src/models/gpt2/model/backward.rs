@@ -25,7 +25,7 @@ impl Gpt2 {
     }
 
     /// [`Gpt2::forward_backward`], handing finished gradients to `ready`
-    /// ([`Trainable::forward_backward_streamed`]).
+    /// ([`Trainable::forward_backward_streamed`](crate::models::Trainable::forward_backward_streamed)).
     pub(super) fn lm_backward<'g>(
         &'g mut self,
         inputs: &[u32],
@@ -308,8 +308,8 @@ impl Gpt2 {
     }
 }
 
-/// The backward of [`linear_forward`](super::forward::linear_forward): ACCUMULATES `dinp` [N,IC] and the
-/// gradients `(dW, db)`.
+/// The backward of `linear_forward` (in `forward`): ACCUMULATES `dinp`
+/// [N,IC] and the gradients `(dW, db)`.
 #[allow(clippy::too_many_arguments)]
 fn linear_backward(
     dinp: &mut [f32],
