@@ -2,8 +2,9 @@
 //! span QA) and the full backward through the heads, the post-LN encoder and
 //! the embeddings, on the explicit kernels. Each head's forward and backward
 //! is in `heads.rs`, shared with inference; `BertTrainer::run` only picks the
-//! heads the targets switch on, computes their losses and chains the
-//! backward passes into [`encoder_backward`].
+//! heads the targets switch on, computes their losses (`losses`: one
+//! `HeadPass` over the hidden state) and chains the backward passes into
+//! [`encoder_backward`] (`encoder`).
 //!
 //! Shape legend: B batch, T sequence (padded), C channels, NH heads,
 //! I intermediate size, V vocabulary, L labels, N = B·T rows,
@@ -39,25 +40,22 @@
 //! ```
 //! then the embedding LayerNorm and scatter-adds into the three tables.
 
+mod encoder;
+mod losses;
+
 use std::ops::Range;
 
-use super::heads::{
-    layernorm_bwd, linear_bwd, linear_head, qa_backward, qa_forward, range, MlmHead, Pooler,
-};
+use self::encoder::{encoder_backward, Grads};
+use self::losses::{qa_targets, HeadPass};
 use super::model::{Bert, BertActivations, BertBatch};
-use super::weights::EncoderMatmul;
 use crate::error::{Error, Result};
-use crate::kernels::bf16_gemm::PackedBf16;
-use crate::kernels::{self, AttentionShape, Gelu, WeightLayout};
+use crate::kernels::Gelu;
 use crate::models::gpt2::WeightDtype;
 use crate::models::{GradPieces, LossParts, Trainable};
 use crate::spec::config::Activation;
 use crate::spec::layout::ParamLayout;
-use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
 use crate::spec::Precision;
-use crate::util::alloc::resize_scratch;
 use crate::util::rng::Rng;
-use crate::util::slice::two_mut;
 
 use crate::spec::IGNORE_INDEX;
 
@@ -155,44 +153,6 @@ pub struct HeadOutputs {
     /// `[E,K]` one score per choice.
     pub choice_logits: Vec<f32>,
 }
-
-/// Backward scratch for one (B, T).
-#[derive(Debug, Default)]
-struct Grads {
-    /// Gradient of the current layer output `[N,C]`, then of its input.
-    dy: Vec<f32>,
-    dx: Vec<f32>,
-    dres: Vec<f32>,
-    dln1: Vec<f32>,
-    datty: Vec<f32>,
-    dqkv: Vec<f32>,
-    datt: Vec<f32>,
-    dfch_gelu: Vec<f32>,
-    dfch: Vec<f32>,
-}
-
-impl Grads {
-    /// For `rows` and `att` attention probabilities (`.0` now, `.1` the
-    /// padded batch's, as `BertActivations` sizes its buffers).
-    fn resize(&mut self, rows: (usize, usize), c: usize, i: usize, att: (usize, usize)) {
-        let fit = |v: &mut Vec<f32>, k: usize| resize_scratch(v, rows.0 * k, rows.1 * k);
-        for v in [
-            &mut self.dy,
-            &mut self.dx,
-            &mut self.dres,
-            &mut self.dln1,
-            &mut self.datty,
-        ] {
-            fit(v, c);
-        }
-        fit(&mut self.dqkv, 3 * c);
-        for v in [&mut self.dfch_gelu, &mut self.dfch] {
-            fit(v, i);
-        }
-        resize_scratch(&mut self.datt, att.0, att.1);
-    }
-}
-
 /// A trainable BERT: the model, a gradient buffer with its layout, and the
 /// activations of the last forward.
 pub struct BertTrainer {
@@ -225,70 +185,6 @@ pub enum LossTerm {
 impl LossTerm {
     pub const COUNT: usize = 8;
 }
-
-/// `sum / den`, 0 for an empty term.
-fn over(sum: f64, den: f64) -> f64 {
-    if den > 0.0 {
-        sum / den
-    } else {
-        0.0
-    }
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-/// A classification head's loss over `rows` rows of `k` logits (HF: mean CE
-/// over the labels ≠ −100, or over `den` when given) and how many rows it
-/// gets right. With `backward`
-/// (and a label to learn from) `logits` becomes d loss / d logits, scaled by
-/// `grad_scale`, and the result says so: the caller runs the head's backward.
-/// Returns (loss parts, correct rows, gradient written).
-fn ce_head(
-    logits: &mut [f32],
-    labels: &[i32],
-    rows: usize,
-    k: usize,
-    backward: bool,
-    grad_scale: f32,
-    den: Option<f64>,
-) -> (LossParts, usize, bool) {
-    let correct = (0..rows)
-        .filter(|&r| {
-            labels[r] != IGNORE_INDEX && argmax(&logits[r * k..(r + 1) * k]) == labels[r] as usize
-        })
-        .count();
-    let labelled = labels.iter().filter(|&&x| x != IGNORE_INDEX).count();
-    let mut losses = vec![0.0; rows];
-    let grad = backward && labelled > 0;
-    let (sum, count) = if grad {
-        kernels::cross_entropy_fused(
-            logits,
-            &mut losses,
-            labels,
-            rows,
-            k,
-            IGNORE_INDEX,
-            (grad_scale as f64 / den.unwrap_or(labelled as f64)) as f32,
-        )
-    } else {
-        kernels::cross_entropy_forward(&mut losses, logits, labels, rows, k, IGNORE_INDEX)
-    };
-    (LossParts { sum, count }, correct, grad)
-}
-
-/// HF's QA target handling: clamp to [0, T]; T is then ignored.
-fn qa_targets(pos: &[i32], t: usize) -> Vec<i32> {
-    pos.iter().map(|&p| p.clamp(0, t as i32)).collect()
-}
-
 impl BertTrainer {
     pub fn new(mut model: Bert) -> Result<BertTrainer> {
         if model.dtype() != WeightDtype::F32 {
@@ -387,21 +283,7 @@ impl BertTrainer {
         }
         if let Some(c) = &tg.choice_labels {
             need(h.multiple_choice, "multiple-choice")?;
-            if c.is_empty() || !bs.is_multiple_of(c.len()) {
-                return Err(Error::InvalidInput(format!(
-                    "multiple choice: {} labels for {bs} rows (each example's choices in order)",
-                    c.len()
-                )));
-            }
-            let k = bs / c.len();
-            if let Some(&x) = c
-                .iter()
-                .find(|&&y| y != IGNORE_INDEX && !(0..k as i32).contains(&y))
-            {
-                return Err(Error::InvalidInput(format!(
-                    "choice label {x} is not one of the {k} choices"
-                )));
-            }
+            check_choice_labels(c, bs)?;
         }
         len(&tg.mlm_labels, bs * t, "MLM labels")?;
         len(&tg.nsp_labels, bs, "NSP labels")?;
@@ -526,8 +408,7 @@ impl BertTrainer {
         }
         let cfg = self.model.config.clone();
         let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
-        let (n, v, i_sz) = (b * t, cfg.vocab_size, cfg.intermediate_size);
-        let eps = cfg.layer_norm_eps as f32;
+        let (n, i_sz) = (b * t, cfg.intermediate_size);
         let gelu = self.gelu();
         let layout = &self.model.layout;
         let params = &self.model.params;
@@ -543,287 +424,31 @@ impl BertTrainer {
         );
         let s = &mut self.scratch;
         self.last_tokens = n;
-        // What each term is a mean over: the given (global) counts, else this batch's.
-        let den = |i: LossTerm, local: usize| denoms.map_or(local as f64, |d| d[i as usize]);
-        let mut st = HeadStats {
-            batches: 1,
-            ..Default::default()
-        };
         self.outputs = HeadOutputs::default();
         // d loss / d last hidden state.
         s.dy.fill(0.0);
-        let h = acts.hidden();
-
-        // --- Masked LM on the labelled rows.
-        if let Some(labels) = &tg.mlm_labels {
-            let labelled: Vec<usize> = (0..n).filter(|&r| labels[r] != IGNORE_INDEX).collect();
-            let m = labelled.len();
-            if m > 0 {
-                let targets: Vec<i32> = labelled.iter().map(|&r| labels[r]).collect();
-                // Their rows of the hidden state (all computed: see `unpad`).
-                let rows: Vec<usize> = labelled
-                    .iter()
-                    .map(|&r| acts.row(r / t, r % t).unwrap_or(r))
-                    .collect();
-                let mut x = Vec::with_capacity(m * c);
-                for &r in &rows {
-                    x.extend_from_slice(&h[r * c..(r + 1) * c]);
-                }
-                let (head, mut logits) = MlmHead::forward(layout, params, gelu, eps, x, c, v);
-                let mut losses = vec![0.0; m];
-                let (sum, count) = if backward {
-                    kernels::cross_entropy_fused(
-                        &mut logits,
-                        &mut losses,
-                        &targets,
-                        m,
-                        v,
-                        IGNORE_INDEX,
-                        (grad_scale as f64 / den(LossTerm::Mlm, m)) as f32,
-                    )
-                } else {
-                    kernels::cross_entropy_forward(
-                        &mut losses,
-                        &logits,
-                        &targets,
-                        m,
-                        v,
-                        IGNORE_INDEX,
-                    )
-                };
-                st.mlm = LossParts { sum, count };
-                st.loss += over(sum, den(LossTerm::Mlm, m));
-                if backward {
-                    let dx = head.backward(layout, params, grads, gelu, &logits, c, v);
-                    for (k, &r) in rows.iter().enumerate() {
-                        for (d, g) in s.dy[r * c..(r + 1) * c]
-                            .iter_mut()
-                            .zip(&dx[k * c..(k + 1) * c])
-                        {
-                            *d += g;
-                        }
-                    }
-                }
-            }
-        }
-
-        // --- Pooler-based heads (NSP, classifier, regression, multiple choice).
-        let pooled_heads = tg.nsp_labels.is_some()
-            || tg.class_labels.is_some()
-            || tg.regression_targets.is_some()
-            || tg.choice_labels.is_some();
-        if pooled_heads {
-            let pooler = Pooler::forward(layout, params, h, &acts.cls_rows(), c);
-            let pooled = &pooler.pooled;
-            let mut dpooled = vec![0.0; b * c];
-            let head = |name: &str,
-                        term: LossTerm,
-                        labels: &[i32],
-                        k: usize,
-                        grads: &mut [f32],
-                        dpooled: &mut [f32]|
-             -> (LossParts, usize, Vec<f32>) {
-                let mut logits = linear_head(layout, params, name, pooled, c, k);
-                let kept = logits.clone();
-                let d = denoms.map(|d| d[term as usize]);
-                let (lp, correct, grad) =
-                    ce_head(&mut logits, labels, b, k, backward, grad_scale, d);
-                if grad {
-                    linear_bwd(
-                        layout,
-                        params,
-                        grads,
-                        name,
-                        Some(dpooled),
-                        &logits,
-                        pooled,
-                        b,
-                        c,
-                        k,
-                    );
-                }
-                (lp, correct, kept)
-            };
-            if let Some(labels) = &tg.nsp_labels {
-                let (lp, correct, logits) = head(
-                    "cls.seq_relationship",
-                    LossTerm::Nsp,
-                    labels,
-                    2,
-                    grads,
-                    &mut dpooled,
-                );
-                st.nsp = lp;
-                st.nsp_correct = correct;
-                st.loss += over(lp.sum, den(LossTerm::Nsp, lp.count));
-                self.outputs.nsp_logits = logits;
-            }
-            if let Some(labels) = &tg.class_labels {
-                let k = cfg.num_labels();
-                let (lp, correct, logits) = head(
-                    "classifier",
-                    LossTerm::Classify,
-                    labels,
-                    k,
-                    grads,
-                    &mut dpooled,
-                );
-                st.classify = lp;
-                st.classify_correct = correct;
-                st.loss += over(lp.sum, den(LossTerm::Classify, lp.count));
-                self.outputs.class_logits = logits;
-            }
-            if let Some(y) = &tg.regression_targets {
-                let k = cfg.num_labels();
-                let mut out = linear_head(layout, params, "classifier", pooled, c, k);
-                self.outputs.class_logits = out.clone();
-                // MSE over the B·L outputs; d/d out = 2 (out − y) / (B·L).
-                let m = out.len();
-                let mut sum = 0.0f64;
-                let scale = (2.0 * grad_scale as f64 / den(LossTerm::Regression, m)) as f32;
-                for (o, &t) in out.iter_mut().zip(y) {
-                    let d = *o - t;
-                    sum += (d as f64) * (d as f64);
-                    *o = scale * d;
-                }
-                st.regression = LossParts { sum, count: m };
-                st.loss += over(sum, den(LossTerm::Regression, m));
-                if backward {
-                    linear_bwd(
-                        layout,
-                        params,
-                        grads,
-                        "classifier",
-                        Some(&mut dpooled),
-                        &out,
-                        pooled,
-                        b,
-                        c,
-                        k,
-                    );
-                }
-            }
-            // HF BertForMultipleChoice: one score per choice [B,1] read as
-            // [E,K], mean CE over the examples.
-            if let Some(labels) = &tg.choice_labels {
-                let (e, k) = (labels.len(), b / labels.len());
-                let mut logits = linear_head(layout, params, "classifier", pooled, c, 1);
-                self.outputs.choice_logits = logits.clone();
-                let d = denoms.map(|d| d[LossTerm::Choice as usize]);
-                let (lp, correct, grad) =
-                    ce_head(&mut logits, labels, e, k, backward, grad_scale, d);
-                st.choice_correct = correct;
-                if grad {
-                    linear_bwd(
-                        layout,
-                        params,
-                        grads,
-                        "classifier",
-                        Some(&mut dpooled),
-                        &logits,
-                        pooled,
-                        b,
-                        c,
-                        1,
-                    );
-                }
-                st.choice = lp;
-                st.loss += over(lp.sum, den(LossTerm::Choice, lp.count));
-            }
-            if backward {
-                pooler.backward(layout, params, grads, &dpooled, &mut s.dy, c);
-            }
-        }
-
-        // --- Token classification on every position (HF: mean CE over
-        // the labels ≠ −100).
-        if let Some(labels) = &tg.token_labels {
-            let k = cfg.num_labels();
-            let rows = acts.rows();
-            let mut logits = linear_head(layout, params, "classifier", h, c, k);
-            // Each row's label (the rows are the positions unless packed).
-            let labels: Vec<i32> = match acts.packed() {
-                Some(_) => {
-                    let mut packed = vec![IGNORE_INDEX; rows];
-                    let mut out = vec![0.0; n * k];
-                    for p in 0..n {
-                        if let Some(r) = acts.row(p / t, p % t) {
-                            packed[r] = labels[p];
-                            out[p * k..(p + 1) * k].copy_from_slice(&logits[r * k..(r + 1) * k]);
-                        }
-                    }
-                    self.outputs.token_logits = out;
-                    packed
-                }
-                None => {
-                    self.outputs.token_logits = logits.clone();
-                    labels.clone()
-                }
-            };
-            let d = denoms.map(|d| d[LossTerm::Token as usize]);
-            let (lp, correct, grad) =
-                ce_head(&mut logits, &labels, rows, k, backward, grad_scale, d);
-            st.token_correct = correct;
-            if grad {
-                linear_bwd(
-                    layout,
-                    params,
-                    grads,
-                    "classifier",
-                    Some(&mut s.dy),
-                    &logits,
-                    h,
-                    rows,
-                    c,
-                    k,
-                );
-            }
-            st.token = lp;
-            st.loss += over(lp.sum, den(LossTerm::Token, lp.count));
-        }
-
-        // --- Span QA on every position.
-        if let (Some(sp), Some(ep)) = (&tg.start_positions, &tg.end_positions) {
-            let (mut start, mut end) = qa_forward(layout, params, h, c);
-            self.outputs.start_logits = start.clone();
-            self.outputs.end_logits = end.clone();
-            let ignore = t as i32;
-            let (ts, te) = (qa_targets(sp, t), qa_targets(ep, t));
-            let mut losses = vec![0.0; b];
-            let mut side = |logits: &mut [f32], tgt: &[i32], term: LossTerm| -> LossParts {
-                let count = tgt.iter().filter(|&&x| x != ignore).count();
-                let d = den(term, count);
-                let (sum, count) = if backward && count > 0 {
-                    kernels::cross_entropy_fused(
-                        logits,
-                        &mut losses,
-                        tgt,
-                        b,
-                        t,
-                        ignore,
-                        (0.5 * grad_scale as f64 / d) as f32,
-                    )
-                } else {
-                    kernels::cross_entropy_forward(&mut losses, logits, tgt, b, t, ignore)
-                };
-                if backward && count == 0 {
-                    logits.fill(0.0);
-                }
-                LossParts { sum, count }
-            };
-            let ls = side(&mut start, &ts, LossTerm::QaStart);
-            let le = side(&mut end, &te, LossTerm::QaEnd);
-            st.qa = LossParts {
-                sum: ls.sum + le.sum,
-                count: ls.count + le.count,
-            };
-            st.loss += 0.5
-                * (over(ls.sum, den(LossTerm::QaStart, ls.count))
-                    + over(le.sum, den(LossTerm::QaEnd, le.count)));
-            if backward {
-                qa_backward(layout, params, grads, &start, &end, h, &mut s.dy, c);
-            }
-        }
+        let mut pass = HeadPass {
+            cfg: &cfg,
+            layout,
+            params,
+            grads: &mut *grads,
+            acts,
+            h: acts.hidden(),
+            dy: &mut s.dy,
+            outputs: &mut self.outputs,
+            st: HeadStats {
+                batches: 1,
+                ..Default::default()
+            },
+            gelu,
+            b,
+            t,
+            backward,
+            grad_scale,
+            denoms,
+        };
+        pass.run(tg);
+        let st = pass.st;
 
         if !backward {
             return Ok(st);
@@ -890,6 +515,27 @@ impl BertTrainer {
     pub fn evaluate_batch(&mut self, batch: &BertTrainBatch) -> Result<HeadStats> {
         self.run(batch, 0.0, false, None, &mut |_| {})
     }
+}
+
+/// Multiple-choice labels of a batch of `bs` rows: the rows split evenly
+/// into one example per label, each label one of its example's choices.
+fn check_choice_labels(c: &[i32], bs: usize) -> Result<()> {
+    if c.is_empty() || !bs.is_multiple_of(c.len()) {
+        return Err(Error::InvalidInput(format!(
+            "multiple choice: {} labels for {bs} rows (each example's choices in order)",
+            c.len()
+        )));
+    }
+    let k = bs / c.len();
+    if let Some(&x) = c
+        .iter()
+        .find(|&&y| y != IGNORE_INDEX && !(0..k as i32).contains(&y))
+    {
+        return Err(Error::InvalidInput(format!(
+            "choice label {x} is not one of the {k} choices"
+        )));
+    }
+    Ok(())
 }
 
 impl Trainable for BertTrainer {
@@ -1001,235 +647,6 @@ impl Trainable for BertTrainer {
         self.last_tokens
     }
 }
-
-/// The backward of the encoder and embeddings: `s.dy` holds d loss / d
-/// (last hidden state) `[N,C]`; parameter gradients accumulate into `grads`.
-/// Per layer, the reverse of `Bert::forward` (see the module docs).
-fn encoder_backward(
-    model: &Bert,
-    acts: &BertActivations,
-    s: &mut Grads,
-    mut pieces: GradPieces<'_, '_>,
-    batch: &BertBatch,
-) -> Result<()> {
-    let cfg = &model.config;
-    // The rows the forward ran on: the batch, or its packed real tokens.
-    let unpadded = acts.packed();
-    let batch = unpadded.map_or(batch, |p| &p.batch);
-    let (b, t, c) = (batch.b, batch.t, cfg.hidden_size);
-    let (n, i_sz, nh) = (b * t, cfg.intermediate_size, cfg.num_attention_heads);
-    let gelu = model.gelu();
-    let (layout, params) = (&model.layout, &model.params[..]);
-    let packed = model.bf16_weights();
-    // Where the writes still to come end once layers `l..` are done: the
-    // layers below `l` and the embeddings.
-    // One pass over the layout: `pending[l]` for l = 0..=L.
-    let nl = cfg.num_hidden_layers;
-    let mut pending = vec![0; nl + 1];
-    for spec in layout.specs() {
-        let end = spec.range().end;
-        let layer = spec
-            .name
-            .strip_prefix("encoder.layer.")
-            .and_then(|r| r.split('.').next()?.parse::<usize>().ok());
-        match layer {
-            Some(j) if j < nl => pending[j + 1] = pending[j + 1].max(end),
-            _ if spec.name.starts_with("embeddings.") => pending[0] = pending[0].max(end),
-            _ => {}
-        }
-    }
-    for l in 1..=nl {
-        pending[l] = pending[l].max(pending[l - 1]);
-    }
-    pieces.done_from(pending[nl]);
-    // --- Encoder, last layer first. s.dy = d(output of layer l).
-    let shape = AttentionShape { b, t, c, nh };
-    for l in (0..cfg.num_hidden_layers).rev() {
-        let grads = pieces.rest();
-        let la = &acts.layers[l];
-        let x = acts
-            .hidden_state(l)
-            .ok_or_else(|| Error::InvalidInput("activations were not kept".into()))?;
-        let p = bert_layer_prefix(l);
-        // y = LN2(res2), res2 = output.dense(gelu(fch)) + ln1.
-        s.dres.fill(0.0);
-        layernorm_bwd(
-            layout,
-            params,
-            grads,
-            &format!("{p}output.LayerNorm"),
-            &mut s.dres,
-            &s.dy,
-            &la.res2,
-            &la.ln2_mean,
-            &la.ln2_rstd,
-            n,
-            c,
-        );
-        s.dfch_gelu.fill(0.0);
-        dense_bwd(
-            packed.map(|w| w.get(l, EncoderMatmul::Out)),
-            (layout, params, grads),
-            &format!("{p}output.dense"),
-            Some(&mut s.dfch_gelu),
-            &s.dres,
-            &la.fch_gelu,
-            (n, i_sz, c),
-        );
-        s.dfch.fill(0.0);
-        kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
-        s.dln1.copy_from_slice(&s.dres);
-        dense_bwd(
-            packed.map(|w| w.get(l, EncoderMatmul::Inter)),
-            (layout, params, grads),
-            &format!("{p}intermediate.dense"),
-            Some(&mut s.dln1),
-            &s.dfch,
-            &la.ln1,
-            (n, c, i_sz),
-        );
-        // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
-        s.dres.fill(0.0);
-        layernorm_bwd(
-            layout,
-            params,
-            grads,
-            &format!("{p}attention.output.LayerNorm"),
-            &mut s.dres,
-            &s.dln1,
-            &la.res1,
-            &la.ln1_mean,
-            &la.ln1_rstd,
-            n,
-            c,
-        );
-        s.datty.fill(0.0);
-        dense_bwd(
-            packed.map(|w| w.get(l, EncoderMatmul::AttnOut)),
-            (layout, params, grads),
-            &format!("{p}attention.output.dense"),
-            Some(&mut s.datty),
-            &s.dres,
-            &la.atty,
-            (n, c, c),
-        );
-        s.dqkv.fill(0.0);
-        match unpadded.and_then(|p| p.lens()) {
-            Some(lens) => kernels::attention_backward_varlen(
-                &mut s.dqkv,
-                &mut s.datt,
-                &s.datty,
-                &la.qkv,
-                &la.att,
-                lens,
-                c,
-                nh,
-            ),
-            None => kernels::attention_backward(
-                &mut s.dqkv,
-                &mut s.datt,
-                &s.datty,
-                &la.qkv,
-                &la.att,
-                shape,
-            ),
-        }
-        s.dx.copy_from_slice(&s.dres);
-        let wr = bert_qkv_weight_range(layout, l)
-            .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;
-        let br = bert_qkv_bias_range(layout, l)
-            .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v biases not packed")))?;
-        {
-            let (gw, gb) = two_mut(grads, wr.clone(), br);
-            match packed {
-                Some(w) => kernels::matmul_backward_bf16(
-                    Some(&mut s.dx),
-                    Some(gw),
-                    Some(gb),
-                    &s.dqkv,
-                    x,
-                    w.get(l, EncoderMatmul::Qkv).weight(),
-                    n,
-                ),
-                None => kernels::matmul_backward(
-                    Some(&mut s.dx),
-                    Some(gw),
-                    Some(gb),
-                    &s.dqkv,
-                    x,
-                    &params[wr],
-                    n,
-                    c,
-                    3 * c,
-                    WeightLayout::OutIn,
-                ),
-            }
-        }
-        std::mem::swap(&mut s.dy, &mut s.dx);
-        pieces.done_from(pending[l]);
-    }
-    // Embeddings: hidden_state(0) = LN(word + position + token type).
-    let grads = pieces.rest();
-    s.dres.fill(0.0);
-    layernorm_bwd(
-        layout,
-        params,
-        grads,
-        "embeddings.LayerNorm",
-        &mut s.dres,
-        &s.dy,
-        &acts.emb,
-        &acts.emb_mean,
-        &acts.emb_rstd,
-        n,
-        c,
-    );
-    for (name, ids) in [
-        ("embeddings.position_embeddings.weight", &batch.position_ids),
-        (
-            "embeddings.token_type_embeddings.weight",
-            &batch.token_type_ids,
-        ),
-    ] {
-        kernels::embedding_backward(&mut grads[range(layout, name)], &s.dres, ids, c);
-    }
-    // HF's `nn.Embedding(padding_idx=pad_token_id)`: the [PAD] row gets no
-    // gradient from the lookup (only from the tied MLM decoder).
-    if let Some(pad) = cfg.pad_token_id {
-        for (r, &id) in batch.input_ids.iter().enumerate() {
-            if id == pad {
-                s.dres[r * c..(r + 1) * c].fill(0.0);
-            }
-        }
-    }
-    let wemb = range(layout, "embeddings.word_embeddings.weight");
-    kernels::embedding_backward(&mut grads[wemb], &s.dres, &batch.input_ids, c);
-    pieces.finish();
-    Ok(())
-}
-
-/// [`linear_bwd`] of the `nn.Linear` `name` (`dims`: N, in, out), on its
-/// packed bf16 weight when training in bf16.
-fn dense_bwd(
-    packed: Option<&PackedBf16>,
-    (layout, params, grads): (&ParamLayout, &[f32], &mut [f32]),
-    name: &str,
-    dinp: Option<&mut [f32]>,
-    dout: &[f32],
-    inp: &[f32],
-    (n, c, k): (usize, usize, usize),
-) {
-    match packed {
-        Some(w) => {
-            let wr = range(layout, &format!("{name}.weight"));
-            let br = range(layout, &format!("{name}.bias"));
-            let (gw, gb) = two_mut(grads, wr, br);
-            kernels::matmul_backward_bf16(dinp, Some(gw), Some(gb), dout, inp, w.weight(), n);
-        }
-        None => linear_bwd(layout, params, grads, name, dinp, dout, inp, n, c, k),
-    }
-}
-
 /// HF's `BertPreTrainedModel._init_weights` for the parameters `names`
 /// selects: Linear weights and embeddings N(0, `std`), biases 0, LayerNorm
 /// weight 1 / bias 0, the `[PAD]` row of the word embeddings 0.
