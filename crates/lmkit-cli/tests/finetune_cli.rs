@@ -525,7 +525,7 @@ fn gpt2_eval_tasks_and_lm_finetuning() {
         &s(&lam),
     ]);
     assert!(
-        err.contains("`task` qa needs a BERT checkpoint") && err.contains("zero-shot-qa"),
+        err.contains("qa needs a BERT checkpoint") && err.contains("zero-shot-qa"),
         "{err}"
     );
     let bad = dir.join("bad.jsonl");
