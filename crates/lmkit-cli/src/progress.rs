@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub mod pretrain;
+
 /// Shortest interval between two progress lines in a log.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 

@@ -210,6 +210,60 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
             format!("n {n} must be between 1 and 16"),
         ));
     }
+    let sampling = sampling_of(r)?;
+    let stops = match &r.stop {
+        None => Vec::new(),
+        Some(OneOrMany::One(s)) => vec![s.clone()],
+        Some(OneOrMany::Many(v)) => v.clone(),
+    };
+    if stops.len() > 4 || stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            "stop takes up to 4 non-empty strings",
+        ));
+    }
+    let (prompts, echoes) = prompts_of(m, r, max_tokens)?;
+    let tok = &m.tokenizer;
+    let echoes = if r.echo.unwrap_or(false) {
+        prompts
+            .iter()
+            .zip(echoes)
+            .map(|(ids, t)| {
+                if t.is_empty() {
+                    String::from_utf8_lossy(&tok.decode(ids).unwrap_or_default()).into_owned()
+                } else {
+                    t
+                }
+            })
+            .collect()
+    } else {
+        echoes
+    };
+    let seed = r.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    Ok(Plan {
+        prompts,
+        echoes,
+        n,
+        cfg: GenerationConfig {
+            max_new_tokens: max_tokens,
+            sampling,
+            seed,
+            eos_token_id: m.eos,
+            ignore_eos: r.ignore_eos.unwrap_or(false),
+            truncate: false,
+        },
+        stops,
+        echo: r.echo.unwrap_or(false),
+        logprobs,
+    })
+}
+
+/// The sampling settings of a completion request, checked.
+fn sampling_of(r: &CompletionRequest) -> Result<SamplingParams, ApiError> {
     let temperature = r.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid(
@@ -236,17 +290,17 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
     sampling
         .validate()
         .map_err(|e| ApiError::invalid("repetition_penalty", e.to_string()))?;
-    let stops = match &r.stop {
-        None => Vec::new(),
-        Some(OneOrMany::One(s)) => vec![s.clone()],
-        Some(OneOrMany::Many(v)) => v.clone(),
-    };
-    if stops.len() > 4 || stops.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
-            "stop",
-            "stop takes up to 4 non-empty strings",
-        ));
-    }
+    Ok(sampling)
+}
+
+/// The request's prompts as token ids (with their texts, empty for ids
+/// given), each non-empty, in the vocabulary and leaving room for
+/// `max_tokens` in the context.
+fn prompts_of(
+    m: &Gpt2Model,
+    r: &CompletionRequest,
+    max_tokens: usize,
+) -> Result<(Vec<Vec<u32>>, Vec<String>), ApiError> {
     let vocab = m.config.vocab_size;
     let tok = &m.tokenizer;
     let (prompts, echoes): (Vec<Vec<u32>>, Vec<String>) = match &r.prompt {
@@ -285,42 +339,7 @@ fn plan(app: &App, m: &Gpt2Model, r: &CompletionRequest) -> Result<Plan, ApiErro
             });
         }
     }
-    let echoes = if r.echo.unwrap_or(false) {
-        prompts
-            .iter()
-            .zip(echoes)
-            .map(|(ids, t)| {
-                if t.is_empty() {
-                    String::from_utf8_lossy(&tok.decode(ids).unwrap_or_default()).into_owned()
-                } else {
-                    t
-                }
-            })
-            .collect()
-    } else {
-        echoes
-    };
-    let seed = r.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    Ok(Plan {
-        prompts,
-        echoes,
-        n,
-        cfg: GenerationConfig {
-            max_new_tokens: max_tokens,
-            sampling,
-            seed,
-            eos_token_id: m.eos,
-            ignore_eos: r.ignore_eos.unwrap_or(false),
-            truncate: false,
-        },
-        stops,
-        echo: r.echo.unwrap_or(false),
-        logprobs,
-    })
+    Ok((prompts, echoes))
 }
 
 pub async fn completions(State(app): State<Arc<App>>, body: Body) -> Response {

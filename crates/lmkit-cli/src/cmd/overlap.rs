@@ -82,78 +82,11 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Box::new(std::io::stdout())
     };
-    let t0 = Instant::now();
-    let (filter, train_bytes) = match &a.filter {
-        Some(f) => (
-            BloomFilter::load(f).with_context(|| format!("reading the filter {}", f.display()))?,
-            None,
-        ),
-        None => {
-            let opts = BuildOptions {
-                n: a.n,
-                fp_rate: a.fp_rate,
-                max_memory: a.max_memory,
-                text_field: a.text_field.clone(),
-            };
-            let pb = Progress::new(
-                "hashing training text {bar:30} {bytes}/{total_bytes} ({bytes_per_sec})",
-            );
-            let mut total = 0;
-            let f = build_filter(&a.train, &opts, |done, all| {
-                total = all;
-                pb.set_length(all);
-                pb.update(done, || "bytes of training text hashed".into());
-            })?;
-            pb.finish();
-            (f, Some(total))
-        }
-    };
-    let build_s = t0.elapsed().as_secs_f64();
-    let bytes = filter.bits().div_ceil(64) * 8;
-    let per_ngram = bytes as f64 / filter.inserted().max(1) as f64;
+    let (filter, train_bytes, build_s) = load_or_build_filter(&a)?;
     if let Some(p) = &a.save_filter {
         super::write_output(p, true, |w| filter.write_to(w))?;
     }
-    let filter_info = json!({
-        "n": filter.n(),
-        "ngrams_inserted": filter.inserted(),
-        "bits": filter.bits(),
-        "bytes": bytes,
-        "bytes_per_ngram": per_ngram,
-        "probes": filter.k(),
-        "target_fp_rate": filter.target_fp_rate(),
-        "expected_fp_rate": filter.expected_fp_rate(),
-        "train_bytes": train_bytes,
-        "build_seconds": train_bytes.map(|_| build_s),
-        "train_gb_per_minute": train_bytes.map(|b| b as f64 / 1e9 / (build_s / 60.0).max(1e-9)),
-    });
-    if !a.json {
-        match train_bytes {
-            Some(b) => eprintln!(
-                "filter: {} {}-grams from {:.1} MB of training text in {:.1} s ({:.2} GB/min); \
-                 {:.1} MB, {:.2} bytes per n-gram, {} probes, false-positive rate {:.1e}",
-                filter.inserted(),
-                filter.n(),
-                b as f64 / 1e6,
-                build_s,
-                b as f64 / 1e9 / (build_s / 60.0).max(1e-9),
-                bytes as f64 / 1e6,
-                per_ngram,
-                filter.k(),
-                filter.expected_fp_rate()
-            ),
-            None => eprintln!(
-                "filter: {} {}-grams, {} probes, false-positive rate {:.1e}",
-                filter.inserted(),
-                filter.n(),
-                filter.k(),
-                filter.expected_fp_rate()
-            ),
-        }
-        if let Some(p) = a.save_filter.as_ref().filter(|p| !is_stdout(p)) {
-            eprintln!("filter saved to {}", p.display());
-        }
-    }
+    let filter_info = describe_filter(&a, &filter, train_bytes, build_s);
     if a.eval.is_empty() {
         if a.json {
             writeln!(out, "{}", json!({ "filter": filter_info }))?;
@@ -223,4 +156,90 @@ pub fn run(a: Args) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The filter of `--filter`, or the one built from `--train` with the bytes
+/// of training text hashed and the seconds it took.
+fn load_or_build_filter(a: &Args) -> Result<(BloomFilter, Option<u64>, f64)> {
+    let t0 = Instant::now();
+    let (filter, train_bytes) = match &a.filter {
+        Some(f) => (
+            BloomFilter::load(f).with_context(|| format!("reading the filter {}", f.display()))?,
+            None,
+        ),
+        None => {
+            let opts = BuildOptions {
+                n: a.n,
+                fp_rate: a.fp_rate,
+                max_memory: a.max_memory,
+                text_field: a.text_field.clone(),
+            };
+            let pb = Progress::new(
+                "hashing training text {bar:30} {bytes}/{total_bytes} ({bytes_per_sec})",
+            );
+            let mut total = 0;
+            let f = build_filter(&a.train, &opts, |done, all| {
+                total = all;
+                pb.set_length(all);
+                pb.update(done, || "bytes of training text hashed".into());
+            })?;
+            pb.finish();
+            (f, Some(total))
+        }
+    };
+    let build_s = t0.elapsed().as_secs_f64();
+    Ok((filter, train_bytes, build_s))
+}
+
+/// The filter's figures as JSON; without `--json`, also a summary on stderr.
+fn describe_filter(
+    a: &Args,
+    filter: &BloomFilter,
+    train_bytes: Option<u64>,
+    build_s: f64,
+) -> serde_json::Value {
+    let bytes = filter.bits().div_ceil(64) * 8;
+    let per_ngram = bytes as f64 / filter.inserted().max(1) as f64;
+    let is_stdout = |p: &PathBuf| p.as_os_str() == "-";
+    let filter_info = json!({
+        "n": filter.n(),
+        "ngrams_inserted": filter.inserted(),
+        "bits": filter.bits(),
+        "bytes": bytes,
+        "bytes_per_ngram": per_ngram,
+        "probes": filter.k(),
+        "target_fp_rate": filter.target_fp_rate(),
+        "expected_fp_rate": filter.expected_fp_rate(),
+        "train_bytes": train_bytes,
+        "build_seconds": train_bytes.map(|_| build_s),
+        "train_gb_per_minute": train_bytes.map(|b| b as f64 / 1e9 / (build_s / 60.0).max(1e-9)),
+    });
+    if !a.json {
+        match train_bytes {
+            Some(b) => eprintln!(
+                "filter: {} {}-grams from {:.1} MB of training text in {:.1} s ({:.2} GB/min); \
+                 {:.1} MB, {:.2} bytes per n-gram, {} probes, false-positive rate {:.1e}",
+                filter.inserted(),
+                filter.n(),
+                b as f64 / 1e6,
+                build_s,
+                b as f64 / 1e9 / (build_s / 60.0).max(1e-9),
+                bytes as f64 / 1e6,
+                per_ngram,
+                filter.k(),
+                filter.expected_fp_rate()
+            ),
+            None => eprintln!(
+                "filter: {} {}-grams, {} probes, false-positive rate {:.1e}",
+                filter.inserted(),
+                filter.n(),
+                filter.k(),
+                filter.expected_fp_rate()
+            ),
+        }
+        if let Some(p) = a.save_filter.as_ref().filter(|p| !is_stdout(p)) {
+            eprintln!("filter saved to {}", p.display());
+        }
+    }
+    filter_info
 }

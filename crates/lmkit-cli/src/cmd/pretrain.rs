@@ -1,8 +1,8 @@
 //! `lmkit pretrain`: flags → [`PretrainOptions`] → [`lmkit::recipes::pretrain::pretrain`],
 //! with a progress bar, Ctrl-C (first: finish the step and save; second:
-//! quit) and `--threads`.
+//! quit) and `--threads`. The progress shown is `progress/pretrain.rs`'s.
 
-use crate::progress::Progress;
+use crate::progress::pretrain::PretrainView;
 use anyhow::{bail, Result};
 use lmkit::recipes::pretrain::{
     self as lib, ModelSize, PretrainEvent, PretrainOptions, PretrainSummary,
@@ -245,86 +245,16 @@ fn train_on(
 ) -> Result<PretrainSummary> {
     crate::interrupt::install();
     let root = comm.is_root();
-    let tok_bar =
-        Progress::new("tokenizing {bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})");
-    let pb = Progress::new("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
-    let f = |row: &serde_json::Map<String, serde_json::Value>, k: &str| {
-        row.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
-    };
-    let bert = opts.family == Family::Bert;
-    let mut on_event = |e: PretrainEvent| match e {
-        _ if !root => {}
-        PretrainEvent::Tokenizing { done, total } => {
-            tok_bar.set_length(total);
-            tok_bar.update(done, || "bytes tokenized".into());
+    let view = PretrainView::new(opts.family == Family::Bert);
+    let mut on_event = |e: PretrainEvent| {
+        if root {
+            view.show(e);
         }
-        PretrainEvent::Start {
-            message,
-            start_step,
-            max_steps,
-        } => {
-            tok_bar.finish();
-            pb.line(&message);
-            if start_step > 0 {
-                pb.line(&format!("resuming at step {start_step}"));
-            }
-            pb.set_length(max_steps);
-            pb.update(start_step, String::new);
-        }
-        PretrainEvent::Step { row } => {
-            let step = row.get("step").and_then(|v| v.as_u64()).unwrap_or(0);
-            pb.update(step, || {
-                if bert {
-                    format!(
-                    "loss {:.4} (mlm {:.4}, nsp {:.4}, nsp acc {:.2}) | lr {:.2e} | {:.0} tok/s",
-                    f(row, "loss"),
-                    f(row, "mlm_loss"),
-                    f(row, "nsp_loss"),
-                    f(row, "nsp_accuracy"),
-                    f(row, "lr"),
-                    f(row, "tokens_per_s")
-                )
-                } else {
-                    format!(
-                        "loss {:.4} | lr {:.2e} | {:.0} tok/s",
-                        f(row, "loss"),
-                        f(row, "lr"),
-                        f(row, "tokens_per_s")
-                    )
-                }
-            });
-        }
-        PretrainEvent::Eval { row } => {
-            let step = row.get("step").and_then(|v| v.as_u64()).unwrap_or(0);
-            pb.line(&if bert {
-                format!(
-                    "step {step}: val loss {:.4} (mlm {:.4}, nsp {:.4}, nsp accuracy {:.3})",
-                    f(row, "val_loss"),
-                    f(row, "val_mlm_loss"),
-                    f(row, "val_nsp_loss"),
-                    f(row, "val_nsp_accuracy")
-                )
-            } else {
-                format!(
-                    "step {step}: val loss {:.4}, perplexity {:.2}",
-                    f(row, "val_loss"),
-                    f(row, "val_ppl")
-                )
-            });
-        }
-        PretrainEvent::Sample { step, text } => pb.line(&format!(
-            "step {step} sample: {}",
-            text.replace('\n', " / ")
-        )),
-        PretrainEvent::Saved { path } => pb.line(&format!("saved {}", path.display())),
-        // Notes before the run starts belong above the tokenizing bar.
-        PretrainEvent::Note(n) => tok_bar.line(&n),
     };
     let stop = lmkit::train::StopRequest::new(crate::interrupt::requested);
     let t0 = std::time::Instant::now();
     let s = lib::pretrain_on(opts, comm, &mut on_event, &stop);
-    tok_bar.finish();
-    pb.finish();
+    view.finish();
     let s = s?;
     if !root {
         return Ok(s);

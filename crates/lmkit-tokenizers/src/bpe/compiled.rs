@@ -307,35 +307,91 @@ pub(super) fn from_file(path: &Path) -> Result<(Tables, u128)> {
 /// before the header's sizes are checked against `len`.
 fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables, u128)> {
     let err = |message: String| parse_error(path, 0, message);
-    let short = || err(format!("the file ends early ({len} bytes)"));
+    let mut sum = Digest::default();
+    let h = read_header(src, len, &mut sum).map_err(err)?;
+    let raw = read_sections(src, len, &h, sum).map_err(err)?;
+    let kinds = check_kinds(&raw.kind_codes, &raw.starts, h.n_bytes).map_err(err)?;
+    let Raw {
+        starts,
+        bytes,
+        merges,
+        merged,
+        table,
+        special_heads,
+        special_text,
+        ..
+    } = raw;
+    let index = check_index(&kinds, &bytes, &starts, table).map_err(err)?;
+    check_merges(&kinds, &bytes, &starts, &merges, &merged).map_err(err)?;
+    let specials = check_specials(&kinds, &index, &special_heads, &special_text).map_err(err)?;
+    let tables = Tables {
+        bytes,
+        starts,
+        kinds,
+        index,
+        merges,
+        merged,
+        specials,
+    };
+    Ok((tables, h.key))
+}
+
+/// The sizes a compiled tokenizer's header gives, checked against its length.
+struct Header {
+    size: usize,
+    n_bytes: usize,
+    n_merges: usize,
+    n_specials: usize,
+    n_special_bytes: usize,
+    short_bits: u32,
+    key: u128,
+}
+
+/// The sections of a compiled tokenizer as read, before their checks.
+struct Raw {
+    kind_codes: Vec<u8>,
+    starts: Vec<u32>,
+    bytes: Vec<u8>,
+    merges: Vec<(u32, u32)>,
+    merged: Vec<u32>,
+    table: ShortTable,
+    special_heads: Vec<u32>,
+    special_text: Vec<u8>,
+}
+
+/// Reads and checks the header of a compiled tokenizer of `len` bytes.
+fn read_header(
+    src: &mut impl std::io::Read,
+    len: u64,
+    sum: &mut Digest,
+) -> std::result::Result<Header, String> {
     let mut head = [0u8; HEADER];
     if len < (HEADER + 8) as u64 || src.read_exact(&mut head).is_err() || &head[..8] != MAGIC {
-        return Err(err("not a compiled lmkit BPE tokenizer".into()));
+        return Err("not a compiled lmkit BPE tokenizer".into());
     }
-    let mut sum = Digest::default();
     sum.update(&head);
     let word = |i: usize| u32::from_le_bytes(head[8 + 4 * i..12 + 4 * i].try_into().expect("4"));
     let version = word(0);
     if version != VERSION {
-        return Err(err(format!(
+        return Err(format!(
             "compiled tokenizer format {version}; this build reads {VERSION}"
-        )));
+        ));
     }
     let [size, n_bytes, n_merges, n_specials, n_special_bytes, short_bits, zero] =
         [1, 2, 3, 4, 5, 6, 7].map(|i| word(i) as u64);
     if zero != 0 || !(1..=27).contains(&short_bits) {
-        return Err(err(format!(
+        return Err(format!(
             "header words {short_bits}, {zero} are out of range"
-        )));
+        ));
     }
     // Spellings take up to two bytes per token byte, at u32 offsets.
     if n_bytes > (u32::MAX / 2) as u64 {
-        return Err(err(format!("{n_bytes} bytes of tokens, more than 2 GiB")));
+        return Err(format!("{n_bytes} bytes of tokens, more than 2 GiB"));
     }
     if size > MAX_VOCAB_SIZE as u64 {
-        return Err(err(format!(
+        return Err(format!(
             "{size} ids, more than the {MAX_VOCAB_SIZE} supported"
-        )));
+        ));
     }
     // Every count is below 2^32, so this cannot overflow a u64; nothing is
     // allocated until the file is known to hold all it claims.
@@ -349,20 +405,33 @@ fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables,
         + n_special_bytes
         + 8;
     if expected != len {
-        return Err(err(format!(
+        return Err(format!(
             "the header describes {expected} bytes but the file has {len}"
-        )));
+        ));
     }
-    let key = u128::from_le_bytes(head[40..56].try_into().expect("16 bytes"));
-    let (size, n_bytes, n_merges, n_specials) = (
-        size as usize,
-        n_bytes as usize,
-        n_merges as usize,
-        n_specials as usize,
-    );
+    Ok(Header {
+        size: size as usize,
+        n_bytes: n_bytes as usize,
+        n_merges: n_merges as usize,
+        n_specials: n_specials as usize,
+        n_special_bytes: n_special_bytes as usize,
+        short_bits: short_bits as u32,
+        key: u128::from_le_bytes(head[40..56].try_into().expect("16 bytes")),
+    })
+}
+
+/// Reads the sections after the header and checks the checksum (`sum`:
+/// the digest of the header).
+fn read_sections(
+    src: &mut impl std::io::Read,
+    len: u64,
+    h: &Header,
+    mut sum: Digest,
+) -> std::result::Result<Raw, String> {
+    let short = || format!("the file ends early ({len} bytes)");
     // Reads `n` bytes (a whole number of records) in chunks of whole records.
     let mut buf = vec![0u8; CHUNK];
-    let mut read = |n: usize, f: &mut dyn FnMut(&[u8])| -> Result<()> {
+    let mut read = |n: usize, f: &mut dyn FnMut(&[u8])| -> std::result::Result<(), String> {
         let mut left = n;
         while left > 0 {
             let m = left.min(CHUNK);
@@ -374,38 +443,58 @@ fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables,
         Ok(())
     };
     let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
-    let mut kind_codes = Vec::with_capacity(size);
-    read(size, &mut |b| kind_codes.extend_from_slice(b))?;
-    let mut starts = Vec::with_capacity(size + 1);
-    read(4 * (size + 1), &mut |b| {
+    let mut kind_codes = Vec::with_capacity(h.size);
+    read(h.size, &mut |b| kind_codes.extend_from_slice(b))?;
+    let mut starts = Vec::with_capacity(h.size + 1);
+    read(4 * (h.size + 1), &mut |b| {
         starts.extend(b.chunks_exact(4).map(u32_at))
     })?;
-    let mut bytes = Vec::with_capacity(n_bytes);
-    read(n_bytes, &mut |b| bytes.extend_from_slice(b))?;
-    let mut merges = Vec::with_capacity(n_merges);
-    let mut merged = Vec::with_capacity(n_merges);
-    read(12 * n_merges, &mut |b| {
+    let mut bytes = Vec::with_capacity(h.n_bytes);
+    read(h.n_bytes, &mut |b| bytes.extend_from_slice(b))?;
+    let mut merges = Vec::with_capacity(h.n_merges);
+    let mut merged = Vec::with_capacity(h.n_merges);
+    read(12 * h.n_merges, &mut |b| {
         for m in b.chunks_exact(12) {
             merges.push((u32_at(&m[..4]), u32_at(&m[4..8])));
             merged.push(u32_at(&m[8..]));
         }
     })?;
-    let mut table = ShortTable::with_capacity(short_bits as u32);
-    read(16 << short_bits, &mut |b| table.extend_from_le(b))?;
-    let mut special_heads = Vec::with_capacity(2 * n_specials);
-    read(8 * n_specials, &mut |b| {
+    let mut table = ShortTable::with_capacity(h.short_bits);
+    read(16 << h.short_bits, &mut |b| table.extend_from_le(b))?;
+    let mut special_heads = Vec::with_capacity(2 * h.n_specials);
+    read(8 * h.n_specials, &mut |b| {
         special_heads.extend(b.chunks_exact(4).map(u32_at))
     })?;
-    let mut special_text = Vec::with_capacity(n_special_bytes as usize);
-    read(n_special_bytes as usize, &mut |b| {
+    let mut special_text = Vec::with_capacity(h.n_special_bytes);
+    read(h.n_special_bytes, &mut |b| {
         special_text.extend_from_slice(b)
     })?;
     let mut stored = [0u8; 8];
     src.read_exact(&mut stored).map_err(|_| short())?;
     sum.end_part();
     if sum.finish() as u64 != u64::from_le_bytes(stored) {
-        return Err(err("checksum mismatch: the file is damaged".into()));
+        return Err("checksum mismatch: the file is damaged".into());
     }
+    Ok(Raw {
+        kind_codes,
+        starts,
+        bytes,
+        merges,
+        merged,
+        table,
+        special_heads,
+        special_text,
+    })
+}
+
+/// The kind of every id, with each id's token offsets in order and inside
+/// the `n_bytes` token bytes (bytes for ordinary tokens only).
+fn check_kinds(
+    kind_codes: &[u8],
+    starts: &[u32],
+    n_bytes: usize,
+) -> std::result::Result<Vec<Kind>, String> {
+    let size = kind_codes.len();
     let kinds = kind_codes
         .iter()
         .enumerate()
@@ -413,51 +502,71 @@ fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables,
             0 => Ok(Kind::Hole),
             1 => Ok(Kind::Ordinary),
             2 => Ok(Kind::Special),
-            k => Err(err(format!("id {id} has unknown kind {k}"))),
+            k => Err(format!("id {id} has unknown kind {k}")),
         })
-        .collect::<Result<Vec<Kind>>>()?;
-    drop(kind_codes);
+        .collect::<std::result::Result<Vec<Kind>, String>>()?;
 
     if starts[0] != 0 || starts[size] as usize != n_bytes {
-        return Err(err("token offsets do not span the token bytes".into()));
+        return Err("token offsets do not span the token bytes".into());
     }
     // Offsets first: the table's check reads tokens by id.
     for (id, kind) in kinds.iter().enumerate() {
         let (a, b) = (starts[id] as usize, starts[id + 1] as usize);
         if b < a || b > n_bytes {
-            return Err(err(format!("id {id}: token offsets out of order")));
+            return Err(format!("id {id}: token offsets out of order"));
         }
         match kind {
-            Kind::Ordinary if a == b => return Err(err(format!("id {id}: empty token"))),
+            Kind::Ordinary if a == b => return Err(format!("id {id}: empty token")),
             Kind::Hole | Kind::Special if a != b => {
-                return Err(err(format!(
-                    "id {id} is not an ordinary token but has bytes"
-                )));
+                return Err(format!("id {id} is not an ordinary token but has bytes"));
             }
             _ => {}
         }
     }
+    Ok(kinds)
+}
+
+/// The index of the ordinary tokens: the stored table of short tokens,
+/// checked to be exactly theirs, with the other tokens inserted; every
+/// token distinct and every byte among them.
+fn check_index(
+    kinds: &[Kind],
+    bytes: &[u8],
+    starts: &[u32],
+    table: ShortTable,
+) -> std::result::Result<TokenIndex, String> {
     let token = |id: u32| &bytes[starts[id as usize] as usize..starts[id as usize + 1] as usize];
-    let ordinary = |id: u32| kinds.get(id as usize) == Some(&Kind::Ordinary);
-    let mut index = TokenIndex::with_short_table(table, &bytes, &starts).map_err(err)?;
-    for id in 0..size as u32 {
+    let mut index = TokenIndex::with_short_table(table, bytes, starts)?;
+    for id in 0..kinds.len() as u32 {
         let t = token(id);
-        if ordinary(id) && !(2..=SHORT).contains(&t.len()) {
+        if kinds[id as usize] == Kind::Ordinary && !(2..=SHORT).contains(&t.len()) {
             if let Err(first) = index.insert(t, id) {
-                return Err(err(format!(
+                return Err(format!(
                     "ids {first} and {id} are the same token {:?}",
                     byte_level::bytes_to_token(t)
-                )));
+                ));
             }
         }
     }
     if let Some(b) = (0..=255u8).find(|&b| index.get(&[b]).is_none()) {
-        return Err(err(format!(
+        return Err(format!(
             "no token for byte 0x{b:02x}; byte-level BPE needs all 256"
-        )));
+        ));
     }
-    // Each merge's result is its tokens joined. Checked without a branch
-    // per merge (a second pass names the first that fails).
+    Ok(index)
+}
+
+/// Each merge's result is its tokens joined. Checked without a branch per
+/// merge (a second pass names the first that fails).
+fn check_merges(
+    kinds: &[Kind],
+    bytes: &[u8],
+    starts: &[u32],
+    merges: &[(u32, u32)],
+    merged: &[u32],
+) -> std::result::Result<(), String> {
+    let token = |id: u32| &bytes[starts[id as usize] as usize..starts[id as usize + 1] as usize];
+    let ordinary = |id: u32| kinds.get(id as usize) == Some(&Kind::Ordinary);
     let merge_ok = |(l, r): (u32, u32), j: u32| {
         if !(ordinary(l) && ordinary(r) && ordinary(j)) {
             return false;
@@ -476,72 +585,73 @@ fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables,
     };
     let all_ok = merges
         .iter()
-        .zip(&merged)
+        .zip(merged)
         .fold(true, |ok, (&m, &j)| ok & merge_ok(m, j));
     if !all_ok {
         let (rank, (&(l, r), &j)) = merges
             .iter()
-            .zip(&merged)
+            .zip(merged)
             .enumerate()
             .find(|&(_, (&m, &j))| !merge_ok(m, j))
             .expect("a merge that fails");
-        return Err(err(if ordinary(l) && ordinary(r) && ordinary(j) {
+        return Err(if ordinary(l) && ordinary(r) && ordinary(j) {
             format!("merge {rank}: token {j} is not tokens {l} and {r} joined")
         } else {
             format!("merge {rank} ({l}, {r} -> {j}) names an id that is not an ordinary token")
-        }));
+        });
     }
-    let mut specials: Vec<(Vec<u8>, u32)> = Vec::with_capacity(n_specials);
+    Ok(())
+}
+
+/// The special tokens (`id, length` heads, then their texts), checked: in
+/// id order, each marked special, UTF-8, distinct, not an ordinary token's
+/// spelling, and every id marked special among them.
+fn check_specials(
+    kinds: &[Kind],
+    index: &TokenIndex,
+    special_heads: &[u32],
+    special_text: &[u8],
+) -> std::result::Result<Vec<(Vec<u8>, u32)>, String> {
+    let mut specials: Vec<(Vec<u8>, u32)> = Vec::with_capacity(special_heads.len() / 2);
     let mut text_at = 0usize;
     for h in special_heads.chunks_exact(2) {
         let (id, len) = (h[0], h[1] as usize);
         let content = special_text
             .get(text_at..text_at + len)
-            .ok_or_else(|| err("special token texts overrun their bytes".into()))?;
+            .ok_or_else(|| "special token texts overrun their bytes".to_string())?;
         text_at += len;
         if kinds.get(id as usize) != Some(&Kind::Special) {
-            return Err(err(format!("special token {id} is not marked special")));
+            return Err(format!("special token {id} is not marked special"));
         }
         if specials.last().is_some_and(|&(_, prev)| prev >= id) {
-            return Err(err(format!(
-                "special token {id} is out of order or repeated"
-            )));
+            return Err(format!("special token {id} is out of order or repeated"));
         }
         let Ok(text) = std::str::from_utf8(content) else {
-            return Err(err(format!("special token {id}'s text is not UTF-8")));
+            return Err(format!("special token {id}'s text is not UTF-8"));
         };
         // Spelled in the alphabet, an ordinary token would share its spelling.
         let mut as_bytes = Vec::new();
         if byte_level::token_to_bytes_into(text, &mut as_bytes) && index.get(&as_bytes).is_some() {
-            return Err(err(format!(
+            return Err(format!(
                 "special token {text:?} is also spelled as an ordinary token"
-            )));
+            ));
         }
         if specials.iter().any(|(c, _)| c == content) {
-            return Err(err(format!("special token text {text:?} appears twice")));
+            return Err(format!("special token text {text:?} appears twice"));
         }
         specials.push((content.to_vec(), id));
     }
     if text_at != special_text.len() {
-        return Err(err("special token texts do not fill their bytes".into()));
+        return Err("special token texts do not fill their bytes".into());
     }
     let marked = kinds.iter().filter(|&&k| k == Kind::Special).count();
     if marked != specials.len() {
-        return Err(err(format!(
+        return Err(format!(
             "{marked} ids are marked special but {} special tokens are given",
             specials.len()
-        )));
+        ));
     }
-    let tables = Tables {
-        bytes,
-        starts,
-        kinds,
-        index,
-        merges,
-        merged,
-        specials,
-    };
-    Ok((tables, key))
+    Ok(specials)
 }
 
 /// The cache folder, if any (see the module docs).
@@ -592,263 +702,4 @@ fn store_in(dir: &Path, key: u128, t: &BpeTokenizer) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Bytes, `ab`, `abc`, ` a`, then `<|endoftext|>`.
-    fn small() -> BpeTokenizer {
-        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        tokens.extend([b"ab".to_vec(), b"abc".to_vec(), b" a".to_vec()]);
-        let merges = [
-            (b'a' as u32, b'b' as u32),
-            (256, b'c' as u32),
-            (b' ' as u32, b'a' as u32),
-        ];
-        BpeTokenizer::from_parts(&tokens, &merges, &[super::super::ENDOFTEXT]).unwrap()
-    }
-
-    /// `data` with its checksum made right again after an edit.
-    fn resealed(mut data: Vec<u8>) -> Vec<u8> {
-        super::reseal(&mut data);
-        data
-    }
-
-    fn error_of(data: &[u8]) -> String {
-        match from_bytes(Path::new("t.lmbpe"), data) {
-            Ok(_) => panic!("loaded"),
-            Err(e) => e.to_string(),
-        }
-    }
-
-    #[test]
-    fn round_trip_keeps_everything() {
-        let t = small();
-        let data = to_bytes(&t, 42);
-        let (tables, key) = from_bytes(Path::new("t"), &data).unwrap();
-        assert_eq!(key, 42);
-        let c = BpeTokenizer::assemble(tables, None);
-        let text = b"abc ab a<|endoftext|>\xff abcabc";
-        for special in [false, true] {
-            assert_eq!(c.encode(text, special), t.encode(text, special));
-        }
-        assert_eq!(c.merges(), t.merges());
-        assert_eq!(c.vocab_size(), t.vocab_size());
-        for id in 0..t.vocab_size() as u32 {
-            assert_eq!(c.id_to_token(id), t.id_to_token(id));
-            assert_eq!(c.token_bytes(id), t.token_bytes(id));
-        }
-        assert_eq!(c.token_to_id("<|endoftext|>"), Some(259));
-        assert_eq!(c.token_to_id("Ġa"), Some(258));
-        assert_eq!(
-            to_bytes(&c, 42),
-            data,
-            "compiling again gives the same file"
-        );
-    }
-
-    /// Offsets of the fields of `small()`'s compiled form.
-    struct At {
-        kinds: usize,
-        starts: usize,
-        bytes: usize,
-        merges: usize,
-        table: usize,
-        specials: usize,
-    }
-
-    fn at(t: &BpeTokenizer) -> At {
-        let size = t.vocab_size();
-        let kinds = HEADER;
-        let starts = kinds + size;
-        let bytes = starts + 4 * (size + 1);
-        let merges = bytes + t.model.tables().0.len();
-        let table = merges + 12 * t.merges().len();
-        let specials = table + t.model.index.short_table().1.len();
-        At {
-            kinds,
-            starts,
-            bytes,
-            merges,
-            table,
-            specials,
-        }
-    }
-
-    #[test]
-    fn every_damage_is_an_error() {
-        let t = small();
-        let good = to_bytes(&t, 0);
-        for n in 0..good.len() {
-            assert!(
-                from_bytes(Path::new("t"), &good[..n]).is_err(),
-                "cut at {n}"
-            );
-        }
-        for i in 0..good.len() {
-            let mut bad = good.clone();
-            bad[i] ^= 0x10;
-            assert!(
-                from_bytes(Path::new("t"), &bad).is_err(),
-                "byte {i} flipped"
-            );
-        }
-        let a = at(&t);
-        let put = |edits: &[(usize, &[u8])]| {
-            let mut d = good.clone();
-            for &(i, b) in edits {
-                d[i..i + b.len()].copy_from_slice(b);
-            }
-            error_of(&resealed(d))
-        };
-        let u32le = |v: u32| v.to_le_bytes();
-        // Slot offsets in the table, the first full and the first empty one.
-        let slots: Vec<usize> = (a.table..a.specials).step_by(16).collect();
-        let full = |i: &&usize| good[**i + 12..**i + 16] != [0; 4];
-        let first_full = *slots.iter().find(full).unwrap();
-        let first_empty = *slots.iter().find(|i| !full(i)).unwrap();
-        let cases: Vec<(String, &str)> = vec![
-            (put(&[(0, b"lmkitXXX")]), "not a compiled"),
-            (put(&[(8, &u32le(2))]), "format 2"),
-            (put(&[(12, &u32le(1 << 22))]), "more than the"),
-            (put(&[(36, &u32le(1))]), "header words"),
-            (put(&[(16, &u32le(1000))]), "the header describes"),
-            (put(&[(a.kinds + 5, &[7])]), "unknown kind 7"),
-            (put(&[(a.starts, &u32le(1))]), "do not span"),
-            // Byte 0x01's token given byte 0x00's byte: a repeat, and 0x01 has none.
-            (put(&[(a.bytes + 1, &[0])]), "are the same token"),
-            // `ab` spelled `ba`: the table's key no longer its token's.
-            (
-                put(&[(a.bytes + 256, b"ba")]),
-                "token 256 is not in the token table under its id",
-            ),
-            // Merge 0 gives `abc`.
-            (
-                put(&[(a.merges + 8, &u32le(257))]),
-                "merge 0: token 257 is not tokens 97 and 98 joined",
-            ),
-            (
-                put(&[(first_full + 15, &[0])]),
-                "in the token table under its id",
-            ),
-            // The slot's id changed (its length kept): the table and the
-            // tokens disagree.
-            (
-                put(&[(first_full + 12, &[255, 0, 0])]),
-                "in the token table under its id",
-            ),
-            (
-                put(&[(32, &u32le(0))]),
-                "header words 0, 0 are out of range",
-            ),
-            (
-                put(&[(first_empty, &[1])]),
-                "of the token table holds a key",
-            ),
-            // Moved to an empty slot: not where a lookup finds it.
-            (
-                put(&[
-                    (first_full, &[0; 16]),
-                    (first_empty, &good[first_full..first_full + 16]),
-                ]),
-                "in the token table under its id",
-            ),
-            // Copied to an empty slot: one slot too many.
-            (
-                put(&[(first_empty, &good[first_full..first_full + 16])]),
-                "the token table holds 4 tokens for 3 short tokens",
-            ),
-            (
-                put(&[(first_full, &[0; 16])]),
-                "in the token table under its id",
-            ),
-            (put(&[(a.merges, &u32le(259))]), "not an ordinary token"),
-            (
-                put(&[(a.merges + 8, &u32le(9999))]),
-                "not an ordinary token",
-            ),
-            (put(&[(a.specials, &u32le(258))]), "is not marked special"),
-            (
-                put(&[(a.specials + 4, &u32le(12))]),
-                "do not fill their bytes",
-            ),
-            (put(&[(a.specials + 4, &u32le(99))]), "overrun"),
-            (
-                put(&[(a.kinds + 258, &[2])]),
-                "not an ordinary token but has bytes",
-            ),
-            (put(&[(a.specials + 8, b"\xff")]), "not UTF-8"),
-        ];
-        for (got, want) in cases {
-            assert!(got.contains(want), "{got:?} lacks {want:?}");
-            assert!(got.starts_with("t.lmbpe:0: "), "{got}");
-        }
-    }
-
-    /// A special token with no text (kept by id, never matched in text).
-    #[test]
-    fn empty_special_token_round_trips() {
-        let tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        let t = BpeTokenizer::from_parts(&tokens, &[], &["", "<|x|>"]).unwrap();
-        let (tables, _) = from_bytes(Path::new("t"), &to_bytes(&t, 0)).unwrap();
-        let c = BpeTokenizer::assemble(tables, None);
-        assert_eq!(c.id_to_token(256), Some(""));
-        assert_eq!(c.id_to_token(257), Some("<|x|>"));
-        assert_eq!(c.encode_ids(b"a<|x|>", true), t.encode_ids(b"a<|x|>", true));
-        assert_eq!(to_bytes(&c, 0), to_bytes(&t, 0));
-    }
-
-    #[test]
-    fn special_text_spelled_as_ordinary_token_is_refused() {
-        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        tokens.push(b"ab".to_vec());
-        let t = BpeTokenizer::from_parts(&tokens, &[(97, 98)], &["xy"]).unwrap();
-        // Loading from text refuses it (the token would be there twice).
-        let mut data = to_bytes(&t, 0);
-        let n = data.len();
-        assert_eq!(&data[n - 10..n - 8], b"xy");
-        data[n - 10..n - 8].copy_from_slice(b"ab");
-        let e = error_of(&resealed(data));
-        assert!(e.contains("also spelled as an ordinary token"), "{e}");
-    }
-
-    #[test]
-    fn cache_finds_only_its_own_sound_entry() {
-        let dir = std::env::temp_dir().join(format!("lmkit-cache-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let t = small();
-        assert!(load_in(&dir, 7).is_none(), "empty cache");
-        store_in(&dir, 7, &t).unwrap();
-        let c = load_in(&dir, 7).expect("stored");
-        assert_eq!(c.encode(b"abc a", false), t.encode(b"abc a", false));
-        assert!(load_in(&dir, 8).is_none(), "another key");
-        // An entry under the wrong name (its recorded key differs) is not used.
-        std::fs::copy(entry(&dir, 7), entry(&dir, 9)).unwrap();
-        assert!(load_in(&dir, 9).is_none(), "recorded key differs");
-        // A damaged entry is passed over; storing again mends it.
-        let path = entry(&dir, 7);
-        let mut data = std::fs::read(&path).unwrap();
-        data[HEADER + 3] ^= 1;
-        std::fs::write(&path, &data).unwrap();
-        assert!(load_in(&dir, 7).is_none(), "damaged");
-        store_in(&dir, 7, &t).unwrap();
-        assert!(load_in(&dir, 7).is_some(), "mended");
-        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-        assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn digest_sees_every_word_and_length() {
-        let base = vec![0u8; 100];
-        let h = digest(&[&base]);
-        for i in 0..100 {
-            let mut d = base.clone();
-            d[i] = 1;
-            let g = digest(&[&d]);
-            assert_ne!(g as u64, h as u64, "byte {i}, low half");
-            assert_ne!(g >> 64, h >> 64, "byte {i}, high half");
-        }
-        assert_ne!(digest(&[&base[..99]]), h, "length");
-        assert_ne!(digest(&[&base[..50], &base[50..]]), h, "split");
-    }
-}
+mod tests;

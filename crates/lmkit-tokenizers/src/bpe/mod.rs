@@ -10,6 +10,7 @@
 //! (`special = true`, like tiktoken's `allowed_special="all"`); otherwise their
 //! text is encoded as ordinary text (tiktoken's `encode_ordinary`).
 
+mod build;
 pub mod byte_level;
 mod cache;
 mod compiled;
@@ -23,13 +24,14 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::{Encoding, Error, Result};
+use build::{Source, Tables};
 pub use compiled::cache_dir;
 #[doc(hidden)]
 pub use compiled::reseal as reseal_compiled;
 pub(crate) use files::{line_of_json_string, read_bytes, text_of, write_atomic};
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
-use model::{BpeModel, TokenIndex};
+use model::BpeModel;
 
 /// GPT-2's end-of-text token.
 pub const ENDOFTEXT: &str = "<|endoftext|>";
@@ -138,28 +140,6 @@ impl Spellings {
             .ok()
             .map(|i| sorted[i])
     }
-}
-
-/// A vocabulary and its merges, checked: ids below `kinds.len()`, the
-/// ordinary tokens' bytes distinct (indexed by `index`) with every single
-/// byte among them, merge `rank` joins `merges[rank]` into `merged[rank]`
-/// (whose bytes are theirs concatenated), and each special id's text.
-struct Tables {
-    /// Bytes of token `id` are `bytes[starts[id]..starts[id + 1]]`.
-    bytes: Vec<u8>,
-    starts: Vec<u32>,
-    kinds: Vec<Kind>,
-    index: TokenIndex,
-    merges: Vec<(u32, u32)>,
-    merged: Vec<u32>,
-    specials: Vec<(Vec<u8>, u32)>,
-}
-
-/// Where the vocabulary and merges came from, for error messages.
-struct Source<'a> {
-    vocab_path: &'a Path,
-    vocab_text: &'a str,
-    merges_path: &'a Path,
 }
 
 impl BpeTokenizer {
@@ -302,232 +282,6 @@ impl BpeTokenizer {
     pub fn from_compiled_bytes(data: &[u8]) -> Result<Self> {
         let (tables, _) = compiled::from_bytes(Path::new("<compiled tokenizer>"), data)?;
         Ok(Self::assemble(tables, None))
-    }
-
-    /// Checks and indexes the vocabulary and merges: linear, one table of
-    /// tokens by their bytes (kept by the model) with one insert per token
-    /// and two or three lookups per merge, no allocation per entry, and no
-    /// copy of the tables when the vocabulary is in id order.
-    fn build(
-        src: &Source,
-        entries: Entries,
-        merges_in: &Merges,
-        specials: Vec<(String, u32)>,
-    ) -> Result<Self> {
-        let vocab_err = |token: &str, message: String| {
-            parse_error(
-                src.vocab_path,
-                files::line_of_json_string(src.vocab_text, token),
-                message,
-            )
-        };
-        let size = entries
-            .iter()
-            .map(|(_, id)| id as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let mut kinds = vec![Kind::Hole; size];
-        // Bytes of the tokens in file order: entry k's are
-        // `arena[ends[k]..ends[k + 1]]` (empty for special tokens).
-        let mut arena: Vec<u8> = Vec::with_capacity(entries.text_len());
-        let mut ends: Vec<u32> = Vec::with_capacity(entries.len() + 1);
-        ends.push(0);
-        // Whether entry k has id k for every k: then the file order is the
-        // id order and the tables need no reordering.
-        let mut in_order = true;
-        let mut index = TokenIndex::with_capacity(entries.len());
-        let mut special_ids: FastMap<&str, u32> = FastMap::default();
-        for (k, (token, id)) in entries.iter().enumerate() {
-            let i = id as usize;
-            in_order &= i == k;
-            if kinds[i] != Kind::Hole {
-                let first = entries
-                    .iter()
-                    .find(|&(_, j)| j == id)
-                    .map_or("", |(t, _)| t);
-                return Err(vocab_err(
-                    token,
-                    format!("id {id} is given to both {first:?} and {token:?}"),
-                ));
-            }
-            let twice = || vocab_err(token, format!("token {token:?} appears twice"));
-            if specials.iter().any(|(c, _)| c == token) {
-                if special_ids.insert(token, id).is_some() {
-                    return Err(twice());
-                }
-                kinds[i] = Kind::Special;
-            } else {
-                let start = arena.len();
-                if !byte_level::token_to_bytes_into(token, &mut arena) {
-                    return Err(vocab_err(
-                        token,
-                        format!("token {token:?} is not spelled in GPT-2's byte-level alphabet"),
-                    ));
-                }
-                if arena.len() == start {
-                    return Err(vocab_err(token, "empty token".into()));
-                }
-                if arena.len() > u32::MAX as usize {
-                    return Err(vocab_err(
-                        token,
-                        "the vocabulary is larger than 4 GiB".into(),
-                    ));
-                }
-                if index.insert(&arena[start..], id).is_err() {
-                    return Err(twice());
-                }
-                kinds[i] = Kind::Ordinary;
-            }
-            ends.push(arena.len() as u32);
-        }
-        for b in 0..=255u8 {
-            if index.get(&[b]).is_none() {
-                let c = byte_level::BYTE_TO_CHAR[b as usize];
-                return Err(parse_error(
-                    src.vocab_path,
-                    0,
-                    format!("the vocabulary has no token for byte 0x{b:02x} ({c:?}); byte-level BPE needs all 256"),
-                ));
-            }
-        }
-        // The tokens' bytes by id: `bytes[starts[id]..starts[id + 1]]`.
-        let (bytes, starts) = if in_order {
-            (arena, ends)
-        } else {
-            let mut span = vec![(0u32, 0u32); size];
-            for (k, (_, id)) in entries.iter().enumerate() {
-                span[id as usize] = (ends[k], ends[k + 1]);
-            }
-            let mut bytes = Vec::with_capacity(arena.len());
-            let mut starts = Vec::with_capacity(size + 1);
-            starts.push(0);
-            for (a, b) in span {
-                bytes.extend_from_slice(&arena[a as usize..b as usize]);
-                starts.push(bytes.len() as u32);
-            }
-            (bytes, starts)
-        };
-        let token = |id: usize| &bytes[starts[id] as usize..starts[id + 1] as usize];
-        let spellings = Spellings::new(entries, &kinds, in_order);
-        let mut merges = Vec::with_capacity(merges_in.len());
-        let mut merged_ids: Vec<u32> = Vec::with_capacity(merges_in.len());
-        // The bytes of a merge's left and right tokens (then of their join).
-        let (mut left, mut right) = (Vec::new(), Vec::new());
-        for m in merges_in.iter() {
-            // Merge results usually take consecutive ids in rank order
-            // (GPT-2: 256 + rank): try the id after the previous result.
-            let guess = merged_ids.last().map_or(256, |&m| m as usize + 1);
-            // When it is spelled `left right` joined, cut at a character
-            // boundary, the two tokens' bytes are its bytes cut after
-            // left's characters (one byte each): no spelling to decode,
-            // whose unpredictable branches cost more than the lookups.
-            if guess < size && kinds[guess] == Kind::Ordinary {
-                let spelled = spellings.get(guess as u32).as_bytes();
-                let is_char_start = |b: &u8| b & 0xC0 != 0x80;
-                if spelled.len() == m.left.len() + m.right.len()
-                    && spelled.starts_with(m.left)
-                    && spelled.ends_with(m.right)
-                    && m.right.first().is_some_and(is_char_start)
-                {
-                    let (t, cut) = (
-                        token(guess),
-                        m.left.iter().filter(|b| is_char_start(b)).count(),
-                    );
-                    if let (Some(l), Some(r)) = (index.get(&t[..cut]), index.get(&t[cut..])) {
-                        merges.push((l, r));
-                        merged_ids.push(guess as u32);
-                        continue;
-                    }
-                }
-            }
-            let err = |message: String| {
-                let line = match m.line {
-                    0 => files::merge_line_in_json(
-                        src.vocab_text,
-                        &String::from_utf8_lossy(m.left),
-                        &String::from_utf8_lossy(m.right),
-                    ),
-                    line => line,
-                };
-                parse_error(src.merges_path, line, message)
-            };
-            let id_of = |t: &[u8], bytes: &mut Vec<u8>| {
-                bytes.clear();
-                byte_level::spelled_to_bytes_into(t, bytes)
-                    .then(|| index.get(bytes))
-                    .flatten()
-                    .ok_or_else(|| {
-                        err(match std::str::from_utf8(t) {
-                            Ok(t) => {
-                                format!("merge token {t:?} is not an ordinary vocabulary token")
-                            }
-                            Err(_) => format!(
-                                "merge token {:?} is not valid UTF-8",
-                                String::from_utf8_lossy(t)
-                            ),
-                        })
-                    })
-            };
-            let (l, r) = (id_of(m.left, &mut left)?, id_of(m.right, &mut right)?);
-            // The guess compared by bytes (unique), before looking the join up.
-            let is_join = |t: &[u8]| {
-                t.len() == left.len() + right.len() && t.starts_with(&left) && t.ends_with(&right)
-            };
-            let merged = if guess < size && kinds[guess] == Kind::Ordinary && is_join(token(guess))
-            {
-                guess as u32
-            } else {
-                left.extend_from_slice(&right);
-                index.get(&left).ok_or_else(|| {
-                    err(format!(
-                        "merge result {:?} is not in the vocabulary",
-                        String::from_utf8_lossy(&[m.left, m.right].concat())
-                    ))
-                })?
-            };
-            merges.push((l, r));
-            merged_ids.push(merged);
-        }
-        let specials = specials
-            .into_iter()
-            .map(|(c, id)| (c.into_bytes(), id))
-            .collect();
-        let tables = Tables {
-            bytes,
-            starts,
-            kinds,
-            index,
-            merges,
-            merged: merged_ids,
-            specials,
-        };
-        Ok(Self::assemble(tables, Some(spellings)))
-    }
-
-    /// The tokenizer of checked tables (see [`Tables`]).
-    fn assemble(t: Tables, spellings: Option<Spellings>) -> Self {
-        let model = BpeModel::new(t.bytes, t.starts, t.index, &t.merges, &t.merged);
-        let mut specials = t.specials;
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        specials.retain(|(c, _)| !c.is_empty());
-        let mut special_first_byte = [false; 256];
-        for (c, _) in &specials {
-            special_first_byte[c[0] as usize] = true;
-        }
-        let cell = OnceLock::new();
-        if let Some(s) = spellings {
-            let _ = cell.set(s);
-        }
-        BpeTokenizer {
-            model,
-            spellings: cell,
-            kinds: t.kinds,
-            merges: t.merges,
-            specials,
-            special_first_byte,
-            owner: cache::new_owner(),
-            word_cache: true,
-        }
     }
 
     /// Builds a tokenizer from ordinary tokens given by their bytes (index =

@@ -11,8 +11,11 @@ use super::{
     AddedToken, DecoderConfig, Padding, PaddingDirection, PaddingLength, Parts, Truncation,
     TruncationDirection, TruncationStrategy, WordPieceOptions, WordPieceTokenizer,
 };
-use crate::bpe::{line_of_json_string, write_atomic};
+use crate::bpe::line_of_json_string;
 use crate::{Error, Result};
+
+mod save;
+pub(crate) use save::save;
 
 fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
@@ -465,80 +468,13 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
         ));
     }
 
-    let template = match j.post_processor {
-        None => Template::plain(),
-        Some(PostProcessorJson::BertProcessing { sep, cls }) => {
-            options.cls_token = cls.0.clone();
-            options.sep_token = sep.0.clone();
-            Template::bert((&cls.0, cls.1), (&sep.0, sep.1))
-        }
-        Some(PostProcessorJson::TemplateProcessing {
-            single,
-            pair,
-            special_tokens,
-        }) => {
-            let convert = |pieces: Vec<TemplatePieceJson>| -> Result<Vec<Piece>> {
-                pieces
-                    .into_iter()
-                    .map(|p| match p {
-                        TemplatePieceJson::Sequence { id, type_id } => {
-                            Ok(Piece::Sequence { second: id == SequenceId::B, type_id })
-                        }
-                        TemplatePieceJson::SpecialToken { id, type_id } => {
-                            let s = special_tokens.get(&id).ok_or_else(|| {
-                                parse_err(
-                                    "\"post_processor\"",
-                                    format!("post_processor: special token {id:?} is not in special_tokens"),
-                                )
-                            })?;
-                            Ok(Piece::Special { name: id, ids: s.ids.clone(), type_id })
-                        }
-                    })
-                    .collect()
-            };
-            let template = Template {
-                single: convert(single)?,
-                pair: convert(pair)?,
-            };
-            let specials: Vec<&str> = template
-                .single
-                .iter()
-                .filter_map(|p| match p {
-                    Piece::Special { name, .. } => Some(name.as_str()),
-                    Piece::Sequence { .. } => None,
-                })
-                .collect();
-            if let (Some(first), Some(last)) = (specials.first(), specials.last()) {
-                if specials.len() == 2 {
-                    options.cls_token = first.to_string();
-                    options.sep_token = last.to_string();
-                }
-            }
-            template
-        }
-    };
+    let template = template_of(j.post_processor, &mut options, &parse_err)?;
 
     let decoder = j
         .decoder
         .map(|DecoderJson::WordPiece { prefix, cleanup }| DecoderConfig { prefix, cleanup });
 
-    let mut added = Vec::with_capacity(j.added_tokens.len());
-    for a in j.added_tokens {
-        if a.normalized {
-            return Err(unsupported(format!(
-                "added token {:?} is matched after normalization (\"normalized\": true)",
-                a.content
-            )));
-        }
-        added.push(AddedToken {
-            content: a.content,
-            id: a.id,
-            special: a.special,
-            single_word: a.single_word,
-            lstrip: a.lstrip,
-            rstrip: a.rstrip,
-        });
-    }
+    let added = added_tokens_of(path, j.added_tokens)?;
     if let Some(m) = added
         .iter()
         .find(|a| a.special && a.content.contains("MASK"))
@@ -594,193 +530,88 @@ pub(crate) fn from_tokenizer_json(path: &Path) -> Result<WordPieceTokenizer> {
     )
 }
 
-// ---- saving ----------------------------------------------------------------
-
-/// The vocabulary as a JSON object in id order.
-struct OrderedVocab<'a>(&'a [String]);
-
-impl Serialize for OrderedVocab<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (id, tok) in self.0.iter().enumerate() {
-            m.serialize_entry(tok, &id)?;
+/// The template of a `post_processor` (none: the plain one); a BERT one
+/// also names `options`' CLS and SEP tokens.
+fn template_of(
+    post_processor: Option<PostProcessorJson>,
+    options: &mut WordPieceOptions,
+    parse_err: &dyn Fn(&str, String) -> Error,
+) -> Result<Template> {
+    Ok(match post_processor {
+        None => Template::plain(),
+        Some(PostProcessorJson::BertProcessing { sep, cls }) => {
+            options.cls_token = cls.0.clone();
+            options.sep_token = sep.0.clone();
+            Template::bert((&cls.0, cls.1), (&sep.0, sep.1))
         }
-        m.end()
-    }
-}
-
-#[derive(Serialize)]
-struct ModelOut<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    unk_token: &'a str,
-    continuing_subword_prefix: &'a str,
-    max_input_chars_per_word: usize,
-    vocab: OrderedVocab<'a>,
-}
-
-#[derive(Serialize)]
-struct TokenizerOut<'a> {
-    version: &'static str,
-    truncation: Option<TruncationJson>,
-    padding: Option<PaddingJson>,
-    added_tokens: Vec<AddedTokenJson>,
-    normalizer: NormalizerJson,
-    pre_tokenizer: PreTokenizerJson,
-    post_processor: PostProcessorJson,
-    decoder: Option<DecoderJson>,
-    model: ModelOut<'a>,
-}
-
-pub(crate) fn save(t: &WordPieceTokenizer, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let o = &t.options;
-
-    let mut vocab_txt = String::with_capacity(t.vocab.iter().map(|v| v.len() + 1).sum());
-    for tok in &t.vocab {
-        if tok.contains('\n') || tok.trim_end() != tok {
-            return Err(Error::InvalidInput(format!(
-                "token {tok:?} cannot be written to vocab.txt (newline or trailing whitespace)"
-            )));
-        }
-        vocab_txt.push_str(tok);
-        vocab_txt.push('\n');
-    }
-    write_atomic(&dir.join("vocab.txt"), vocab_txt.as_bytes(), true)?;
-
-    let to_json =
-        |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default() + "\n";
-    let specials = serde_json::json!({
-        "unk_token": o.unk_token,
-        "sep_token": o.sep_token,
-        "pad_token": o.pad_token,
-        "cls_token": o.cls_token,
-        "mask_token": o.mask_token,
-    });
-    let mut config = serde_json::json!({
-        "do_lower_case": o.lowercase,
-        "strip_accents": o.strip_accents,
-        "tokenize_chinese_chars": o.handle_chinese_chars,
-        "do_basic_tokenize": true,
-        "never_split": null,
-        "tokenizer_class": "BertTokenizer",
-        "model_max_length": t.truncation.as_ref().map_or(512, |tr| tr.max_length),
-        "clean_up_tokenization_spaces": t.decoder.as_ref().is_some_and(|d| d.cleanup),
-    });
-    if let (Some(c), Some(s)) = (config.as_object_mut(), specials.as_object()) {
-        c.extend(s.clone());
-    }
-    write_atomic(
-        &dir.join("tokenizer_config.json"),
-        to_json(&config).as_bytes(),
-        true,
-    )?;
-    write_atomic(
-        &dir.join("special_tokens_map.json"),
-        to_json(&specials).as_bytes(),
-        true,
-    )?;
-
-    let piece_json = |p: &Piece| match p {
-        Piece::Special { name, type_id, .. } => TemplatePieceJson::SpecialToken {
-            id: name.clone(),
-            type_id: *type_id,
-        },
-        Piece::Sequence { second, type_id } => TemplatePieceJson::Sequence {
-            id: if *second {
-                SequenceId::B
-            } else {
-                SequenceId::A
-            },
-            type_id: *type_id,
-        },
-    };
-    let mut special_tokens = HashMap::new();
-    for p in t.template.single.iter().chain(&t.template.pair) {
-        if let Piece::Special { name, ids, .. } = p {
-            let tokens = ids.iter().map(|&id| t.vocab[id as usize].clone()).collect();
-            special_tokens.insert(
-                name.clone(),
-                SpecialTokenJson {
-                    id: name.clone(),
-                    ids: ids.clone(),
-                    tokens,
-                },
-            );
-        }
-    }
-    let dir_json = |d: TruncationDirection| match d {
-        TruncationDirection::Left => DirectionJson::Left,
-        TruncationDirection::Right => DirectionJson::Right,
-    };
-    let out = TokenizerOut {
-        version: "1.0",
-        truncation: t.truncation.as_ref().map(|tr| TruncationJson {
-            direction: dir_json(tr.direction),
-            max_length: tr.max_length,
-            strategy: match tr.strategy {
-                TruncationStrategy::LongestFirst => StrategyJson::LongestFirst,
-                TruncationStrategy::OnlyFirst => StrategyJson::OnlyFirst,
-                TruncationStrategy::OnlySecond => StrategyJson::OnlySecond,
-            },
-            stride: tr.stride,
-        }),
-        padding: t.padding.as_ref().map(|p| PaddingJson {
-            strategy: match p.to {
-                PaddingLength::Longest => PadStrategyJson::BatchLongest,
-                PaddingLength::Fixed(n) => PadStrategyJson::Fixed(n),
-            },
-            direction: match p.direction {
-                PaddingDirection::Left => DirectionJson::Left,
-                PaddingDirection::Right => DirectionJson::Right,
-            },
-            pad_to_multiple_of: p.pad_to_multiple_of,
-            pad_id: p.pad_id,
-            pad_type_id: p.pad_type_id,
-            pad_token: t.vocab.get(p.pad_id as usize).cloned(),
-        }),
-        added_tokens: t
-            .added
-            .iter()
-            .map(|a| AddedTokenJson {
-                id: a.id,
-                content: a.content.clone(),
-                single_word: a.single_word,
-                lstrip: a.lstrip,
-                rstrip: a.rstrip,
-                normalized: false,
-                special: a.special,
-            })
-            .collect(),
-        normalizer: NormalizerJson::BertNormalizer {
-            clean_text: o.clean_text,
-            handle_chinese_chars: o.handle_chinese_chars,
-            strip_accents: o.strip_accents,
-            lowercase: o.lowercase,
-        },
-        pre_tokenizer: PreTokenizerJson::BertPreTokenizer,
-        post_processor: PostProcessorJson::TemplateProcessing {
-            single: t.template.single.iter().map(piece_json).collect(),
-            pair: t.template.pair.iter().map(piece_json).collect(),
+        Some(PostProcessorJson::TemplateProcessing {
+            single,
+            pair,
             special_tokens,
-        },
-        decoder: t.decoder.as_ref().map(|d| DecoderJson::WordPiece {
-            prefix: d.prefix.clone(),
-            cleanup: d.cleanup,
-        }),
-        model: ModelOut {
-            kind: "WordPiece",
-            unk_token: &o.unk_token,
-            continuing_subword_prefix: &o.continuing_subword_prefix,
-            max_input_chars_per_word: o.max_input_chars_per_word,
-            vocab: OrderedVocab(&t.vocab),
-        },
-    };
-    let json = serde_json::to_string_pretty(&out)
-        .map_err(|e| Error::InvalidInput(format!("cannot serialise tokenizer.json: {e}")))?;
-    write_atomic(&dir.join("tokenizer.json"), (json + "\n").as_bytes(), true)
+        }) => {
+            let convert = |pieces: Vec<TemplatePieceJson>| -> Result<Vec<Piece>> {
+                pieces
+                    .into_iter()
+                    .map(|p| match p {
+                        TemplatePieceJson::Sequence { id, type_id } => {
+                            Ok(Piece::Sequence { second: id == SequenceId::B, type_id })
+                        }
+                        TemplatePieceJson::SpecialToken { id, type_id } => {
+                            let s = special_tokens.get(&id).ok_or_else(|| {
+                                parse_err(
+                                    "\"post_processor\"",
+                                    format!("post_processor: special token {id:?} is not in special_tokens"),
+                                )
+                            })?;
+                            Ok(Piece::Special { name: id, ids: s.ids.clone(), type_id })
+                        }
+                    })
+                    .collect()
+            };
+            let template = Template {
+                single: convert(single)?,
+                pair: convert(pair)?,
+            };
+            let specials: Vec<&str> = template
+                .single
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Special { name, .. } => Some(name.as_str()),
+                    Piece::Sequence { .. } => None,
+                })
+                .collect();
+            if let (Some(first), Some(last)) = (specials.first(), specials.last()) {
+                if specials.len() == 2 {
+                    options.cls_token = first.to_string();
+                    options.sep_token = last.to_string();
+                }
+            }
+            template
+        }
+    })
+}
+
+/// The added tokens, none matched after normalization (unsupported).
+fn added_tokens_of(path: &Path, added_tokens: Vec<AddedTokenJson>) -> Result<Vec<AddedToken>> {
+    let mut added = Vec::with_capacity(added_tokens.len());
+    for a in added_tokens {
+        if a.normalized {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                message: format!(
+                    "added token {:?} is matched after normalization (\"normalized\": true)",
+                    a.content
+                ),
+            });
+        }
+        added.push(AddedToken {
+            content: a.content,
+            id: a.id,
+            special: a.special,
+            single_word: a.single_word,
+            lstrip: a.lstrip,
+            rstrip: a.rstrip,
+        });
+    }
+    Ok(added)
 }

@@ -107,85 +107,9 @@ pub fn train_wordpiece(
         &mut progress,
     );
 
-    // Special tokens first.
-    let mut vocab: Vec<String> = Vec::new();
-    let mut ids: FxHashMap<String, u32> = FxHashMap::default();
-    let mut add = |tok: String, vocab: &mut Vec<String>| -> u32 {
-        *ids.entry(tok).or_insert_with_key(|k| {
-            vocab.push(k.clone());
-            (vocab.len() - 1) as u32
-        })
-    };
-    for t in [
-        &o.pad_token,
-        &o.unk_token,
-        &o.cls_token,
-        &o.sep_token,
-        &o.mask_token,
-    ] {
-        add(t.clone(), &mut vocab);
-    }
-
-    // The alphabet: the `limit_alphabet` most frequent characters.
-    let mut chars: FxHashMap<char, u64> = FxHashMap::default();
-    for (w, &c) in &counts {
-        for ch in w.chars() {
-            *chars.entry(ch).or_default() += c;
-        }
-    }
-    let mut alphabet: Vec<(char, u64)> = chars.into_iter().collect();
-    if let Some(limit) = trainer.limit_alphabet {
-        if alphabet.len() > limit {
-            alphabet.sort_unstable_by_key(|&(ch, n)| (Reverse(n), ch));
-            alphabet.truncate(limit);
-        }
-    }
-    alphabet.sort_unstable_by_key(|&(ch, _)| ch);
-    let mut initial: FxHashMap<char, u32> = FxHashMap::default();
-    for &(ch, _) in &alphabet {
-        initial.insert(ch, add(ch.to_string(), &mut vocab));
-    }
-    // `##` forms of the characters that occur inside words.
-    let mut inner: Vec<char> = Vec::new();
-    {
-        let mut seen: FxHashMap<char, ()> = FxHashMap::default();
-        for w in counts.keys() {
-            for ch in w.chars().skip(1) {
-                if initial.contains_key(&ch) && seen.insert(ch, ()).is_none() {
-                    inner.push(ch);
-                }
-            }
-        }
-    }
-    inner.sort_unstable();
+    let (mut vocab, initial, continuing) = base_vocab(trainer, &counts);
+    let (mut words, freqs) = symbol_words(counts, &initial, &continuing);
     let prefix = o.continuing_subword_prefix.as_str();
-    let mut continuing: FxHashMap<char, u32> = FxHashMap::default();
-    for ch in inner {
-        continuing.insert(ch, add(format!("{prefix}{ch}"), &mut vocab));
-    }
-
-    // Words as symbol ids (characters outside the alphabet are dropped, as HF does).
-    let mut words: Vec<Vec<u32>> = Vec::with_capacity(counts.len());
-    let mut freqs: Vec<i64> = Vec::with_capacity(counts.len());
-    let mut sorted: Vec<(String, u64)> = counts.into_iter().collect();
-    sorted.sort_unstable();
-    for (w, c) in sorted {
-        let mut syms = Vec::with_capacity(w.len());
-        for (i, ch) in w.chars().enumerate() {
-            let id = if i == 0 {
-                initial.get(&ch)
-            } else {
-                continuing.get(&ch)
-            };
-            if let Some(&id) = id {
-                syms.push(id);
-            }
-        }
-        if syms.len() > 1 {
-            words.push(syms);
-            freqs.push(c as i64);
-        }
-    }
 
     let mut pair_counts: FxHashMap<(u32, u32), i64> = FxHashMap::default();
     let mut where_: FxHashMap<(u32, u32), Vec<u32>> = FxHashMap::default();
@@ -204,7 +128,7 @@ pub fn train_wordpiece(
     let mut old_pairs = Vec::new();
     let mut grown: FxHashMap<(u32, u32), ()> = FxHashMap::default();
     let mut merges = 0usize;
-    while vocab.len() < target {
+    while vocab.tokens.len() < target {
         let Some((count, Reverse(pair))) = heap.pop() else {
             break;
         };
@@ -218,13 +142,13 @@ pub fn train_wordpiece(
         if count < min_freq {
             break;
         }
-        let b = &vocab[pair.1 as usize];
+        let b = &vocab.tokens[pair.1 as usize];
         let new_tok = format!(
             "{}{}",
-            vocab[pair.0 as usize],
+            vocab.tokens[pair.0 as usize],
             b.strip_prefix(prefix).unwrap_or(b)
         );
-        let new_id = add(new_tok, &mut vocab);
+        let new_id = vocab.add(new_tok);
 
         let mut affected = where_.remove(&pair).unwrap_or_default();
         affected.sort_unstable();
@@ -260,16 +184,126 @@ pub fn train_wordpiece(
         merges += 1;
         if merges.is_multiple_of(256) {
             progress(TrainProgress::Merging {
-                vocab_size: vocab.len(),
+                vocab_size: vocab.tokens.len(),
                 target,
             });
         }
     }
     progress(TrainProgress::Merging {
-        vocab_size: vocab.len(),
+        vocab_size: vocab.tokens.len(),
         target,
     });
-    WordPieceTokenizer::from_vocab(vocab, o.clone())
+    WordPieceTokenizer::from_vocab(vocab.tokens, o.clone())
+}
+
+/// A vocabulary being built: tokens by id, and each token's id.
+#[derive(Default)]
+struct Vocab {
+    tokens: Vec<String>,
+    ids: FxHashMap<String, u32>,
+}
+
+impl Vocab {
+    /// The id of `tok`, added at the end if it is new.
+    fn add(&mut self, tok: String) -> u32 {
+        let tokens = &mut self.tokens;
+        *self.ids.entry(tok).or_insert_with_key(|k| {
+            tokens.push(k.clone());
+            (tokens.len() - 1) as u32
+        })
+    }
+}
+
+/// The vocabulary before any merge: the special tokens, the alphabet (the
+/// `limit_alphabet` most frequent characters of the words `counts`), then
+/// the `##` forms of those that occur inside words; with the ids of the
+/// alphabet's characters as first and as later symbols of a word.
+fn base_vocab(
+    trainer: &WordPieceTrainer,
+    counts: &FxHashMap<String, u64>,
+) -> (Vocab, FxHashMap<char, u32>, FxHashMap<char, u32>) {
+    let o = &trainer.options;
+    // Special tokens first.
+    let mut vocab = Vocab::default();
+    for t in [
+        &o.pad_token,
+        &o.unk_token,
+        &o.cls_token,
+        &o.sep_token,
+        &o.mask_token,
+    ] {
+        vocab.add(t.clone());
+    }
+
+    // The alphabet: the `limit_alphabet` most frequent characters.
+    let mut chars: FxHashMap<char, u64> = FxHashMap::default();
+    for (w, &c) in counts {
+        for ch in w.chars() {
+            *chars.entry(ch).or_default() += c;
+        }
+    }
+    let mut alphabet: Vec<(char, u64)> = chars.into_iter().collect();
+    if let Some(limit) = trainer.limit_alphabet {
+        if alphabet.len() > limit {
+            alphabet.sort_unstable_by_key(|&(ch, n)| (Reverse(n), ch));
+            alphabet.truncate(limit);
+        }
+    }
+    alphabet.sort_unstable_by_key(|&(ch, _)| ch);
+    let mut initial: FxHashMap<char, u32> = FxHashMap::default();
+    for &(ch, _) in &alphabet {
+        initial.insert(ch, vocab.add(ch.to_string()));
+    }
+    // `##` forms of the characters that occur inside words.
+    let mut inner: Vec<char> = Vec::new();
+    {
+        let mut seen: FxHashMap<char, ()> = FxHashMap::default();
+        for w in counts.keys() {
+            for ch in w.chars().skip(1) {
+                if initial.contains_key(&ch) && seen.insert(ch, ()).is_none() {
+                    inner.push(ch);
+                }
+            }
+        }
+    }
+    inner.sort_unstable();
+    let prefix = o.continuing_subword_prefix.as_str();
+    let mut continuing: FxHashMap<char, u32> = FxHashMap::default();
+    for ch in inner {
+        continuing.insert(ch, vocab.add(format!("{prefix}{ch}")));
+    }
+    (vocab, initial, continuing)
+}
+
+/// The words of more than one symbol as symbol ids (characters outside the
+/// alphabet are dropped, as HF does), in word order, with their counts.
+fn symbol_words(
+    counts: FxHashMap<String, u64>,
+    initial: &FxHashMap<char, u32>,
+    continuing: &FxHashMap<char, u32>,
+) -> (Vec<Vec<u32>>, Vec<i64>) {
+    let mut words: Vec<Vec<u32>> = Vec::with_capacity(counts.len());
+    let mut freqs: Vec<i64> = Vec::with_capacity(counts.len());
+    let mut sorted: Vec<(String, u64)> = counts.into_iter().collect();
+    sorted.sort_unstable();
+    for (w, c) in sorted {
+        let mut syms = Vec::with_capacity(w.len());
+        for (i, ch) in w.chars().enumerate() {
+            let id = if i == 0 {
+                initial.get(&ch)
+            } else {
+                continuing.get(&ch)
+            };
+            if let Some(&id) = id {
+                syms.push(id);
+            }
+        }
+        if syms.len() > 1 {
+            words.push(syms);
+            freqs.push(c as i64);
+        }
+    }
+    (words, freqs)
 }
 
 /// Replaces each non-overlapping `pair` (left to right) by `new_id`.
