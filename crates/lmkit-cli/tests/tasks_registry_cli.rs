@@ -38,7 +38,11 @@ fn fixture(family: Family) -> String {
         Family::Bert => "bert-tiny-bare",
         Family::Gpt2 => "gpt2-zeroshot",
     };
-    root().join("tests/fixtures").join(name).display().to_string()
+    root()
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 /// Training (and evaluation) data for `task`, and the length flags both
@@ -60,8 +64,9 @@ fn data(task: &str) -> (String, Vec<&'static str>) {
             (rows, len)
         }
         "regression" => {
-            let all = std::fs::read_to_string(root().join("tests/data/regression/replaced.train.jsonl"))
-                .unwrap();
+            let all =
+                std::fs::read_to_string(root().join("tests/data/regression/replaced.train.jsonl"))
+                    .unwrap();
             (all.lines().take(8).map(|l| format!("{l}\n")).collect(), len)
         }
         "token-classify" => (
@@ -136,21 +141,46 @@ fn every_task_scores_alike_in_training_and_in_eval() {
             let out_s = out.display().to_string();
             let model = fixture(family);
             let mut args = vec![
-                "finetune", "--task", task.name(), "--model", &model, "--train", &file, "--eval",
-                &file, "--output", &out_s, "--epochs", "1", "--max-steps", "1", "--batch-size", "4",
+                "finetune",
+                "--task",
+                task.name(),
+                "--model",
+                &model,
+                "--train",
+                &file,
+                "--eval",
+                &file,
+                "--output",
+                &out_s,
+                "--epochs",
+                "1",
+                "--max-steps",
+                "1",
+                "--batch-size",
+                "4",
                 "--json",
             ];
             args.extend(&len);
             let summary: Value = serde_json::from_str(ok(&args).trim()).unwrap();
             let trained = eval_metrics(&summary["eval"]);
             let mut args = vec![
-                "eval", "--task", task.name(), "--model", &out_s, "--data", &file, "--json",
+                "eval",
+                "--task",
+                task.name(),
+                "--model",
+                &out_s,
+                "--data",
+                &file,
+                "--json",
             ];
             args.extend(&len);
             let mut scored: Value = serde_json::from_str(ok(&args).trim()).unwrap();
             assert_eq!(scored["task"], task.name());
             scored.as_object_mut().unwrap().remove("task");
-            assert!(!trained.is_empty(), "{task} {family:?}: no eval row: {summary}");
+            assert!(
+                !trained.is_empty(),
+                "{task} {family:?}: no eval row: {summary}"
+            );
             assert_eq!(
                 Value::Object(trained),
                 scored,
@@ -160,6 +190,11 @@ fn every_task_scores_alike_in_training_and_in_eval() {
         }
     }
     // Every registered task, both families where it takes both.
-    assert_eq!(runs, TaskKind::all().map(|t| t.task().families().len()).sum::<usize>());
+    assert_eq!(
+        runs,
+        TaskKind::all()
+            .map(|t| t.task().families().len())
+            .sum::<usize>()
+    );
     std::fs::remove_dir_all(&tmp).unwrap();
 }

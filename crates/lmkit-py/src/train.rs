@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use lmkit::eval::benchmark::EvalOptions;
 use lmkit::recipes::finetune::{finetune, FinetuneEvent, FinetuneOptions, StopRequest};
-use lmkit::tasks::{evaluate, EvalTarget, TaskKind};
 use lmkit::recipes::pretrain::{pretrain, PretrainEvent, PretrainOptions};
+use lmkit::tasks::{evaluate, EvalTarget, TaskKind};
 use pyo3::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -239,7 +239,15 @@ pub fn _finetune(
             }
             rep.send(e.to_json());
         };
-        finetune(task, &dir, &train, eval.as_deref(), &output, &opts, &mut on_event)
+        finetune(
+            task,
+            &dir,
+            &train,
+            eval.as_deref(),
+            &output,
+            &opts,
+            &mut on_event,
+        )
     });
     let summary = result.py()?;
     finish(py, summary.to_json(), &error)

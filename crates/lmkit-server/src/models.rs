@@ -441,7 +441,11 @@ impl ClassifierModel {
         };
         let tokenizer = Arc::new(c.tokenizer.clone());
         Ok(ClassifierModel {
-            eos: c.model.config.eos_token_id.or_else(|| tokenizer.endoftext_id()),
+            eos: c
+                .model
+                .config
+                .eos_token_id
+                .or_else(|| tokenizer.endoftext_id()),
             tokenizer,
             classifier: Arc::new(std::sync::Mutex::new(classifier)),
             queued: Arc::new(AtomicUsize::new(0)),

@@ -59,7 +59,13 @@ fn classifier<'a>(app: &'a App, name: Option<&str>) -> Result<&'a Model, ApiErro
         Model::Gpt2Classifier(_) => true,
         Model::Gpt2(_) => false,
     };
-    match app.models.values().filter(classifies).collect::<Vec<_>>().as_slice() {
+    match app
+        .models
+        .values()
+        .filter(classifies)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         [one] => Ok(one),
         _ => Err(ApiError::invalid(
             "model",

@@ -173,7 +173,12 @@ fn pretraining_writes_metrics_and_an_hf_model_and_resumes_exactly() {
     let data = corpus_slice(&dir, 30);
     // Straight through 12 steps.
     let a = dir.join("a");
-    let sa = run_bert_pretraining(&options(&a, data.clone(), 12), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
+    let sa = run_bert_pretraining(
+        &options(&a, data.clone(), 12),
+        &mut |_| {},
+        &lmkit::train::StopRequest::default(),
+    )
+    .unwrap();
     assert_eq!(sa.steps, 12);
     let rows = read_metrics(&a.join("metrics.jsonl")).unwrap();
     let train: Vec<_> = rows.iter().filter(|r| r.contains_key("mlm_loss")).collect();
@@ -340,8 +345,18 @@ fn bf16_pretraining_tracks_f32_and_resumes_exactly() {
             .filter_map(|r| r.get("loss").and_then(|v| v.as_f64()))
             .collect()
     };
-    run_bert_pretraining(&opts("f32", Precision::F32), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
-    run_bert_pretraining(&opts("bf16", Precision::Bf16), &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
+    run_bert_pretraining(
+        &opts("f32", Precision::F32),
+        &mut |_| {},
+        &lmkit::train::StopRequest::default(),
+    )
+    .unwrap();
+    run_bert_pretraining(
+        &opts("bf16", Precision::Bf16),
+        &mut |_| {},
+        &lmkit::train::StopRequest::default(),
+    )
+    .unwrap();
     let (f, b) = (losses("f32"), losses("bf16"));
     assert_eq!((f.len(), b.len()), (8, 8));
     assert_ne!(f, b, "bf16 is not f32");

@@ -243,9 +243,14 @@ fn two_rank_checkpoint_resumes_on_one_and_two() {
         max_steps: Some(8),
         ..PretrainOptions::default()
     };
-    let e = pretrain_on(&bad, &SingleProcess, &mut |_| {}, &lmkit::train::StopRequest::default())
-        .unwrap_err()
-        .to_string();
+    let e = pretrain_on(
+        &bad,
+        &SingleProcess,
+        &mut |_| {},
+        &lmkit::train::StopRequest::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("global batch"), "{e}");
 }
 

@@ -258,7 +258,7 @@ fn bert_classify_resumes_exactly_and_refuses_another_run() {
             }),
         )
         .unwrap_err(),
-        "`batch_size` 4 on 1 rank(s) is a global batch of 4, the run in",
+        "`batch_size` 4 on 1 rank(s) is a global batch of 4, the checkpoint's is",
     );
     let other = dir.join("other.jsonl");
     std::fs::write(&other, animal_place_rows(44, 1)).unwrap();

@@ -395,7 +395,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     };
     let err = run("bf16", &again).unwrap_err().to_string();
     assert!(
-        err.contains("`dtype` f32 differs from the run's bf16"),
+        err.contains("`dtype` f32 differs from the checkpoint's bf16"),
         "{err}"
     );
     let bert = root().join("tests/fixtures/bert-tiny-bare");

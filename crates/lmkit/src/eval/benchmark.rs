@@ -348,8 +348,10 @@ fn summarize(
         format!("top-k {}", so.top_k)
     };
     Ok(Evaluation {
-        metrics: metrics(json!({"rouge1": m.rouge1, "rouge2": m.rouge2, "rougeL": m.rouge_l,
-                                "count": m.count, "decoding": decoding})),
+        metrics: metrics(
+            json!({"rouge1": m.rouge1, "rouge2": m.rouge2, "rougeL": m.rouge_l,
+                                "count": m.count, "decoding": decoding}),
+        ),
         predictions,
     })
 }
@@ -420,9 +422,11 @@ fn translate(
         "source-target"
     };
     Ok(Evaluation {
-        metrics: metrics(json!({"bleu": b.score, "precisions": b.precisions, "bp": b.bp,
+        metrics: metrics(
+            json!({"bleu": b.score, "precisions": b.precisions, "bp": b.bp,
                                 "sys_len": b.stats.sys_len, "ref_len": b.stats.ref_len, "count": hyps.len(),
-                                "shots": opts.shots, "direction": direction})),
+                                "shots": opts.shots, "direction": direction}),
+        ),
         predictions,
     })
 }
@@ -452,8 +456,10 @@ fn zero_shot_qa(
     let predictions = items
         .iter()
         .zip(&answers)
-        .map(|(it, x)| json!({"line": it.line, "turn": it.turn, "question": it.question, "answer": x.answer,
-                             "golds": it.golds, "exact_match": x.exact_match, "f1": x.f1}))
+        .map(|(it, x)| {
+            json!({"line": it.line, "turn": it.turn, "question": it.question, "answer": x.answer,
+                             "golds": it.golds, "exact_match": x.exact_match, "f1": x.f1})
+        })
         .collect();
     Ok(Evaluation {
         metrics: metrics(

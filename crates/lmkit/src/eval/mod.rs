@@ -2,6 +2,7 @@
 //! translation and QA, classification accuracy/F1, regression correlations
 //! (Pearson, Spearman), and the readers of their data files.
 
+pub mod benchmark;
 pub mod bleu;
 pub mod cbt;
 pub mod classify;
@@ -9,7 +10,6 @@ pub mod lambada;
 pub mod qa;
 pub mod regression;
 pub mod rouge;
-pub mod benchmark;
 pub mod run;
 pub mod seqeval;
 pub mod squad;

@@ -42,14 +42,15 @@ use super::finetune::load_bert_as;
 use super::pretrain_options::{
     check_resumed_family, init_from_record, PretrainEvent, PretrainSummary,
 };
+use super::run_record::{check_global_batch, check_same_run};
 use super::{check_vocab, invalid, RecipeError, Result};
 use crate::models::{LossParts, Trainable};
 use crate::train::runner::{ModelWriteError, Row};
-use crate::train::{StepStats, StopRequest};
 use crate::train::{
     latest_checkpoint, load_train_state, DataParallel, MetricsWriter, OptimConfig, OptimState,
     RunConfig, RunTask, Runner, TrainState,
 };
+use crate::train::{StepStats, StopRequest};
 use crate::util::comm::{Communicator, SingleProcess};
 use crate::util::rng::Rng;
 
@@ -96,6 +97,19 @@ pub struct BertRunConfig {
 }
 
 impl BertRunConfig {
+    /// The settings a resumed run may change (the global batch is checked
+    /// on its own: the ranks may change with it).
+    pub(crate) const MAY_CHANGE: &'static [&'static str] = &[
+        "batch_size",
+        "ranks",
+        "max_steps",
+        "eval_every",
+        "eval_batches",
+        "save_every",
+        "keep",
+        "log_every",
+    ];
+
     /// Pairs per optimizer micro-batch over all ranks.
     pub fn global_batch(&self) -> usize {
         self.batch_size * self.ranks.max(1)
@@ -446,47 +460,8 @@ pub fn run_bert_pretraining_on(
         check_resumed_family(&dir, &state, Family::Bert)?;
         let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
             .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
-        if run.global_batch() != saved.global_batch() {
-            return Err(invalid(format!(
-                "a global batch of {} ({} x {} ranks) differs from the checkpoint's {} ({} x {}); \
-                 an exact resume keeps the global batch",
-                run.global_batch(),
-                run.batch_size,
-                run.ranks,
-                saved.global_batch(),
-                saved.batch_size,
-                saved.ranks
-            )));
-        }
-        for (name, given, had) in [
-            ("seq_len", run.seq_len as u64, saved.seq_len as u64),
-            ("grad_accum", run.grad_accum as u64, saved.grad_accum as u64),
-            ("seed", run.seed, saved.seed),
-        ] {
-            if given != had {
-                return Err(invalid(format!(
-                    "`{name}` {given} differs from the checkpoint's {had}; an exact resume needs the same value"
-                )));
-            }
-        }
-        if run.dtype != saved.dtype {
-            return Err(invalid(format!(
-                "`dtype` {} differs from the checkpoint's {}; an exact resume needs the same value",
-                run.dtype, saved.dtype
-            )));
-        }
-        if run.whole_word_masking != saved.whole_word_masking {
-            return Err(invalid(format!(
-                "`whole_word_masking` {} differs from the checkpoint's {}; an exact resume needs the same masking",
-                run.whole_word_masking, saved.whole_word_masking
-            )));
-        }
-        if run.val_fraction != saved.val_fraction || run.short_seq_prob != saved.short_seq_prob {
-            return Err(invalid(format!(
-                "`val_fraction` {} differs from the checkpoint's {}; an exact resume needs the same data split",
-                run.val_fraction, saved.val_fraction
-            )));
-        }
+        check_global_batch((run.batch_size, run.ranks), (saved.batch_size, saved.ranks))?;
+        check_same_run(&run, &saved, BertRunConfig::MAY_CHANGE)?;
         let tok = load_tokenizer(&dir)?;
         let model = Bert::from_dir(&dir)?;
         if model.architecture != Some(Architecture::BertForPreTraining) {

@@ -29,11 +29,8 @@
 use crate::util::comm::{Communicator, SingleProcess};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::checkpoint::{load_params, open_model_dir_for, LoadOptions};
-use crate::spec::config::ModelConfig;
 use crate::spec::Precision;
 pub use crate::tasks::{
     load_bert_as, qa_train_features, FinetuneOptions, QaFeature, StopRequest, TaskKind,
@@ -44,16 +41,17 @@ use crate::train::runner::ModelWriteError;
 /// The task kind fine-tuning takes (the [`TaskKind`] of the `tasks` registry).
 pub type FinetuneTask = TaskKind;
 
-use super::pretrain_options::{init_from_record, pick};
-use super::{check_output, invalid, RecipeError, Result};
-use crate::data::shards::fingerprint_files;
+use super::{RecipeError, Result};
 use crate::train::runner::Row;
 use crate::train::{
-    latest_checkpoint, list_checkpoints, load_train_state, read_train_state, skipped_checkpoints,
-    DataParallel, DataPosition, LrSchedule, MetricsWriter, OptimConfig, OptimState, RunConfig,
-    RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState, Trainable,
+    list_checkpoints, DataParallel, DataPosition, LrSchedule, MetricsWriter, OptimConfig,
+    OptimState, RunConfig, RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState,
+    Trainable,
 };
 use crate::util::rng::Rng;
+
+mod job;
+use job::{resume_from, Job};
 
 /// Progress reports to the caller (the CLI draws bars from them).
 #[derive(Debug)]
@@ -148,15 +146,19 @@ impl FinetuneEvent<'_> {
                 eval_examples,
                 total_steps,
                 start_step,
-            } => json!({"event": "start", "description": description, "train_examples": train_examples,
-                        "eval_examples": eval_examples, "total_steps": total_steps, "start_step": start_step}),
+            } => {
+                json!({"event": "start", "description": description, "train_examples": train_examples,
+                        "eval_examples": eval_examples, "total_steps": total_steps, "start_step": start_step})
+            }
             FinetuneEvent::Step {
                 epoch,
                 stats,
                 examples_per_s,
             } => json!({"event": "step", "epoch": epoch, "step": stats.step, "loss": stats.loss,
                         "lr": stats.lr, "examples_per_s": examples_per_s}),
-            FinetuneEvent::Eval { epoch, row } => json!({"event": "eval", "epoch": epoch, "row": row}),
+            FinetuneEvent::Eval { epoch, row } => {
+                json!({"event": "eval", "epoch": epoch, "row": row})
+            }
             FinetuneEvent::Saved { path } => json!({"event": "saved", "path": path}),
             FinetuneEvent::Note(n) => json!({"event": "note", "message": n}),
         }
@@ -278,263 +280,6 @@ fn linear_schedule(opts: &FinetuneOptions, total_steps: u64) -> OptimConfig {
         weight_decay: opts.weight_decay,
         grad_clip: opts.grad_clip,
         grad_accum: 1,
-    }
-}
-
-/// One fine-tuning run: what it starts from, on what data, into which
-/// folder; recorded in its checkpoints and checked on `resume`.
-struct Job<'a> {
-    /// The ranks of a data-parallel run (one process: [`SingleProcess`]).
-    comm: &'a dyn Communicator,
-    model_dir: &'a Path,
-    train: &'a Path,
-    eval: Option<&'a Path>,
-    output: &'a Path,
-    /// What the checkpoints record of this run (`examples` 0 until the
-    /// data is read).
-    record: RunRecord,
-    /// The newest checkpoint, when resuming.
-    resume: Option<PathBuf>,
-    /// Passed-over step folders, told once the run starts.
-    notes: Vec<String>,
-}
-
-/// What a fine-tuning checkpoint records of its run (`extra.finetune` of
-/// the trainer state): on `resume` the command must give the same.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct RunRecord {
-    task: String,
-    /// The starting checkpoint, canonical.
-    model: String,
-    /// Fingerprints of the training and evaluation files' contents.
-    train: String,
-    eval: Option<String>,
-    epochs: usize,
-    /// Per rank.
-    batch_size: usize,
-    /// Ranks of the data-parallel run; 1 in checkpoints from before.
-    #[serde(default = "super::pretrain_options::one")]
-    ranks: usize,
-    lr: f32,
-    warmup_ratio: f64,
-    max_seq_len: usize,
-    seed: u64,
-    weight_decay: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    grad_clip: f32,
-    /// QA only.
-    doc_stride: Option<usize>,
-    /// Classification and multiple choice only (GPT-2 uses it).
-    lm_coef: Option<f32>,
-    /// Training items (examples, windows or blocks) the data made.
-    examples: usize,
-    /// The matmuls' number format; f32 in checkpoints from before.
-    #[serde(default)]
-    dtype: Precision,
-}
-
-fn fingerprint(path: &Path) -> Result<String> {
-    fingerprint_files(&[path.to_path_buf()]).map_err(|source| RecipeError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-impl<'a> Job<'a> {
-    /// Checks the options and the output folder before anything is read or
-    /// written: a fresh run needs an absent or empty folder (or
-    /// `overwrite`); `resume` needs a checkpoint of this command's run there
-    /// (task, starting model, data and training options are compared now;
-    /// the item count and model size once the data and model are loaded).
-    fn start(
-        task: TaskKind,
-        model_dir: &'a Path,
-        train: &'a Path,
-        eval: Option<&'a Path>,
-        output: &'a Path,
-        opts: &FinetuneOptions,
-        comm: &'a dyn Communicator,
-    ) -> Result<Self> {
-        opts.check()?;
-        let mut job = Job {
-            comm,
-            model_dir,
-            train,
-            eval,
-            output,
-            record: RunRecord {
-                task: task.name().into(),
-                model: init_from_record(&Some(model_dir.to_path_buf()))
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                train: fingerprint(train)?,
-                eval: eval.map(fingerprint).transpose()?,
-                epochs: opts.epochs,
-                batch_size: opts.batch_size,
-                ranks: comm.world_size(),
-                lr: opts.lr,
-                warmup_ratio: opts.warmup_ratio,
-                max_seq_len: opts.max_seq_len,
-                seed: opts.seed,
-                weight_decay: opts.weight_decay,
-                beta1: opts.beta1,
-                beta2: opts.beta2,
-                eps: opts.eps,
-                grad_clip: opts.grad_clip,
-                doc_stride: task.uses("doc_stride").then_some(opts.doc_stride),
-                lm_coef: task.uses("lm_coef").then_some(opts.lm_coef),
-                examples: 0,
-                dtype: opts.dtype,
-            },
-            resume: None,
-            notes: Vec::new(),
-        };
-        let root = output.join("checkpoints");
-        if !opts.resume {
-            if let (Some(d), false) = (latest_checkpoint(&root)?, opts.overwrite) {
-                return Err(invalid(format!(
-                    "{} holds a fine-tuning run (checkpoint {}); pass `resume` to continue it, \
-                     or `overwrite` to start again",
-                    output.display(),
-                    d.display()
-                )));
-            }
-            check_output(model_dir, output, opts.overwrite)?;
-            return Ok(job);
-        }
-        if opts.overwrite {
-            return Err(invalid(
-                "`resume` continues the run in the output folder and `overwrite` replaces it: give one",
-            ));
-        }
-        check_output(model_dir, output, true)?;
-        let dir = latest_checkpoint(&root)?.ok_or_else(|| {
-            invalid(format!(
-                "`resume`: no checkpoint in {} to resume from",
-                root.display()
-            ))
-        })?;
-        for d in skipped_checkpoints(&root)? {
-            job.notes.push(format!(
-                "note: {} is not a complete checkpoint (no trainer_state.json); resuming from the newest complete one",
-                d.display()
-            ));
-        }
-        let state = read_train_state(&dir)?;
-        job.check(&dir, &state, None)?;
-        job.resume = Some(dir);
-        Ok(job)
-    }
-
-    /// The checkpoint in `dir` (trainer state `state`) belongs to this
-    /// command's run: an error naming what differs otherwise. `examples`:
-    /// the items this command's data made, once known.
-    fn check(&self, dir: &Path, state: &TrainState, examples: Option<usize>) -> Result<()> {
-        let saved: RunRecord = state
-            .extra
-            .get("finetune")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .ok_or_else(|| {
-                invalid(format!(
-                    "{}: not a fine-tuning checkpoint (a pretraining run? continue it with pretrain)",
-                    dir.display()
-                ))
-            })?;
-        let given = RunRecord {
-            examples: examples.unwrap_or(saved.examples),
-            // Compared as the global batch.
-            ranks: self.record.ranks,
-            ..self.record.clone()
-        };
-        let out = self.output.display();
-        if saved.task != given.task {
-            return Err(invalid(format!(
-                "`task` {}: the run in {out} fine-tunes for `{}`; an exact resume needs the same task",
-                given.task, saved.task
-            )));
-        }
-        if saved.model != given.model {
-            return Err(invalid(format!(
-                "`model` {} differs from the run's starting checkpoint {}; `resume` continues that run",
-                self.model_dir.display(),
-                saved.model
-            )));
-        }
-        if saved.train != given.train {
-            return Err(invalid(format!(
-                "`train` {}: not the data the run in {out} was trained on (its contents differ); \
-                 an exact resume needs the same data",
-                self.train.display()
-            )));
-        }
-        if saved.eval != given.eval {
-            return Err(invalid(format!(
-                "`eval` {}: not the evaluation data of the run in {out}; give the same `eval` (or none, if it had none)",
-                self.eval.map_or("(none)".into(), |p| p.display().to_string())
-            )));
-        }
-        pick("epochs", Some(given.epochs), Some(saved.epochs), 0)?;
-        let global = |r: &RunRecord| r.batch_size * r.ranks.max(1);
-        if global(&given) != global(&saved) {
-            return Err(invalid(format!(
-                "`batch_size` {} on {} rank(s) is a global batch of {}, the run in {out} had {} \
-                 ({} x {} ranks); an exact resume keeps the global batch",
-                given.batch_size,
-                given.ranks,
-                global(&given),
-                global(&saved),
-                saved.batch_size,
-                saved.ranks
-            )));
-        }
-        pick("lr", Some(given.lr), Some(saved.lr), 0.0)?;
-        pick(
-            "warmup_ratio",
-            Some(given.warmup_ratio),
-            Some(saved.warmup_ratio),
-            0.0,
-        )?;
-        pick(
-            "max_seq_len",
-            Some(given.max_seq_len),
-            Some(saved.max_seq_len),
-            0,
-        )?;
-        pick("seed", Some(given.seed), Some(saved.seed), 0)?;
-        pick(
-            "weight_decay",
-            Some(given.weight_decay),
-            Some(saved.weight_decay),
-            0.0,
-        )?;
-        pick("beta1", Some(given.beta1), Some(saved.beta1), 0.0)?;
-        pick("beta2", Some(given.beta2), Some(saved.beta2), 0.0)?;
-        pick("eps", Some(given.eps), Some(saved.eps), 0.0)?;
-        pick(
-            "grad_clip",
-            Some(given.grad_clip),
-            Some(saved.grad_clip),
-            0.0,
-        )?;
-        pick("doc_stride", given.doc_stride, saved.doc_stride, 0)?;
-        pick("lm_coef", given.lm_coef, saved.lm_coef, 0.0)?;
-        if given.dtype != saved.dtype {
-            return Err(invalid(format!(
-                "`dtype` {} differs from the run's {}; an exact resume needs the same value",
-                given.dtype, saved.dtype
-            )));
-        }
-        if given.examples != saved.examples {
-            return Err(invalid(format!(
-                "the data now makes {} training items, the run in {out} had {}: \
-                 an exact resume needs the same items",
-                given.examples, saved.examples
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -703,10 +448,8 @@ fn run_loop<M: Trainable>(
     let num_params = model.params().len();
     model.set_precision(opts.dtype)?;
     model.set_recompute(opts.recompute)?;
-    let record = RunRecord {
-        examples: n,
-        ..job.record.clone()
-    };
+    let mut record = job.record.clone();
+    record.examples = n;
     // Everything is checked before the output folder is touched.
     let (mut state, mut opt) = match &job.resume {
         Some(dir) => resume_from(dir, &job, opts, &mut model, n, steps)?,
@@ -831,7 +574,8 @@ fn open_output(job: &Job, step: u64) -> Result<Option<MetricsWriter>> {
         }
     }
     let path = output.join("metrics.jsonl");
-    let writer = MetricsWriter::open(&path, job.resume.as_ref().map(|_| step)).map_err(io(&path))?;
+    let writer =
+        MetricsWriter::open(&path, job.resume.as_ref().map(|_| step)).map_err(io(&path))?;
     Ok(Some(writer))
 }
 
@@ -867,62 +611,6 @@ fn forward_event(
         RunEvent::Note(n) => on_event(FinetuneEvent::Note(n)),
         RunEvent::Text { .. } => {}
     }
-}
-
-/// The trainer state and moments of checkpoint `dir`, its parameters loaded
-/// into `model`, after checking that it is this command's run, that it
-/// fits the model and the data, and that it has steps left.
-fn resume_from<M: Trainable>(
-    dir: &Path,
-    job: &Job,
-    opts: &FinetuneOptions,
-    model: &mut M,
-    n_examples: usize,
-    steps: Steps,
-) -> Result<(TrainState, OptimState)> {
-    let (total, schedule_steps) = (steps.total, steps.schedule);
-    let (state, opt) = load_train_state(dir)?;
-    job.check(dir, &state, Some(n_examples))?;
-    let num_params = model.params().len();
-    if state.num_params != num_params {
-        return Err(invalid(format!(
-            "{}: the checkpoint's model has {} parameters, this command's {num_params}",
-            dir.display(),
-            state.num_params
-        )));
-    }
-    let DataPosition { epoch, cursor } = state.data;
-    if epoch >= opts.epochs as u64 || cursor > n_examples as u64 {
-        return Err(invalid(format!(
-            "{}: data position (epoch {epoch}, item {cursor}) is outside the run's {} epochs of {n_examples} items",
-            dir.display(),
-            opts.epochs
-        )));
-    }
-    if state.step >= schedule_steps {
-        return Err(invalid(format!(
-            "the run in {} is complete: all {} epochs ({schedule_steps} steps) are done and its model is there; \
-             nothing to resume",
-            job.output.display(),
-            opts.epochs
-        )));
-    }
-    if state.step >= total {
-        return Err(invalid(format!(
-            "the checkpoint is at step {}, already at `max_steps` {total}; raise `max_steps` (or drop it) to continue",
-            state.step
-        )));
-    }
-    let (config, file) = open_model_dir_for(dir, None)?;
-    let layout = model.layout().clone();
-    load_params(
-        &layout,
-        model.params_and_grads().0,
-        &file,
-        config.family(),
-        LoadOptions::default(),
-    )?;
-    Ok((state, opt))
 }
 
 #[cfg(test)]

@@ -15,8 +15,10 @@ use serde_json::{json, Value};
 
 use super::pretrain_options::{
     check_resumed_family, check_resumed_init, check_resumed_size, init_from_record, optim_config,
-    pick, preset, rank_batch_size, saved_state, PretrainEvent, PretrainOptions, PretrainSummary,
+    or_saved, preset, rank_batch_size, saved_state, PretrainEvent, PretrainOptions,
+    PretrainSummary,
 };
+use super::run_record::check_same_run;
 use super::{check_vocab, invalid, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
 use crate::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData, TokenShard};
@@ -59,6 +61,24 @@ pub struct Gpt2RunConfig {
     /// The block matmuls' number format; f32 in checkpoints from before.
     #[serde(default)]
     pub dtype: Precision,
+}
+
+impl Gpt2RunConfig {
+    /// The settings a resumed run may change (the per-rank batch follows
+    /// the ranks, keeping the global batch: `rank_batch_size`).
+    pub(crate) const MAY_CHANGE: &'static [&'static str] = &[
+        "batch_size",
+        "ranks",
+        "max_steps",
+        "eval_every",
+        "eval_batches",
+        "sample_every",
+        "sample_tokens",
+        "sample_prompt",
+        "save_every",
+        "keep",
+        "log_every",
+    ];
 }
 
 fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
@@ -183,22 +203,17 @@ pub(crate) fn run(
         .and_then(|(_, s, _)| serde_json::from_value(s.extra["run"].clone()).ok());
     let sr = saved_run.as_ref();
 
-    let seq_len = pick("seq_len", o.seq_len, sr.map(|r| r.seq_len), 256)?;
+    let seq_len = or_saved(o.seq_len, sr.map(|r| r.seq_len), 256);
     let ranks = comm.world_size();
     let root = comm.is_root();
     let batch_size = rank_batch_size(o.batch_size, sr.map(|s| (s.batch_size, s.ranks)), ranks)?;
     let global_batch = batch_size * ranks;
-    let grad_accum = pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?;
-    let seed = pick("seed", o.seed, sr.map(|r| r.seed), 1337)?;
-    let val_fraction = pick(
-        "val_fraction",
-        o.val_fraction,
-        sr.map(|r| r.val_fraction),
-        0.05,
-    )?;
+    let grad_accum = or_saved(o.grad_accum, sr.map(|r| r.grad_accum), 1);
+    let seed = or_saved(o.seed, sr.map(|r| r.seed), 1337);
+    let val_fraction = or_saved(o.val_fraction, sr.map(|r| r.val_fraction), 0.05);
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let eval_every = o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100);
-    let dtype = super::pretrain_options::pick_dtype(o.dtype, sr.map(|r| r.dtype))?;
+    let dtype = or_saved(o.dtype, sr.map(|r| r.dtype), Precision::F32);
     let run_cfg = Gpt2RunConfig {
         seq_len,
         batch_size,
@@ -229,6 +244,9 @@ pub(crate) fn run(
         ranks,
         dtype,
     };
+    if let Some(saved) = sr {
+        check_same_run(&run_cfg, saved, Gpt2RunConfig::MAY_CHANGE)?;
+    }
     if seq_len == 0 || batch_size == 0 || grad_accum == 0 || max_steps == 0 {
         return Err(invalid(
             "`seq_len`, `batch_size`, `grad_accum` and `max_steps` must be positive",

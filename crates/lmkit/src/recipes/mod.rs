@@ -11,6 +11,7 @@ pub mod finetune;
 pub mod gpt2_pretrain;
 pub mod pretrain;
 pub mod pretrain_options;
+mod run_record;
 
 use std::path::Path;
 

@@ -11,7 +11,7 @@
 
 use super::bert_pretrain::{run_bert_pretraining_on, BertDims, BertPretrainOptions, BertRunConfig};
 use super::pretrain_options::{
-    check_resumed_family, check_resumed_init, check_resumed_size, optim_config, pick,
+    check_resumed_family, check_resumed_init, check_resumed_size, optim_config, or_saved,
     rank_batch_size, saved_state,
 };
 pub use super::pretrain_options::{
@@ -22,6 +22,7 @@ use super::{gpt2_pretrain, invalid, Result};
 use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
+use crate::spec::Precision;
 use crate::train::{StopRequest, TrainState};
 use crate::util::comm::{Communicator, SingleProcess};
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
@@ -142,7 +143,7 @@ fn run_bert(
         .and_then(|s| serde_json::from_value(s.extra["run"].clone()).ok());
     let sr = sr.as_ref();
     let so = saved.as_ref().map(|s| &s.optim);
-    let seq_len = pick("seq_len", o.seq_len, sr.map(|r| r.seq_len), 128)?;
+    let seq_len = or_saved(o.seq_len, sr.map(|r| r.seq_len), 128);
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let run = BertRunConfig {
         seq_len,
@@ -152,23 +153,18 @@ fn run_bert(
             comm.world_size(),
         )?,
         ranks: comm.world_size(),
-        grad_accum: pick("grad_accum", o.grad_accum, sr.map(|r| r.grad_accum), 1)?,
-        seed: pick("seed", o.seed, sr.map(|r| r.seed), 1337)?,
+        grad_accum: or_saved(o.grad_accum, sr.map(|r| r.grad_accum), 1),
+        seed: or_saved(o.seed, sr.map(|r| r.seed), 1337),
         whole_word_masking: o.whole_word_masking || sr.is_some_and(|r| r.whole_word_masking),
         short_seq_prob: sr.map_or(0.1, |r| r.short_seq_prob),
-        val_fraction: pick(
-            "val_fraction",
-            o.val_fraction,
-            sr.map(|r| r.val_fraction),
-            0.05,
-        )?,
+        val_fraction: or_saved(o.val_fraction, sr.map(|r| r.val_fraction), 0.05),
         max_steps,
         eval_every: o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100),
         eval_batches: o.eval_batches.or(sr.map(|r| r.eval_batches)).unwrap_or(20),
         save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
         keep: super::check_keep(o.keep.or(sr.map(|r| r.keep)).unwrap_or(2))?,
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
-        dtype: super::pretrain_options::pick_dtype(o.dtype, sr.map(|r| r.dtype))?,
+        dtype: or_saved(o.dtype, sr.map(|r| r.dtype), Precision::F32),
     };
     // The data of a resumed run: as given, else the files it was started on.
     let data = match (&saved, o.data.is_empty()) {

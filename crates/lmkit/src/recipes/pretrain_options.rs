@@ -376,31 +376,12 @@ pub(crate) fn check_resumed_init(given: &Option<PathBuf>, state: &TrainState) ->
     }
 }
 
-/// A value that an exact resume must keep: the given one, else the saved
-/// one, else `default`; a given value that differs from the saved one is an
-/// error naming the option.
-pub(crate) fn pick<T: PartialEq + Copy + std::fmt::Debug>(
-    name: &str,
-    given: Option<T>,
-    saved: Option<T>,
-    default: T,
-) -> Result<T> {
-    match (given, saved) {
-        (Some(g), Some(s)) if g != s => Err(invalid(format!(
-            "`{name}` {g:?} differs from the checkpoint's {s:?}; an exact resume needs the same value"
-        ))),
-        (g, s) => Ok(g.or(s).unwrap_or(default)),
-    }
-}
-
-/// The run's matmul number format: as [`pick`], f32 by default.
-pub(crate) fn pick_dtype(given: Option<Precision>, saved: Option<Precision>) -> Result<Precision> {
-    match (given, saved) {
-        (Some(g), Some(s)) if g != s => Err(invalid(format!(
-            "`dtype` {g} differs from the checkpoint's {s}; an exact resume needs the same value"
-        ))),
-        (g, s) => Ok(g.or(s).unwrap_or_default()),
-    }
+/// The value a run continues with: the given one, else the saved one
+/// (resuming), else `default`. A given value that differs from the saved
+/// one is an error of the run-record comparison
+/// ([`super::run_record::check_same_run`]), not of this.
+pub(crate) fn or_saved<T>(given: Option<T>, saved: Option<T>, default: T) -> T {
+    given.or(saved).unwrap_or(default)
 }
 
 /// `(n_layer, n_embd, n_head, n_positions)` of a preset of `family`.

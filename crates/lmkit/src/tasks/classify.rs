@@ -67,7 +67,8 @@ impl Task for Classify {
                 model.require(HeadKind::Classifier)?;
                 let tok = WordPieceTokenizer::from_dir(cx.model_dir)?;
                 let labels = LabelMap::from_names(model.config.id2label.clone())?;
-                let set = BertSet::new(&tok, &data, &labels, eval_len(max, 128, positions(&model)))?;
+                let set =
+                    BertSet::new(&tok, &data, &labels, eval_len(max, 128, positions(&model)))?;
                 (labels, set.score(&model, bs)?)
             }
             AnyConfig::Gpt2(_) => {
@@ -169,8 +170,14 @@ impl Gpt2Set {
         })
     }
 
-    fn score(&self, model: &mut crate::models::gpt2::Gpt2, batch_size: usize) -> Result<ClassifyEval> {
-        Ok(eval_gpt2_classify(model, &self.rows, &self.gold, batch_size)?)
+    fn score(
+        &self,
+        model: &mut crate::models::gpt2::Gpt2,
+        batch_size: usize,
+    ) -> Result<ClassifyEval> {
+        Ok(eval_gpt2_classify(
+            model, &self.rows, &self.gold, batch_size,
+        )?)
     }
 }
 
@@ -198,7 +205,12 @@ fn prepare_bert(cx: &PrepareCx<'_>, mut config: BertConfig) -> Result<Prepared> 
     let labels = label_map(has_tensors(dir, "classifier.")?, &config.id2label, &train)?;
     config.id2label = labels.names().to_vec();
     let eval = cx.eval.map(read_classify_jsonl).transpose()?;
-    check_fits(dir, &tok, &config, has_pairs(std::iter::once(&train).chain(&eval)))?;
+    check_fits(
+        dir,
+        &tok,
+        &config,
+        has_pairs(std::iter::once(&train).chain(&eval)),
+    )?;
     let max_len = opts.max_seq_len.min(config.max_position_embeddings);
     let (model, _) = load_bert_as(dir, config, arch, opts.seed)?;
     let set = BertSet::new(&tok, &train, &labels, max_len)?;

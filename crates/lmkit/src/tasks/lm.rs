@@ -62,7 +62,9 @@ impl Task for Lm {
                 *bt = block_batch(&rows, t);
             }),
             evaluate: Box::new(move |m| {
-                let Some(b) = &eval_blocks else { return Ok(None) };
+                let Some(b) = &eval_blocks else {
+                    return Ok(None);
+                };
                 Ok(Some(score(m, b, t, bs)?))
             }),
             save: Box::new(move |m, d| save_gpt2(m, Architecture::Gpt2LMHeadModel, &tok, shard, d)),

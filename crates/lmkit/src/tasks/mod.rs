@@ -321,7 +321,10 @@ pub fn evaluate(
 ) -> Result<Evaluation> {
     let mut out = match target {
         EvalTarget::Benchmark(b) => {
-            read_config(model_dir, Some((Family::Gpt2, &format!("`task` {}", b.name()))))?;
+            read_config(
+                model_dir,
+                Some((Family::Gpt2, &format!("`task` {}", b.name()))),
+            )?;
             benchmark::run(b, model_dir, data, opts, keep, progress)?
         }
         EvalTarget::Task(t) => {

@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use crate::data::squad::{read_squad, SquadExample};
 use crate::eval::benchmark::{metrics, Evaluation};
 use crate::eval::run::{eval_squad, SquadEval};
-use crate::models::bert::{qa_windows, Bert, BertTargets, BertTrainBatch, BertTrainer, HeadKind, QaOptions};
+use crate::models::bert::{
+    qa_windows, Bert, BertTargets, BertTrainBatch, BertTrainer, HeadKind, QaOptions,
+};
 use crate::spec::config::AnyConfig;
 use crate::spec::names::{Architecture, Family};
 
@@ -123,7 +125,15 @@ impl Task for Qa {
             max_answer_len: cx.opts.max_answer_len.max(1),
             handle_impossible_answer: false,
         };
-        let r = eval_squad(&model, &tok, &ex, max_len, stride, qa, cx.opts.forward_batch())?;
+        let r = eval_squad(
+            &model,
+            &tok,
+            &ex,
+            max_len,
+            stride,
+            qa,
+            cx.opts.forward_batch(),
+        )?;
         let predictions = r
             .predictions
             .iter()
@@ -223,4 +233,3 @@ pub fn qa_train_features(
     }
     Ok(out)
 }
-

@@ -61,7 +61,12 @@ impl Task for Regression {
         }
         config.problem_type = Some("regression".into());
         let eval = cx.eval.map(read_regression_jsonl).transpose()?;
-        check_fits(dir, &tok, &config, has_pairs(std::iter::once(&train).chain(&eval)))?;
+        check_fits(
+            dir,
+            &tok,
+            &config,
+            has_pairs(std::iter::once(&train).chain(&eval)),
+        )?;
         let max_len = opts.max_seq_len.min(config.max_position_embeddings);
         let (model, _) = load_bert_as(dir, config, arch, opts.seed)?;
         let set = Set::new(&tok, &train, max_len)?;

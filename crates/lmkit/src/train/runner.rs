@@ -150,7 +150,6 @@ impl PartialEq for StopRequest {
     }
 }
 
-
 /// The outcome of a run (serialized as Python's `lmkit.pretrain` returns it).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RunSummary {
