@@ -4,6 +4,7 @@
 //! them into clap.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use lmkit::tasks::{EvalTarget, TaskKind};
 use std::process::ExitCode;
 
 mod chart;
@@ -22,20 +23,24 @@ struct Cli {
     threads: Option<usize>,
 }
 
+/// The commands in the order of a workflow: start, tokenizer, train,
+/// evaluate, use, serve, tools.
 #[derive(Subcommand)]
 enum Command {
-    /// Chart the curves of training runs (losses, eval scores, lr, throughput) as a PNG or SVG.
-    Plot(cmd::plot::Args),
-    /// Pretrain GPT-2 from scratch (or from an HF checkpoint) on your text.
-    Pretrain(Box<cmd::pretrain::Args>),
     /// Train a tokenizer and a small GPT-2 on the Rust books in a few minutes, then sample from it.
     Quickstart(cmd::quickstart::Args),
+    /// Learn a BPE or WordPiece vocabulary from text files.
+    TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
     /// Encode a text into token ids.
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Decode token ids (or `tokenize --json` output) into text.
     Detokenize(cmd::tokenize::DetokenizeArgs),
-    /// Learn a BPE or WordPiece vocabulary from text files.
-    TrainTokenizer(cmd::train_tokenizer::TrainTokenizerArgs),
+    /// Pretrain GPT-2 (causal LM) or BERT (masked LM + next sentence), new or from a checkpoint, on your text.
+    Pretrain(Box<cmd::pretrain::Args>),
+    /// Fine-tune a BERT or GPT-2 checkpoint for a task (the list: `lmkit finetune --help`).
+    Finetune(Box<cmd::finetune::Args>),
+    /// Score a fine-tuned model on its task, or a GPT-2 on a zero-shot benchmark.
+    Eval(Box<cmd::eval::Args>),
     /// Continue a prompt with a GPT-2 model (streams the text).
     Generate(cmd::generate::Args),
     /// Perplexity of a GPT-2 model on a text file (sliding window).
@@ -44,20 +49,18 @@ enum Command {
     Embed(cmd::embed::Args),
     /// Top-k tokens for each [MASK] of a text.
     FillMask(cmd::fill_mask::Args),
-    /// Sequence classification, one result per input line.
+    /// Sequence classification (BERT or GPT-2), one result per input line.
     Classify(cmd::classify::Args),
     /// Named entities (token classification), one JSON array per input line.
     Ner(cmd::ner::Args),
     /// Extractive question answering over a context file.
     Qa(cmd::qa::Args),
-    /// Fine-tune BERT (classify, qa) or GPT-2 (lm) from a checkpoint.
-    Finetune(Box<cmd::finetune::Args>),
-    /// Score a model: perplexity, lambada, summarize (GPT-2); classify, squad (BERT).
-    Eval(Box<cmd::eval::Args>),
     /// Serve models over HTTP: OpenAI (completions, embeddings) and TEI routes.
     Serve(Box<cmd::serve::Args>),
     /// Share of an evaluation set's 8-grams found in the training text (GPT-2's Bloom-filter check).
     Overlap(Box<cmd::overlap::Args>),
+    /// Chart the curves of training runs (losses, eval scores, lr, throughput) as a PNG or SVG.
+    Plot(cmd::plot::Args),
     /// Print a shell completion script: `lmkit completions bash > /etc/bash_completion.d/lmkit`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -65,9 +68,30 @@ enum Command {
     },
 }
 
+/// The command line, with the task lists of `finetune` and `eval` from the
+/// library's registry (so they cannot drift from what the library runs).
+fn command() -> clap::Command {
+    let tasks = format!("Tasks (--task):\n{}", indent(&TaskKind::help()));
+    let targets = format!(
+        "Tasks and benchmarks (--task), with their data:\n{}",
+        indent(&EvalTarget::help())
+    );
+    Cli::command()
+        .mut_subcommand("finetune", |c| c.after_help(tasks))
+        .mut_subcommand("eval", |c| c.after_help(targets))
+}
+
+fn indent(lines: &str) -> String {
+    lines
+        .lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn main() -> ExitCode {
     lmkit::util::alloc::keep_freed_memory();
-    let matches = Cli::command().get_matches();
+    let matches = command().get_matches();
     let sub = matches.subcommand_name().unwrap_or_default().to_string();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(n) = cli.threads {
@@ -150,12 +174,13 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         distributed::single_process_only()?;
     }
     match command {
-        Command::Plot(a) => cmd::plot::run(a),
-        Command::Pretrain(a) => cmd::pretrain::run(*a),
         Command::Quickstart(a) => cmd::quickstart::run(a),
+        Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Detokenize(args) => cmd::tokenize::run_detokenize(args),
-        Command::TrainTokenizer(args) => cmd::train_tokenizer::run(args),
+        Command::Pretrain(a) => cmd::pretrain::run(*a),
+        Command::Finetune(a) => cmd::finetune::run(*a),
+        Command::Eval(a) => cmd::eval::run(*a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Embed(a) => cmd::embed::run(a),
@@ -163,12 +188,11 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Classify(a) => cmd::classify::run(a),
         Command::Ner(a) => cmd::ner::run(a),
         Command::Qa(a) => cmd::qa::run(a),
-        Command::Finetune(a) => cmd::finetune::run(*a),
-        Command::Eval(a) => cmd::eval::run(*a),
         Command::Serve(a) => cmd::serve::run(*a),
         Command::Overlap(a) => cmd::overlap::run(*a),
+        Command::Plot(a) => cmd::plot::run(a),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "lmkit", &mut std::io::stdout());
+            clap_complete::generate(shell, &mut crate::command(), "lmkit", &mut std::io::stdout());
             Ok(())
         }
     }

@@ -88,7 +88,7 @@ pub struct Args {
     #[arg(long)]
     pub overlap: Option<PathBuf>,
     /// With --overlap: an item overlaps when more than this share of its
-    /// n-grams is in the training text [default: 0, any].
+    /// n-grams is in the training text (0: any).
     #[arg(long, default_value_t = 0.0, requires = "overlap")]
     pub overlap_threshold: f64,
 }

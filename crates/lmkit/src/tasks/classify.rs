@@ -40,7 +40,10 @@ impl Task for Classify {
         "sequence classification (BERT, or GPT-2 with GPT-1's auxiliary LM loss)"
     }
     fn data_format(&self) -> &'static str {
-        "a sequence classifier (BERT or GPT-2), JSONL {\"text\", \"text_pair\"?, \"label\"}: accuracy, macro-F1"
+        "JSONL {\"text\", \"text_pair\"?, \"label\"}"
+    }
+    fn scores(&self) -> &'static str {
+        "accuracy, macro-F1"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Bert, Family::Gpt2]

@@ -32,7 +32,10 @@ impl Task for Lm {
         "causal-LM fine-tuning of a GPT-2 on text"
     }
     fn data_format(&self) -> &'static str {
-        "a GPT-2, text (documents between form feeds) or JSONL `text`: loss and perplexity over blocks of max_seq_len"
+        "text (documents between form feeds) or JSONL `text`"
+    }
+    fn scores(&self) -> &'static str {
+        "loss and perplexity over blocks of max_seq_len"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Gpt2]

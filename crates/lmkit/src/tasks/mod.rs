@@ -71,6 +71,8 @@ pub trait Task: Sync {
     fn summary(&self) -> &'static str;
     /// The data format, for `--help`.
     fn data_format(&self) -> &'static str;
+    /// What its evaluation reports, for `--help`.
+    fn scores(&self) -> &'static str;
     /// The families it supports, in the order an error lists them.
     fn families(&self) -> &'static [Family];
     /// `max_seq_len` when none is given.
@@ -152,10 +154,19 @@ impl TaskKind {
         Ok(config)
     }
 
-    /// `--help` text of `--task`: one line per task.
+    /// `--help` text of `--task`: one line per task, with its families and data.
     pub fn help() -> String {
         Self::all()
-            .map(|t| format!("{}: {}", t.name(), t.0.summary()))
+            .map(|t| {
+                let fams: Vec<&str> = t.0.families().iter().map(|f| f.name()).collect();
+                format!(
+                    "{}: {} [{}]; data: {}",
+                    t.name(),
+                    t.0.summary(),
+                    fams.join(", "),
+                    t.0.data_format()
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -281,7 +292,11 @@ impl EvalTarget {
             .iter()
             .map(|b| format!("{}: {}", b.name(), b.summary()));
         TaskKind::all()
-            .map(|t| format!("{}: {}", t.name(), t.0.data_format()))
+            .map(|t| {
+                let fams: Vec<&str> = t.0.families().iter().map(|f| f.name()).collect();
+                let data = t.0.data_format();
+                format!("{}: {}, {data}: {}", t.name(), fams.join(" or "), t.0.scores())
+            })
             .chain(benches)
             .collect::<Vec<_>>()
             .join("\n")

@@ -46,7 +46,10 @@ impl Task for MultipleChoice {
         "multiple choice (BERT, or GPT-2's double-heads model with the auxiliary LM loss)"
     }
     fn data_format(&self) -> &'static str {
-        "BertForMultipleChoice or GPT2DoubleHeadsModel, JSONL {\"context\", \"question\"?, \"choices\", \"label\"} or SWAG's columns: accuracy"
+        "JSONL {\"context\", \"question\"?, \"choices\", \"label\"} or SWAG's columns"
+    }
+    fn scores(&self) -> &'static str {
+        "accuracy"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Bert, Family::Gpt2]

@@ -38,7 +38,10 @@ impl Task for Qa {
         "SQuAD span QA (BERT), long contexts in overlapping windows"
     }
     fn data_format(&self) -> &'static str {
-        "a BERT QA model, SQuAD v1.1 JSON: exact match and F1 (`squad` is the same)"
+        "SQuAD v1.1 JSON (`squad` is the same task)"
+    }
+    fn scores(&self) -> &'static str {
+        "exact match and F1"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Bert]

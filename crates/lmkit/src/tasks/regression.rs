@@ -34,7 +34,10 @@ impl Task for Regression {
         "a one-output BERT classifier trained with MSE (STS-B style), scored with Pearson / Spearman"
     }
     fn data_format(&self) -> &'static str {
-        "a one-output BERT regression model, JSONL {\"text\", \"text_pair\"?, \"label\": number}: Pearson, Spearman, MSE"
+        "JSONL {\"text\", \"text_pair\"?, \"label\": number}"
+    }
+    fn scores(&self) -> &'static str {
+        "Pearson, Spearman, MSE"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Bert]

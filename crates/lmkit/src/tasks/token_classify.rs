@@ -35,7 +35,10 @@ impl Task for TokenClassify {
         "token classification / NER (BERT), scored with seqeval's entity F1"
     }
     fn data_format(&self) -> &'static str {
-        "a BERT token classifier, CoNLL-style columns or JSONL {\"tokens\", \"tags\"}: seqeval entity P/R/F1 and token accuracy"
+        "CoNLL-style columns (token first, tag last) or JSONL {\"tokens\", \"tags\"}"
+    }
+    fn scores(&self) -> &'static str {
+        "seqeval entity precision / recall / F1, token accuracy"
     }
     fn families(&self) -> &'static [Family] {
         &[Family::Bert]
