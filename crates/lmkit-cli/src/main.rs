@@ -192,7 +192,12 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Overlap(a) => cmd::overlap::run(*a),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut crate::command(), "lmkit", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut crate::command(),
+                "lmkit",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
     }

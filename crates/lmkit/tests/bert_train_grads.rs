@@ -120,25 +120,23 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
 }
 
 fn targets(case: &str, r: &Reference) -> BertTargets {
-    let mut t = BertTargets::default();
     match case {
-        "bert-tiny-pretraining" => {
-            t.mlm_labels = Some(r.i32s("mlm_labels"));
-            t.nsp_labels = Some(r.i32s("next_sentence_label"));
-        }
-        "bert-tiny-mlm" => t.mlm_labels = Some(r.i32s("labels")),
-        "bert-tiny-nsp" => t.nsp_labels = Some(r.i32s("labels")),
-        "bert-tiny-classify" => t.class_labels = Some(r.i32s("labels")),
-        "bert-tiny-token-classify" => t.token_labels = Some(r.i32s("labels")),
-        "bert-tiny-regression" => t.regression_targets = Some(r.f32("labels")),
-        "bert-tiny-multiple-choice" => t.choice_labels = Some(r.i32s("labels")),
-        "bert-tiny-qa" => {
-            t.start_positions = Some(r.i32s("start_positions"));
-            t.end_positions = Some(r.i32s("end_positions"));
-        }
+        "bert-tiny-pretraining" => BertTargets::Pretraining {
+            mlm: r.i32s("mlm_labels"),
+            nsp: r.i32s("next_sentence_label"),
+        },
+        "bert-tiny-mlm" => BertTargets::Mlm(r.i32s("labels")),
+        "bert-tiny-nsp" => BertTargets::Nsp(r.i32s("labels")),
+        "bert-tiny-classify" => BertTargets::Classify(r.i32s("labels")),
+        "bert-tiny-token-classify" => BertTargets::TokenClassify(r.i32s("labels")),
+        "bert-tiny-regression" => BertTargets::Regression(r.f32("labels")),
+        "bert-tiny-multiple-choice" => BertTargets::MultipleChoice(r.i32s("labels")),
+        "bert-tiny-qa" => BertTargets::Qa {
+            start: r.i32s("start_positions"),
+            end: r.i32s("end_positions"),
+        },
         _ => unreachable!(),
     }
-    t
 }
 
 fn check_case(case: &str) -> (BertTrainer, Reference) {
@@ -293,10 +291,7 @@ fn multiple_choice_logits_and_gradients() {
     ] {
         let tb = BertTrainBatch {
             batch: r.batch(),
-            targets: BertTargets {
-                choice_labels: Some(bad.clone()),
-                ..Default::default()
-            },
+            targets: BertTargets::MultipleChoice(bad.clone()),
         };
         assert!(tr.forward_backward(&tb, 1.0).is_err(), "{bad:?}");
     }
@@ -392,10 +387,7 @@ fn targets_without_a_head_are_an_error() {
     let mut tr = BertTrainer::new(model).unwrap();
     let tb = BertTrainBatch {
         batch: r.batch(),
-        targets: BertTargets {
-            class_labels: Some(vec![0, 1]),
-            ..Default::default()
-        },
+        targets: BertTargets::Classify(vec![0, 1]),
     };
     let err = tr.forward_backward(&tb, 1.0).unwrap_err().to_string();
     assert!(

@@ -132,7 +132,7 @@ fn batches_have_the_pretraining_layout_and_fresh_masks() {
         assert!(b.token_type_ids[a_end + 1..n].iter().all(|&t| t == 1));
         assert!(b.attention_mask[..n].iter().all(|&m| m == 1));
         assert!(b.attention_mask[n..].iter().all(|&m| m == 0));
-        let labels = tb.targets.mlm_labels.as_ref().unwrap();
+        let labels = tb.targets.mlm_labels().unwrap();
         let (orig, _) = pair.to_input(cls, sep);
         for i in 0..64 {
             if labels[i] == IGNORE_INDEX {
@@ -148,7 +148,7 @@ fn batches_have_the_pretraining_layout_and_fresh_masks() {
                 }
             }
         }
-        let nsp = tb.targets.nsp_labels.as_ref().unwrap();
+        let nsp = tb.targets.nsp_labels().unwrap();
         assert_eq!(nsp[0], i32::from(pair.is_random_next));
     }
     assert!(
@@ -158,7 +158,7 @@ fn batches_have_the_pretraining_layout_and_fresh_masks() {
     let differ = e0
         .iter()
         .zip(&e1)
-        .filter(|((_, a), (_, b))| a.targets.mlm_labels != b.targets.mlm_labels)
+        .filter(|((_, a), (_, b))| a.targets.mlm_labels() != b.targets.mlm_labels())
         .count();
     assert!(
         differ > 45,

@@ -422,10 +422,7 @@ fn regression_errors_are_clear() {
     let r = BertTrainBatch {
         batch: lmkit::models::bert::BertBatch::new(1, 2, vec![2, 3], vec![0, 0], vec![1, 1])
             .unwrap(),
-        targets: BertTargets {
-            regression_targets: Some(vec![1.0]),
-            ..Default::default()
-        },
+        targets: BertTargets::Regression(vec![1.0]),
     };
     let mut clf = BertTrainer::new(Bert::from_dir(fixture("bert-tiny-classify")).unwrap()).unwrap();
     let e = clf.forward_backward(&r, 1.0).unwrap_err().to_string();
@@ -433,14 +430,13 @@ fn regression_errors_are_clear() {
     let mut reg =
         BertTrainer::new(Bert::from_dir(fixture("bert-tiny-regression")).unwrap()).unwrap();
     let mut bad = r.clone();
-    bad.targets.regression_targets = Some(vec![f32::NAN]);
+    bad.targets = BertTargets::Regression(vec![f32::NAN]);
     let e = reg.forward_backward(&bad, 1.0).unwrap_err().to_string();
     assert!(
         e.contains("regression target NaN is not a finite number"),
         "{e}"
     );
-    bad.targets.class_labels = Some(vec![0]);
-    bad.targets.regression_targets = None;
+    bad.targets = BertTargets::Classify(vec![0]);
     let e = reg.forward_backward(&bad, 1.0).unwrap_err().to_string();
     assert!(
         e.contains("class labels given to a classifier with problem_type \"regression\""),

@@ -307,11 +307,7 @@ impl PairBatcher {
         }
         // B·T arrays by construction.
         out.batch = BertBatch::new(b, t, ids, types, mask).expect("B·T arrays");
-        out.targets = BertTargets {
-            mlm_labels: Some(labels),
-            nsp_labels: Some(nsp),
-            ..Default::default()
-        };
+        out.targets = BertTargets::Pretraining { mlm: labels, nsp };
     }
 }
 

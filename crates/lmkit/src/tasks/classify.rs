@@ -237,10 +237,7 @@ fn prepare_bert(cx: &PrepareCx<'_>, mut config: BertConfig) -> Result<Prepared> 
         fill: Box::new(move |idx, bt| {
             let refs: Vec<&Encoding> = idx.iter().map(|&i| &set.encs[i]).collect();
             bt.batch = pad_batch(&refs, set.pad);
-            bt.targets = BertTargets {
-                class_labels: Some(idx.iter().map(|&i| set.gold[i] as i32).collect()),
-                ..Default::default()
-            };
+            bt.targets = BertTargets::Classify(idx.iter().map(|&i| set.gold[i] as i32).collect());
         }),
         evaluate: Box::new(move |m| {
             let Some(s) = &eval_set else { return Ok(None) };

@@ -295,7 +295,12 @@ impl EvalTarget {
             .map(|t| {
                 let fams: Vec<&str> = t.0.families().iter().map(|f| f.name()).collect();
                 let data = t.0.data_format();
-                format!("{}: {}, {data}: {}", t.name(), fams.join(" or "), t.0.scores())
+                format!(
+                    "{}: {}, {data}: {}",
+                    t.name(),
+                    fams.join(" or "),
+                    t.0.scores()
+                )
             })
             .chain(benches)
             .collect::<Vec<_>>()

@@ -223,10 +223,8 @@ fn prepare_bert(cx: &PrepareCx<'_>, config: BertConfig) -> Result<Prepared> {
                 .flat_map(|&i| &set.encs[i * k..(i + 1) * k])
                 .collect();
             bt.batch = pad_batch(&refs, set.pad);
-            bt.targets = BertTargets {
-                choice_labels: Some(idx.iter().map(|&i| set.gold[i] as i32).collect()),
-                ..Default::default()
-            };
+            bt.targets =
+                BertTargets::MultipleChoice(idx.iter().map(|&i| set.gold[i] as i32).collect());
         }),
         evaluate: Box::new(move |m| {
             let Some(s) = &eval_set else { return Ok(None) };

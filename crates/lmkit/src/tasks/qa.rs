@@ -96,10 +96,9 @@ impl Task for Qa {
             fill: Box::new(move |idx, bt| {
                 let refs: Vec<&Encoding> = idx.iter().map(|&i| &feats[i].encoding).collect();
                 bt.batch = pad_batch(&refs, pad);
-                bt.targets = BertTargets {
-                    start_positions: Some(idx.iter().map(|&i| feats[i].start as i32).collect()),
-                    end_positions: Some(idx.iter().map(|&i| feats[i].end as i32).collect()),
-                    ..Default::default()
+                bt.targets = BertTargets::Qa {
+                    start: idx.iter().map(|&i| feats[i].start as i32).collect(),
+                    end: idx.iter().map(|&i| feats[i].end as i32).collect(),
                 };
             }),
             evaluate: Box::new(move |m| {

@@ -97,10 +97,7 @@ impl Task for Regression {
             fill: Box::new(move |idx, bt| {
                 let refs: Vec<&Encoding> = idx.iter().map(|&i| &set.encs[i]).collect();
                 bt.batch = pad_batch(&refs, set.pad);
-                bt.targets = BertTargets {
-                    regression_targets: Some(idx.iter().map(|&i| set.gold[i]).collect()),
-                    ..Default::default()
-                };
+                bt.targets = BertTargets::Regression(idx.iter().map(|&i| set.gold[i]).collect());
             }),
             evaluate: Box::new(move |m| {
                 let Some(s) = &eval_set else { return Ok(None) };

@@ -91,10 +91,7 @@ impl Task for TokenClassify {
                     labels.extend_from_slice(l);
                     labels.extend(std::iter::repeat_n(IGNORE_INDEX, t - l.len()));
                 }
-                bt.targets = BertTargets {
-                    token_labels: Some(labels),
-                    ..Default::default()
-                };
+                bt.targets = BertTargets::TokenClassify(labels);
             }),
             evaluate: Box::new(move |m| {
                 let Some(encs) = &eval_encs else {

@@ -59,26 +59,84 @@ use crate::util::rng::Rng;
 
 use crate::spec::IGNORE_INDEX;
 
-/// Targets of one batch; each present field switches its head's loss on.
+/// Targets of one batch: one variant per combination of heads lmkit
+/// trains, so that no other combination can be built. Each switches its
+/// heads' losses on; `None` trains nothing (a forward only).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct BertTargets {
-    /// `[B·T]` original ids at masked positions, −100 elsewhere.
-    pub mlm_labels: Option<Vec<i32>>,
-    /// `[B]` 0 = B follows A, 1 = random.
-    pub nsp_labels: Option<Vec<i32>>,
-    /// `[B]` class ids.
-    pub class_labels: Option<Vec<i32>>,
+pub enum BertTargets {
+    #[default]
+    None,
+    /// BERT pretraining: `mlm` `[B·T]` original ids at masked positions,
+    /// −100 elsewhere; `nsp` `[B]` 0 = B follows A, 1 = random.
+    Pretraining { mlm: Vec<i32>, nsp: Vec<i32> },
+    /// Masked LM alone (`BertForMaskedLM`): `[B·T]`.
+    Mlm(Vec<i32>),
+    /// Next-sentence prediction alone (`BertForNextSentencePrediction`): `[B]`.
+    Nsp(Vec<i32>),
+    /// Sequence classification: `[B]` class ids.
+    Classify(Vec<i32>),
     /// `[B·L]` real targets of the classifier's outputs (regression; L is
     /// `num_labels`, 1 for STS-B-style scores).
-    pub regression_targets: Option<Vec<f32>>,
-    /// `[B·T]` tag ids per token (token classification), −100 = not scored.
-    pub token_labels: Option<Vec<i32>>,
-    /// `[B]` answer start / end token (inclusive); outside [0, T) = no answer in this window.
-    pub start_positions: Option<Vec<i32>>,
-    pub end_positions: Option<Vec<i32>>,
-    /// `[E]` the right choice of each of E examples (multiple choice): the
+    Regression(Vec<f32>),
+    /// Token classification: `[B·T]` tag ids per token, −100 = not scored.
+    TokenClassify(Vec<i32>),
+    /// Span QA: `[B]` answer start / end token (inclusive); outside [0, T)
+    /// = no answer in this window.
+    Qa { start: Vec<i32>, end: Vec<i32> },
+    /// Multiple choice: `[E]` the right choice of each of E examples; the
     /// batch's B = E·K rows are each example's K choices, in order.
-    pub choice_labels: Option<Vec<i32>>,
+    MultipleChoice(Vec<i32>),
+}
+
+impl BertTargets {
+    pub fn mlm_labels(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::Pretraining { mlm, .. } | BertTargets::Mlm(mlm) => Some(mlm),
+            _ => None,
+        }
+    }
+    pub fn nsp_labels(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::Pretraining { nsp, .. } | BertTargets::Nsp(nsp) => Some(nsp),
+            _ => None,
+        }
+    }
+    pub fn class_labels(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::Classify(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn regression_targets(&self) -> Option<&Vec<f32>> {
+        match self {
+            BertTargets::Regression(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn token_labels(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::TokenClassify(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn start_positions(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::Qa { start, .. } => Some(start),
+            _ => None,
+        }
+    }
+    pub fn end_positions(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::Qa { end, .. } => Some(end),
+            _ => None,
+        }
+    }
+    pub fn choice_labels(&self) -> Option<&Vec<i32>> {
+        match self {
+            BertTargets::MultipleChoice(v) => Some(v),
+            _ => None,
+        }
+    }
 }
 
 /// A batch with its targets (the [`Trainable::Batch`] of [`BertTrainer`]).
@@ -244,7 +302,7 @@ impl BertTrainer {
                 )))
             }
         };
-        let len = |v: &Option<Vec<i32>>, want: usize, what: &str| -> Result<()> {
+        let len = |v: Option<&Vec<i32>>, want: usize, what: &str| -> Result<()> {
             match v {
                 Some(v) if v.len() != want => Err(Error::InvalidInput(format!(
                     "{what}: {} targets for {want} positions",
@@ -253,42 +311,32 @@ impl BertTrainer {
                 _ => Ok(()),
             }
         };
-        if tg.mlm_labels.is_some() {
+        if tg.mlm_labels().is_some() {
             need(h.mlm, "masked-LM")?;
         }
-        if tg.nsp_labels.is_some() {
+        if tg.nsp_labels().is_some() {
             need(h.nsp, "next-sentence")?;
         }
-        if tg.class_labels.is_some() {
+        if tg.class_labels().is_some() {
             need(h.classifier, "classification")?;
         }
-        if tg.regression_targets.is_some() {
+        if tg.regression_targets().is_some() {
             need(h.classifier, "regression")?;
-            if tg.class_labels.is_some() {
-                return Err(Error::InvalidInput(
-                    "class labels and regression targets given for one classifier".into(),
-                ));
-            }
         }
-        if tg.token_labels.is_some() {
+        if tg.token_labels().is_some() {
             need(h.token_classifier, "token-classification")?;
         }
-        if tg.start_positions.is_some() != tg.end_positions.is_some() {
-            return Err(Error::InvalidInput(
-                "QA needs both start and end positions".into(),
-            ));
-        }
-        if tg.start_positions.is_some() {
+        if tg.start_positions().is_some() {
             need(h.qa, "question-answering")?;
         }
-        if let Some(c) = &tg.choice_labels {
+        if let Some(c) = tg.choice_labels() {
             need(h.multiple_choice, "multiple-choice")?;
             check_choice_labels(c, bs)?;
         }
-        len(&tg.mlm_labels, bs * t, "MLM labels")?;
-        len(&tg.nsp_labels, bs, "NSP labels")?;
-        len(&tg.class_labels, bs, "class labels")?;
-        if let Some(y) = &tg.regression_targets {
+        len(tg.mlm_labels(), bs * t, "MLM labels")?;
+        len(tg.nsp_labels(), bs, "NSP labels")?;
+        len(tg.class_labels(), bs, "class labels")?;
+        if let Some(y) = tg.regression_targets() {
             let want = bs * self.model.config.num_labels();
             if y.len() != want {
                 return Err(Error::InvalidInput(format!(
@@ -315,12 +363,12 @@ impl BertTrainer {
                 }
             }
         }
-        len(&tg.token_labels, bs * t, "token labels")?;
-        len(&tg.start_positions, bs, "start positions")?;
-        len(&tg.end_positions, bs, "end positions")?;
+        len(tg.token_labels(), bs * t, "token labels")?;
+        len(tg.start_positions(), bs, "start positions")?;
+        len(tg.end_positions(), bs, "end positions")?;
         let v = self.model.config.vocab_size as i32;
         let l = self.model.config.num_labels() as i32;
-        let bad = |v: &Option<Vec<i32>>, hi: i32| {
+        let bad = |v: Option<&Vec<i32>>, hi: i32| {
             v.as_ref()
                 .and_then(|x| {
                     x.iter()
@@ -328,26 +376,26 @@ impl BertTrainer {
                 })
                 .copied()
         };
-        if let Some(x) = bad(&tg.mlm_labels, v) {
+        if let Some(x) = bad(tg.mlm_labels(), v) {
             return Err(Error::TokenIdOutOfRange {
                 id: x as u32,
                 vocab: v as usize,
             });
         }
-        if let Some(x) = bad(&tg.nsp_labels, 2) {
+        if let Some(x) = bad(tg.nsp_labels(), 2) {
             return Err(Error::InvalidInput(format!("NSP label {x} is not 0 or 1")));
         }
-        if let Some(x) = bad(&tg.class_labels, l) {
+        if let Some(x) = bad(tg.class_labels(), l) {
             return Err(Error::InvalidInput(format!(
                 "class label {x} is outside the model's {l} labels"
             )));
         }
-        if let Some(x) = bad(&tg.token_labels, l) {
+        if let Some(x) = bad(tg.token_labels(), l) {
             return Err(Error::InvalidInput(format!(
                 "token label {x} is outside the model's {l} labels"
             )));
         }
-        if self.model.heads.classifier && tg.class_labels.is_some() {
+        if self.model.heads.classifier && tg.class_labels().is_some() {
             match self.model.config.problem_type.as_deref() {
                 None | Some("single_label_classification") => {}
                 Some(p) => {
@@ -392,15 +440,16 @@ impl BertTrainer {
         // Heads that read only real tokens (the pooled [CLS] rows, MLM and
         // token labels on real tokens) let the encoder skip the padding;
         // QA's softmax spans every position, padding included (as HF's).
-        let on_real = |labels: &Option<Vec<i32>>| {
+        let on_real = |labels: Option<&Vec<i32>>| {
             labels.as_ref().is_none_or(|l| {
                 l.iter()
                     .zip(&batch.attention_mask)
                     .all(|(&y, &m)| y == IGNORE_INDEX || m != 0)
             })
         };
-        let unpad =
-            tg.start_positions.is_none() && on_real(&tg.mlm_labels) && on_real(&tg.token_labels);
+        let unpad = tg.start_positions().is_none()
+            && on_real(tg.mlm_labels())
+            && on_real(tg.token_labels());
         if unpad {
             self.model.forward_unpadded(batch, &mut self.acts)?;
         } else {
@@ -474,26 +523,25 @@ impl BertTrainer {
     /// (0 for a term the batch does not train).
     pub fn loss_counts(&self, tb: &BertTrainBatch) -> [f64; LossTerm::COUNT] {
         let tg = &tb.targets;
-        let labelled = |v: &Option<Vec<i32>>, ignore: i32| {
+        let labelled = |v: Option<&Vec<i32>>, ignore: i32| {
             v.as_ref()
                 .map_or(0, |x| x.iter().filter(|&&y| y != ignore).count()) as f64
         };
         let t = tb.batch.t;
-        let qa = |v: &Option<Vec<i32>>| {
+        let qa = |v: Option<&Vec<i32>>| {
             v.as_ref().map_or(0, |x| {
                 qa_targets(x, t).iter().filter(|&&y| y != t as i32).count()
             }) as f64
         };
         let mut c = [0.0; LossTerm::COUNT];
-        c[LossTerm::Mlm as usize] = labelled(&tg.mlm_labels, IGNORE_INDEX);
-        c[LossTerm::Nsp as usize] = labelled(&tg.nsp_labels, IGNORE_INDEX);
-        c[LossTerm::Classify as usize] = labelled(&tg.class_labels, IGNORE_INDEX);
-        c[LossTerm::Regression as usize] =
-            tg.regression_targets.as_ref().map_or(0, Vec::len) as f64;
-        c[LossTerm::Choice as usize] = labelled(&tg.choice_labels, IGNORE_INDEX);
-        c[LossTerm::Token as usize] = labelled(&tg.token_labels, IGNORE_INDEX);
-        c[LossTerm::QaStart as usize] = qa(&tg.start_positions);
-        c[LossTerm::QaEnd as usize] = qa(&tg.end_positions);
+        c[LossTerm::Mlm as usize] = labelled(tg.mlm_labels(), IGNORE_INDEX);
+        c[LossTerm::Nsp as usize] = labelled(tg.nsp_labels(), IGNORE_INDEX);
+        c[LossTerm::Classify as usize] = labelled(tg.class_labels(), IGNORE_INDEX);
+        c[LossTerm::Regression as usize] = tg.regression_targets().map_or(0, Vec::len) as f64;
+        c[LossTerm::Choice as usize] = labelled(tg.choice_labels(), IGNORE_INDEX);
+        c[LossTerm::Token as usize] = labelled(tg.token_labels(), IGNORE_INDEX);
+        c[LossTerm::QaStart as usize] = qa(tg.start_positions());
+        c[LossTerm::QaEnd as usize] = qa(tg.end_positions());
         c
     }
 

@@ -111,20 +111,20 @@ impl HeadPass<'_> {
     /// Every head `tg` switches on, in order: MLM, the pooled heads, token
     /// classification, span QA.
     pub(super) fn run(&mut self, tg: &BertTargets) {
-        if let Some(labels) = &tg.mlm_labels {
+        if let Some(labels) = tg.mlm_labels() {
             self.mlm(labels);
         }
-        let pooled_heads = tg.nsp_labels.is_some()
-            || tg.class_labels.is_some()
-            || tg.regression_targets.is_some()
-            || tg.choice_labels.is_some();
+        let pooled_heads = tg.nsp_labels().is_some()
+            || tg.class_labels().is_some()
+            || tg.regression_targets().is_some()
+            || tg.choice_labels().is_some();
         if pooled_heads {
             self.pooled(tg);
         }
-        if let Some(labels) = &tg.token_labels {
+        if let Some(labels) = tg.token_labels() {
             self.token(labels);
         }
-        if let (Some(sp), Some(ep)) = (&tg.start_positions, &tg.end_positions) {
+        if let (Some(sp), Some(ep)) = (tg.start_positions(), tg.end_positions()) {
             self.qa(sp, ep);
         }
     }
@@ -185,7 +185,7 @@ impl HeadPass<'_> {
         let pooler = Pooler::forward(self.layout, self.params, self.h, &self.acts.cls_rows(), c);
         let pooled = &pooler.pooled;
         let mut dpooled = vec![0.0; b * c];
-        if let Some(labels) = &tg.nsp_labels {
+        if let Some(labels) = tg.nsp_labels() {
             let (lp, correct, logits) = self.pooled_ce(
                 "cls.seq_relationship",
                 LossTerm::Nsp,
@@ -199,7 +199,7 @@ impl HeadPass<'_> {
             self.st.loss += over(lp.sum, self.den(LossTerm::Nsp, lp.count));
             self.outputs.nsp_logits = logits;
         }
-        if let Some(labels) = &tg.class_labels {
+        if let Some(labels) = tg.class_labels() {
             let k = self.cfg.num_labels();
             let (lp, correct, logits) = self.pooled_ce(
                 "classifier",
@@ -214,10 +214,10 @@ impl HeadPass<'_> {
             self.st.loss += over(lp.sum, self.den(LossTerm::Classify, lp.count));
             self.outputs.class_logits = logits;
         }
-        if let Some(y) = &tg.regression_targets {
+        if let Some(y) = tg.regression_targets() {
             self.regression(y, pooled, &mut dpooled);
         }
-        if let Some(labels) = &tg.choice_labels {
+        if let Some(labels) = tg.choice_labels() {
             self.choice(labels, pooled, &mut dpooled);
         }
         if self.backward {
