@@ -209,6 +209,42 @@ struct Split {
 }
 
 impl Split {
+    /// `out_dir/train.bin` (and `val.bin` when `opts.val_fraction` > 0)
+    /// created for tokens of `width` bytes, the validation chunks sized for
+    /// about `total_bytes` of text.
+    fn create(out_dir: &Path, opts: &PrepareOptions, total_bytes: u64, width: u32) -> Result<Self> {
+        // ~4 bytes per token; aim for ≥ 20 validation chunks.
+        let stride: u64 = if opts.val_fraction > 0.0 {
+            ((1.0 / opts.val_fraction).round() as u64).max(2)
+        } else {
+            0
+        };
+        let est_tokens = (total_bytes / 4).max(1);
+        let chunk_tokens: u64 = if stride > 0 {
+            (est_tokens / (stride * 20)).clamp(32, 1 << 16)
+        } else {
+            u64::MAX
+        };
+
+        let train = ShardWriter::create(&out_dir.join("train.bin"), width as usize)?;
+        let val = if stride > 0 {
+            Some(ShardWriter::create(
+                &out_dir.join("val.bin"),
+                width as usize,
+            )?)
+        } else {
+            None
+        };
+        Ok(Split {
+            train,
+            val,
+            stride,
+            chunk_tokens,
+            position: 0,
+            vocab_size: opts.vocab_size,
+        })
+    }
+
     /// Appends one token of `file`, checked against the vocabulary.
     fn push(&mut self, tok: u32, file: &Path) -> Result<()> {
         if tok as usize >= self.vocab_size {
@@ -446,92 +482,22 @@ pub fn prepare_shards(
     // meta.json describing new shards.
     let _ = std::fs::remove_file(&meta_path);
 
-    // ~4 bytes per token; aim for ≥ 20 validation chunks.
-    let stride: u64 = if opts.val_fraction > 0.0 {
-        ((1.0 / opts.val_fraction).round() as u64).max(2)
-    } else {
-        0
-    };
-    let est_tokens = (total_bytes / 4).max(1);
-    let chunk_tokens: u64 = if stride > 0 {
-        (est_tokens / (stride * 20)).clamp(32, 1 << 16)
-    } else {
-        u64::MAX
-    };
-
-    let train = ShardWriter::create(&out_dir.join("train.bin"), width as usize)?;
-    let val = if stride > 0 {
-        Some(ShardWriter::create(
-            &out_dir.join("val.bin"),
-            width as usize,
-        )?)
-    } else {
-        None
-    };
-    let mut split = Split {
-        train,
-        val,
-        stride,
-        chunk_tokens,
-        position: 0,
-        vocab_size: opts.vocab_size,
-    };
+    let mut split = Split::create(out_dir, opts, total_bytes, width)?;
+    let (stride, chunk_tokens) = (split.stride, split.chunk_tokens);
     let mut documents: u64 = 0;
-    let mut done_bytes: u64 = 0;
-    progress(0, total_bytes);
+    let mut progress = Progress {
+        report: progress,
+        done: 0,
+        total: total_bytes,
+    };
+    progress.at(0);
     for (file, info) in files.iter().zip(&sources) {
-        if super::token_files::is_token_file(file) {
-            // Already tokenized (llm.c / nanoGPT): the ids as they are, their
-            // end-of-text tokens included; one document per end-of-text.
-            let tokens = super::token_files::TokenFile::open(file)?;
-            let mut eos_seen = 0u64;
-            for (i, tok) in tokens.ids().enumerate() {
-                eos_seen += u64::from(tok == opts.eos_id);
-                split.push(tok, file)?;
-                if i % (1 << 20) == 0 {
-                    let done = info.bytes * i as u64 / tokens.len().max(1) as u64;
-                    progress(done_bytes + done, total_bytes);
-                }
-            }
-            documents += eos_seen.max(u64::from(!tokens.is_empty()));
-            done_bytes += info.bytes;
-            progress(done_bytes, total_bytes);
-            continue;
-        }
-        let docs = file_documents(file, &opts.text_field)?;
-        // (starts a document, text)
-        let mut pieces: Vec<(bool, &str)> = Vec::new();
-        for doc in &docs {
-            if doc.trim().is_empty() {
-                continue;
-            }
-            for (k, p) in split_pieces(doc).into_iter().enumerate() {
-                pieces.push((k == 0, p));
-            }
-        }
-        let file_pieces = pieces.len().max(1) as u64;
-        for (g, group) in pieces.chunks(64).enumerate() {
-            let encoded: Vec<std::result::Result<Vec<u32>, String>> =
-                group.par_iter().map(|(_, p)| encode(p)).collect();
-            for ((starts_doc, _), ids) in group.iter().zip(encoded) {
-                let ids = ids.map_err(|m| DataError::Parse {
-                    path: file.clone(),
-                    line: 0,
-                    message: format!("tokenizer: {m}"),
-                })?;
-                if *starts_doc {
-                    documents += 1;
-                }
-                let eos = starts_doc.then_some(opts.eos_id);
-                for tok in eos.into_iter().chain(ids) {
-                    split.push(tok, file)?;
-                }
-            }
-            let frac = ((g + 1) * 64).min(pieces.len()) as u64;
-            progress(done_bytes + info.bytes * frac / file_pieces, total_bytes);
-        }
-        done_bytes += info.bytes;
-        progress(done_bytes, total_bytes);
+        documents += if super::token_files::is_token_file(file) {
+            push_token_file(&mut split, file, info, opts.eos_id, &mut progress)?
+        } else {
+            push_text_file(&mut split, file, info, opts, encode, &mut progress)?
+        };
+        progress.file_done(info.bytes);
     }
     let train_tokens = split.train.finish()?;
     let val_tokens = match split.val {
@@ -571,6 +537,96 @@ pub fn prepare_shards(
         meta,
         reused: false,
     })
+}
+
+/// `report(bytes_done, bytes_total)` as the files are read.
+struct Progress<'p> {
+    report: &'p mut dyn FnMut(u64, u64),
+    /// Bytes of the files done.
+    done: u64,
+    total: u64,
+}
+
+impl Progress<'_> {
+    /// `within` bytes into the file being read.
+    fn at(&mut self, within: u64) {
+        (self.report)(self.done + within, self.total);
+    }
+
+    /// A file of `bytes` done.
+    fn file_done(&mut self, bytes: u64) {
+        self.done += bytes;
+        (self.report)(self.done, self.total);
+    }
+}
+
+/// An already tokenized file (llm.c / nanoGPT) into `split`: the ids as they
+/// are, their end-of-text tokens included. Returns its documents: one per
+/// end-of-text (at least one when it holds tokens).
+fn push_token_file(
+    split: &mut Split,
+    file: &Path,
+    info: &SourceInfo,
+    eos_id: u32,
+    progress: &mut Progress<'_>,
+) -> Result<u64> {
+    let tokens = super::token_files::TokenFile::open(file)?;
+    let mut eos_seen = 0u64;
+    for (i, tok) in tokens.ids().enumerate() {
+        eos_seen += u64::from(tok == eos_id);
+        split.push(tok, file)?;
+        if i % (1 << 20) == 0 {
+            progress.at(info.bytes * i as u64 / tokens.len().max(1) as u64);
+        }
+    }
+    Ok(eos_seen.max(u64::from(!tokens.is_empty())))
+}
+
+/// The documents of a text, JSONL or Parquet file tokenized into `split`,
+/// each after an end-of-text token, pieces of 64 encoded in parallel.
+/// Returns its documents.
+fn push_text_file(
+    split: &mut Split,
+    file: &Path,
+    info: &SourceInfo,
+    opts: &PrepareOptions,
+    encode: &EncodeFn,
+    progress: &mut Progress<'_>,
+) -> Result<u64> {
+    let mut documents = 0;
+    let docs = file_documents(file, &opts.text_field)?;
+    // (starts a document, text)
+    let mut pieces: Vec<(bool, &str)> = Vec::new();
+    for doc in &docs {
+        if doc.trim().is_empty() {
+            continue;
+        }
+        for (k, p) in split_pieces(doc).into_iter().enumerate() {
+            pieces.push((k == 0, p));
+        }
+    }
+    let file_pieces = pieces.len().max(1) as u64;
+    for (g, group) in pieces.chunks(64).enumerate() {
+        let encoded: Vec<std::result::Result<Vec<u32>, String>> =
+            group.par_iter().map(|(_, p)| encode(p)).collect();
+        for ((starts_doc, _), ids) in group.iter().zip(encoded) {
+            let ids = ids.map_err(|m| DataError::Parse {
+                path: file.to_path_buf(),
+                line: 0,
+                message: format!("tokenizer: {m}"),
+            })?;
+            if *starts_doc {
+                documents += 1;
+            }
+            let eos = starts_doc.then_some(opts.eos_id);
+            for tok in eos.into_iter().chain(ids) {
+                split.push(tok, file)?;
+            }
+        }
+        let frac = ((g + 1) * 64).min(pieces.len()) as u64;
+        progress.at(info.bytes * frac / file_pieces);
+    }
+    Ok(documents)
 }
 
 /// Whether the shards in `out_dir` were made from `paths` (their sizes and

@@ -182,87 +182,45 @@ impl<M: Trainable> Runner<'_, M> {
     /// Trains from `state.step` to `max_steps` (or until stopped).
     /// `stop` is polled after every step.
     pub fn run<T: RunTask<M>>(
-        self,
+        mut self,
         task: &mut T,
         batch: &mut M::Batch,
         on_event: &mut dyn FnMut(RunEvent),
         stop: &StopRequest,
     ) -> Result<RunSummary, T::Error> {
-        let Runner {
-            model,
-            opt,
-            state,
-            optim,
-            mut metrics,
-            config: cfg,
-            parallel: dp,
-        } = self;
         // Denormals would take the gemms' slow path (see `util::fpenv`).
         let _flush = crate::util::fpenv::FlushDenormals::new();
-        let comm = dp.comm;
+        let cfg = self.config;
+        let comm = self.parallel.comm;
         let root = comm.is_root();
-        let num_params = model.params().len();
-        if opt.m.len() == num_params {
-            *opt = dp.take_shard(std::mem::replace(opt, OptimState::new(0)));
+        let num_params = self.model.params().len();
+        if self.opt.m.len() == num_params {
+            *self.opt = self
+                .parallel
+                .take_shard(std::mem::replace(self.opt, OptimState::new(0)));
         }
         // Every rank starts from the same weights (same seed or checkpoint).
-        check_in_sync(&dp, model.params(), state.step)?;
+        check_in_sync(&self.parallel, self.model.params(), self.state.step)?;
         let mut summary = RunSummary {
-            steps: state.step,
+            steps: self.state.step,
             ..Default::default()
         };
-        if state.step == 0 && cfg.eval_at_start {
+        if self.state.step == 0 && cfg.eval_at_start {
             evaluate(
                 task,
-                model,
+                self.model,
                 0,
-                metrics.as_deref_mut(),
+                self.metrics.as_deref_mut(),
                 &mut summary,
                 on_event,
             )?;
         }
         let run_start = Instant::now();
-        let elapsed0 = state.elapsed_s;
+        let elapsed0 = self.state.elapsed_s;
         let mut steps_this_run = 0u64;
-        while state.step < cfg.max_steps {
-            let t0 = Instant::now();
-            let mut data_err = None;
-            let stepped = train_step_parallel(
-                model,
-                opt,
-                optim,
-                batch,
-                &mut |b| {
-                    if data_err.is_none() {
-                        if let Err(e) = task.next_batch(b) {
-                            data_err = Some(e);
-                        }
-                    }
-                    data_err.is_none() && task.has_rows()
-                },
-                &dp,
-            );
-            if let Some(e) = data_err {
-                return Err(e);
-            }
-            let stats: StepStats = match stepped {
-                Ok(s) => s,
-                Err(StepError::NonFinite { what, value, step }) => {
-                    let last = match &cfg.checkpoint_dir {
-                        Some(d) => latest_checkpoint(d)?,
-                        None => None,
-                    };
-                    return Err(StepError::Diverged {
-                        what,
-                        value,
-                        step,
-                        last_checkpoint: last,
-                    }
-                    .into());
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let dt = t0.elapsed().as_secs_f64();
+        while self.state.step < cfg.max_steps {
+            let (stats, dt) = self.step(task, batch)?;
+            let state = &mut *self.state;
             state.step = stats.step;
             state.data = task.position();
             state.tokens_seen += stats.tokens as u64;
@@ -271,40 +229,13 @@ impl<M: Trainable> Runner<'_, M> {
             summary.steps = state.step;
             summary.final_loss = Some(stats.loss);
             let last = state.step == cfg.max_steps;
-            let mut row = Row::new();
-            task.step_row(model, &stats, dt, &mut row);
-            let logged = state.step % cfg.log_every.max(1) == 0 || last;
-            if logged {
-                for (k, v) in [
-                    ("step", json!(stats.step)),
-                    ("loss", json!(stats.loss)),
-                    ("lr", json!(stats.lr)),
-                    ("grad_norm", json!(stats.grad_norm)),
-                    ("tokens_per_s", json!(stats.tokens as f64 / dt.max(1e-9))),
-                    ("tokens", json!(state.tokens_seen)),
-                    ("elapsed_s", json!(state.elapsed_s)),
-                ] {
-                    row.insert(k.into(), v);
-                }
-                if comm.world_size() > 1 {
-                    row.insert("comm_s".into(), json!(stats.comm_s));
-                    row.insert("comm_wait_s".into(), json!(stats.comm_wait_s));
-                }
-                if let Some(m) = metrics.as_deref_mut() {
-                    write_row(m, &row)?;
-                }
-            }
-            on_event(RunEvent::Step {
-                stats: &stats,
-                seconds: dt,
-                row: logged.then_some(&row),
-            });
-            if cfg.eval_every > 0 && state.step % cfg.eval_every == 0 || last {
+            self.log_step(task, &stats, dt, last, on_event)?;
+            if cfg.eval_every > 0 && self.state.step.is_multiple_of(cfg.eval_every) || last {
                 evaluate(
                     task,
-                    model,
-                    state.step,
-                    metrics.as_deref_mut(),
+                    self.model,
+                    self.state.step,
+                    self.metrics.as_deref_mut(),
                     &mut summary,
                     on_event,
                 )?;
@@ -312,37 +243,18 @@ impl<M: Trainable> Runner<'_, M> {
             // Samples (and the trainer RNG draws behind them) on rank 0
             // only: its state is the one checkpoints keep.
             if root {
-                if let Some(text) = task.after_step(model, state) {
+                if let Some(text) = task.after_step(self.model, self.state) {
                     on_event(RunEvent::Text {
-                        step: state.step,
+                        step: self.state.step,
                         text: &text,
                     });
                 }
             }
             let interrupted = comm.any(stop.requested());
             let stop_after = cfg.stop_after.is_some_and(|n| steps_this_run >= n);
-            let periodic = cfg.save_every > 0 && state.step % cfg.save_every == 0;
-            let ckpt_root = cfg.checkpoint_dir.as_ref();
-            if let Some(dir_root) =
-                ckpt_root.filter(|_| periodic || last || interrupted || stop_after)
-            {
-                check_in_sync(&dp, model.params(), state.step)?;
-                let full = dp.sharded().then(|| dp.gather_optim(opt, num_params));
-                if root {
-                    let mut w = |dir: &Path| task.write_model(model, dir);
-                    let saved = full.as_ref().unwrap_or(opt);
-                    let dir =
-                        save_checkpoint(dir_root, state, saved, &mut w, cfg.keep).map_err(|e| {
-                            StateError::Invalid {
-                                path: dir_root.clone(),
-                                message: format!(
-                                    "saving a checkpoint (the previous checkpoint is intact): {e}"
-                                ),
-                            }
-                        })?;
-                    on_event(RunEvent::Saved { path: &dir });
-                    summary.checkpoint = Some(dir);
-                }
+            let periodic = cfg.save_every > 0 && self.state.step.is_multiple_of(cfg.save_every);
+            if periodic || last || interrupted || stop_after {
+                self.save(task, num_params, &mut summary, on_event)?;
             }
             if interrupted || stop_after {
                 summary.interrupted = true;
@@ -351,7 +263,7 @@ impl<M: Trainable> Runner<'_, M> {
         }
         // The final model, loadable straight from its folder.
         if let Some(dir) = cfg.final_dir.as_ref().filter(|_| root) {
-            task.write_model(model, dir)
+            task.write_model(self.model, dir)
                 .map_err(|e| StateError::Model {
                     path: dir.clone(),
                     message: e.to_string(),
@@ -360,6 +272,130 @@ impl<M: Trainable> Runner<'_, M> {
         // No rank reports the run done before the model is written.
         comm.barrier();
         Ok(summary)
+    }
+
+    /// One optimizer step over the task's next batches: its stats and the
+    /// seconds it took. A non-finite loss or gradient norm becomes
+    /// [`StepError::Diverged`], naming the last checkpoint.
+    fn step<T: RunTask<M>>(
+        &mut self,
+        task: &mut T,
+        batch: &mut M::Batch,
+    ) -> Result<(StepStats, f64), T::Error> {
+        let t0 = Instant::now();
+        let mut data_err = None;
+        let stepped = train_step_parallel(
+            self.model,
+            self.opt,
+            self.optim,
+            batch,
+            &mut |b| {
+                if data_err.is_none() {
+                    if let Err(e) = task.next_batch(b) {
+                        data_err = Some(e);
+                    }
+                }
+                data_err.is_none() && task.has_rows()
+            },
+            &self.parallel,
+        );
+        if let Some(e) = data_err {
+            return Err(e);
+        }
+        let stats: StepStats = match stepped {
+            Ok(s) => s,
+            Err(StepError::NonFinite { what, value, step }) => {
+                let last = match &self.config.checkpoint_dir {
+                    Some(d) => latest_checkpoint(d)?,
+                    None => None,
+                };
+                return Err(StepError::Diverged {
+                    what,
+                    value,
+                    step,
+                    last_checkpoint: last,
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok((stats, t0.elapsed().as_secs_f64()))
+    }
+
+    /// The row of the step just taken (the task's fields, and the runner's
+    /// on the steps that log: every `log_every` and the `last`), written to
+    /// metrics.jsonl, and the [`RunEvent::Step`] report.
+    fn log_step<T: RunTask<M>>(
+        &mut self,
+        task: &mut T,
+        stats: &StepStats,
+        dt: f64,
+        last: bool,
+        on_event: &mut dyn FnMut(RunEvent),
+    ) -> Result<(), T::Error> {
+        let state = &*self.state;
+        let mut row = Row::new();
+        task.step_row(self.model, stats, dt, &mut row);
+        let logged = state.step.is_multiple_of(self.config.log_every.max(1)) || last;
+        if logged {
+            for (k, v) in [
+                ("step", json!(stats.step)),
+                ("loss", json!(stats.loss)),
+                ("lr", json!(stats.lr)),
+                ("grad_norm", json!(stats.grad_norm)),
+                ("tokens_per_s", json!(stats.tokens as f64 / dt.max(1e-9))),
+                ("tokens", json!(state.tokens_seen)),
+                ("elapsed_s", json!(state.elapsed_s)),
+            ] {
+                row.insert(k.into(), v);
+            }
+            if self.parallel.comm.world_size() > 1 {
+                row.insert("comm_s".into(), json!(stats.comm_s));
+                row.insert("comm_wait_s".into(), json!(stats.comm_wait_s));
+            }
+            if let Some(m) = self.metrics.as_deref_mut() {
+                write_row(m, &row)?;
+            }
+        }
+        on_event(RunEvent::Step {
+            stats,
+            seconds: dt,
+            row: logged.then_some(&row),
+        });
+        Ok(())
+    }
+
+    /// A checkpoint of the step just taken, when the run keeps checkpoints:
+    /// the ranks' weights checked in sync, a sharded optimizer state gathered,
+    /// and rank 0 writing it (the previous one kept intact on failure).
+    fn save<T: RunTask<M>>(
+        &mut self,
+        task: &mut T,
+        num_params: usize,
+        summary: &mut RunSummary,
+        on_event: &mut dyn FnMut(RunEvent),
+    ) -> Result<(), T::Error> {
+        let Some(dir_root) = self.config.checkpoint_dir.as_ref() else {
+            return Ok(());
+        };
+        let dp = &self.parallel;
+        check_in_sync(dp, self.model.params(), self.state.step)?;
+        let full = dp.sharded().then(|| dp.gather_optim(self.opt, num_params));
+        if dp.comm.is_root() {
+            let model = &*self.model;
+            let mut w = |dir: &Path| task.write_model(model, dir);
+            let saved = full.as_ref().unwrap_or(self.opt);
+            let dir = save_checkpoint(dir_root, self.state, saved, &mut w, self.config.keep)
+                .map_err(|e| StateError::Invalid {
+                    path: dir_root.clone(),
+                    message: format!(
+                        "saving a checkpoint (the previous checkpoint is intact): {e}"
+                    ),
+                })?;
+            on_event(RunEvent::Saved { path: &dir });
+            summary.checkpoint = Some(dir);
+        }
+        Ok(())
     }
 }
 

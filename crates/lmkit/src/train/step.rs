@@ -214,80 +214,14 @@ pub fn train_step_parallel<M: Trainable>(
     let (comm, world) = (dp.comm, dp.world_size());
     let step = opt.step + 1;
     comm.set_step(step);
-    // Seconds in collectives; of them, seconds this thread waited.
-    let (mut comm_s, mut comm_wait_s) = (0.0, 0.0);
-    let mut timed = |f: &mut dyn FnMut()| {
-        let t0 = std::time::Instant::now();
-        f();
-        let dt = t0.elapsed().as_secs_f64();
-        comm_s += dt;
-        comm_wait_s += dt;
-    };
+    let mut time = CommTime::default();
     // Unsharded: the last micro-batch's backward hands its finished
     // gradients to a thread that all-reduces them while it goes on (else
     // they are all-reduced after it, in the same buckets).
     let overlap = world > 1 && !dp.sharded() && comm.overlap_backward();
-    let (mut beside_s, mut beside_wait_s) = (0.0, 0.0);
     model.zero_grad();
-    let mut loss = LossParts::default();
-    // Whether the loss terms are means over the global batch's counts (the
-    // model's `loss_counts`): the ranks' gradients then add up to the
-    // global one, instead of being averaged.
-    let mut weighted = false;
-    for i in 0..k {
-        let rows = next_batch(batch);
-        let mut counts = if world > 1 {
-            model.loss_counts(batch)
-        } else {
-            Vec::new()
-        };
-        if counts.is_empty() {
-            if !rows {
-                return Err(crate::Error::InvalidInput(
-                    "a rank has no rows of a micro-batch, and the model's loss cannot be weighted \
-                     by its labels (no loss_counts): give every rank rows"
-                        .into(),
-                )
-                .into());
-            }
-        } else {
-            weighted = true;
-            if !rows {
-                counts.fill(0.0);
-            }
-            timed(&mut || comm.all_reduce_sum_f64(&mut counts));
-        }
-        let counts = (!counts.is_empty()).then_some(&counts[..]);
-        let scale = 1.0 / k as f32;
-        if overlap && i + 1 == k {
-            let (part, busy, wait) = reduced_backward(model, batch, scale, counts, rows, comm)?;
-            loss.add(part);
-            beside_s += busy;
-            beside_wait_s += wait;
-        } else if rows {
-            loss.add(match counts {
-                Some(c) => model.forward_backward_over(batch, scale, c)?,
-                None => model.forward_backward(batch, scale)?,
-            });
-        }
-    }
-    let mean = if world > 1 {
-        // Every rank then sees the same loss, so all skip a NaN step alike.
-        let mut l = [loss.sum, loss.count as f64];
-        timed(&mut || comm.all_reduce_sum_f64(&mut l));
-        if weighted {
-            // The ranks' shares of each micro-batch's loss, over k micro-batches.
-            l[0] / k as f64
-        } else {
-            LossParts {
-                sum: l[0],
-                count: l[1] as usize,
-            }
-            .mean()
-        }
-    } else {
-        loss.mean()
-    };
+    let (loss, weighted) = accumulate(model, batch, next_batch, k, dp, overlap, &mut time)?;
+    let mean = global_mean(loss, weighted, k, comm, &mut time);
     if !mean.is_finite() {
         return Err(StepError::NonFinite {
             what: "loss",
@@ -302,9 +236,9 @@ pub fn train_step_parallel<M: Trainable>(
     let shard = dp.shard(n);
     if world > 1 {
         if dp.sharded() {
-            timed(&mut || reduce_scatter_grads(comm, grads, &shard));
+            time.timed(&mut || reduce_scatter_grads(comm, grads, &shard));
         } else if !overlap {
-            timed(&mut || {
+            time.timed(&mut || {
                 for bucket in grads.rchunks_mut(GRAD_BUCKET) {
                     comm.all_reduce_sum(bucket);
                 }
@@ -315,7 +249,7 @@ pub fn train_step_parallel<M: Trainable>(
         }
     }
     let mut grad_norm = 0.0;
-    timed(&mut || grad_norm = norm(dp, grads));
+    time.timed(&mut || grad_norm = norm(dp, grads));
     if !grad_norm.is_finite() {
         return Err(StepError::NonFinite {
             what: "gradient norm",
@@ -354,7 +288,7 @@ pub fn train_step_parallel<M: Trainable>(
     );
     if dp.sharded() {
         let mine = params[shard].to_vec();
-        timed(&mut || gather_blocks(comm, &mine, params));
+        time.timed(&mut || gather_blocks(comm, &mine, params));
     }
     opt.step = step;
     Ok(StepStats {
@@ -363,9 +297,116 @@ pub fn train_step_parallel<M: Trainable>(
         lr,
         grad_norm,
         tokens,
-        comm_s: comm_s + beside_s,
-        comm_wait_s: comm_wait_s + beside_wait_s,
+        comm_s: time.comm_s + time.beside_s,
+        comm_wait_s: time.comm_wait_s + time.beside_wait_s,
     })
+}
+
+/// Seconds of one step in collectives.
+#[derive(Default)]
+struct CommTime {
+    /// On the step's own thread (all of it waited for).
+    comm_s: f64,
+    comm_wait_s: f64,
+    /// On the thread all-reducing beside backward, and the part of it
+    /// waited for when backward ended.
+    beside_s: f64,
+    beside_wait_s: f64,
+}
+
+impl CommTime {
+    /// Runs `f` (a collective on this thread), adding its seconds.
+    fn timed(&mut self, f: &mut dyn FnMut()) {
+        let t0 = std::time::Instant::now();
+        f();
+        let dt = t0.elapsed().as_secs_f64();
+        self.comm_s += dt;
+        self.comm_wait_s += dt;
+    }
+}
+
+/// Forward + backward over the step's `k` micro-batches from `next_batch`
+/// (gradients scaled by 1/k; the last one's reduced beside backward when
+/// `overlap`). Returns the summed loss of this rank and whether it is
+/// weighted by the global batch's counts (the model's `loss_counts`, so the
+/// ranks' gradients add up to the global one instead of being averaged).
+fn accumulate<M: Trainable>(
+    model: &mut M,
+    batch: &mut M::Batch,
+    next_batch: &mut dyn FnMut(&mut M::Batch) -> bool,
+    k: usize,
+    dp: &DataParallel,
+    overlap: bool,
+    time: &mut CommTime,
+) -> Result<(LossParts, bool), StepError> {
+    let (comm, world) = (dp.comm, dp.world_size());
+    let mut loss = LossParts::default();
+    let mut weighted = false;
+    for i in 0..k {
+        let rows = next_batch(batch);
+        let mut counts = if world > 1 {
+            model.loss_counts(batch)
+        } else {
+            Vec::new()
+        };
+        if counts.is_empty() {
+            if !rows {
+                return Err(crate::Error::InvalidInput(
+                    "a rank has no rows of a micro-batch, and the model's loss cannot be weighted \
+                     by its labels (no loss_counts): give every rank rows"
+                        .into(),
+                )
+                .into());
+            }
+        } else {
+            weighted = true;
+            if !rows {
+                counts.fill(0.0);
+            }
+            time.timed(&mut || comm.all_reduce_sum_f64(&mut counts));
+        }
+        let counts = (!counts.is_empty()).then_some(&counts[..]);
+        let scale = 1.0 / k as f32;
+        if overlap && i + 1 == k {
+            let (part, busy, wait) = reduced_backward(model, batch, scale, counts, rows, comm)?;
+            loss.add(part);
+            time.beside_s += busy;
+            time.beside_wait_s += wait;
+        } else if rows {
+            loss.add(match counts {
+                Some(c) => model.forward_backward_over(batch, scale, c)?,
+                None => model.forward_backward(batch, scale)?,
+            });
+        }
+    }
+    Ok((loss, weighted))
+}
+
+/// The step's mean loss over every rank's tokens (each rank then sees the
+/// same loss, so all skip a NaN step alike).
+fn global_mean(
+    loss: LossParts,
+    weighted: bool,
+    k: usize,
+    comm: &dyn Communicator,
+    time: &mut CommTime,
+) -> f64 {
+    if comm.world_size() > 1 {
+        let mut l = [loss.sum, loss.count as f64];
+        time.timed(&mut || comm.all_reduce_sum_f64(&mut l));
+        if weighted {
+            // The ranks' shares of each micro-batch's loss, over k micro-batches.
+            l[0] / k as f64
+        } else {
+            LossParts {
+                sum: l[0],
+                count: l[1] as usize,
+            }
+            .mean()
+        }
+    } else {
+        loss.mean()
+    }
 }
 
 /// The last micro-batch's forward + backward (when this rank has `rows`)
