@@ -10,7 +10,7 @@ use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
 use lmkit::data::overlap::BloomFilter;
-use lmkit::eval::benchmark::{EvalOptions, Evaluation};
+use lmkit::eval::benchmark::{EvalOptions, Evaluation, Keep};
 use lmkit::tasks::{evaluate, EvalTarget};
 use serde_json::{json, Value};
 
@@ -139,12 +139,7 @@ fn print_metrics(a: &Args, line: &str) {
 }
 
 /// Runs the evaluation on the items `keep` accepts, with a progress bar.
-fn score(
-    a: &Args,
-    dir: &Path,
-    opts: &EvalOptions,
-    keep: Option<&dyn Fn(&[&str]) -> bool>,
-) -> Result<Evaluation> {
+fn score(a: &Args, dir: &Path, opts: &EvalOptions, keep: Keep<'_>) -> Result<Evaluation> {
     let pb = Progress::new("{bar:40} {pos}/{len} ({eta} left)");
     let r = evaluate(a.task, dir, &a.data, opts, keep, &mut |done, total| {
         pb.set_length(total as u64);

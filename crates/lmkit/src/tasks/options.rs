@@ -58,7 +58,7 @@ pub struct FinetuneOptions {
     pub save_every: Option<u64>,
     /// Checkpoints kept (at least 1).
     pub keep: usize,
-    /// Data-parallel runs ([`finetune_on`] over several ranks): each rank
+    /// Data-parallel runs ([`finetune_on`](crate::recipes::finetune::finetune_on) over several ranks): each rank
     /// keeps the optimizer moments of its share of the parameters (ZeRO
     /// stage 1); the same weights as without.
     pub shard_optimizer: bool,
