@@ -7,7 +7,7 @@
 
 Layers, bottom to top (docs/architecture.md says what each holds):
 
-    util (+ error.rs) -> kernels -> spec -> checkpoint -> data -> models -> train -> eval -> recipes
+    util (+ error.rs) -> kernels -> spec -> checkpoint -> data -> models -> train -> eval -> tasks -> recipes
 
 A file may refer to its own layer and the layers below it. Every `crate::x`
 path counts (`use` lines, grouped `use crate::{a::b, c}`, paths written inline
@@ -16,6 +16,9 @@ string literals are skipped. Two more rules:
 - no two files (modules) inside one layer import each other, directly or
   through others (a loop such as spec/config <-> spec/layout);
 - lib.rs only declares the layers.
+And one rule over every crate's src/: tasks are dispatched through the
+registry (`crates/lmkit/src/tasks`), so outside that folder no code names a
+task kind (`TaskKind::QA`) or matches on a task's name (`"qa" =>`).
 Exit status 1 on any violation, each printed as `file:line: ...`.
 """
 import pathlib
@@ -221,6 +224,49 @@ def check(src=SRC, graph=False):
     return errors, len(files), nrefs
 
 
+TASKS = SRC / "tasks"
+CRATES = ROOT / "crates"
+
+
+def strip_comments(text):
+    """The text with `//` comments blanked; string literals kept."""
+    return "\n".join(re.sub(r'^((?:[^"/]|"(?:[^"\\]|\\.)*"|/(?!/))*)//.*$', r"\1", l) for l in text.split("\n"))
+
+
+def task_names(tasks=TASKS):
+    """The names the registry's tasks answer to (their `fn name` and `fn aliases`)."""
+    names = set()
+    for f in tasks.glob("*.rs"):
+        t = f.read_text()
+        for m in re.finditer(r"fn (?:name|aliases)\(&self\)[^{]*\{\s*&?\[?((?:\s*\"[^\"]+\",?)+)", t):
+            names.update(re.findall(r'"([^"]+)"', m.group(1)))
+    return names
+
+
+def dispatch_violations(text, names):
+    """`(line, what)` of each task dispatch in `text` (comments skipped)."""
+    out = []
+    code = strip_comments(text)
+    for i, line in enumerate(code.split("\n"), 1):
+        for m in re.finditer(r"\bTaskKind::[A-Z][A-Z_]*\b", line):
+            out.append((i, f"names a task kind ({m.group(0)}): dispatch through the task registry"))
+        for m in re.finditer(r'"([a-z-]+)"\s*(?:\|[^=]*)?=>', line):
+            if m.group(1) in names:
+                out.append((i, f'matches on the task name "{m.group(1)}": dispatch through the task registry'))
+    return out
+
+
+def check_dispatch(crates=CRATES, tasks=TASKS):
+    names = task_names(tasks)
+    errors = []
+    for f in sorted(crates.glob("*/src/**/*.rs")):
+        if tasks in f.parents:
+            continue
+        for line, what in dispatch_violations(f.read_text(), names):
+            errors.append(f"{f.relative_to(ROOT)}:{line}: {what}")
+    return errors, names
+
+
 def self_test():
     cases = {
         "grouped": ("use crate::{spec::config::X, models::{gpt2::A, bert::B}};\n", ["models", "data"], 0),
@@ -245,6 +291,21 @@ def self_test():
     if g != ["crate::a::b", "crate::c::d", "crate::c::e"]:
         print(f"self-test expand: {g}")
         failed += 1
+    names = {"qa", "classify"}
+    for text, want in [
+        ('match t { "qa" => 1, _ => 2 }\n', 1),
+        ('if t == TaskKind::QA {}\n', 1),
+        ('let x = "qa"; // "classify" => no\n', 0),
+        ('let t: TaskKind = "qa".parse()?;\n', 0),
+        ('match s { "lm" => 1 }\n', 0),
+    ]:
+        got = dispatch_violations(text, names)
+        if len(got) != want:
+            print(f"self-test dispatch {text!r}: {got}, expected {want}")
+            failed += 1
+    if not {"qa", "squad", "classify", "lm"} <= task_names():
+        print(f"self-test task names: {task_names()}")
+        failed += 1
     print("check_layers self-test:", "FAILED" if failed else "ok")
     return failed == 0
 
@@ -253,12 +314,17 @@ def main():
     if "--self-test" in sys.argv:
         sys.exit(0 if self_test() else 1)
     errors, nfiles, nrefs = check(graph="--graph" in sys.argv)
+    dispatch, names = check_dispatch()
+    errors += dispatch
     for e in errors:
         print(e)
     if errors:
         print(f"check_layers: {len(errors)} violation(s)")
         sys.exit(1)
-    print(f"check_layers: ok ({nfiles} files, {nrefs} crate-internal references, every one points down)")
+    print(
+        f"check_layers: ok ({nfiles} files, {nrefs} crate-internal references, every one points down; "
+        f"no task dispatch outside tasks/ ({len(names)} task names))"
+    )
 
 
 if __name__ == "__main__":

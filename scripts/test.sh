@@ -15,9 +15,13 @@ scripts/fetch-assets.sh
 # PyPI's torch brings its CUDA libraries) first, while the disk holds no build:
 # the install's downloads and unpacking need ~3 GB more for a moment.
 scripts/fetch-big-assets.sh
-# Imports inside the library point down the layers (docs/architecture.md).
+# Imports inside the library point down the layers, and tasks are dispatched
+# through their registry only (docs/architecture.md).
 python3 scripts/check_layers.py --self-test
 python3 scripts/check_layers.py
+# Files <= 800 lines, CLI commands <= 300, functions <= 150 (or a named allow).
+python3 scripts/check_sizes.py --self-test
+python3 scripts/check_sizes.py
 # The arithmetic of docs/benchmarks.md's ratios and "% of limit" (scripts/bench.sh).
 python3 scripts/bench_report.py --self-test
 cargo fmt --all -- --check
