@@ -18,6 +18,55 @@ mod json;
 mod tests;
 
 pub use gpt2::Gpt2Config;
+
+/// HF's `problem_type` of a sequence classifier: how its outputs are
+/// trained and scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemType {
+    /// Softmax over the labels, cross-entropy (HF's default for ≥ 2 labels).
+    SingleLabelClassification,
+    /// A sigmoid per label.
+    MultiLabelClassification,
+    /// The outputs as numbers, MSE (one output: STS-B-style scores).
+    Regression,
+}
+
+impl ProblemType {
+    const ALL: [ProblemType; 3] = [
+        ProblemType::SingleLabelClassification,
+        ProblemType::MultiLabelClassification,
+        ProblemType::Regression,
+    ];
+
+    /// The name `config.json` holds.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemType::SingleLabelClassification => "single_label_classification",
+            ProblemType::MultiLabelClassification => "multi_label_classification",
+            ProblemType::Regression => "regression",
+        }
+    }
+
+    /// From `config.json`'s name; another is an error naming the field.
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                let ok: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
+                Error::config(
+                    "problem_type",
+                    format!("unknown value {name:?} (expected one of {ok:?})"),
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for ProblemType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 pub(crate) use json::{parse_json_object, read_json_object};
 
 use std::path::Path;
@@ -150,8 +199,8 @@ pub struct BertConfig {
     /// Label names by id (`id2label`, whose JSON keys are strings "0", "1", ...);
     /// `num_labels()` is its length. Default: `LABEL_0`, `LABEL_1`.
     pub id2label: Vec<String>,
-    /// `single_label_classification` | `multi_label_classification` | `regression`.
-    pub problem_type: Option<String>,
+    /// What the classifier's outputs are (HF's `problem_type`).
+    pub problem_type: Option<ProblemType>,
     pub architectures: Vec<String>,
     /// Other keys, written back unchanged.
     pub extra: Map<String, Value>,
@@ -243,7 +292,10 @@ impl BertConfig {
             initializer_range: f.f64_or("initializer_range", d.initializer_range)?,
             pad_token_id: f.opt_u32_or("pad_token_id", d.pad_token_id)?,
             id2label,
-            problem_type: f.opt_string("problem_type")?,
+            problem_type: f
+                .opt_string("problem_type")?
+                .map(|t| ProblemType::parse(&t))
+                .transpose()?,
             architectures: f.architectures()?,
             extra: f.into_extra(),
         };
@@ -309,19 +361,6 @@ impl BertConfig {
         positive_f64("layer_norm_eps", self.layer_norm_eps)?;
         non_negative_f64("initializer_range", self.initializer_range)?;
         in_vocab("pad_token_id", self.pad_token_id, self.vocab_size)?;
-        if let Some(t) = &self.problem_type {
-            const OK: [&str; 3] = [
-                "single_label_classification",
-                "multi_label_classification",
-                "regression",
-            ];
-            if !OK.contains(&t.as_str()) {
-                return Err(Error::config(
-                    "problem_type",
-                    format!("unknown value {t:?} (expected one of {OK:?})"),
-                ));
-            }
-        }
         match self.extra.get("position_embedding_type") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if s == "absolute" => {}
@@ -382,8 +421,8 @@ impl ModelConfig for BertConfig {
         let (id2label, label2id) = label_maps(&self.id2label);
         put("id2label", id2label);
         put("label2id", label2id);
-        if let Some(t) = &self.problem_type {
-            put("problem_type", t.clone().into());
+        if let Some(t) = self.problem_type {
+            put("problem_type", t.name().into());
         }
         Value::Object(m)
     }

@@ -11,7 +11,9 @@ pub mod layout;
 pub mod names;
 pub mod optim;
 
-pub use config::{Activation, AnyConfig, BertConfig, Gpt2Config, HfActivation, ModelConfig};
+pub use config::{
+    Activation, AnyConfig, BertConfig, Gpt2Config, HfActivation, ModelConfig, ProblemType,
+};
 pub use layout::{bert_layout, gpt2_layout, gpt2_layout_for, HasLayout, ParamLayout, ParamSpec};
 pub use names::{Architecture, BertHeads, Family};
 pub use optim::{LrSchedule, OptimConfig, ScheduleKind};

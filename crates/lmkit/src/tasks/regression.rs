@@ -16,7 +16,7 @@ use crate::data::classify_data::{read_regression_jsonl, ClassifyData};
 use crate::eval::benchmark::{metrics, Evaluation};
 use crate::eval::run::{encode_classify, eval_regression, RegressionEval};
 use crate::models::bert::{Bert, BertTargets, BertTrainBatch, BertTrainer, HeadKind};
-use crate::spec::config::AnyConfig;
+use crate::spec::config::{AnyConfig, ProblemType};
 use crate::spec::names::{Architecture, Family};
 
 use super::classify::{has_pairs, select};
@@ -62,7 +62,7 @@ impl Task for Regression {
                 config.id2label.join(", ")
             )));
         }
-        config.problem_type = Some("regression".into());
+        config.problem_type = Some(ProblemType::Regression);
         let eval = cx.eval.map(read_regression_jsonl).transpose()?;
         check_fits(
             dir,
@@ -110,7 +110,7 @@ impl Task for Regression {
     fn evaluate(&self, cx: &EvalCx<'_>) -> Result<Evaluation> {
         let model = Bert::from_dir(cx.model_dir)?;
         model.require(HeadKind::Classifier)?;
-        if model.config.problem_type.as_deref() != Some("regression") {
+        if model.config.problem_type != Some(ProblemType::Regression) {
             return Err(invalid(format!(
                 "`task` regression needs a regression model (problem_type \"regression\"), \
                  but {} has problem_type {} and {} labels: score it with `task` classify",
@@ -118,8 +118,7 @@ impl Task for Regression {
                 model
                     .config
                     .problem_type
-                    .as_deref()
-                    .map_or("unset".into(), |p| format!("{p:?}")),
+                    .map_or("unset".into(), |p| format!("\"{p}\"")),
                 model.config.num_labels()
             )));
         }

@@ -52,7 +52,7 @@ use crate::error::{Error, Result};
 use crate::kernels::Gelu;
 use crate::models::gpt2::WeightDtype;
 use crate::models::{GradPieces, LossParts, Trainable};
-use crate::spec::config::Activation;
+use crate::spec::config::{Activation, ProblemType};
 use crate::spec::layout::ParamLayout;
 use crate::spec::Precision;
 use crate::util::rng::Rng;
@@ -350,14 +350,14 @@ impl BertTrainer {
                     "regression target {x} is not a finite number"
                 )));
             }
-            match self.model.config.problem_type.as_deref() {
-                Some("regression") => {}
+            match self.model.config.problem_type {
+                Some(ProblemType::Regression) => {}
                 None if self.model.config.num_labels() == 1 => {}
                 p => {
                     return Err(Error::InvalidInput(format!(
                         "regression targets given to a classifier with problem_type {} and {} \
                          labels (regression needs problem_type \"regression\")",
-                        p.map_or("unset".into(), |p| format!("{p:?}")),
+                        p.map_or("unset".into(), |p| format!("\"{p}\"")),
                         self.model.config.num_labels()
                     )))
                 }
@@ -396,11 +396,11 @@ impl BertTrainer {
             )));
         }
         if self.model.heads.classifier && tg.class_labels().is_some() {
-            match self.model.config.problem_type.as_deref() {
-                None | Some("single_label_classification") => {}
+            match self.model.config.problem_type {
+                None | Some(ProblemType::SingleLabelClassification) => {}
                 Some(p) => {
                     return Err(Error::InvalidInput(format!(
-                        "class labels given to a classifier with problem_type {p:?} (class \
+                        "class labels given to a classifier with problem_type \"{p}\" (class \
                          labels train single-label classification; regression takes \
                          regression targets)"
                     )))

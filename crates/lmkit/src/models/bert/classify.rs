@@ -4,6 +4,8 @@
 //!
 //! Shape legend: L number of labels.
 
+use crate::spec::config::ProblemType;
+
 /// How logits become scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScoreFn {
@@ -14,10 +16,10 @@ pub enum ScoreFn {
 
 impl ScoreFn {
     /// HF's choice from `problem_type` and the number of labels.
-    pub fn for_problem(problem_type: Option<&str>, num_labels: usize) -> ScoreFn {
+    pub fn for_problem(problem_type: Option<ProblemType>, num_labels: usize) -> ScoreFn {
         match problem_type {
-            Some("regression") => ScoreFn::Identity,
-            Some("multi_label_classification") => ScoreFn::Sigmoid,
+            Some(ProblemType::Regression) => ScoreFn::Identity,
+            Some(ProblemType::MultiLabelClassification) => ScoreFn::Sigmoid,
             _ if num_labels == 1 => ScoreFn::Sigmoid,
             _ => ScoreFn::Softmax,
         }
@@ -75,11 +77,11 @@ mod tests {
         assert_eq!(ScoreFn::for_problem(None, 2), ScoreFn::Softmax);
         assert_eq!(ScoreFn::for_problem(None, 1), ScoreFn::Sigmoid);
         assert_eq!(
-            ScoreFn::for_problem(Some("multi_label_classification"), 3),
+            ScoreFn::for_problem(Some(ProblemType::MultiLabelClassification), 3),
             ScoreFn::Sigmoid
         );
         assert_eq!(
-            ScoreFn::for_problem(Some("regression"), 1),
+            ScoreFn::for_problem(Some(ProblemType::Regression), 1),
             ScoreFn::Identity
         );
         let s = ScoreFn::Softmax.apply(&[0.0, 2f32.ln()]);

@@ -350,7 +350,7 @@ impl BertPipeline {
     /// turns logits into them (softmax, or sigmoid for one label / multi-label).
     fn ranked(&self, logits: Vec<Vec<f32>>) -> Result<Vec<Vec<LabelScore>>> {
         let cfg = &self.model.config;
-        let f = ScoreFn::for_problem(cfg.problem_type.as_deref(), cfg.num_labels());
+        let f = ScoreFn::for_problem(cfg.problem_type, cfg.num_labels());
         Ok(logits
             .iter()
             .map(|l| classify::ranked(l, &cfg.id2label, f))

@@ -17,7 +17,7 @@ use crate::checkpoint::{load_params, open_model_dir_for, LoadOptions};
 use crate::error::{Error, Result};
 use crate::models::bert::{classify::ranked, LabelScore, ScoreFn};
 use crate::models::gpt2::{Gpt2, Gpt2TaskBatch};
-use crate::spec::config::AnyConfig;
+use crate::spec::config::{AnyConfig, ProblemType};
 use crate::spec::layout::gpt2_layout_for;
 use crate::spec::names::{Architecture, Family};
 
@@ -188,7 +188,11 @@ impl Gpt2Classifier {
         }
         let logits = self.logits(&encoded, batch_size)?;
         let cfg = &self.model.config;
-        let problem = cfg.extra.get("problem_type").and_then(|v| v.as_str());
+        let problem = cfg
+            .extra
+            .get("problem_type")
+            .and_then(|v| v.as_str())
+            .and_then(|t| ProblemType::parse(t).ok());
         let f = ScoreFn::for_problem(problem, cfg.num_labels());
         Ok(logits.iter().map(|l| ranked(l, &cfg.id2label, f)).collect())
     }
