@@ -10,7 +10,7 @@ dropped) is run with bash in a scratch folder holding tiny stand-ins for the
 README's data: `corpus/` (text files), `train.jsonl` / `dev.jsonl` (the
 committed classification data), `sts.train.jsonl` / `sts.dev.jsonl` (the
 committed regression data), `swag.train.jsonl` / `swag.dev.jsonl` (the
-committed multiple-choice data), `lambada.jsonl`, `test.jsonl`, `data/`.
+committed multiple-choice data), `lambada.jsonl`, `coqa.jsonl`, `test.jsonl`, `data/`.
 Sizes are made tiny by explicit rewrites (REWRITES), and paths of the
 README's models by SUBSTITUTIONS. Commands that cannot run offline or
 finish (a server, a hub download, a placeholder) are skipped by the rules in
@@ -44,6 +44,7 @@ REWRITES = [
     (r"--max-steps\s+\d+", "--max-steps 2"),
     (r"--max-new-tokens\s+\d+", "--max-new-tokens 4"),
     (r"--epochs\s+\d+", "--epochs 1"),
+    (r"--steps\s+\d+", "--steps 2"),
     # A resume continues the run above (stopped at its --max-steps 2).
     (r"(--resume)(\s|$)", r"\1 --max-steps 3\2"),
 ]
@@ -101,6 +102,7 @@ def stage(work):
     (work / "ner.train.conll").write_text(head("tagging/rust_prose.train.conll", 60), encoding="utf-8")
     (work / "ner.dev.conll").write_text(head("tagging/rust_prose.eval.conll", 30), encoding="utf-8")
     (work / "en_fr.jsonl").write_text(head("translate/en_fr.jsonl", 5), encoding="utf-8")
+    (work / "coqa.jsonl").write_text(head("qa/coqa_tiny.jsonl", 2), encoding="utf-8")
     (work / "swag.train.jsonl").write_text(head("multiple_choice/rust_story.train.jsonl", 8), encoding="utf-8")
     (work / "swag.dev.jsonl").write_text(head("multiple_choice/rust_story.eval.jsonl", 4), encoding="utf-8")
     (work / "home").mkdir()
