@@ -1081,3 +1081,79 @@ fn a_client_that_leaves_a_stream_frees_its_slot() {
         "waited {waited:?}, a full generation takes {full:?}"
     );
 }
+
+/// A fine-tuned GPT-2 classifier (`GPT2ForSequenceClassification`) is served
+/// at `/predict` with `lmkit classify`'s scores; the completion route says
+/// it is a classifier; `/tokenize` uses its BPE tokenizer.
+#[test]
+fn gpt2_classifier_predicts_as_the_cli_classifies() {
+    let dir = tmpdir("serve-gpt2-cls");
+    let _cleanup = common::Cleanup(dir.clone());
+    let train = dir.join("train.jsonl");
+    let rows: String = [
+        "the dog ran",
+        "paris is big",
+        "a cat sat",
+        "london at night",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| {
+        let label = ["animal", "place"][i % 2];
+        json!({"text": t, "label": label}).to_string() + "\n"
+    })
+    .collect();
+    std::fs::write(&train, rows).unwrap();
+    let out = dir.join("cls");
+    cli_json(&[
+        "finetune",
+        "--task",
+        "classify",
+        "--model",
+        root()
+            .join("tests/fixtures/gpt2-zeroshot")
+            .to_str()
+            .unwrap(),
+        "--train",
+        train.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+    ]);
+    let srv = serve(&["--model", &format!("cls={}", out.display())]);
+    let a = srv.addr.as_str();
+    let texts = ["the dog was very old", "paris is in france"];
+    let input = dir.join("in.txt");
+    std::fs::write(&input, texts.join("\n") + "\n").unwrap();
+    let cli: Vec<Value> = cli_json(&[
+        "classify",
+        "--model",
+        out.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--json",
+    ])
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    // The one classifier served: no "model" needed.
+    let (st, got) = post(a, "/predict", &json!({"inputs": texts}));
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got.as_array().unwrap().len(), 2);
+    for (g, c) in got.as_array().unwrap().iter().zip(&cli) {
+        assert_eq!(g, &c["scores"], "{got}");
+    }
+    let (st, e) = post(
+        a,
+        "/v1/completions",
+        &json!({"model": "cls", "prompt": "the", "max_tokens": 2}),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert!(e.to_string().contains("a GPT-2 sequence classifier"), "{e}");
+    let (st, toks) = post(a, "/tokenize", &json!({"inputs": "the dog"}));
+    assert_eq!(st, 200, "{toks}");
+    assert!(!toks[0].as_array().unwrap().is_empty(), "{toks}");
+}
