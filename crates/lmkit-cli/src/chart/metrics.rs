@@ -52,13 +52,14 @@ const GROUPS: &[Group] = &[
     Group {
         name: "qa",
         title: "exact match / F1 (%)",
-        keys: &["exact_match", "f1"],
+        // `exact_match` / `f1`: QA rows of runs from before the `eval_` prefix.
+        keys: &["eval_exact_match", "exact_match", "f1"],
         log: false,
     },
     Group {
         name: "ppl",
         title: "perplexity",
-        keys: &["val_ppl", "eval_ppl"],
+        keys: &["val_ppl", "eval_perplexity", "eval_ppl"],
         log: true,
     },
     Group {
