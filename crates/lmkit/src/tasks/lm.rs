@@ -75,16 +75,16 @@ impl Task for Lm {
     }
 
     fn evaluate(&self, cx: &EvalCx<'_>) -> Result<Evaluation> {
+        if cx.keep.is_some() {
+            return Err(invalid(
+                "`task` lm scores blocks that cross documents: the overlap filter is for `perplexity`",
+            ));
+        }
         let (tok, mut model) = load(cx.model_dir)?;
         let t = eval_len(cx.opts.max_seq_len, 128, model.config.n_positions);
         let mut blocks = lm_blocks(cx.data, &tok, t)?;
         if let Some(n) = cx.opts.limit {
             blocks.truncate(n);
-        }
-        if cx.keep.is_some() {
-            return Err(invalid(
-                "`task` lm scores blocks that cross documents: the overlap filter is for `perplexity`",
-            ));
         }
         Ok(Evaluation {
             metrics: score(&mut model, &blocks, t, cx.opts.forward_batch())?,
