@@ -245,25 +245,43 @@ pub fn run(
 ) -> Result<Evaluation> {
     let tok = BpeTokenizer::from_dir(dir)?;
     let mut engine = Gpt2Engine::load(dir, WeightDtype::F32)?;
-    let e = &mut engine;
+    let r = Run {
+        engine: &mut engine,
+        tok: &tok,
+        data,
+        opts,
+        keep,
+        progress,
+    };
     match b {
-        Benchmark::Perplexity => perplexity(e, &tok, data, opts, keep, progress),
-        Benchmark::Lambada => lambada(e, &tok, data, opts, keep, progress),
-        Benchmark::Summarize => summarize(e, &tok, data, opts, keep, progress),
-        Benchmark::Cbt => cbt(e, &tok, data, opts, keep, progress),
-        Benchmark::Translate => translate(e, &tok, data, opts, keep, progress),
-        Benchmark::ZeroShotQa => zero_shot_qa(e, &tok, data, opts, keep, progress),
+        Benchmark::Perplexity => perplexity(r),
+        Benchmark::Lambada => lambada(r),
+        Benchmark::Summarize => summarize(r),
+        Benchmark::Cbt => cbt(r),
+        Benchmark::Translate => translate(r),
+        Benchmark::ZeroShotQa => zero_shot_qa(r),
     }
 }
 
-fn perplexity(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+/// One benchmark run: the model, its tokenizer, the data and the options.
+struct Run<'a, 'p> {
+    engine: &'a mut Gpt2Engine,
+    tok: &'a BpeTokenizer,
+    data: &'a Path,
+    opts: &'a EvalOptions,
+    keep: Keep<'a>,
+    progress: Progress<'p>,
+}
+
+fn perplexity(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let mut text = std::fs::read(data).map_err(|source| Error::Io {
         path: data.to_path_buf(),
         source,
@@ -293,14 +311,15 @@ fn perplexity(
     })
 }
 
-fn lambada(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+fn lambada(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let items = opts.select(read_lambada(data)?, keep, |it| {
         vec![it.context.as_str(), it.word.as_str()]
     });
@@ -318,14 +337,15 @@ fn lambada(
     })
 }
 
-fn summarize(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+fn summarize(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let items = opts.select(read_summarize(data)?, keep, |it| {
         vec![it.article.as_str(), it.summary.as_str()]
     });
@@ -356,14 +376,15 @@ fn summarize(
     })
 }
 
-fn cbt(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+fn cbt(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let items = opts.select(read_cbt(data)?, keep, |it| {
         it.context
             .iter()
@@ -384,14 +405,15 @@ fn cbt(
     })
 }
 
-fn translate(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+fn translate(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let pairs = match &opts.targets {
         Some(t) => read_translation_texts(data, t)?,
         None => read_translation_jsonl(data)?,
@@ -431,14 +453,15 @@ fn translate(
     })
 }
 
-fn zero_shot_qa(
-    engine: &mut Gpt2Engine,
-    tok: &BpeTokenizer,
-    data: &Path,
-    opts: &EvalOptions,
-    keep: Keep<'_>,
-    progress: Progress<'_>,
-) -> Result<Evaluation> {
+fn zero_shot_qa(r: Run<'_, '_>) -> Result<Evaluation> {
+    let Run {
+        engine,
+        tok,
+        data,
+        opts,
+        keep,
+        progress,
+    } = r;
     let items = opts.select(qa_items(&read_qa(data)?, opts.shots), keep, |it| {
         [it.document.as_str(), it.question.as_str()]
             .into_iter()
