@@ -19,20 +19,20 @@
 //! is written to OUTPUT.
 //!
 //! Shape legend: B batch, T sequence length.
+//!
+//! [`read_bert_documents`]: crate::data::nsp::read_bert_documents
 
 use std::path::{Path, PathBuf};
 
 use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::checkpoint::save_params_sharded;
-use crate::data::mlm::{MlmConfig, MlmMasker, IGNORE_INDEX};
-use crate::data::nsp::{build_nsp_pairs, read_bert_documents, NspConfig, NspPair};
+use crate::data::nsp::{build_nsp_pairs, NspConfig, NspPair};
 use crate::data::DataPosition;
-use crate::models::bert::{hf_init, BertTargets, BertTrainBatch, BertTrainer, HeadStats};
-use crate::models::bert::{Bert, BertBatch};
+use crate::models::bert::Bert;
+use crate::models::bert::{hf_init, BertTrainBatch, BertTrainer, HeadStats};
 use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
 use crate::spec::layout::bert_layout;
 use crate::spec::names::{Architecture, Family};
@@ -54,11 +54,9 @@ use crate::train::{StepStats, StopRequest};
 use crate::util::comm::{Communicator, SingleProcess};
 use crate::util::rng::Rng;
 
-/// Sub-stream tags of the pretraining RNGs.
-const PAIRS: u64 = 0x5041_4952; // "PAIR"
-const MASKS: u64 = 0x4d41_534b; // "MASK"
-const ORDER: u64 = 0x4f52_4452; // "ORDR"
-const VAL: u64 = 0x0056_414c; // "VAL"
+mod corpus;
+use corpus::{epoch_plan, mask_rng, Epoch, VAL};
+pub use corpus::{prepare_corpus, preview_epoch, BertCorpus, PairBatcher};
 
 /// Size of a new model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -141,211 +139,6 @@ pub struct BertPretrainOptions {
     pub shard_optimizer: bool,
 }
 
-/// Tokenized documents (sentences of ids), split into training and validation.
-pub struct BertCorpus {
-    pub train: Vec<Vec<Vec<u32>>>,
-    pub val: Vec<Vec<Vec<u32>>>,
-    /// A fingerprint of the token stream (checked on resume).
-    pub fingerprint: String,
-    /// What the reader did that the user should know (e.g. split a single document).
-    pub notes: Vec<String>,
-}
-
-/// Reads ([`read_bert_documents`]: one sentence per line, a blank line
-/// between documents) and tokenizes `paths`; holds out every
-/// `round(1/val_fraction)`-th document (none with fewer than 2 per side).
-/// Next-sentence prediction draws its random B from another document, so a
-/// corpus of a single document is split in two halves at a sentence
-/// boundary (said in `notes`).
-pub fn prepare_corpus(
-    paths: &[PathBuf],
-    text_field: &str,
-    tok: &WordPieceTokenizer,
-    val_fraction: f64,
-) -> Result<BertCorpus> {
-    if !(0.0..=0.5).contains(&val_fraction) {
-        return Err(invalid(format!(
-            "validation fraction {val_fraction} is outside [0, 0.5]"
-        )));
-    }
-    // Sentences are tokenized alone: no padding, no truncation.
-    let mut tok = tok.clone();
-    tok.set_padding(None);
-    tok.set_truncation(None);
-    let tok = &tok;
-    let texts = read_bert_documents(paths, text_field)?;
-    let mut docs: Vec<Vec<Vec<u32>>> = texts
-        .par_iter()
-        .map(|d| -> Result<Vec<Vec<u32>>> {
-            let mut sents = Vec::new();
-            for s in d {
-                let ids = tok.encode(s, false)?.ids;
-                if !ids.is_empty() {
-                    sents.push(ids);
-                }
-            }
-            Ok(sents)
-        })
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .filter(|d| !d.is_empty())
-        .collect();
-    let mut notes = Vec::new();
-    if docs.len() == 1 && docs[0].len() >= 2 {
-        let n = docs[0].len();
-        let second = docs[0].split_off(n / 2);
-        docs.push(second);
-        notes.push(format!(
-            "note: the data is one document; next-sentence prediction draws its random second \
-             segments from another document, so it is split in two halves ({} and {} sentences). \
-             Separate documents with a blank line (one sentence per line), or give several files",
-            n / 2,
-            n - n / 2
-        ));
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for d in &docs {
-        for s in d {
-            for &id in s {
-                h = (h ^ id as u64).wrapping_mul(0x0100_0000_01b3);
-            }
-            h = (h ^ 0xffff_ffff).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    let fingerprint = format!("{}:{h:016x}", docs.len());
-    let every = if val_fraction > 0.0 {
-        (1.0 / val_fraction).round().max(2.0) as usize
-    } else {
-        0
-    };
-    let (mut train, mut val) = (Vec::new(), Vec::new());
-    for (i, d) in docs.into_iter().enumerate() {
-        if every > 0 && i % every == every - 1 {
-            val.push(d);
-        } else {
-            train.push(d);
-        }
-    }
-    if val.len() < 2 || train.len() < 2 {
-        train.append(&mut val);
-    }
-    if train.len() < 2 {
-        return Err(invalid(format!(
-            "next-sentence prediction needs at least 2 sentences, the data has {}",
-            train.iter().map(Vec::len).sum::<usize>()
-        )));
-    }
-    Ok(BertCorpus {
-        train,
-        val,
-        fingerprint,
-        notes,
-    })
-}
-
-/// Builds `[B, T]` pretraining batches: `[CLS] A [SEP] B [SEP]`, token
-/// types, right padding, MLM labels and NSP labels.
-pub struct PairBatcher {
-    pub masker: MlmMasker,
-    pub cls: u32,
-    pub sep: u32,
-    pub pad: u32,
-    pub seq_len: usize,
-}
-
-impl PairBatcher {
-    pub fn new(tok: &WordPieceTokenizer, seq_len: usize, whole_word: bool) -> Result<PairBatcher> {
-        let mask = tok
-            .mask_id()
-            .ok_or_else(|| invalid("the tokenizer has no [MASK] token"))?;
-        let specials: Vec<u32> = (0..tok.vocab_size() as u32)
-            .filter(|&i| tok.is_special(i))
-            .collect();
-        let prefix = tok.options().continuing_subword_prefix.clone();
-        let masker = MlmMasker::new(
-            MlmConfig {
-                whole_word,
-                ..MlmConfig::default()
-            },
-            tok.vocab(),
-            &specials,
-            mask,
-            &prefix,
-        )?;
-        Ok(PairBatcher {
-            masker,
-            cls: tok.cls_id(),
-            sep: tok.sep_id(),
-            pad: tok.pad_id(),
-            seq_len,
-        })
-    }
-
-    /// Fills `out` with `pairs` (each masked with `rng_of(k)` for its index k).
-    pub fn fill(
-        &self,
-        pairs: &[&NspPair],
-        rng_of: &dyn Fn(usize) -> Rng,
-        out: &mut BertTrainBatch,
-    ) {
-        let (b, t) = (pairs.len(), self.seq_len);
-        let mut ids = vec![self.pad; b * t];
-        let mut types = vec![0u32; b * t];
-        let mut mask = vec![0u8; b * t];
-        let mut labels = vec![IGNORE_INDEX; b * t];
-        let mut nsp = Vec::with_capacity(b);
-        for (r, p) in pairs.iter().enumerate() {
-            let (mut pid, ptype) = p.to_input(self.cls, self.sep);
-            let n = pid.len().min(t);
-            let mut lab = vec![IGNORE_INDEX; pid.len()];
-            self.masker.mask(&mut pid, &mut lab, &mut rng_of(r));
-            ids[r * t..r * t + n].copy_from_slice(&pid[..n]);
-            types[r * t..r * t + n].copy_from_slice(&ptype[..n]);
-            mask[r * t..r * t + n].fill(1);
-            labels[r * t..r * t + n].copy_from_slice(&lab[..n]);
-            nsp.push(i32::from(p.is_random_next));
-        }
-        // B·T arrays by construction.
-        out.batch = BertBatch::new(b, t, ids, types, mask).expect("B·T arrays");
-        out.targets = BertTargets::Pretraining { mlm: labels, nsp };
-    }
-}
-
-/// The pairs and visiting order of one epoch.
-struct Epoch {
-    epoch: u64,
-    pairs: Vec<NspPair>,
-    order: Vec<u32>,
-}
-
-fn epoch_plan(corpus: &BertCorpus, run: &BertRunConfig, epoch: u64) -> Result<Epoch> {
-    let mut cfg = NspConfig::new(run.seq_len);
-    cfg.short_seq_prob = run.short_seq_prob;
-    let pairs = build_nsp_pairs(
-        &corpus.train,
-        &cfg,
-        &mut Rng::derive(run.seed ^ PAIRS, epoch),
-    )?;
-    if pairs.len() < run.batch_size {
-        return Err(invalid(format!(
-            "the data makes {} sequence pairs, fewer than one batch of {}",
-            pairs.len(),
-            run.batch_size
-        )));
-    }
-    let mut order: Vec<u32> = (0..pairs.len() as u32).collect();
-    Rng::derive(run.seed ^ ORDER, epoch).shuffle(&mut order);
-    Ok(Epoch {
-        epoch,
-        pairs,
-        order,
-    })
-}
-
-fn mask_rng(seed: u64, epoch: u64, pair: u32) -> Rng {
-    Rng::derive(seed ^ MASKS, (epoch << 32) | pair as u64)
-}
-
 /// A BERT config for a new model.
 pub fn new_bert_config(dims: &BertDims, vocab_size: usize, pad_id: u32) -> Result<BertConfig> {
     let cfg = BertConfig {
@@ -420,11 +213,93 @@ pub fn run_bert_pretraining_on(
     stop: &StopRequest,
 ) -> Result<PretrainSummary> {
     let out = &o.output;
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| RecipeError::Io { path: p, source }
-    };
     let root = comm.is_root();
+    let (run, ckpt_root, latest) = check_run(o, comm)?;
+    let (tok, model, resumed) = load_model(o, &run, &ckpt_root, latest, on_event)?;
+    let cfg = model.config.clone();
+    let (corpus, batcher, val_pairs) = prepare_data(o, &tok, &run, on_event)?;
+    let mut trainer = new_trainer(model, &run, o.decay_embeddings)?;
+    let num_params = trainer.num_params();
+    let (mut state, mut opt) = train_state(o, &run, resumed, num_params, &corpus)?;
+    let start_step = state.step;
+    let metrics_path = out.join("metrics.jsonl");
+    let mut metrics = if root {
+        Some(
+            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+                .map_err(io(&metrics_path))?,
+        )
+    } else {
+        None
+    };
+    on_event(PretrainEvent::Start {
+        message: start_message(&cfg, &run, num_params, &corpus, val_pairs.len()),
+        start_step,
+        max_steps: run.max_steps,
+    });
+
+    let mut task = BertTask {
+        corpus: &corpus,
+        run: &run,
+        batcher: &batcher,
+        val_pairs: &val_pairs,
+        tok: &tok,
+        pos: state.data,
+        plan: epoch_plan(&corpus, &run, state.data.epoch)?,
+        max_shard_size: o.max_shard_size,
+        comm,
+    };
+    let config = RunConfig {
+        max_steps: run.max_steps,
+        log_every: run.log_every,
+        eval_every: run.eval_every,
+        save_every: run.save_every,
+        keep: run.keep,
+        stop_after: o.stop_after,
+        checkpoint_dir: Some(ckpt_root),
+        final_dir: Some(out.clone()),
+        eval_at_start: true,
+    };
+    let optim = o.optim;
+    let runner = Runner {
+        model: &mut trainer,
+        opt: &mut opt,
+        state: &mut state,
+        optim: &optim,
+        metrics: metrics.as_mut(),
+        config: &config,
+        parallel: DataParallel {
+            comm,
+            shard_optimizer: o.shard_optimizer,
+        },
+    };
+    let mut tb = BertTrainBatch::default();
+    runner.run(
+        &mut task,
+        &mut tb,
+        &mut |e| {
+            if let Some(e) = PretrainEvent::of_run(e) {
+                on_event(e)
+            }
+        },
+        stop,
+    )
+}
+
+fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
+    move |source| RecipeError::Io {
+        path: p.to_path_buf(),
+        source,
+    }
+}
+
+/// The checks made before anything is loaded: the job's ranks, the output
+/// folder (created by rank 0) and the run settings. Returns the run
+/// settings, the checkpoint folder and its newest checkpoint.
+fn check_run(
+    o: &BertPretrainOptions,
+    comm: &dyn Communicator,
+) -> Result<(BertRunConfig, PathBuf, Option<PathBuf>)> {
+    let out = &o.output;
     if o.run.ranks.max(1) != comm.world_size() {
         return Err(invalid(format!(
             "`run.ranks` {} is not the job's {} ranks",
@@ -432,7 +307,7 @@ pub fn run_bert_pretraining_on(
             comm.world_size()
         )));
     }
-    if root {
+    if comm.is_root() {
         std::fs::create_dir_all(out).map_err(io(out))?;
     }
     let ckpt_root = out.join("checkpoints");
@@ -443,8 +318,21 @@ pub fn run_bert_pretraining_on(
             "`seq_len` (≥ 8), `batch_size`, `grad_accum` and `max_steps` must be positive",
         ));
     }
+    Ok((run, ckpt_root, latest))
+}
 
-    // Model, tokenizer and state.
+/// A resumed run's trainer and optimizer state.
+type Resumed = (TrainState, OptimState);
+
+/// The tokenizer, the model and (with `resume`) the saved state: the newest
+/// checkpoint's, or a fresh start's; checked against `run`.
+fn load_model(
+    o: &BertPretrainOptions,
+    run: &BertRunConfig,
+    ckpt_root: &Path,
+    latest: Option<PathBuf>,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<(WordPieceTokenizer, Bert, Option<Resumed>)> {
     let (tok, model, resumed) = if o.resume {
         let dir = latest.ok_or_else(|| {
             invalid(format!(
@@ -452,26 +340,12 @@ pub fn run_bert_pretraining_on(
                 ckpt_root.display()
             ))
         })?;
-        let (state, opt) = load_train_state(&dir).map_err(|e| invalid(e.to_string()))?;
-        check_resumed_family(&dir, &state, Family::Bert)?;
-        let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
-            .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
-        check_global_batch((run.batch_size, run.ranks), (saved.batch_size, saved.ranks))?;
-        check_same_run(&run, &saved, BertRunConfig::MAY_CHANGE)?;
-        let tok = load_tokenizer(&dir)?;
-        let model = Bert::from_dir(&dir)?;
-        if model.architecture != Some(Architecture::BertForPreTraining) {
-            return Err(invalid(format!(
-                "{}: expected a BertForPreTraining checkpoint",
-                dir.display()
-            )));
-        }
-        (tok, model, Some((state, opt)))
+        resume_model(&dir, run)?
     } else {
         if let Some(d) = latest {
             return Err(invalid(format!(
                 "{} already holds a checkpoint ({}); pass `resume` to continue it or choose another `output`",
-                out.display(),
+                o.output.display(),
                 d.display()
             )));
         }
@@ -481,59 +355,10 @@ pub fn run_bert_pretraining_on(
             .or_else(|| o.init_from.clone())
             .ok_or_else(|| invalid("`tokenizer` (a WordPiece vocabulary folder) is required"))?;
         let tok = load_tokenizer(&tok_dir)?;
-        let model = match (&o.init_from, &o.dims) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
-                ))
-            }
-            (Some(dir), None) => {
-                let AnyConfig::Bert(mut cfg) = AnyConfig::from_file(dir.join("config.json"))?
-                else {
-                    return Err(invalid(format!(
-                        "`init_from` {}: not a BERT checkpoint",
-                        dir.display()
-                    )));
-                };
-                if cfg.hidden_dropout_prob != 0.0 || cfg.attention_probs_dropout_prob != 0.0 {
-                    on_event(PretrainEvent::Note(
-                        "note: lmkit trains without dropout; the saved config will say 0".into(),
-                    ));
-                    cfg.hidden_dropout_prob = 0.0;
-                    cfg.attention_probs_dropout_prob = 0.0;
-                }
-                load_bert_as(dir, cfg, Architecture::BertForPreTraining, run.seed)?.0
-            }
-            (None, Some(d)) => {
-                let cfg = new_bert_config(d, tok.vocab_size(), tok.pad_id())?;
-                let heads = Architecture::BertForPreTraining.bert_heads();
-                let layout = bert_layout(&cfg, heads)?;
-                let mut params = layout.try_zeros()?;
-                hf_init(
-                    &layout,
-                    &mut params,
-                    cfg.initializer_range,
-                    cfg.pad_token_id,
-                    &mut Rng::new(run.seed),
-                    &|_| true,
-                );
-                Bert::from_parts(
-                    cfg,
-                    heads,
-                    layout,
-                    params,
-                    Some(Architecture::BertForPreTraining),
-                )?
-            }
-            (None, None) => {
-                return Err(invalid(
-                    "give `preset`, or all of `n_layer`, `n_embd` and `n_head`, or `init_from`",
-                ))
-            }
-        };
+        let model = new_model(o, run, &tok, on_event)?;
         (tok, model, None)
     };
-    let cfg = model.config.clone();
+    let cfg = &model.config;
     check_vocab(tok.vocab_size(), cfg.vocab_size)?;
     if run.seq_len > cfg.max_position_embeddings {
         return Err(invalid(format!(
@@ -541,16 +366,107 @@ pub fn run_bert_pretraining_on(
             run.seq_len, cfg.max_position_embeddings
         )));
     }
+    Ok((tok, model, resumed))
+}
 
-    // Data.
+/// The checkpoint `dir`'s tokenizer, model and state, after checking that
+/// `run` may continue it.
+fn resume_model(
+    dir: &Path,
+    run: &BertRunConfig,
+) -> Result<(WordPieceTokenizer, Bert, Option<Resumed>)> {
+    let (state, opt) = load_train_state(dir).map_err(|e| invalid(e.to_string()))?;
+    check_resumed_family(dir, &state, Family::Bert)?;
+    let saved: BertRunConfig = serde_json::from_value(state.extra["run"].clone())
+        .map_err(|e| invalid(format!("{}: trainer state: {e}", dir.display())))?;
+    check_global_batch((run.batch_size, run.ranks), (saved.batch_size, saved.ranks))?;
+    check_same_run(run, &saved, BertRunConfig::MAY_CHANGE)?;
+    let tok = load_tokenizer(dir)?;
+    let model = Bert::from_dir(dir)?;
+    if model.architecture != Some(Architecture::BertForPreTraining) {
+        return Err(invalid(format!(
+            "{}: expected a BertForPreTraining checkpoint",
+            dir.display()
+        )));
+    }
+    Ok((tok, model, Some((state, opt))))
+}
+
+/// A fresh start's model: `init_from`'s (heads it lacks initialised), or a
+/// new one of `dims`.
+fn new_model(
+    o: &BertPretrainOptions,
+    run: &BertRunConfig,
+    tok: &WordPieceTokenizer,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<Bert> {
+    Ok(match (&o.init_from, &o.dims) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
+            ))
+        }
+        (Some(dir), None) => {
+            let AnyConfig::Bert(mut cfg) = AnyConfig::from_file(dir.join("config.json"))? else {
+                return Err(invalid(format!(
+                    "`init_from` {}: not a BERT checkpoint",
+                    dir.display()
+                )));
+            };
+            if cfg.hidden_dropout_prob != 0.0 || cfg.attention_probs_dropout_prob != 0.0 {
+                on_event(PretrainEvent::Note(
+                    "note: lmkit trains without dropout; the saved config will say 0".into(),
+                ));
+                cfg.hidden_dropout_prob = 0.0;
+                cfg.attention_probs_dropout_prob = 0.0;
+            }
+            load_bert_as(dir, cfg, Architecture::BertForPreTraining, run.seed)?.0
+        }
+        (None, Some(d)) => {
+            let cfg = new_bert_config(d, tok.vocab_size(), tok.pad_id())?;
+            let heads = Architecture::BertForPreTraining.bert_heads();
+            let layout = bert_layout(&cfg, heads)?;
+            let mut params = layout.try_zeros()?;
+            hf_init(
+                &layout,
+                &mut params,
+                cfg.initializer_range,
+                cfg.pad_token_id,
+                &mut Rng::new(run.seed),
+                &|_| true,
+            );
+            Bert::from_parts(
+                cfg,
+                heads,
+                layout,
+                params,
+                Some(Architecture::BertForPreTraining),
+            )?
+        }
+        (None, None) => {
+            return Err(invalid(
+                "give `preset`, or all of `n_layer`, `n_embd` and `n_head`, or `init_from`",
+            ))
+        }
+    })
+}
+
+/// The corpus, the batcher and the fixed validation pairs (none, said in
+/// a note, when the corpus holds out fewer than 2 documents).
+fn prepare_data(
+    o: &BertPretrainOptions,
+    tok: &WordPieceTokenizer,
+    run: &BertRunConfig,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<(BertCorpus, PairBatcher, Vec<NspPair>)> {
     if o.data.is_empty() {
         return Err(invalid("`data` (text files) is required"));
     }
-    let corpus = prepare_corpus(&o.data, &o.text_field, &tok, run.val_fraction)?;
+    let corpus = prepare_corpus(&o.data, &o.text_field, tok, run.val_fraction)?;
     for n in &corpus.notes {
         on_event(PretrainEvent::Note(n.clone()));
     }
-    let batcher = PairBatcher::new(&tok, run.seq_len, run.whole_word_masking)?;
+    let batcher = PairBatcher::new(tok, run.seq_len, run.whole_word_masking)?;
     let val_pairs: Vec<NspPair> = if corpus.val.len() >= 2 {
         let mut c = NspConfig::new(run.seq_len);
         c.short_seq_prob = run.short_seq_prob;
@@ -569,10 +485,15 @@ pub fn run_bert_pretraining_on(
         }));
         Vec::new()
     };
+    Ok((corpus, batcher, val_pairs))
+}
 
+/// The trainer of `model` in the run's number format, the embeddings
+/// weight-decayed with `decay_embeddings`.
+fn new_trainer(model: Bert, run: &BertRunConfig, decay_embeddings: bool) -> Result<BertTrainer> {
     let mut trainer = BertTrainer::new(model)?;
     Trainable::set_precision(&mut trainer, run.dtype)?;
-    if o.decay_embeddings {
+    if decay_embeddings {
         for n in [
             "embeddings.word_embeddings.weight",
             "embeddings.position_embeddings.weight",
@@ -581,8 +502,20 @@ pub fn run_bert_pretraining_on(
             trainer.model.layout.set_decay(n, true)?;
         }
     }
-    let num_params = trainer.num_params();
-    let (mut state, mut opt) = match resumed {
+    Ok(trainer)
+}
+
+/// The trainer and optimizer state to start from (the checkpoint's, checked
+/// against the model and the corpus, or new ones), with the run recorded in
+/// `extra`; an error when the run is already at `max_steps`.
+fn train_state(
+    o: &BertPretrainOptions,
+    run: &BertRunConfig,
+    resumed: Option<Resumed>,
+    num_params: usize,
+    corpus: &BertCorpus,
+) -> Result<(TrainState, OptimState)> {
+    let (mut state, opt) = match resumed {
         Some((mut state, opt)) => {
             if state.num_params != num_params {
                 return Err(invalid(
@@ -638,15 +571,17 @@ pub fn run_bert_pretraining_on(
             run.max_steps
         )));
     }
-    let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = if root {
-        Some(
-            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-                .map_err(io(&metrics_path))?,
-        )
-    } else {
-        None
-    };
+    Ok((state, opt))
+}
+
+/// The line that opens a run: the model, the data and the step's shape.
+fn start_message(
+    cfg: &BertConfig,
+    run: &BertRunConfig,
+    num_params: usize,
+    corpus: &BertCorpus,
+    val_pairs: usize,
+) -> String {
     let per_step = if run.ranks > 1 {
         format!(
             "{} ({} x {} ranks)",
@@ -657,77 +592,26 @@ pub fn run_bert_pretraining_on(
     } else {
         run.batch_size.to_string()
     };
-    on_event(PretrainEvent::Start {
-        message: format!(
-            "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
-             {} x {} tokens x {} accum per step, {} steps{}{}",
-            cfg.num_hidden_layers,
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            cfg.vocab_size,
-            num_params as f64 / 1e6,
-            corpus.train.len(),
-            corpus.val.len(),
-            val_pairs.len(),
-            per_step,
-            run.seq_len,
-            run.grad_accum,
-            run.max_steps,
-            if run.whole_word_masking { ", whole-word masking" } else { "" },
-            match run.dtype {
-                Precision::F32 => String::new(),
-                d => format!(" | {}", d.describe()),
-            }
-        ),
-        start_step,
-        max_steps: run.max_steps,
-    });
-
-    let mut task = BertTask {
-        corpus: &corpus,
-        run: &run,
-        batcher: &batcher,
-        val_pairs: &val_pairs,
-        tok: &tok,
-        pos: state.data,
-        plan: epoch_plan(&corpus, &run, state.data.epoch)?,
-        max_shard_size: o.max_shard_size,
-        comm,
-    };
-    let config = RunConfig {
-        max_steps: run.max_steps,
-        log_every: run.log_every,
-        eval_every: run.eval_every,
-        save_every: run.save_every,
-        keep: run.keep,
-        stop_after: o.stop_after,
-        checkpoint_dir: Some(ckpt_root),
-        final_dir: Some(out.clone()),
-        eval_at_start: true,
-    };
-    let optim = o.optim;
-    let runner = Runner {
-        model: &mut trainer,
-        opt: &mut opt,
-        state: &mut state,
-        optim: &optim,
-        metrics: metrics.as_mut(),
-        config: &config,
-        parallel: DataParallel {
-            comm,
-            shard_optimizer: o.shard_optimizer,
-        },
-    };
-    let mut tb = BertTrainBatch::default();
-    runner.run(
-        &mut task,
-        &mut tb,
-        &mut |e| {
-            if let Some(e) = PretrainEvent::of_run(e) {
-                on_event(e)
-            }
-        },
-        stop,
+    format!(
+        "model: BERT {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val documents, {} val pairs | \
+         {} x {} tokens x {} accum per step, {} steps{}{}",
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.vocab_size,
+        num_params as f64 / 1e6,
+        corpus.train.len(),
+        corpus.val.len(),
+        val_pairs,
+        per_step,
+        run.seq_len,
+        run.grad_accum,
+        run.max_steps,
+        if run.whole_word_masking { ", whole-word masking" } else { "" },
+        match run.dtype {
+            Precision::F32 => String::new(),
+            d => format!(" | {}", d.describe()),
+        }
     )
 }
 
@@ -850,26 +734,4 @@ impl RunTask<BertTrainer> for BertTask<'_> {
         self.tok.save(dir)?;
         Ok(())
     }
-}
-
-/// The same pairs and masks a run would train on at `epoch`, for inspection
-/// and tests: `(pair, masked ids, labels, token types)` of the first `n`
-/// pairs in visiting order.
-pub fn preview_epoch(
-    corpus: &BertCorpus,
-    tok: &WordPieceTokenizer,
-    run: &BertRunConfig,
-    epoch: u64,
-    n: usize,
-) -> Result<Vec<(NspPair, BertTrainBatch)>> {
-    let plan = epoch_plan(corpus, run, epoch)?;
-    let batcher = PairBatcher::new(tok, run.seq_len, run.whole_word_masking)?;
-    let mut out = Vec::new();
-    for &i in plan.order.iter().take(n) {
-        let p = &plan.pairs[i as usize];
-        let mut tb = BertTrainBatch::default();
-        batcher.fill(&[p], &|_| mask_rng(run.seed, epoch, i), &mut tb);
-        out.push((p.clone(), tb));
-    }
-    Ok(out)
 }

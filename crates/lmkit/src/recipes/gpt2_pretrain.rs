@@ -7,7 +7,7 @@
 //!
 //! Entry point: [`super::pretrain::pretrain`] with `family: Gpt2`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lmkit_tokenizers::BpeTokenizer;
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@ use super::pretrain_options::{
 use super::run_record::check_same_run;
 use super::{check_vocab, invalid, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
-use crate::data::{self, batch, BatchSampler, PrepareOptions, TokenBatch, TokenData, TokenShard};
+use crate::data::{batch, BatchSampler, TokenBatch, TokenData, TokenShard};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
 use crate::models::{LossParts, Trainable};
 use crate::spec::config::{AnyConfig, Gpt2Config};
@@ -34,6 +34,9 @@ use crate::train::{
     Runner, TrainState,
 };
 use crate::util::comm::Communicator;
+
+mod shards;
+use shards::open_data;
 
 /// Run settings of a GPT-2 pretraining run after defaults and resume are
 /// applied; stored in the trainer state so `resume` continues with them.
@@ -185,7 +188,99 @@ pub(crate) fn run(
     let ckpt_root = out.join("checkpoints");
 
     // Model, tokenizer, and saved state.
-    let resumed = match saved_state(o, on_event)? {
+    let resumed = load_resumed(o, on_event)?;
+    let saved_run: Option<Gpt2RunConfig> = resumed
+        .as_ref()
+        .and_then(|(_, s, _)| serde_json::from_value(s.extra["run"].clone()).ok());
+    let run_cfg = run_config(o, saved_run.as_ref(), comm.world_size())?;
+    let (seq_len, batch_size, ranks) = (run_cfg.seq_len, run_cfg.batch_size, run_cfg.ranks);
+    let global_batch = batch_size * ranks;
+    let resumed_dir = resumed.as_ref().map(|(dir, _, _)| dir.as_path());
+    let (tokenizer, mut model, eos) = load_model(o, resumed_dir, &run_cfg, on_event)?;
+    let cfg = model.config.clone();
+
+    let (data, mut sampler) =
+        open_data(o, comm, &tokenizer, cfg.vocab_size, eos, &run_cfg, on_event)?;
+    let (mut state, mut opt, optim) =
+        train_state(o, resumed, model.num_params(), &mut sampler, &run_cfg)?;
+    let start_step = state.step;
+
+    let metrics_path = out.join("metrics.jsonl");
+    let mut metrics = if comm.is_root() {
+        Some(
+            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
+                .map_err(io(&metrics_path))?,
+        )
+    } else {
+        None
+    };
+    on_event(PretrainEvent::Start {
+        message: start_message(&cfg, &run_cfg, model.num_params(), &data),
+        start_step,
+        max_steps: run_cfg.max_steps,
+    });
+
+    let mut task = Gpt2Task {
+        data: &data,
+        sampler,
+        tokenizer: &tokenizer,
+        run: &run_cfg,
+        max_shard_size: o.max_shard_size,
+        comm,
+    };
+    if let Some(val) = &data.val {
+        if batch::eval_batch_count(val, global_batch, seq_len, run_cfg.eval_batches) == 0 {
+            on_event(PretrainEvent::Note(
+                "note: the validation split is smaller than one batch; skipping validation".into(),
+            ));
+        }
+    }
+    let config = RunConfig {
+        max_steps: run_cfg.max_steps,
+        log_every: run_cfg.log_every,
+        eval_every: run_cfg.eval_every,
+        save_every: run_cfg.save_every,
+        keep: run_cfg.keep,
+        stop_after: o.stop_after,
+        checkpoint_dir: Some(ckpt_root),
+        final_dir: Some(out.clone()),
+        eval_at_start: true,
+    };
+    let runner = Runner {
+        model: &mut model,
+        opt: &mut opt,
+        state: &mut state,
+        optim: &optim,
+        metrics: metrics.as_mut(),
+        config: &config,
+        parallel: DataParallel {
+            comm,
+            shard_optimizer: o.shard_optimizer,
+        },
+    };
+    let mut batch_buf = TokenBatch::new(batch_size, seq_len);
+    runner.run(
+        &mut task,
+        &mut batch_buf,
+        &mut |e| {
+            if let Some(e) = PretrainEvent::of_run(e) {
+                on_event(e)
+            }
+        },
+        stop,
+    )
+}
+
+/// A resumed run's checkpoint folder, trainer state and optimizer state.
+type Resumed = (PathBuf, TrainState, OptimState);
+
+/// With `resume`, the newest complete checkpoint, checked to be a GPT-2
+/// run from the same `init_from`.
+fn load_resumed(
+    o: &PretrainOptions,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<Option<Resumed>> {
+    Ok(match saved_state(o, on_event)? {
         Some((dir, state)) => {
             check_resumed_family(&dir, &state, Family::Gpt2)?;
             check_resumed_init(&o.init_from, &state)?;
@@ -193,21 +288,19 @@ pub(crate) fn run(
             Some((dir, state, opt))
         }
         None => None,
-    };
-    let init_record = match &resumed {
-        Some((_, s, _)) => s.extra.get("init_from").cloned().unwrap_or(Value::Null),
-        None => init_from_record(&o.init_from),
-    };
-    let saved_run: Option<Gpt2RunConfig> = resumed
-        .as_ref()
-        .and_then(|(_, s, _)| serde_json::from_value(s.extra["run"].clone()).ok());
-    let sr = saved_run.as_ref();
+    })
+}
 
+/// The run settings: each given option, else the resumed run's (`sr`),
+/// else the default; checked against the resumed run's and for positive
+/// sizes.
+fn run_config(
+    o: &PretrainOptions,
+    sr: Option<&Gpt2RunConfig>,
+    ranks: usize,
+) -> Result<Gpt2RunConfig> {
     let seq_len = or_saved(o.seq_len, sr.map(|r| r.seq_len), 256);
-    let ranks = comm.world_size();
-    let root = comm.is_root();
     let batch_size = rank_batch_size(o.batch_size, sr.map(|s| (s.batch_size, s.ranks)), ranks)?;
-    let global_batch = batch_size * ranks;
     let grad_accum = or_saved(o.grad_accum, sr.map(|r| r.grad_accum), 1);
     let seed = or_saved(o.seed, sr.map(|r| r.seed), 1337);
     let val_fraction = or_saved(o.val_fraction, sr.map(|r| r.val_fraction), 0.05);
@@ -252,64 +345,25 @@ pub(crate) fn run(
             "`seq_len`, `batch_size`, `grad_accum` and `max_steps` must be positive",
         ));
     }
+    Ok(run_cfg)
+}
 
-    let (tokenizer, mut model) = match &resumed {
-        Some((dir, _, _)) => {
-            let tok = BpeTokenizer::from_dir(dir)?;
-            if let Some(given) = &o.tokenizer {
-                if vocab_id(&BpeTokenizer::from_dir(given)?) != vocab_id(&tok) {
-                    return Err(invalid(format!(
-                        "`tokenizer` {}: its vocabulary differs from the checkpoint's; `resume` continues with the checkpoint's tokenizer",
-                        given.display()
-                    )));
-                }
-            }
-            let (cfg, params) = load_hf_gpt2(dir)?;
-            check_resumed_size(
-                Family::Gpt2,
-                &o.size,
-                (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions),
-            )?;
-            (tok, Gpt2::from_params(cfg, params)?)
-        }
-        None => {
-            let tok_dir = o
-                .tokenizer
-                .clone()
-                .or_else(|| o.init_from.clone())
-                .ok_or_else(|| invalid("`tokenizer` (a folder) is required"))?;
-            let tok = BpeTokenizer::from_dir(&tok_dir)?;
-            let eos = tok.endoftext_id().ok_or_else(|| {
-                invalid(format!(
-                    "{}: the tokenizer has no <|endoftext|> token to join documents with",
-                    tok_dir.display()
-                ))
-            })?;
-            let model = match &o.init_from {
-                Some(dir) => {
-                    if o.size.given() {
-                        return Err(invalid(
-                            "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
-                        ));
-                    }
-                    let (mut cfg, params) = load_hf_gpt2(dir)?;
-                    if cfg.resid_pdrop != 0.0 || cfg.embd_pdrop != 0.0 || cfg.attn_pdrop != 0.0 {
-                        on_event(PretrainEvent::Note(
-                            "note: lmkit trains without dropout; the saved config will say 0"
-                                .into(),
-                        ));
-                        (cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop) = (0.0, 0.0, 0.0);
-                    }
-                    Gpt2::from_params(cfg, params)?
-                }
-                None => Gpt2::new_random(new_config(o, tok.vocab_size(), eos, seq_len)?, seed)?,
-            };
-            (tok, model)
-        }
+/// The tokenizer and the model (the checkpoint `resumed`'s, or a fresh
+/// start's) set up for the run, and the tokenizer's <|endoftext|> id.
+fn load_model(
+    o: &PretrainOptions,
+    resumed: Option<&Path>,
+    run: &Gpt2RunConfig,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<(BpeTokenizer, Gpt2, u32)> {
+    let seq_len = run.seq_len;
+    let (tokenizer, mut model) = match resumed {
+        Some(dir) => resume_model(o, dir)?,
+        None => new_model(o, seq_len, run.seed, on_event)?,
     };
-    model.set_precision(dtype);
+    model.set_precision(run.dtype);
     model.set_recompute(o.recompute);
-    let cfg = model.config.clone();
+    let cfg = &model.config;
     check_vocab(tokenizer.vocab_size(), cfg.vocab_size)?;
     if seq_len > cfg.n_positions {
         return Err(invalid(format!(
@@ -320,57 +374,91 @@ pub(crate) fn run(
     let eos = tokenizer
         .endoftext_id()
         .ok_or_else(|| invalid("the tokenizer has no <|endoftext|> token"))?;
-    if run_cfg.decay_embeddings {
+    if run.decay_embeddings {
         model.layout.set_decay("wte.weight", true)?;
         model.layout.set_decay("wpe.weight", true)?;
     }
+    Ok((tokenizer, model, eos))
+}
 
-    // Data: rank 0 tokenizes (or checks) the shards, the others open them.
-    let data_dir = out.join("data");
-    let prepared = if root {
-        Some(prepare_data(
-            o,
-            &data_dir,
-            &tokenizer,
-            cfg.vocab_size,
-            eos,
-            val_fraction,
-            on_event,
-        )?)
-    } else {
-        None
-    };
-    comm.set_watch(false);
-    comm.barrier();
-    comm.set_watch(true);
-    let data = match prepared {
-        Some(d) => d,
-        None => data::open_shards(&data_dir)?,
-    };
-    if data.meta.vocab_size as usize != cfg.vocab_size {
-        return Err(invalid(format!(
-            "{}: shards were made for a vocabulary of {}, the model has {}",
-            data_dir.display(),
-            data.meta.vocab_size,
-            cfg.vocab_size
-        )));
+/// The checkpoint `dir`'s tokenizer (a given `tokenizer` must have the same
+/// vocabulary) and model (of the size the options give, if any).
+fn resume_model(o: &PretrainOptions, dir: &Path) -> Result<(BpeTokenizer, Gpt2)> {
+    let tok = BpeTokenizer::from_dir(dir)?;
+    if let Some(given) = &o.tokenizer {
+        if vocab_id(&BpeTokenizer::from_dir(given)?) != vocab_id(&tok) {
+            return Err(invalid(format!(
+                "`tokenizer` {}: its vocabulary differs from the checkpoint's; `resume` continues with the checkpoint's tokenizer",
+                given.display()
+            )));
+        }
     }
-    let mut sampler = BatchSampler::new(data.train.len(), global_batch, seq_len, seed)?;
-    if data.val.is_none() {
-        on_event(PretrainEvent::Note(if val_fraction == 0.0 {
-            "note: no validation split (`val_fraction` 0): validation loss is not measured".into()
-        } else {
-            format!(
-                "note: the data is too small to hold out a validation split ({} tokens; `val_fraction` {val_fraction} \
-                 takes every {}th chunk of {} tokens): validation loss is not measured",
-                data.meta.train_tokens,
-                (1.0 / val_fraction).round().max(2.0),
-                data.meta.chunk_tokens
-            )
-        }));
-    }
+    let (cfg, params) = load_hf_gpt2(dir)?;
+    check_resumed_size(
+        Family::Gpt2,
+        &o.size,
+        (cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions),
+    )?;
+    Ok((tok, Gpt2::from_params(cfg, params)?))
+}
 
-    // Optimizer and state.
+/// A fresh start's tokenizer and model: `init_from`'s, or a new one of the
+/// options' size seeded with `seed`.
+fn new_model(
+    o: &PretrainOptions,
+    seq_len: usize,
+    seed: u64,
+    on_event: &mut dyn FnMut(PretrainEvent),
+) -> Result<(BpeTokenizer, Gpt2)> {
+    let tok_dir = o
+        .tokenizer
+        .clone()
+        .or_else(|| o.init_from.clone())
+        .ok_or_else(|| invalid("`tokenizer` (a folder) is required"))?;
+    let tok = BpeTokenizer::from_dir(&tok_dir)?;
+    let eos = tok.endoftext_id().ok_or_else(|| {
+        invalid(format!(
+            "{}: the tokenizer has no <|endoftext|> token to join documents with",
+            tok_dir.display()
+        ))
+    })?;
+    let model = match &o.init_from {
+        Some(dir) => {
+            if o.size.given() {
+                return Err(invalid(
+                    "`init_from` takes the model size from the checkpoint; drop `preset` and `n_*`",
+                ));
+            }
+            let (mut cfg, params) = load_hf_gpt2(dir)?;
+            if cfg.resid_pdrop != 0.0 || cfg.embd_pdrop != 0.0 || cfg.attn_pdrop != 0.0 {
+                on_event(PretrainEvent::Note(
+                    "note: lmkit trains without dropout; the saved config will say 0".into(),
+                ));
+                (cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop) = (0.0, 0.0, 0.0);
+            }
+            Gpt2::from_params(cfg, params)?
+        }
+        None => Gpt2::new_random(new_config(o, tok.vocab_size(), eos, seq_len)?, seed)?,
+    };
+    Ok((tok, model))
+}
+
+/// The optimizer settings and the trainer and optimizer state to start
+/// from: the checkpoint's (checked against the model; the sampler moved to
+/// its position) or new ones, with the run recorded in `extra`; an error
+/// when the run is already at `max_steps`.
+fn train_state(
+    o: &PretrainOptions,
+    resumed: Option<Resumed>,
+    num_params: usize,
+    sampler: &mut BatchSampler,
+    run: &Gpt2RunConfig,
+) -> Result<(TrainState, OptimState, OptimConfig)> {
+    let (max_steps, grad_accum) = (run.max_steps, run.grad_accum);
+    let init_record = match &resumed {
+        Some((_, s, _)) => s.extra.get("init_from").cloned().unwrap_or(Value::Null),
+        None => init_from_record(&o.init_from),
+    };
     let defaults = OptimConfig {
         schedule: LrSchedule {
             kind: ScheduleKind::Cosine,
@@ -388,9 +476,9 @@ pub(crate) fn run(
     };
     let saved_optim = resumed.as_ref().map(|(_, s, _)| s.optim);
     let optim = optim_config(o, saved_optim.as_ref(), &defaults, max_steps, grad_accum)?;
-    let (mut state, mut opt) = match resumed {
+    let (mut state, opt) = match resumed {
         Some((_, mut state, opt)) => {
-            if state.num_params != model.num_params() {
+            if state.num_params != num_params {
                 return Err(invalid(
                     "the checkpoint's optimizer state does not match the model's size",
                 ));
@@ -400,104 +488,57 @@ pub(crate) fn run(
             (state, opt)
         }
         None => (
-            TrainState::new(seed, optim, global_batch, seq_len, model.num_params()),
-            OptimState::new(model.num_params()),
+            TrainState::new(
+                run.seed,
+                optim,
+                run.batch_size * run.ranks,
+                run.seq_len,
+                num_params,
+            ),
+            OptimState::new(num_params),
         ),
     };
-    state.extra = json!({"arch": "gpt2", "run": run_cfg, "init_from": init_record});
+    state.extra = json!({"arch": "gpt2", "run": run, "init_from": init_record});
     let start_step = state.step;
     if start_step >= max_steps {
         return Err(invalid(format!(
             "the checkpoint is at step {start_step}, already at `max_steps` {max_steps}; raise `max_steps`"
         )));
     }
+    Ok((state, opt, optim))
+}
 
-    let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = if root {
-        Some(
-            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-                .map_err(io(&metrics_path))?,
-        )
-    } else {
-        None
-    };
+/// The line that opens a run: the model, the data and the step's shape.
+fn start_message(
+    cfg: &Gpt2Config,
+    run: &Gpt2RunConfig,
+    num_params: usize,
+    data: &TokenData,
+) -> String {
+    let (batch_size, ranks) = (run.batch_size, run.ranks);
     let per_step = if ranks > 1 {
-        format!("{global_batch} ({batch_size} x {ranks} ranks)")
+        format!("{} ({batch_size} x {ranks} ranks)", batch_size * ranks)
     } else {
         batch_size.to_string()
     };
-    on_event(PretrainEvent::Start {
-        message: format!(
-            "model: GPT-2 {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val tokens | \
-             {} x {} tokens x {} accum per step, {} steps{}",
-            cfg.n_layer,
-            cfg.n_embd,
-            cfg.n_head,
-            cfg.vocab_size,
-            model.num_params() as f64 / 1e6,
-            data.meta.train_tokens,
-            data.meta.val_tokens,
-            per_step,
-            seq_len,
-            grad_accum,
-            max_steps,
-            match dtype {
-                Precision::F32 => String::new(),
-                d => format!(" | {}", d.describe()),
-            }
-        ),
-        start_step,
-        max_steps,
-    });
-
-    let mut task = Gpt2Task {
-        data: &data,
-        sampler,
-        tokenizer: &tokenizer,
-        run: &run_cfg,
-        max_shard_size: o.max_shard_size,
-        comm,
-    };
-    if let Some(val) = &data.val {
-        if batch::eval_batch_count(val, global_batch, seq_len, run_cfg.eval_batches) == 0 {
-            on_event(PretrainEvent::Note(
-                "note: the validation split is smaller than one batch; skipping validation".into(),
-            ));
+    format!(
+        "model: GPT-2 {} layers, d {}, {} heads, vocab {}, {:.2}M parameters | data: {} train / {} val tokens | \
+         {} x {} tokens x {} accum per step, {} steps{}",
+        cfg.n_layer,
+        cfg.n_embd,
+        cfg.n_head,
+        cfg.vocab_size,
+        num_params as f64 / 1e6,
+        data.meta.train_tokens,
+        data.meta.val_tokens,
+        per_step,
+        run.seq_len,
+        run.grad_accum,
+        run.max_steps,
+        match run.dtype {
+            Precision::F32 => String::new(),
+            d => format!(" | {}", d.describe()),
         }
-    }
-    let config = RunConfig {
-        max_steps,
-        log_every: run_cfg.log_every,
-        eval_every: run_cfg.eval_every,
-        save_every: run_cfg.save_every,
-        keep: run_cfg.keep,
-        stop_after: o.stop_after,
-        checkpoint_dir: Some(ckpt_root),
-        final_dir: Some(out.clone()),
-        eval_at_start: true,
-    };
-    let runner = Runner {
-        model: &mut model,
-        opt: &mut opt,
-        state: &mut state,
-        optim: &optim,
-        metrics: metrics.as_mut(),
-        config: &config,
-        parallel: DataParallel {
-            comm,
-            shard_optimizer: o.shard_optimizer,
-        },
-    };
-    let mut batch_buf = TokenBatch::new(batch_size, seq_len);
-    runner.run(
-        &mut task,
-        &mut batch_buf,
-        &mut |e| {
-            if let Some(e) = PretrainEvent::of_run(e) {
-                on_event(e)
-            }
-        },
-        stop,
     )
 }
 
@@ -586,71 +627,6 @@ impl RunTask<Gpt2> for Gpt2Task<'_> {
         self.tokenizer.save(dir)?;
         Ok(())
     }
-}
-
-/// Tokenizes the data into `dir` (or reuses the shards there).
-fn prepare_data(
-    o: &PretrainOptions,
-    dir: &Path,
-    tok: &BpeTokenizer,
-    vocab_size: usize,
-    eos: u32,
-    val_fraction: f64,
-    on_event: &mut dyn FnMut(PretrainEvent),
-) -> Result<TokenData> {
-    // A resumed run reads the field its shards were made from unless told otherwise.
-    let text_field = match &o.text_field {
-        Some(f) => f.clone(),
-        None => o
-            .resume
-            .then(|| std::fs::read_to_string(dir.join("meta.json")).ok())
-            .flatten()
-            .and_then(|t| serde_json::from_str::<data::ShardMeta>(&t).ok())
-            .map_or_else(|| data::DEFAULT_TEXT_FIELD.to_string(), |m| m.text_field),
-    };
-    let opts = PrepareOptions {
-        vocab_size,
-        eos_id: eos,
-        val_fraction,
-        tokenizer_id: vocab_id(tok),
-        text_field,
-    };
-    // A resumed run continues on its own shards: given data must be the
-    // same (checked before anything in OUTPUT/data is replaced).
-    if o.resume && dir.join("meta.json").exists() {
-        if !o.data.is_empty() {
-            if let Err(why) = data::check_shards(&o.data, dir, &opts)? {
-                return Err(invalid(format!(
-                    "`data` is not the data of the run being resumed: {why}; \
-                     drop `data` to continue on the shards in {}, or start a new `output`",
-                    dir.display()
-                )));
-            }
-        }
-        return Ok(data::open_shards(dir)?);
-    }
-    if o.data.is_empty() {
-        return Err(invalid("`data` (text files) is required"));
-    }
-    let encode = |text: &str| -> std::result::Result<Vec<u32>, String> {
-        Ok(tok.encode_ids(text.as_bytes(), false))
-    };
-    let mut progress = |done: u64, total: u64| on_event(PretrainEvent::Tokenizing { done, total });
-    let prepared = data::prepare_shards(&o.data, dir, &opts, &encode, &mut progress)?;
-    let m = &prepared.meta;
-    on_event(PretrainEvent::Note(format!(
-        "data: {} documents, {} train + {} val tokens ({}){}",
-        m.documents,
-        m.train_tokens,
-        m.val_tokens,
-        if m.token_width == 2 { "u16" } else { "u32" },
-        if prepared.reused {
-            ", reusing the existing shards"
-        } else {
-            ""
-        }
-    )));
-    Ok(data::open_shards(dir)?)
 }
 
 /// Identifies a tokenizer by its vocabulary (the same however it was loaded).
