@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lmkit::models::bert::{BertPipeline, EmbedOptions, LabelScore, Pooling, QaOptions};
 use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
-use lmkit::models::load::{classify_rows_with, load_bert, load_gpt2, Classifier};
+use lmkit::models::load::{load_bert, load_gpt2};
+use lmkit::tasks::classify::{classify_rows_with, Classifier};
 use lmkit_tokenizers::{BpeTokenizer, Tokenizer};
 use numpy::PyArray2;
 use pyo3::prelude::*;

@@ -25,9 +25,9 @@ use lmkit::models::gpt2::{
     BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, SeqId, SequenceRequest, TokenLogprob,
     WeightDtype,
 };
-use lmkit::models::load::Classifier;
 use lmkit::spec::config::{AnyConfig, Gpt2Config};
 use lmkit::spec::names::{Architecture, Family};
+use lmkit::tasks::classify::Classifier;
 use lmkit_tokenizers::BpeTokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 

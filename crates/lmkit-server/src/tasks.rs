@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lmkit::models::bert::{qa_windows, HeadKind, QaOptions};
-use lmkit::models::load::Ranked;
 use lmkit::spec::Family;
+use lmkit::tasks::classify::Ranked;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -15,7 +15,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use lmkit::models::load::Classifier;
+use lmkit::tasks::classify::Classifier;
 use serde_json::json;
 
 #[derive(clap::Args)]

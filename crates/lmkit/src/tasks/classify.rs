@@ -12,14 +12,19 @@ use lmkit_tokenizers::wordpiece::WordPieceTokenizer;
 use lmkit_tokenizers::{BpeTokenizer, Encoding};
 use serde_json::json;
 
+use crate::checkpoint::{read_config, resolve_model_dir};
 use crate::data::classify_data::{read_classify_jsonl, ClassifyData, LabelMap};
+use crate::error::Error;
 use crate::eval::benchmark::{metrics, EvalOptions, Evaluation, Keep};
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, ClassifyEval,
 };
 use crate::models::bert::{Bert, BertTargets, BertTrainBatch, BertTrainer, HeadKind};
+use crate::models::bert::{BertPipeline, LabelScore};
 use crate::models::gpt2::classify::task_batch;
-use crate::models::gpt2::{Gpt2Classifier, Gpt2TaskBatch, Gpt2TaskTrainer};
+use crate::models::gpt2::{Gpt2Classifier, Gpt2TaskBatch, Gpt2TaskTrainer, WeightDtype};
+use crate::models::load::load_bert;
+use crate::spec::config::ModelConfig;
 use crate::spec::config::{AnyConfig, BertConfig, Gpt2Config};
 use crate::spec::names::{Architecture, Family};
 
@@ -297,4 +302,114 @@ fn prepare_gpt2(cx: &PrepareCx<'_>, mut config: Gpt2Config) -> Result<Prepared> 
         }),
         save: Box::new(move |t, d| save_gpt2(&t.model, arch, &tok, shard, d)),
     }))
+}
+
+// ---------------------------------------------------------------- inference
+
+/// A sequence classifier of either family (the family read from config.json).
+pub enum Classifier {
+    Bert(Box<BertPipeline>),
+    Gpt2(Box<Gpt2Classifier>),
+}
+
+/// All labels with scores, best first, for each input.
+pub type Ranked = Vec<Vec<LabelScore>>;
+
+impl Classifier {
+    /// Loads `model` (a folder or a hub name); GPT-2 classifiers run f32.
+    pub fn load(model: &str, dtype: WeightDtype) -> crate::Result<Self> {
+        let dir = resolve_model_dir(model)?;
+        match read_config(&dir, None)?.family() {
+            Family::Bert => Ok(Classifier::Bert(Box::new(load_bert(
+                "classify", model, dtype,
+            )?))),
+            Family::Gpt2 => {
+                if dtype != WeightDtype::F32 {
+                    return Err(Error::InvalidInput(format!(
+                        "`dtype` {dtype}: GPT-2 classifiers run f32"
+                    )));
+                }
+                Ok(Classifier::Gpt2(Box::new(Gpt2Classifier::from_dir(&dir)?)))
+            }
+        }
+    }
+
+    /// Labels with scores for each text (HF's text-classification pipeline).
+    pub fn classify(
+        &mut self,
+        texts: &[&str],
+        batch_size: usize,
+        truncate: bool,
+    ) -> crate::Result<Ranked> {
+        match self {
+            Classifier::Bert(p) => p.classify(texts, batch_size, truncate),
+            Classifier::Gpt2(c) => c.classify(texts, batch_size, truncate),
+        }
+    }
+
+    /// [`Self::classify`] for text pairs.
+    pub fn classify_pairs(
+        &mut self,
+        pairs: &[(&str, &str)],
+        batch_size: usize,
+        truncate: bool,
+    ) -> crate::Result<Ranked> {
+        match self {
+            Classifier::Bert(p) => p.classify_pairs(pairs, batch_size, truncate),
+            Classifier::Gpt2(c) => c.classify_pairs(pairs, batch_size, truncate),
+        }
+    }
+
+    /// Rows of texts and pairs (`(text, Some(pair))`) classified in input
+    /// order: the texts and the pairs each in their own batches.
+    pub fn classify_rows(
+        &mut self,
+        rows: &[(&str, Option<&str>)],
+        batch_size: usize,
+        truncate: bool,
+    ) -> crate::Result<Ranked> {
+        match self {
+            Classifier::Bert(p) => classify_rows_with(
+                rows,
+                |t| p.classify(t, batch_size, truncate),
+                |ab| p.classify_pairs(ab, batch_size, truncate),
+            ),
+            Classifier::Gpt2(c) => {
+                let c = std::cell::RefCell::new(c);
+                classify_rows_with(
+                    rows,
+                    |t| c.borrow_mut().classify(t, batch_size, truncate),
+                    |ab| c.borrow_mut().classify_pairs(ab, batch_size, truncate),
+                )
+            }
+        }
+    }
+}
+
+/// Classifies `rows` in input order with `texts` for the single texts and
+/// `pairs` for the pairs.
+pub fn classify_rows_with(
+    rows: &[(&str, Option<&str>)],
+    texts: impl FnOnce(&[&str]) -> crate::Result<Ranked>,
+    pairs: impl FnOnce(&[(&str, &str)]) -> crate::Result<Ranked>,
+) -> crate::Result<Ranked> {
+    let (paired, single): (Vec<usize>, Vec<usize>) =
+        (0..rows.len()).partition(|&i| rows[i].1.is_some());
+    let mut out = vec![Vec::new(); rows.len()];
+    if !single.is_empty() {
+        let t: Vec<&str> = single.iter().map(|&i| rows[i].0).collect();
+        for (&i, r) in single.iter().zip(texts(&t)?) {
+            out[i] = r;
+        }
+    }
+    if !paired.is_empty() {
+        let ab: Vec<(&str, &str)> = paired
+            .iter()
+            .map(|&i| (rows[i].0, rows[i].1.unwrap_or_default()))
+            .collect();
+        for (&i, r) in paired.iter().zip(pairs(&ab)?) {
+            out[i] = r;
+        }
+    }
+    Ok(out)
 }
