@@ -23,22 +23,22 @@ pub struct Args {
     #[arg(long, env = "LMKIT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Most texts per embedding forward batch, and most completions decoded together.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = ServeOptions::default().max_batch)]
     pub max_batch: usize,
     /// Most requests waiting per model; more are answered 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = ServeOptions::default().max_queue)]
     pub max_queue: usize,
     /// Largest max_tokens a completion may ask for.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = ServeOptions::default().max_tokens)]
     pub max_tokens: usize,
     /// Longest wait in a model's queue, seconds; longer is answered 503.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = ServeOptions::default().timeout.as_secs_f64())]
     pub timeout_s: f64,
     /// Weights of every model: f32, bf16 or int8 (BERT: its encoder's matmuls in that format).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Largest request body, bytes.
-    #[arg(long, default_value_t = 4 << 20)]
+    #[arg(long, default_value_t = ServeOptions::default().body_limit)]
     pub body_limit: usize,
 }
 
