@@ -25,62 +25,16 @@ import pathlib
 import re
 import sys
 
+# One lexer for both checks: comments and string, raw-string and char
+# literals blanked, lines kept.
+from check_sizes import strip_code
+
 LAYERS = ["util", "kernels", "spec", "checkpoint", "data", "models", "train", "eval", "tasks", "recipes"]
 # Top-level files that belong to a layer.
 FILE_LAYER = {"error": "util"}
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "crates" / "lmkit" / "src"
-
-
-def strip_code(text):
-    """The text with comments and string/char literals blanked (lines kept)."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
-            end = text.find('"' + hashes, i + 2 + len(hashes))
-            j = n if end < 0 else end + 1 + len(hashes)
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            j += 1
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == "'":
-            # A char literal ('a', '\n', '\u{1F600}'), not a lifetime ('a).
-            m = re.match(r"'(\\.|\\u\{[0-9a-fA-F]+\}|[^\\'])'", text[i:])
-            if m:
-                out.append(" " * len(m.group(0)))
-                i += len(m.group(0))
-            else:
-                out.append(c)
-                i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def expand_use_tree(tree):

@@ -231,8 +231,15 @@ pub fn _finetune(
     };
     let result = py.detach(|| {
         let mut on_event = |e: FinetuneEvent| {
-            if let (Some(text), FinetuneEvent::Step { stats, .. }) = (e.step_text(), &e) {
-                rep.step_line(|| format!("step {} | {text}", stats.step));
+            if let FinetuneEvent::Step { stats, .. } = &e {
+                // Formatted only when a line is due.
+                rep.step_line(|| {
+                    format!(
+                        "step {} | {}",
+                        stats.step,
+                        e.step_text().unwrap_or_default()
+                    )
+                });
             }
             for line in e.lines() {
                 rep.line(&line);

@@ -274,22 +274,14 @@ struct Run<'a, 'p> {
 }
 
 fn perplexity(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let mut text = std::fs::read(data).map_err(|source| Error::Io {
-        path: data.to_path_buf(),
+    let mut text = std::fs::read(r.data).map_err(|source| Error::Io {
+        path: r.data.to_path_buf(),
         source,
     })?;
-    if keep.is_some() {
+    if r.keep.is_some() {
         // Documents are blocks between blank lines; the kept ones rejoined.
-        let docs = read_eval_documents(&[data.to_path_buf()])?;
-        let kept = keep_items(docs, keep, |d| {
+        let docs = read_eval_documents(&[r.data.to_path_buf()])?;
+        let kept = keep_items(docs, r.keep, |d| {
             d.segments.iter().map(String::as_str).collect()
         });
         text = kept
@@ -299,31 +291,23 @@ fn perplexity(r: Run<'_, '_>) -> Result<Evaluation> {
             .join("\n\n")
             .into_bytes();
     }
-    let ids = tok.encode_ordinary(&text);
-    let context = opts.context.unwrap_or(engine.config().n_positions);
-    let stride = opts.stride.unwrap_or((context / 2).max(1));
-    let r = engine.perplexity(&ids, context, stride, progress)?;
+    let ids = r.tok.encode_ordinary(&text);
+    let context = r.opts.context.unwrap_or(r.engine.config().n_positions);
+    let stride = r.opts.stride.unwrap_or((context / 2).max(1));
+    let report = r.engine.perplexity(&ids, context, stride, r.progress)?;
     Ok(Evaluation {
         metrics: metrics(
-            json!({"tokens": r.tokens, "nll": r.mean_nll, "perplexity": r.perplexity}),
+            json!({"tokens": report.tokens, "nll": report.mean_nll, "perplexity": report.perplexity}),
         ),
         predictions: vec![],
     })
 }
 
 fn lambada(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let items = opts.select(read_lambada(data)?, keep, |it| {
+    let items = r.opts.select(read_lambada(r.data)?, r.keep, |it| {
         vec![it.context.as_str(), it.word.as_str()]
     });
-    let (s, outs) = eval_lambada(engine, tok, &items, opts.decode_batch(), progress)?;
+    let (s, outs) = eval_lambada(r.engine, r.tok, &items, r.opts.decode_batch(), r.progress)?;
     let predictions = items
         .iter()
         .zip(&outs)
@@ -338,31 +322,27 @@ fn lambada(r: Run<'_, '_>) -> Result<Evaluation> {
 }
 
 fn summarize(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let items = opts.select(read_summarize(data)?, keep, |it| {
+    let items = r.opts.select(read_summarize(r.data)?, r.keep, |it| {
         vec![it.article.as_str(), it.summary.as_str()]
     });
     let so = SummarizeOptions {
-        max_new_tokens: opts.max_new_tokens,
-        top_k: if opts.greedy { 0 } else { opts.top_k.max(1) },
-        seed: opts.seed,
+        max_new_tokens: r.opts.max_new_tokens,
+        top_k: if r.opts.greedy {
+            0
+        } else {
+            r.opts.top_k.max(1)
+        },
+        seed: r.opts.seed,
         sentences: 3,
-        batch_size: opts.decode_batch(),
+        batch_size: r.opts.decode_batch(),
     };
-    let (m, outs) = eval_summarize(engine, tok, &items, &so, progress)?;
+    let (m, outs) = eval_summarize(r.engine, r.tok, &items, &so, r.progress)?;
     let predictions = items
         .iter()
         .zip(&outs)
         .map(|(it, (s, r))| json!({"line": it.line, "summary": s, "rouge": r}))
         .collect();
-    let decoding = if opts.greedy {
+    let decoding = if r.opts.greedy {
         "greedy".to_string()
     } else {
         format!("top-k {}", so.top_k)
@@ -377,22 +357,14 @@ fn summarize(r: Run<'_, '_>) -> Result<Evaluation> {
 }
 
 fn cbt(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let items = opts.select(read_cbt(data)?, keep, |it| {
+    let items = r.opts.select(read_cbt(r.data)?, r.keep, |it| {
         it.context
             .iter()
             .map(String::as_str)
             .chain([it.query.as_str()])
             .collect()
     });
-    let (s, outs) = eval_cbt(engine, tok, &items, progress)?;
+    let (s, outs) = eval_cbt(r.engine, r.tok, &items, r.progress)?;
     let predictions = items
         .iter()
         .zip(&outs)
@@ -406,39 +378,37 @@ fn cbt(r: Run<'_, '_>) -> Result<Evaluation> {
 }
 
 fn translate(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let pairs = match &opts.targets {
-        Some(t) => read_translation_texts(data, t)?,
-        None => read_translation_jsonl(data)?,
+    let pairs = match &r.opts.targets {
+        Some(t) => read_translation_texts(r.data, t)?,
+        None => read_translation_jsonl(r.data)?,
     };
-    let mut pairs = if opts.reverse { reverse(pairs) } else { pairs };
+    let mut pairs = if r.opts.reverse {
+        reverse(pairs)
+    } else {
+        pairs
+    };
     // `limit` counts translated pairs; the examples come first.
-    let shots = opts.shots.min(pairs.len());
+    let shots = r.opts.shots.min(pairs.len());
     let rest = pairs.split_off(shots);
-    let rest = opts.select(rest, keep, |p| vec![p.source.as_str(), p.target.as_str()]);
+    let rest = r
+        .opts
+        .select(rest, r.keep, |p| vec![p.source.as_str(), p.target.as_str()]);
     pairs.extend(rest);
     let (b, hyps) = eval_translate(
-        engine,
-        tok,
+        r.engine,
+        r.tok,
         &pairs,
-        opts.shots,
-        opts.max_new_tokens,
-        opts.decode_batch(),
-        progress,
+        r.opts.shots,
+        r.opts.max_new_tokens,
+        r.opts.decode_batch(),
+        r.progress,
     )?;
     let predictions = pairs[shots..]
         .iter()
         .zip(&hyps)
         .map(|(p, h)| json!({"line": p.line, "source": p.source, "reference": p.target, "translation": h}))
         .collect();
-    let direction = if opts.reverse {
+    let direction = if r.opts.reverse {
         "target-source"
     } else {
         "source-target"
@@ -447,34 +417,28 @@ fn translate(r: Run<'_, '_>) -> Result<Evaluation> {
         metrics: metrics(
             json!({"bleu": b.score, "precisions": b.precisions, "bp": b.bp,
                                 "sys_len": b.stats.sys_len, "ref_len": b.stats.ref_len, "count": hyps.len(),
-                                "shots": opts.shots, "direction": direction}),
+                                "shots": r.opts.shots, "direction": direction}),
         ),
         predictions,
     })
 }
 
 fn zero_shot_qa(r: Run<'_, '_>) -> Result<Evaluation> {
-    let Run {
-        engine,
-        tok,
-        data,
-        opts,
-        keep,
-        progress,
-    } = r;
-    let items = opts.select(qa_items(&read_qa(data)?, opts.shots), keep, |it| {
-        [it.document.as_str(), it.question.as_str()]
-            .into_iter()
-            .chain(it.golds.iter().map(String::as_str))
-            .collect()
-    });
+    let items = r
+        .opts
+        .select(qa_items(&read_qa(r.data)?, r.opts.shots), r.keep, |it| {
+            [it.document.as_str(), it.question.as_str()]
+                .into_iter()
+                .chain(it.golds.iter().map(String::as_str))
+                .collect()
+        });
     let (s, answers) = eval_qa(
-        engine,
-        tok,
+        r.engine,
+        r.tok,
         &items,
-        opts.max_new_tokens,
-        opts.decode_batch(),
-        progress,
+        r.opts.max_new_tokens,
+        r.opts.decode_batch(),
+        r.progress,
     )?;
     let predictions = items
         .iter()
@@ -486,7 +450,7 @@ fn zero_shot_qa(r: Run<'_, '_>) -> Result<Evaluation> {
         .collect();
     Ok(Evaluation {
         metrics: metrics(
-            json!({"exact_match": s.exact_match, "f1": s.f1, "count": s.total, "shots": opts.shots}),
+            json!({"exact_match": s.exact_match, "f1": s.f1, "count": s.total, "shots": r.opts.shots}),
         ),
         predictions,
     })

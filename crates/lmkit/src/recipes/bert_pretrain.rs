@@ -43,7 +43,7 @@ use super::pretrain_options::{
     check_resumed_family, init_from_record, PretrainEvent, PretrainSummary,
 };
 use super::run_record::{check_global_batch, check_same_run};
-use super::{check_vocab, invalid, RecipeError, Result};
+use super::{check_vocab, invalid, io, RecipeError, Result};
 use crate::models::{LossParts, Trainable};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
@@ -283,13 +283,6 @@ pub fn run_bert_pretraining_on(
         },
         stop,
     )
-}
-
-fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
-    move |source| RecipeError::Io {
-        path: p.to_path_buf(),
-        source,
-    }
 }
 
 /// The checks made before anything is loaded: the job's ranks, the output

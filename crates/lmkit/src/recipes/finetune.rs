@@ -41,7 +41,7 @@ use crate::train::runner::ModelWriteError;
 /// The task kind fine-tuning takes (the [`TaskKind`] of the `tasks` registry).
 pub type FinetuneTask = TaskKind;
 
-use super::{RecipeError, Result};
+use super::{io, RecipeError, Result};
 use crate::train::runner::Row;
 use crate::train::{
     list_checkpoints, DataParallel, DataPosition, LrSchedule, MetricsWriter, OptimConfig,
@@ -563,10 +563,6 @@ fn open_output(job: &Job, step: u64) -> Result<Option<MetricsWriter>> {
     if !job.comm.is_root() {
         return Ok(None);
     }
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| RecipeError::Io { path, source }
-    };
     std::fs::create_dir_all(output).map_err(io(output))?;
     if job.resume.is_none() {
         for (_, d) in list_checkpoints(&output.join("checkpoints"))? {

@@ -19,7 +19,7 @@ use super::pretrain_options::{
     PretrainSummary,
 };
 use super::run_record::check_same_run;
-use super::{check_vocab, invalid, RecipeError, Result};
+use super::{check_vocab, invalid, io, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
 use crate::data::{batch, BatchSampler, TokenBatch, TokenData, TokenShard};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
@@ -82,13 +82,6 @@ impl Gpt2RunConfig {
         "keep",
         "log_every",
     ];
-}
-
-fn io(p: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
-    move |source| RecipeError::Io {
-        path: p.to_path_buf(),
-        source,
-    }
 }
 
 /// A fresh GPT-2 config from the model size options.

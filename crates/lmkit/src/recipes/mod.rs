@@ -17,6 +17,14 @@ use std::path::Path;
 
 pub use crate::tasks::{check_vocab, invalid, RecipeError, Result};
 
+/// A [`RecipeError::Io`] on `path`, for `map_err`.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_ {
+    move |source| RecipeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Checks an output folder before anything is written: never the input
 /// model's own folder, and absent or empty unless `overwrite`.
 pub(crate) fn check_output(input: &Path, output: &Path, overwrite: bool) -> Result<()> {

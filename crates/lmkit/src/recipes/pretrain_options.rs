@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::run_record::check_global_batch;
 use super::{invalid, Result};
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
@@ -480,12 +481,10 @@ pub(crate) fn rank_batch_size(
         global.to_string()
     };
     match given {
-        Some(b) if b * ranks != global => Err(invalid(format!(
-            "`batch_size` {b} on {ranks} rank(s) is a global batch of {}, the checkpoint's is {was}; \
-             an exact resume keeps the global batch",
-            b * ranks
-        ))),
-        Some(b) => Ok(b),
+        Some(b) => {
+            check_global_batch((b, ranks), (saved_batch, saved_ranks))?;
+            Ok(b)
+        }
         None if global % ranks != 0 => Err(invalid(format!(
             "the checkpoint's global batch {was} does not split over {ranks} ranks; \
              resume with a number of ranks that divides it"

@@ -47,11 +47,15 @@ pub(crate) fn check_same_run<T: Serialize>(
 pub(crate) fn check_global_batch(given: (usize, usize), saved: (usize, usize)) -> Result<()> {
     let ((gb, gr), (sb, sr)) = (given, (saved.0, saved.1.max(1)));
     if gb * gr != sb * sr {
+        let was = if sr > 1 {
+            format!("{} = {sb} x {sr} ranks", sb * sr)
+        } else {
+            sb.to_string()
+        };
         return Err(invalid(format!(
-            "`batch_size` {gb} on {gr} rank(s) is a global batch of {}, the checkpoint's is {} \
-             ({sb} x {sr} ranks); an exact resume keeps the global batch",
-            gb * gr,
-            sb * sr
+            "`batch_size` {gb} on {gr} rank(s) is a global batch of {}, the checkpoint's is {was}; \
+             an exact resume keeps the global batch",
+            gb * gr
         )));
     }
     Ok(())
@@ -135,8 +139,10 @@ mod tests {
         check_global_batch((4, 2), (8, 1)).unwrap();
         let e = check_global_batch((4, 1), (8, 1)).unwrap_err().to_string();
         assert!(
-            e.contains("global batch of 4") && e.contains("(8 x 1 ranks)"),
+            e.contains("global batch of 4, the checkpoint's is 8;"),
             "{e}"
         );
+        let e = check_global_batch((4, 1), (4, 2)).unwrap_err().to_string();
+        assert!(e.contains("the checkpoint's is 8 = 4 x 2 ranks"), "{e}");
     }
 }

@@ -79,6 +79,11 @@ pub trait Task: Sync {
     fn default_max_seq_len(&self) -> usize {
         128
     }
+    /// A hint added to the error for a model of a family the task does not
+    /// take: the task its user most likely meant.
+    fn other_family_hint(&self, _family: Family) -> Option<&'static str> {
+        None
+    }
     /// The options beyond the common ones that shape its training (recorded
     /// in checkpoints and compared on resume): `doc_stride`, `lm_coef`.
     fn training_options(&self) -> &'static [&'static str] {
@@ -152,7 +157,7 @@ impl TaskKind {
                 config.family().name(),
                 config.architectures().join(", ")
             );
-            if let Some(hint) = wrong_family_hint(self, config.family()) {
+            if let Some(hint) = self.0.other_family_hint(config.family()) {
                 msg.push_str("; ");
                 msg.push_str(hint);
             }
@@ -177,13 +182,6 @@ impl TaskKind {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-/// The task a GPT-2 or BERT user most likely meant.
-fn wrong_family_hint(task: TaskKind, family: Family) -> Option<&'static str> {
-    (task.name() == "qa" && family == Family::Gpt2).then_some(
-        "`qa` is SQuAD span QA; zero-shot question answering with a GPT-2 (the old `eval --task qa`) is `zero-shot-qa`",
-    )
 }
 
 impl PartialEq for TaskKind {

@@ -52,6 +52,11 @@ impl Task for Qa {
     fn training_options(&self) -> &'static [&'static str] {
         &["doc_stride"]
     }
+    fn other_family_hint(&self, family: Family) -> Option<&'static str> {
+        (family == Family::Gpt2).then_some(
+            "`qa` is SQuAD span QA; zero-shot question answering with a GPT-2 (the old `eval --task qa`) is `zero-shot-qa`",
+        )
+    }
 
     fn prepare(&self, cx: &PrepareCx<'_>) -> Result<Prepared> {
         let AnyConfig::Bert(config) = cx.config.clone() else {
