@@ -1442,7 +1442,13 @@ fn bf16_panels_match_rounded_product() {
 #[test]
 fn bf16_matmul_is_deterministic() {
     let mut rng = Rng(5);
-    let (n, c, oc) = (200, 96, 700);
+    // The second shape spans several K blocks, strip groups and panel groups.
+    for (n, c, oc) in [(200, 96, 700), (260, 1100, 300)] {
+        bf16_matmul_is_deterministic_at(&mut rng, n, c, oc);
+    }
+}
+
+fn bf16_matmul_is_deterministic_at(rng: &mut Rng, n: usize, c: usize, oc: usize) {
     let inp = rng.vec(n * c, 1.0);
     let dout = rng.vec(n * oc, 1.0);
     let w = rng.vec(c * oc, 0.1);

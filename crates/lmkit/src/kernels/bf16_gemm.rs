@@ -48,7 +48,8 @@ const NR: usize = 32;
 /// K per block (even): a B panel block (KC·NR bf16 = 32 KiB) stays in L1
 /// while the A strips of a task (8 × MR·KC bf16 = 112 KiB, L2) pass by.
 const KC: usize = 512;
-/// Row strips and column panels per parallel task.
+/// Row strips (at least; more where they fit [`A_BLOCK_BYTES`]) and column
+/// panels per parallel task.
 const STRIPS_PER_TASK: usize = 8;
 const PANELS_PER_TASK: usize = 8;
 
@@ -422,6 +423,13 @@ unsafe fn pack_b_cols_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: u
 
 /// `c[M,N'] = (accumulate ? c : 0) + A·B` with row stride `ldc`.
 ///
+/// Each task takes a block of strips × panels sized for the caches: its A
+/// strips (up to [`A_BLOCK_BYTES`] per K block) stay in L2 while each B
+/// panel block passes once through L1. While a tile computes, it pulls the
+/// next tile's new operand and its C rows toward the core ([`Ahead`]): the
+/// LM head's operands (tens of MB) and its weight gradient's C stream from
+/// memory, and waiting for them cost ~40% of those products.
+///
 /// # Safety
 /// AVX-512 BF16 must be present.
 #[cfg(target_arch = "x86_64")]
@@ -440,61 +448,87 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
         }
         return;
     }
-    let strips = m.div_ceil(MR);
-    let panels = n.div_ceil(NR);
-    let (rgroups, cgroups) = (
-        strips.div_ceil(STRIPS_PER_TASK),
-        panels.div_ceil(PANELS_PER_TASK),
-    );
+    let blocks = TaskBlocks::new(m.div_ceil(MR), n.div_ceil(NR), kp);
     let (a_rs, a_ps, a_at) = a.strides();
     let c_ptr = SendPtr(c.as_mut_ptr());
-    (0..rgroups * cgroups).into_par_iter().for_each(|task| {
-        let (rg, cg) = (task / cgroups, task % cgroups);
-        let s_range = rg * STRIPS_PER_TASK..((rg + 1) * STRIPS_PER_TASK).min(strips);
-        let p_range = cg * PANELS_PER_TASK..((cg + 1) * PANELS_PER_TASK).min(panels);
+    (0..blocks.tasks()).into_par_iter().for_each(|task| {
+        let (s_range, p_range) = blocks.task(task);
+        let first_panel = p_range.start;
         let mut tmp = [0f32; MR * NR];
-        for k0 in (0..kp).step_by(KC) {
+        // The tiles of the task in order, as (k0, panel, strip).
+        let mut order = (0..kp).step_by(KC).flat_map(|k0| {
+            let s_range = s_range.clone();
+            p_range
+                .clone()
+                .flat_map(move |p| s_range.clone().map(move |s| (k0, p, s)))
+        });
+        let mut next = order.next();
+        while let Some((k0, p, s)) = next {
+            next = order.next();
             let k1 = (k0 + KC).min(kp);
             let load = accumulate || k0 > 0;
-            for p in p_range.clone() {
-                let panel = &b.data[p * kp * NR + k0 * NR..];
-                let cols = NR.min(n - p * NR);
-                for s in s_range.clone() {
-                    let r0 = s * MR;
-                    let rows = MR.min(m - r0);
-                    let strip = &a.data[r0 * kp + a_at(k0)..];
-                    // SAFETY: the tile's rows r0.. and columns p·NR.. lie
-                    // inside C (checked above, or narrowed through `tmp`),
-                    // and only this task writes them; `strip` and `panel`
-                    // hold MR rows / NR columns of k1 - k0 values.
-                    unsafe {
-                        let dst = c_ptr.get().add(r0 * ldc + p * NR);
-                        if rows == MR && cols == NR {
-                            tile_kernel(strip, (a_rs, a_ps), panel, (k1 - k0) / 2, dst, ldc, load);
+            let panel = &b.data[p * kp * NR + k0 * NR..];
+            let cols = NR.min(n - p * NR);
+            let r0 = s * MR;
+            let rows = MR.min(m - r0);
+            let strip = &a.data[r0 * kp + a_at(k0)..];
+            // What the next tile reads that this one does not: its C rows
+            // (when it loads them), and its A strip or B panel block.
+            let ahead = match next {
+                None => [Ahead::NONE; 2],
+                Some((nk0, np, ns)) => {
+                    let nk1 = (nk0 + KC).min(kp);
+                    let nrows = MR.min(m - ns * MR);
+                    let c_rows = if accumulate || nk0 > 0 {
+                        Ahead::rows(
+                            c_ptr.get().wrapping_add(ns * MR * ldc + np * NR) as *const u8,
+                            nrows,
+                            ldc * 4,
+                            NR.min(n - np * NR) * 4,
+                        )
+                    } else {
+                        Ahead::NONE
+                    };
+                    // A strip: only on its first panel (then it sits in L2).
+                    let operand = if np == p && nk0 == k0 && p != first_panel {
+                        Ahead::NONE
+                    } else if np == p && nk0 == k0 {
+                        let at = a.data.as_ptr().wrapping_add(ns * MR * kp + a_at(nk0));
+                        if a.pair_major {
+                            Ahead::rows(at as *const u8, 1, 0, (nk1 - nk0) * MR * 2)
                         } else {
-                            for r in 0..rows {
-                                for j in 0..cols {
-                                    tmp[r * NR + j] =
-                                        if load { *dst.add(r * ldc + j) } else { 0.0 };
-                                }
-                            }
-                            tile_kernel(
-                                strip,
-                                (a_rs, a_ps),
-                                panel,
-                                (k1 - k0) / 2,
-                                tmp.as_mut_ptr(),
-                                NR,
-                                true,
-                            );
-                            for r in 0..rows {
-                                std::ptr::copy_nonoverlapping(
-                                    tmp.as_ptr().add(r * NR),
-                                    dst.add(r * ldc),
-                                    cols,
-                                );
-                            }
+                            Ahead::rows(at as *const u8, nrows, kp * 2, (nk1 - nk0) * 2)
                         }
+                    } else {
+                        let at = b.data.as_ptr().wrapping_add(np * kp * NR + nk0 * NR);
+                        Ahead::rows(at as *const u8, 1, 0, (nk1 - nk0) * NR * 2)
+                    };
+                    [c_rows, operand]
+                }
+            };
+            let pairs = (k1 - k0) / 2;
+            // SAFETY: the tile's rows r0.. and columns p·NR.. lie inside C
+            // (checked above, or narrowed through `tmp`), and only this task
+            // writes them; `strip` and `panel` hold MR rows / NR columns of
+            // k1 - k0 values; `ahead` is only prefetched, never read.
+            unsafe {
+                let dst = c_ptr.get().add(r0 * ldc + p * NR);
+                if rows == MR && cols == NR {
+                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, (dst, ldc, load), &ahead);
+                } else {
+                    for r in 0..rows {
+                        for j in 0..cols {
+                            tmp[r * NR + j] = if load { *dst.add(r * ldc + j) } else { 0.0 };
+                        }
+                    }
+                    let t = (tmp.as_mut_ptr(), NR, true);
+                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, t, &ahead);
+                    for r in 0..rows {
+                        std::ptr::copy_nonoverlapping(
+                            tmp.as_ptr().add(r * NR),
+                            dst.add(r * ldc),
+                            cols,
+                        );
                     }
                 }
             }
@@ -502,8 +536,90 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
     });
 }
 
+/// A's strips per task at most take this many bytes per K block: with a B
+/// panel block (32 KiB) in L1, they stay in a 512 KiB or larger L2.
+const A_BLOCK_BYTES: usize = 224 << 10;
+
+/// How [`gemm_packed`] splits its tiles into parallel tasks: `rgroups ×
+/// cgroups` blocks of up to `spt` strips × `ppt` panels, balanced, and at
+/// least a few tasks per thread where the product allows.
+struct TaskBlocks {
+    strips: usize,
+    panels: usize,
+    spt: usize,
+    ppt: usize,
+}
+
+impl TaskBlocks {
+    fn new(strips: usize, panels: usize, kp: usize) -> TaskBlocks {
+        let strip_bytes = MR * KC.min(kp) * 2;
+        let max_spt = (A_BLOCK_BYTES / strip_bytes).clamp(STRIPS_PER_TASK, 4 * STRIPS_PER_TASK);
+        let mut rgroups = strips.div_ceil(max_spt);
+        let cgroups = panels.div_ceil(PANELS_PER_TASK);
+        let want = 4 * rayon::current_num_threads();
+        while rgroups * cgroups < want && rgroups < strips.div_ceil(STRIPS_PER_TASK) {
+            rgroups += 1;
+        }
+        TaskBlocks {
+            strips,
+            panels,
+            spt: strips.div_ceil(rgroups),
+            ppt: panels.div_ceil(cgroups),
+        }
+    }
+
+    fn tasks(&self) -> usize {
+        self.strips.div_ceil(self.spt) * self.panels.div_ceil(self.ppt)
+    }
+
+    /// The strips and panels of task `t`.
+    fn task(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let cgroups = self.panels.div_ceil(self.ppt);
+        let (rg, cg) = (t / cgroups, t % cgroups);
+        (
+            rg * self.spt..((rg + 1) * self.spt).min(self.strips),
+            cg * self.ppt..((cg + 1) * self.ppt).min(self.panels),
+        )
+    }
+}
+
+/// Memory a tile prefetches for the tile after it (its C rows first, then
+/// its new operand): `segs` runs of `lines`
+/// cache lines, `stride` bytes apart, from `ptr` (rounded down to a line).
+/// Addresses are only prefetched, never read, so they need not be valid.
+#[derive(Clone, Copy)]
+struct Ahead {
+    ptr: *const u8,
+    stride: usize,
+    lines: usize,
+    segs: usize,
+}
+
+impl Ahead {
+    const NONE: Ahead = Ahead {
+        ptr: std::ptr::null(),
+        stride: 0,
+        lines: 0,
+        segs: 0,
+    };
+
+    /// `segs` runs of `bytes` bytes from `ptr`, `stride` bytes apart.
+    fn rows(ptr: *const u8, segs: usize, stride: usize, bytes: usize) -> Ahead {
+        let skew = ptr as usize % 64;
+        Ahead {
+            ptr: ptr.wrapping_sub(skew),
+            stride,
+            lines: (skew + bytes).div_ceil(64),
+            segs,
+        }
+    }
+}
+
+/// K pairs between two rounds of prefetches in [`tile_kernel`].
+const PREFETCH_PAIRS: usize = 8;
+
 /// One MR×NR tile over `pairs` pairs of K: `c[r, j] = (load ? c[r, j] : 0)
-/// + Σ_k a[r,k]·panel[k,j]`.
+/// + Σ_k a[r,k]·panel[k,j]`, prefetching `ahead` spread over the K loop.
 ///
 /// # Safety
 /// AVX-512 BF16 must be present; `a` holds MR rows of `pairs` K pairs, the
@@ -516,9 +632,8 @@ unsafe fn tile_kernel(
     (rs, ps): (usize, usize),
     panel: &[u16],
     pairs: usize,
-    c: *mut f32,
-    ldc: usize,
-    load: bool,
+    (c, ldc, load): (*mut f32, usize, bool),
+    ahead: &[Ahead; 2],
 ) {
     use std::arch::x86_64::*;
     debug_assert!(
@@ -538,16 +653,38 @@ unsafe fn tile_kernel(
     }
     let ap = a.as_ptr() as *const i32;
     let bp = panel.as_ptr();
-    for p in 0..pairs {
-        let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2) as *const _));
-        let w1: __m512bh =
-            std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2 + 32) as *const _));
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(
-                (ap.add(r * rs + p * ps)).read_unaligned(),
-            ));
-            acc_r[0] = _mm512_dpbf16_ps(acc_r[0], x, w0);
-            acc_r[1] = _mm512_dpbf16_ps(acc_r[1], x, w1);
+    let total: usize = ahead.iter().map(|h| h.lines * h.segs).sum();
+    let per_round = total.div_ceil(pairs.div_ceil(PREFETCH_PAIRS).max(1));
+    // The prefetch cursor: region, run, line.
+    let (mut hr, mut hs, mut hl) = (0usize, 0usize, 0usize);
+    for p0 in (0..pairs).step_by(PREFETCH_PAIRS) {
+        for _ in 0..per_round {
+            while hr < 2 && hs >= ahead[hr].segs {
+                (hr, hs, hl) = (hr + 1, 0, 0);
+            }
+            if hr == 2 {
+                break;
+            }
+            let h = &ahead[hr];
+            let at = h.ptr.wrapping_add(hs * h.stride + hl * 64) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(at);
+            hl += 1;
+            if hl == h.lines {
+                (hs, hl) = (hs + 1, 0);
+            }
+        }
+        for p in p0..(p0 + PREFETCH_PAIRS).min(pairs) {
+            let w0: __m512bh =
+                std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2) as *const _));
+            let w1: __m512bh =
+                std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR * 2 + 32) as *const _));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(
+                    (ap.add(r * rs + p * ps)).read_unaligned(),
+                ));
+                acc_r[0] = _mm512_dpbf16_ps(acc_r[0], x, w0);
+                acc_r[1] = _mm512_dpbf16_ps(acc_r[1], x, w1);
+            }
         }
     }
     for (r, acc_r) in acc.iter().enumerate() {
