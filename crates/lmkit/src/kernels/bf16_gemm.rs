@@ -177,11 +177,13 @@ struct PackedA {
 }
 
 impl PackedA {
+    /// `A` packed into a buffer from this thread's pool ([`pooled`]), every
+    /// element written (padding with zeros).
     fn pack(src: Src<'_>, m: usize, k: usize) -> PackedA {
         src.check(m, k, "A");
         let kp = k + (k & 1);
         let pair_major = src.cs != 1;
-        let mut data = vec![0u16; m.div_ceil(MR) * MR * kp];
+        let mut data = pooled(m.div_ceil(MR) * MR * kp);
         let simd = has_avx512bf16();
         data.par_chunks_mut(MR * kp)
             .enumerate()
@@ -191,7 +193,9 @@ impl PackedA {
                     for r in 0..rows {
                         let at = (s * MR + r) * src.rs;
                         convert_row(&mut strip[r * kp..r * kp + k], &src.data[at..at + k]);
+                        strip[r * kp + k..(r + 1) * kp].fill(0);
                     }
+                    strip[rows * kp..].fill(0);
                     return;
                 }
                 #[cfg(target_arch = "x86_64")]
@@ -213,6 +217,7 @@ impl PackedA {
 
     /// One pair-major strip, element by element (the twin of the vector path).
     fn pack_strip_pairs(strip: &mut [u16], src: Src<'_>, r0: usize, rows: usize, k: usize) {
+        strip.fill(0);
         for kk in 0..k {
             for r in 0..rows {
                 let x = src.data[(r0 + r) * src.rs + kk * src.cs];
@@ -238,10 +243,62 @@ impl PackedA {
     }
 }
 
+impl Drop for PackedA {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.data));
+    }
+}
+
+thread_local! {
+    /// Packed operands of finished products, for the next ones on this
+    /// thread: a fresh buffer of tens of MB (the LM head's dlogits) costs
+    /// its page faults and zeroing on every product.
+    static POOL: std::cell::RefCell<Vec<Vec<u16>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Buffers [`POOL`] keeps per thread.
+const POOL_BUFFERS: usize = 4;
+
+/// A buffer of `len` bf16s from this thread's pool (the smallest that
+/// holds `len`, else the largest, grown), contents unspecified.
+fn pooled(len: usize) -> Vec<u16> {
+    let mut v = POOL
+        .with(|p| {
+            let mut p = p.borrow_mut();
+            let fit = (0..p.len())
+                .filter(|&i| p[i].capacity() >= len)
+                .min_by_key(|&i| p[i].capacity());
+            let pick = fit.or_else(|| (0..p.len()).max_by_key(|&i| p[i].capacity()));
+            pick.map(|i| p.swap_remove(i))
+        })
+        .unwrap_or_default();
+    v.resize(len, 0);
+    v
+}
+
+/// Returns a buffer to this thread's pool (dropping the smallest beyond
+/// [`POOL_BUFFERS`]).
+fn recycle(v: Vec<u16>) {
+    if v.capacity() == 0 {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        p.push(v);
+        if p.len() > POOL_BUFFERS {
+            let smallest = (0..p.len())
+                .min_by_key(|&i| p[i].capacity())
+                .expect("not empty");
+            p.swap_remove(smallest);
+        }
+    });
+}
+
 /// The right operand `B[K,N']` in bf16, packed in NR-column panels.
 #[derive(Debug, Clone)]
 struct PackedB {
     n: usize,
+    k: usize,
     kp: usize,
     /// `[ceil(N'/NR)][kp/2][NR][2]`.
     data: Vec<u16>,
@@ -249,9 +306,43 @@ struct PackedB {
 
 impl PackedB {
     fn pack(src: Src<'_>, k: usize, n: usize) -> PackedB {
-        src.check(k, n, "B");
         let kp = k + (k & 1);
-        let mut data = vec![0u16; n.div_ceil(NR) * kp * NR];
+        let mut b = PackedB {
+            n,
+            k,
+            kp,
+            data: vec![0u16; n.div_ceil(NR) * kp * NR],
+        };
+        b.fill(src);
+        b
+    }
+
+    /// [`Self::pack`] into a buffer from this thread's pool (for operands
+    /// packed per product; [`Self::recycle`] returns it).
+    fn pack_pooled(src: Src<'_>, k: usize, n: usize) -> PackedB {
+        let kp = k + (k & 1);
+        let mut b = PackedB {
+            n,
+            k,
+            kp,
+            data: pooled(n.div_ceil(NR) * kp * NR),
+        };
+        b.fill(src);
+        b
+    }
+
+    fn recycle(self) {
+        recycle(self.data);
+    }
+
+    /// Packs `src` (`K×N'`, this operand's shape) over the current contents.
+    /// Every element the kernel multiplies into a stored result is written,
+    /// K padding included; padding columns reach only columns of a tile
+    /// that are never stored.
+    fn fill(&mut self, src: Src<'_>) {
+        let (n, k, kp) = (self.n, self.k, self.kp);
+        src.check(k, n, "B");
+        let data = &mut self.data;
         let simd = has_avx512bf16();
         data.par_chunks_mut(kp * NR)
             .enumerate()
@@ -272,11 +363,11 @@ impl PackedB {
                 let _ = simd;
                 Self::pack_panel(panel, src, p * NR, cols, k);
             });
-        PackedB { n, kp, data }
     }
 
     /// One panel, element by element (the twin of the vector paths).
     fn pack_panel(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize) {
+        panel.fill(0);
         for kk in 0..k {
             for j in 0..cols {
                 let x = src.data[kk * src.rs + (j0 + j) * src.cs];
@@ -814,11 +905,7 @@ impl Bf16Weight {
         let packed = match kernel {
             Bf16Kernel::Avx512 => {
                 assert!(has_avx512bf16(), "Bf16Weight: this CPU lacks AVX-512 BF16");
-                // W as [C,OC] (fwd) and [OC,C] (bwd) views of its buffer.
-                let (as_c_oc, as_oc_c) = match layout {
-                    WeightLayout::InOut => ((oc, 1), (1, oc)),
-                    WeightLayout::OutIn => ((1, c), (c, 1)),
-                };
+                let (as_c_oc, as_oc_c) = Self::views(layout, c, oc);
                 let view = |(rs, cs)| Src {
                     data: weight,
                     rs,
@@ -848,6 +935,46 @@ impl Bf16Weight {
             oc,
             layout,
             packed,
+        }
+    }
+
+    /// W as `[C,OC]` (forward) and `[OC,C]` (backward) views of its buffer:
+    /// (row stride, column stride) each.
+    fn views(layout: WeightLayout, c: usize, oc: usize) -> ((usize, usize), (usize, usize)) {
+        match layout {
+            WeightLayout::InOut => ((oc, 1), (1, oc)),
+            WeightLayout::OutIn => ((1, c), (c, 1)),
+        }
+    }
+
+    /// Packs `weight` (of the same shape and layout) again into this copy's
+    /// buffers: once per optimizer step without the page faults (and
+    /// zeroing) of fresh buffers, which cost a large weight (the LM head's
+    /// 2 × 37 MiB) about as much as the conversion itself.
+    pub fn repack(&mut self, weight: &[f32]) {
+        let (c, oc, layout) = (self.c, self.oc, self.layout);
+        assert_eq!(
+            weight.len(),
+            c * oc,
+            "Bf16Weight::repack: weight must hold C·OC"
+        );
+        let view = |(rs, cs)| Src {
+            data: weight,
+            rs,
+            cs,
+        };
+        let (as_c_oc, as_oc_c) = Self::views(layout, c, oc);
+        match &mut self.packed {
+            Packed::Avx512 { fwd, bwd } => {
+                fwd.fill(view(as_c_oc));
+                if let Some(bwd) = bwd {
+                    bwd.fill(view(as_oc_c));
+                }
+            }
+            Packed::Portable { w, layout: kept } if *kept == layout => round_into(w, weight),
+            Packed::Portable { .. } => {
+                *self = Self::pack_with(weight, c, oc, layout, Bf16Kernel::Portable, false)
+            }
         }
     }
 
@@ -1001,16 +1128,21 @@ pub fn matmul_backward_bf16(
 
                     let (a, b, ldc) = match layout {
                         // dW[C,OC] += Xᵀ[C,N]·dY[N,OC]
-                        WeightLayout::InOut => {
-                            (PackedA::pack(x.t(), c, n), PackedB::pack(dy, n, oc), oc)
-                        }
+                        WeightLayout::InOut => (
+                            PackedA::pack(x.t(), c, n),
+                            PackedB::pack_pooled(dy, n, oc),
+                            oc,
+                        ),
                         // dW[OC,C] += dYᵀ[OC,N]·X[N,C]
-                        WeightLayout::OutIn => {
-                            (PackedA::pack(dy.t(), oc, n), PackedB::pack(x, n, c), c)
-                        }
+                        WeightLayout::OutIn => (
+                            PackedA::pack(dy.t(), oc, n),
+                            PackedB::pack_pooled(x, n, c),
+                            c,
+                        ),
                     };
                     // SAFETY: as above.
                     unsafe { gemm_packed(dw, ldc, true, &a, &b) };
+                    b.recycle();
                 }
             };
             rayon::join(input_grad, weight_grad);
@@ -1088,7 +1220,12 @@ impl Bf16Panels {
         }
         Some(Bf16Panels {
             ic,
-            b: PackedB { n: oc, kp, data },
+            b: PackedB {
+                n: oc,
+                k: ic,
+                kp,
+                data,
+            },
         })
     }
 
@@ -1382,6 +1519,16 @@ impl PackedBf16 {
         }
     }
 
+    /// Packs `w` and `bias` (of the same shapes) again into these buffers
+    /// ([`Bf16Weight::repack`]).
+    pub fn repack(&mut self, w: &[f32], bias: Option<&[f32]>) {
+        self.w.repack(w);
+        match (&mut self.bias, bias) {
+            (Some(dst), Some(b)) => dst.copy_from_slice(b),
+            (dst, b) => *dst = b.map(<[f32]>::to_vec),
+        }
+    }
+
     /// The packed weight.
     pub fn weight(&self) -> &Bf16Weight {
         &self.w
@@ -1538,6 +1685,85 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    fn packed_data(w: &Bf16Weight) -> Vec<Vec<u16>> {
+        match &w.packed {
+            Packed::Avx512 { fwd, bwd } => {
+                let mut v = vec![fwd.data.clone()];
+                v.extend(bwd.as_ref().map(|b| b.data.clone()));
+                v
+            }
+            Packed::Portable { w, .. } => vec![w.iter().map(|x| f32_to_bf16(*x)).collect()],
+        }
+    }
+
+    /// A copy packed again from other values is the copy packed from them
+    /// afresh, padding included (odd K, column tails), on every kernel.
+    #[test]
+    fn repack_equals_a_fresh_pack() {
+        let mut kernels = vec![Bf16Kernel::Portable];
+        if has_avx512bf16() {
+            kernels.push(Bf16Kernel::Avx512);
+        }
+        for (c, oc) in [(37, 45), (64, 32), (3, 70)] {
+            let w1: Vec<f32> = (0..c * oc).map(|i| (i % 17) as f32 - 8.0).collect();
+            let w2: Vec<f32> = (0..c * oc).map(|i| ((i * 7) % 13) as f32 * 0.25).collect();
+            for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+                for &kernel in &kernels {
+                    for backward in [false, true] {
+                        let mut w = Bf16Weight::pack_with(&w1, c, oc, layout, kernel, backward);
+                        w.repack(&w2);
+                        let fresh = Bf16Weight::pack_with(&w2, c, oc, layout, kernel, backward);
+                        assert_eq!(
+                            packed_data(&w),
+                            packed_data(&fresh),
+                            "{c}x{oc} {layout:?} {kernel:?} backward {backward}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Operands packed into pooled buffers that held NaNs give the products
+    /// of fresh buffers: every element a stored result reads is written.
+    #[test]
+    fn pooled_buffers_leave_no_stale_values() {
+        if !bf16_dot_is_fast() {
+            return; // Only the AVX-512 kernel packs per product.
+        }
+        let (n, c, oc) = (29, 37, 45);
+        let x: Vec<f32> = (0..n * c).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+        let dy: Vec<f32> = (0..n * oc).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
+        let w: Vec<f32> = (0..c * oc).map(|i| (i % 9) as f32 * 0.5 - 2.0).collect();
+        for layout in [WeightLayout::InOut, WeightLayout::OutIn] {
+            let pw = Bf16Weight::pack_with(&w, c, oc, layout, Bf16Kernel::Avx512, true);
+            let run = || {
+                let mut out = vec![0.0; n * oc];
+                matmul_forward_bf16(&mut out, &x, &pw, None, n);
+                let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.0; c * oc]);
+                matmul_backward_bf16(Some(&mut dx), Some(&mut dw), None, &dy, &x, &pw, n);
+                [out, dx, dw]
+            };
+            let clean = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .expect("pool");
+            let want = clean.install(run);
+            let got = clean.install(|| {
+                for _ in 0..POOL_BUFFERS {
+                    recycle(vec![0x7fc0; 1 << 16]);
+                }
+                run()
+            });
+            assert!(got[0]
+                .iter()
+                .chain(&got[1])
+                .chain(&got[2])
+                .all(|v| v.is_finite()));
+            assert_eq!(got, want, "{layout:?}");
         }
     }
 }

@@ -600,7 +600,7 @@ impl Trainable for BertTrainer {
     /// The caller may change the weights: the bf16 copy is packed again
     /// at the next forward.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
-        self.model.drop_packed();
+        self.model.weights_changed();
         (&mut self.model.params, &mut self.grads)
     }
 

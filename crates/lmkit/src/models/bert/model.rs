@@ -54,6 +54,9 @@ pub struct Bert {
     pub params: Vec<f32>,
     /// Inference copies of the encoder matmul weights, when enabled.
     packed: Option<Packed>,
+    /// bf16 training's copy from before the last optimizer step, packed
+    /// again at the next forward ([`Self::weights_changed`]).
+    bf16_spare: Option<Bf16Weights>,
 }
 
 /// The encoder's matmul weights in an inference format.
@@ -191,6 +194,7 @@ impl Bert {
             layout,
             params,
             packed: None,
+            bf16_spare: None,
         };
         // The packed q|k|v views are a layout invariant; check once here.
         for l in 0..m.config.num_hidden_layers {
@@ -247,19 +251,33 @@ impl Bert {
     /// Training in bf16: packs the encoder weights for forward and backward
     /// when they are not packed (after every optimizer step, [`Self::drop_packed`]).
     pub(crate) fn pack_bf16_for_training(&mut self) {
-        if self.packed.is_none() {
-            self.packed = Some(Packed::Bf16(Bf16Weights::new(
-                &self.config,
-                &self.layout,
-                &self.params,
-                true,
-            )));
+        if self.packed.is_some() {
+            return;
         }
+        let w = match self.bf16_spare.take() {
+            Some(mut w) => {
+                w.repack(&self.config, &self.layout, &self.params);
+                w
+            }
+            None => Bf16Weights::new(&self.config, &self.layout, &self.params, true),
+        };
+        self.packed = Some(Packed::Bf16(w));
     }
 
-    /// Drops the packed copy (the weights changed, or f32 from now on).
+    /// Drops the packed copy (f32 from now on, or an inference copy that
+    /// training must not use).
     pub(crate) fn drop_packed(&mut self) {
         self.packed = None;
+        self.bf16_spare = None;
+    }
+
+    /// The weights changed (an optimizer step): a bf16 training copy is
+    /// packed again at the next forward, into the same buffers.
+    pub(crate) fn weights_changed(&mut self) {
+        match self.packed.take() {
+            Some(Packed::Bf16(w)) => self.bf16_spare = Some(w),
+            _ => self.bf16_spare = None,
+        }
     }
 
     /// The packed encoder weights, when bf16 is on.

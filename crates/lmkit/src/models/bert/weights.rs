@@ -200,6 +200,22 @@ impl Bf16Weights {
             PackedBf16::pack_for(w, Some(b), oc, k, backward)
         })
     }
+
+    /// Packs the (changed) encoder weights of `params` again into these
+    /// buffers: training's per-step copy, without fresh allocations.
+    pub(crate) fn repack(&mut self, cfg: &BertConfig, layout: &ParamLayout, params: &[f32]) {
+        let src = EncoderWeights::build(cfg, layout, params, |w, b, _, _| (w, b));
+        for (dst, s) in self.layers.iter_mut().zip(&src.layers) {
+            for (d, (w, b)) in [
+                (&mut dst.qkv, s.qkv),
+                (&mut dst.attn_out, s.attn_out),
+                (&mut dst.inter, s.inter),
+                (&mut dst.out, s.out),
+            ] {
+                d.repack(w, Some(b));
+            }
+        }
+    }
 }
 
 impl Int8Weights {

@@ -341,6 +341,9 @@ pub struct Gpt2 {
     /// bf16 copies of the matmul weights (`Precision::Bf16`), packed at the
     /// first forward after the weights changed.
     bf16: Option<Bf16Packs>,
+    /// The copies of the weights before they changed: their buffers are
+    /// packed again rather than allocated anew every step.
+    bf16_spare: Option<Bf16Packs>,
 }
 
 fn gelu_kind(cfg: &Gpt2Config) -> Gelu {
@@ -385,6 +388,7 @@ impl Gpt2 {
             precision: Precision::F32,
             recompute: false,
             bf16: None,
+            bf16_spare: None,
         })
     }
 
@@ -456,12 +460,15 @@ impl Gpt2 {
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
         self.bf16 = None;
+        self.bf16_spare = None;
     }
 
-    /// Drops the bf16 copies of the weights: the next forward packs them
-    /// again from `params`. [`Trainable::params_and_grads`] calls it.
+    /// Marks the bf16 copies of the weights stale: the next forward packs
+    /// them again from `params` (into the same buffers). [`Trainable::params_and_grads`] calls it.
     pub fn weights_changed(&mut self) {
-        self.bf16 = None;
+        if let Some(packs) = self.bf16.take() {
+            self.bf16_spare = Some(packs);
+        }
     }
 
     /// Packs every block's matmul weights in bf16 when training in bf16 and
@@ -476,6 +483,17 @@ impl Gpt2 {
             self.config.vocab_size,
         );
         let p = &self.params;
+        if let Some(mut packs) = self.bf16_spare.take() {
+            for (w, b) in self.idx.blocks.iter().zip(&mut packs.blocks) {
+                b.c_attn.repack(&p[w.c_attn_w.clone()]);
+                b.attn_c_proj.repack(&p[w.attn_c_proj_w.clone()]);
+                b.c_fc.repack(&p[w.c_fc_w.clone()]);
+                b.mlp_c_proj.repack(&p[w.mlp_c_proj_w.clone()]);
+            }
+            packs.lm_head.repack(&p[self.idx.lm_head.clone()]);
+            self.bf16 = Some(packs);
+            return;
+        }
         let pack = |r: &Range<usize>, ic: usize, oc: usize| {
             Bf16Weight::pack(&p[r.clone()], ic, oc, WeightLayout::InOut)
         };
