@@ -247,6 +247,17 @@ fn matmuls(c: &mut Criterion) {
                 black_box(kernels::Bf16Weight::pack(&w, cc, oc, layout));
             },
         );
+        // What a training step does: packing into the last step's buffers.
+        let mut kept = kernels::Bf16Weight::pack(&w, cc, oc, layout);
+        bench(
+            &mut g,
+            &format!("bf16_repack_weight_{tag}_{:?}", kernels::Bf16Kernel::detect()),
+            Unit::Bytes(8 * (cc * oc) as u64),
+            || {
+                kept.repack(&w);
+                black_box(&kept);
+            },
+        );
         // The same products with bf16 operands and f32 sums (mixed-precision
         // training), the weight packed once (as per optimizer step), on every
         // kernel this CPU runs, whichever `detect` picks.
@@ -529,6 +540,29 @@ fn lm_head(c: &mut Criterion) {
         );
     }
     let mut scratch = vec![0.0; kernels::lm_head_scratch_len(n, v)];
+    // Mixed-precision training's LM head: its three products in bf16 on
+    // operands of tens of MB (the weight packed once, as once per step).
+    let packed = kernels::Bf16Weight::pack(&w, cc, v, WeightLayout::OutIn);
+    bench(
+        &mut g,
+        &format!("lm_head_fused_train_bf16_512x768x50257_{:?}", packed.kernel()),
+        train,
+        || {
+            black_box(kernels::lm_head_loss_backward_packed(
+                &mut scratch,
+                &mut losses,
+                &mut dx,
+                &mut dw,
+                &x,
+                (&w, Some(&packed)),
+                &targets,
+                [n, cc, v],
+                -100,
+                1e-3,
+            ));
+        },
+    );
+    drop(packed);
     bench(
         &mut g,
         "lm_head_fused_loss_512x768x50257",
