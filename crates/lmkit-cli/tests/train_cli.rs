@@ -319,3 +319,54 @@ fn bad_input_is_a_clear_error() {
         stderr(&o)
     );
 }
+
+/// `pretrain --profile`: the phase table at the end of the run, the step's
+/// phases in every metrics row.
+#[test]
+fn pretrain_profile_prints_the_table() {
+    let dir = tmpdir("pretrain-profile");
+    let tok = byte_tokenizer(&dir);
+    let data = corpus(&dir);
+    let out = dir.join("out");
+    let o = lmkit(&[
+        "pretrain",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--seq-len",
+        "32",
+        "--batch-size",
+        "2",
+        "--max-steps",
+        "3",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "0",
+        "--profile",
+    ]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    for s in [
+        "per-phase time of a training step (mean of 2 steps after the first)",
+        "lm_head_loss",
+        "unaccounted",
+        "matmul share",
+        "non-matmul share",
+    ] {
+        assert!(e.contains(s), "{s}: {e}");
+    }
+    let steps: Vec<_> = rows(&out)
+        .into_iter()
+        .filter(|r| r.get("loss").is_some())
+        .collect();
+    assert_eq!(steps.len(), 3);
+    assert!(steps
+        .iter()
+        .all(|r| r["phase_ms"]["matmul"].as_f64() > Some(0.0)));
+}

@@ -1,7 +1,8 @@
 //! Mixed-precision (bf16) GPT-2 training: bf16 block matmuls against f32 on
 //! the same model, the packed weights following every optimizer step, and
 //! a tiny GPT-2 trained on real text whose bf16 loss tracks f32's, and
-//! bf16 fine-tuning of both families; selective recomputation in a run.
+//! bf16 fine-tuning of both families; selective recomputation in a run;
+//! the per-phase step profile of a run (`profile`).
 //!
 //! Shape legend: B batch, T sequence length, C channels, V vocabulary.
 
@@ -434,5 +435,54 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     .to_string();
     assert!(err.contains("`recompute`"), "{err}");
     assert!(!dir.join("bert-re").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `profile` in a pretraining run, f32 and bf16: the summary's mean step
+/// has every phase, their sum within the step's wall time and covering
+/// most of it, the products, attention, LayerNorm and AdamW among them (and
+/// the bf16 packing in bf16); every metrics row carries the step's phases.
+#[test]
+fn pretrain_profile_covers_the_step() {
+    let (dir, data) = scratch("profile", 60_000);
+    for dtype in [Precision::F32, Precision::Bf16] {
+        let out = dir.join(format!("{dtype:?}"));
+        let opts = PretrainOptions {
+            dtype: Some(dtype),
+            profile: true,
+            ..tiny_gpt2(&data, out.clone())
+        };
+        let s = pretrain(&opts, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
+        let p = s.profile.expect("a profile");
+        assert_eq!((p.steps, p.first_skipped), (5, true));
+        let sum: f64 = p.phases.iter().map(|x| x.ms).sum();
+        assert!(sum <= p.step_ms * 1.0001, "{sum} > {}", p.step_ms);
+        assert!(
+            sum >= 0.9 * p.step_ms,
+            "{dtype:?}: phases cover too little:\n{}",
+            p.table()
+        );
+        let ms = |name: &str| p.phases.iter().find(|x| x.phase == name).unwrap().ms;
+        for name in [
+            "matmul",
+            "lm_head_matmul",
+            "attention",
+            "layernorm",
+            "adamw",
+        ] {
+            assert!(ms(name) > 0.0, "{dtype:?}: {name}\n{}", p.table());
+        }
+        assert_eq!(ms("weight_pack") > 0.0, dtype == Precision::Bf16);
+        let table = p.table();
+        assert!(table.contains("matmul share"), "{table}");
+        let rows = lmkit::train::read_metrics(&out.join("metrics.jsonl")).unwrap();
+        let steps: Vec<_> = rows.iter().filter(|r| r.contains_key("loss")).collect();
+        assert_eq!(steps.len(), 6);
+        for r in steps {
+            let phases = r["phase_ms"].as_object().unwrap();
+            assert_eq!(phases.len(), lmkit::util::profile::Phase::ALL.len());
+            assert!(r["step_ms"].as_f64().unwrap() > 0.0);
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

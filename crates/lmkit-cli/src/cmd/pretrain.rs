@@ -157,6 +157,11 @@ pub struct Args {
     /// layer), one more attention forward per layer (selective recomputation).
     #[arg(long)]
     pub recompute: bool,
+    /// Time each step's phases (matmuls, attention, LayerNorm, GELU, the LM
+    /// head's loss, AdamW...): `phase_ms` in every metrics row, and at the
+    /// end a table of the mean step (after the first) with the matmul share.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// The library options these flags describe.
@@ -215,6 +220,7 @@ pub fn options(a: &Args) -> Result<PretrainOptions> {
         shard_optimizer: a.dist.shard_optimizer,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
         recompute: a.recompute,
+        profile: a.profile,
     })
 }
 
@@ -269,6 +275,9 @@ fn train_on(
         loss(s.last_val_loss),
         loss(s.first_val_loss)
     );
+    if let Some(p) = &s.profile {
+        eprint!("{}", p.table());
+    }
     if !s.interrupted {
         eprintln!(
             "final model: {} (HF layout: config.json, safetensors weights, tokenizer)",

@@ -75,12 +75,15 @@ def pretrain(*, output, callback=None, progress=True, **options):
     `decay_embeddings`, `whole_word_masking`, `overlap_filter`,
     `max_shard_size`, `dtype` ("f32" or "bf16": mixed-precision GPT-2 training),
     `recompute` (GPT-2: recompute attention probabilities and GELU outputs in
-    backward; the same gradients in less memory). An unknown name is a `ValueError`.
+    backward; the same gradients in less memory), `profile` (time each step's
+    phases). An unknown name is a `ValueError`.
 
     Progress goes to stderr (`progress=False` silences it); `callback`, if
     given, gets a dict per event (`{"event": "step", "row": {...}}`, "eval",
     "saved", "note", ...). Returns the summary: `steps`, `final_loss`,
-    `first_val_loss`, `last_val_loss`, `checkpoint`, `interrupted`. Ctrl-C
+    `first_val_loss`, `last_val_loss`, `checkpoint`, `interrupted`, and with
+    `profile=True` `profile`: the mean step after the first (`step_ms`,
+    `phases`: a list of `{"phase", "ms"}`; the rows get `phase_ms`). Ctrl-C
     finishes the step, saves a checkpoint, then raises `KeyboardInterrupt`
     (continue with `resume=True`).
 

@@ -18,6 +18,7 @@
 use super::bf16_gemm::{matmul_backward_bf16, matmul_forward_bf16, Bf16Weight};
 use super::matmul::{matmul_backward, matmul_forward, WeightLayout};
 use super::softmax::{cross_entropy_forward, cross_entropy_fused, total};
+use crate::util::profile::{span, Phase};
 
 /// Rows per chunk: the scratch is `R·V` floats (51 MB at R = 256,
 /// V = 50257), against 1.6 GB of logits at N = 8·1024. Fewer rows make the
@@ -193,10 +194,13 @@ fn run(
         }
         let (tg, lg) = (&tg[..r], &mut lg[..r]);
         let logits = &mut scratch[..r * v];
+        // Products apart from the loss in `--profile`'s phases.
+        let product = span(Phase::LmHeadMatmul);
         match packed {
             Some(pw) => matmul_forward_bf16(logits, xs, pw, None, r),
             None => matmul_forward(logits, xs, weight, None, r, c, v, WeightLayout::OutIn),
         }
+        drop(product);
         match grads.as_mut() {
             None => {
                 cross_entropy_forward(lg, logits, tg, r, v, ignore_index);
@@ -210,6 +214,7 @@ fn run(
                     dxg.resize(r * c, 0.0);
                     &mut dxg
                 };
+                let product = span(Phase::LmHeadMatmul);
                 match packed {
                     Some(pw) => matmul_backward_bf16(
                         Some(dxs),
@@ -233,6 +238,7 @@ fn run(
                         WeightLayout::OutIn,
                     ),
                 }
+                drop(product);
                 if !contiguous {
                     for (&i, d) in rows.iter().zip(dxg.chunks_exact(c)) {
                         for (o, d) in g.dx[i * c..(i + 1) * c].iter_mut().zip(d) {

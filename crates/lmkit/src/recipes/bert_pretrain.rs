@@ -137,6 +137,8 @@ pub struct BertPretrainOptions {
     pub max_shard_size: Option<u64>,
     /// ZeRO stage 1 over the ranks of a data-parallel run.
     pub shard_optimizer: bool,
+    /// Time each step's phases ([`RunConfig::profile`]).
+    pub profile: bool,
 }
 
 /// A BERT config for a new model.
@@ -258,6 +260,7 @@ pub fn run_bert_pretraining_on(
         checkpoint_dir: Some(ckpt_root),
         final_dir: Some(out.clone()),
         eval_at_start: true,
+        profile: o.profile,
     };
     let optim = o.optim;
     let runner = Runner {

@@ -514,6 +514,7 @@ fn run_loop<M: Trainable>(
         final_dir: Some(output.to_path_buf()),
         // Only a run of no steps (`max_steps` 0) reports its starting point.
         eval_at_start: steps.total == 0,
+        profile: false,
     };
     let runner = Runner {
         model: &mut model,

@@ -238,6 +238,7 @@ pub(crate) fn run(
         checkpoint_dir: Some(ckpt_root),
         final_dir: Some(out.clone()),
         eval_at_start: true,
+        profile: o.profile,
     };
     let runner = Runner {
         model: &mut model,

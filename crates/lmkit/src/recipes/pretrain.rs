@@ -246,6 +246,7 @@ fn run_bert(
         stop_after: o.stop_after,
         max_shard_size: o.max_shard_size,
         shard_optimizer: o.shard_optimizer,
+        profile: o.profile,
     };
     run_bert_pretraining_on(&opts, comm, on_event, stop)
 }

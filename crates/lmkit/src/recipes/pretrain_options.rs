@@ -180,6 +180,10 @@ pub struct PretrainOptions {
     /// far less memory at long sequences, the same gradients, a little
     /// more compute. Not part of the run: a resume may turn it on or off.
     pub recompute: bool,
+    /// Time every step's phases (matmuls, attention, LayerNorm, AdamW...,
+    /// [`crate::util::profile::Phase`]): `phase_ms` in the metrics rows and
+    /// the mean step in the summary's `profile`. Not part of the run.
+    pub profile: bool,
 }
 
 impl Default for PretrainOptions {
@@ -223,6 +227,7 @@ impl Default for PretrainOptions {
             shard_optimizer: false,
             dtype: None,
             recompute: false,
+            profile: false,
         }
     }
 }

@@ -3,8 +3,11 @@
 //! Training rows carry `step`, `loss`, `lr`, `grad_norm`, `tokens_per_s`
 //! (plus `tokens`, `elapsed_s`, and on data-parallel runs `comm_s`, the
 //! seconds in collectives, and `comm_wait_s`, the part the step waited
-//! for); validation rows carry `step`, `val_loss`, `val_ppl`. Every row is
-//! flushed as written, so a killed run keeps its curve.
+//! for). Profiled runs ([`super::RunConfig::profile`]) add `step_ms` and
+//! `phase_ms`, the step's milliseconds per
+//! [`Phase`](crate::util::profile::Phase). Validation rows carry `step`,
+//! `val_loss`, `val_ppl`. Every row is flushed as written, so a killed run
+//! keeps its curve.
 
 use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};

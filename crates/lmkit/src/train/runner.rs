@@ -28,6 +28,7 @@ use crate::checkpoint::state::{
 };
 use crate::models::Trainable;
 use crate::spec::optim::OptimConfig;
+use crate::util::profile::{self, Phase, PhaseTimes, StepProfile, StepProfiler};
 
 /// A metrics row.
 pub type Row = Map<String, Value>;
@@ -88,6 +89,9 @@ pub struct RunConfig {
     pub final_dir: Option<PathBuf>,
     /// Validate before the first step of a fresh run.
     pub eval_at_start: bool,
+    /// Time each step's phases ([`profile`]): `phase_ms` in the metrics
+    /// rows, the mean step in [`RunSummary::profile`].
+    pub profile: bool,
 }
 
 /// Progress reports.
@@ -161,6 +165,9 @@ pub struct RunSummary {
     pub checkpoint: Option<PathBuf>,
     /// Stopped early (a [`StopRequest`] or `stop_after`); continue with a resume.
     pub interrupted: bool,
+    /// With [`RunConfig::profile`]: the mean step of this invocation, phase
+    /// by phase (its first step left out when there are others).
+    pub profile: Option<StepProfile>,
 }
 
 /// A model, its optimizer state and trainer state, trained by a [`RunTask`].
@@ -218,8 +225,14 @@ impl<M: Trainable> Runner<'_, M> {
         let run_start = Instant::now();
         let elapsed0 = self.state.elapsed_s;
         let mut steps_this_run = 0u64;
+        let _profiling = cfg.profile.then(profile::Enable::new);
+        let mut profiler = StepProfiler::default();
         while self.state.step < cfg.max_steps {
-            let (stats, dt) = self.step(task, batch)?;
+            let (stats, dt, phases) = self.step(task, batch)?;
+            if let Some(t) = &phases {
+                profiler.add(dt, t);
+                summary.profile = profiler.report();
+            }
             let state = &mut *self.state;
             state.step = stats.step;
             state.data = task.position();
@@ -229,7 +242,7 @@ impl<M: Trainable> Runner<'_, M> {
             summary.steps = state.step;
             summary.final_loss = Some(stats.loss);
             let last = state.step == cfg.max_steps;
-            self.log_step(task, &stats, dt, last, on_event)?;
+            self.log_step(task, &stats, dt, phases.as_ref(), last, on_event)?;
             if cfg.eval_every > 0 && self.state.step.is_multiple_of(cfg.eval_every) || last {
                 evaluate(
                     task,
@@ -274,14 +287,19 @@ impl<M: Trainable> Runner<'_, M> {
         Ok(summary)
     }
 
-    /// One optimizer step over the task's next batches: its stats and the
-    /// seconds it took. A non-finite loss or gradient norm becomes
-    /// [`StepError::Diverged`], naming the last checkpoint.
+    /// One optimizer step over the task's next batches: its stats, the
+    /// seconds it took and, when profiling, its phases. A non-finite loss or
+    /// gradient norm becomes [`StepError::Diverged`], naming the last
+    /// checkpoint.
     fn step<T: RunTask<M>>(
         &mut self,
         task: &mut T,
         batch: &mut M::Batch,
-    ) -> Result<(StepStats, f64), T::Error> {
+    ) -> Result<(StepStats, f64, Option<PhaseTimes>), T::Error> {
+        if self.config.profile {
+            // Evaluation and checkpoints since the last step are not its time.
+            let _ = profile::take();
+        }
         let t0 = Instant::now();
         let mut data_err = None;
         let stepped = train_step_parallel(
@@ -291,7 +309,7 @@ impl<M: Trainable> Runner<'_, M> {
             batch,
             &mut |b| {
                 if data_err.is_none() {
-                    if let Err(e) = task.next_batch(b) {
+                    if let Err(e) = profile::timed(Phase::Data, || task.next_batch(b)) {
                         data_err = Some(e);
                     }
                 }
@@ -319,7 +337,9 @@ impl<M: Trainable> Runner<'_, M> {
             }
             Err(e) => return Err(e.into()),
         };
-        Ok((stats, t0.elapsed().as_secs_f64()))
+        let dt = t0.elapsed().as_secs_f64();
+        let phases = self.config.profile.then(profile::take);
+        Ok((stats, dt, phases))
     }
 
     /// The row of the step just taken (the task's fields, and the runner's
@@ -330,6 +350,7 @@ impl<M: Trainable> Runner<'_, M> {
         task: &mut T,
         stats: &StepStats,
         dt: f64,
+        phases: Option<&PhaseTimes>,
         last: bool,
         on_event: &mut dyn FnMut(RunEvent),
     ) -> Result<(), T::Error> {
@@ -352,6 +373,14 @@ impl<M: Trainable> Runner<'_, M> {
             if self.parallel.comm.world_size() > 1 {
                 row.insert("comm_s".into(), json!(stats.comm_s));
                 row.insert("comm_wait_s".into(), json!(stats.comm_wait_s));
+            }
+            if let Some(t) = phases {
+                let ms: Map<String, Value> = Phase::ALL
+                    .iter()
+                    .map(|&p| (p.name().to_string(), json!(t.get(p) * 1e3)))
+                    .collect();
+                row.insert("phase_ms".into(), Value::Object(ms));
+                row.insert("step_ms".into(), json!(dt * 1e3));
             }
             if let Some(m) = self.metrics.as_deref_mut() {
                 write_row(m, &row)?;

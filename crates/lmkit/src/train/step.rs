@@ -9,6 +9,7 @@ use crate::kernels::{self, AdamW};
 use crate::models::{LossParts, Trainable};
 use crate::spec::optim::OptimConfig;
 use crate::util::comm::{block_range, Communicator, SingleProcess};
+use crate::util::profile::{timed, Phase};
 
 /// Gradient elements per all-reduce: the gradients go out in buckets of
 /// 16 MiB, the last layers' first (the order backward finishes them).
@@ -219,7 +220,7 @@ pub fn train_step_parallel<M: Trainable>(
     // gradients to a thread that all-reduces them while it goes on (else
     // they are all-reduced after it, in the same buckets).
     let overlap = world > 1 && !dp.sharded() && comm.overlap_backward();
-    model.zero_grad();
+    timed(Phase::Copy, || model.zero_grad());
     let (loss, weighted) = accumulate(model, batch, next_batch, k, dp, overlap, &mut time)?;
     let mean = global_mean(loss, weighted, k, comm, &mut time);
     if !mean.is_finite() {
@@ -229,9 +230,9 @@ pub fn train_step_parallel<M: Trainable>(
             step,
         });
     }
-    let spans = model.decay_spans();
+    let spans = timed(Phase::Other, || model.decay_spans());
     let tokens = k * model.tokens_per_batch() * world;
-    let (params, grads) = model.params_and_grads();
+    let (params, grads) = timed(Phase::Other, || model.params_and_grads());
     let n = params.len();
     let shard = dp.shard(n);
     if world > 1 {
@@ -245,11 +246,13 @@ pub fn train_step_parallel<M: Trainable>(
             });
         }
         if !weighted {
-            kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32);
+            timed(Phase::GradNorm, || {
+                kernels::scale_inplace(&mut grads[shard.clone()], 1.0 / world as f32)
+            });
         }
     }
     let mut grad_norm = 0.0;
-    time.timed(&mut || grad_norm = norm(dp, grads));
+    time.timed(&mut || grad_norm = timed(Phase::GradNorm, || norm(dp, grads)));
     if !grad_norm.is_finite() {
         return Err(StepError::NonFinite {
             what: "gradient norm",
@@ -261,7 +264,9 @@ pub fn train_step_parallel<M: Trainable>(
         // As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when < 1.
         let coef = cfg.grad_clip / (grad_norm + 1e-6);
         if coef < 1.0 {
-            kernels::scale_inplace(&mut grads[shard.clone()], coef);
+            timed(Phase::GradNorm, || {
+                kernels::scale_inplace(&mut grads[shard.clone()], coef)
+            });
         }
     }
     let lr = cfg.schedule.lr(opt.step);
@@ -277,15 +282,17 @@ pub fn train_step_parallel<M: Trainable>(
         shard.len(),
         "optimizer state is not this rank's shard"
     );
-    kernels::adamw_update(
-        &mut params[shard.clone()],
-        &grads[shard.clone()],
-        &mut opt.m,
-        &mut opt.v,
-        step,
-        &adamw,
-        &shard_spans(&spans, &shard),
-    );
+    timed(Phase::AdamW, || {
+        kernels::adamw_update(
+            &mut params[shard.clone()],
+            &grads[shard.clone()],
+            &mut opt.m,
+            &mut opt.v,
+            step,
+            &adamw,
+            &shard_spans(&spans, &shard),
+        )
+    });
     if dp.sharded() {
         let mine = params[shard].to_vec();
         time.timed(&mut || gather_blocks(comm, &mine, params));
@@ -318,7 +325,7 @@ impl CommTime {
     /// Runs `f` (a collective on this thread), adding its seconds.
     fn timed(&mut self, f: &mut dyn FnMut()) {
         let t0 = std::time::Instant::now();
-        f();
+        timed(Phase::Comm, f);
         let dt = t0.elapsed().as_secs_f64();
         self.comm_s += dt;
         self.comm_wait_s += dt;
@@ -443,9 +450,8 @@ fn reduced_backward<M: Trainable>(
         };
         drop(tx);
         let t0 = std::time::Instant::now();
-        let busy = reducer
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        let busy =
+            timed(Phase::Comm, || reducer.join()).unwrap_or_else(|e| std::panic::resume_unwind(e));
         // Waiting longer than the collectives took is scheduling, not them.
         let wait = t0.elapsed().as_secs_f64().min(busy);
         Ok((loss?, busy, wait))

@@ -10,6 +10,7 @@
 //! - [`size`]: byte sizes as written on a command line (`4GiB`, `5GB`).
 //! - [`alloc`]: malloc kept from returning memory between training steps.
 //! - [`fpenv`]: denormal floats flushed to zero on the compute threads.
+//! - [`profile`]: per-phase wall time of a training step (`--profile`).
 
 pub mod alloc;
 pub mod bf16;
@@ -17,6 +18,7 @@ pub mod comm;
 pub mod fpenv;
 pub mod fs;
 pub mod parallel;
+pub mod profile;
 pub mod rng;
 pub mod size;
 pub mod slice;

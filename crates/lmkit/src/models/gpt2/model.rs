@@ -46,6 +46,7 @@ use crate::spec::layout::{gpt2_layout_for, ParamLayout};
 use crate::spec::names::Architecture;
 use crate::spec::Precision;
 use crate::util::alloc::resize_scratch;
+use crate::util::profile::{span, Phase};
 use crate::util::rng::Rng;
 use std::ops::Range;
 
@@ -477,6 +478,7 @@ impl Gpt2 {
         if self.precision != Precision::Bf16 || self.bf16.is_some() {
             return;
         }
+        let _span = span(Phase::WeightPack);
         let (c, inner, v) = (
             self.config.n_embd,
             self.config.inner(),

@@ -6,6 +6,7 @@ use super::{gelu_kind, Gpt2};
 use crate::kernels::{self, AttentionShape, Bf16Weight, WeightLayout};
 use crate::models::{GradPieces, LossParts};
 use crate::spec::IGNORE_INDEX;
+use crate::util::profile::{span, timed, Phase};
 use crate::util::slice::two_mut;
 
 impl Gpt2 {
@@ -35,14 +36,14 @@ impl Gpt2 {
         grad_scale: f32,
         ready: &mut dyn FnMut(&'g mut [f32]),
     ) -> crate::Result<LossParts> {
-        self.check_targets(targets, b, t)?;
+        timed(Phase::Other, || self.check_targets(targets, b, t))?;
         self.forward_body(inputs, b, t, None)?;
-        self.acts
-            .as_mut()
-            .expect("allocated by forward_body")
-            .dc
-            .fill(0.0);
-        let loss = self.lm_loss(targets, Some(grad_scale));
+        let acts = self.acts.as_mut().expect("allocated by forward_body");
+        timed(Phase::Copy, || acts.dc.fill(0.0));
+        // The head's products inside are their own phase.
+        let loss = timed(Phase::LmHeadLoss, || {
+            self.lm_loss(targets, Some(grad_scale))
+        });
         self.backward_body(ready);
         Ok(loss)
     }
@@ -114,25 +115,27 @@ impl Gpt2 {
         let acts = self.acts.as_mut().expect("allocated by forward_body");
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let (b, t, n) = (acts.b, acts.t, acts.n);
-        acts.dresidual.fill(0.0);
+        timed(Phase::Copy, || acts.dresidual.fill(0.0));
         {
             let last: &[f32] = match acts.blocks.last() {
                 Some(bl) => &bl.residual3,
                 None => &acts.encoded,
             };
             let (gw, gb) = two_mut(pieces.rest(), idx.ln_f_w.clone(), idx.ln_f_b.clone());
-            kernels::layernorm_backward(
-                &mut acts.dresidual,
-                gw,
-                gb,
-                &acts.dc,
-                last,
-                &p[idx.ln_f_w.clone()],
-                &acts.lnf_mean,
-                &acts.lnf_rstd,
-                n,
-                c,
-            );
+            timed(Phase::LayerNorm, || {
+                kernels::layernorm_backward(
+                    &mut acts.dresidual,
+                    gw,
+                    gb,
+                    &acts.dc,
+                    last,
+                    &p[idx.ln_f_w.clone()],
+                    &acts.lnf_mean,
+                    &acts.lnf_rstd,
+                    n,
+                    c,
+                )
+            });
         }
         pieces.done_from(idx.pending[cfg.n_layer]);
         let shape = AttentionShape { b, t, c, nh };
@@ -149,12 +152,14 @@ impl Gpt2 {
             let pk = packs.map(|v| &v[l]);
             // dresidual = d residual3. MLP: residual3 = residual2 + c_proj(gelu(c_fc(ln2))).
             let fch_gelu: &[f32] = if acts.recompute {
-                kernels::gelu_forward(&mut acts.fch_gelu, &a.fch, gelu);
+                timed(Phase::Gelu, || {
+                    kernels::gelu_forward(&mut acts.fch_gelu, &a.fch, gelu)
+                });
                 &acts.fch_gelu
             } else {
                 &a.fch_gelu
             };
-            acts.dfch_gelu.fill(0.0);
+            timed(Phase::Copy, || acts.dfch_gelu.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.mlp_c_proj_w.clone(), w.mlp_c_proj_b.clone());
                 linear_backward(
@@ -169,24 +174,28 @@ impl Gpt2 {
                     c,
                 );
             }
-            acts.dfch.fill(0.0);
-            kernels::gelu_backward(&mut acts.dfch, &a.fch, &acts.dfch_gelu, gelu);
+            timed(Phase::Copy, || acts.dfch.fill(0.0));
+            timed(Phase::Gelu, || {
+                kernels::gelu_backward(&mut acts.dfch, &a.fch, &acts.dfch_gelu, gelu)
+            });
             let ln2: &[f32] = if acts.recompute {
-                kernels::layernorm_apply(
-                    &mut acts.ln,
-                    &a.residual2,
-                    &a.ln2_mean,
-                    &a.ln2_rstd,
-                    &p[w.ln_2_w.clone()],
-                    &p[w.ln_2_b.clone()],
-                    n,
-                    c,
-                );
+                timed(Phase::LayerNorm, || {
+                    kernels::layernorm_apply(
+                        &mut acts.ln,
+                        &a.residual2,
+                        &a.ln2_mean,
+                        &a.ln2_rstd,
+                        &p[w.ln_2_w.clone()],
+                        &p[w.ln_2_b.clone()],
+                        n,
+                        c,
+                    )
+                });
                 &acts.ln
             } else {
                 &a.ln2
             };
-            acts.dc.fill(0.0);
+            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.c_fc_w.clone(), w.c_fc_b.clone());
                 linear_backward(
@@ -203,21 +212,23 @@ impl Gpt2 {
             }
             {
                 let (gw, gb) = two_mut(g, w.ln_2_w.clone(), w.ln_2_b.clone());
-                kernels::layernorm_backward(
-                    &mut acts.dresidual,
-                    gw,
-                    gb,
-                    &acts.dc,
-                    &a.residual2,
-                    &p[w.ln_2_w.clone()],
-                    &a.ln2_mean,
-                    &a.ln2_rstd,
-                    n,
-                    c,
-                );
+                timed(Phase::LayerNorm, || {
+                    kernels::layernorm_backward(
+                        &mut acts.dresidual,
+                        gw,
+                        gb,
+                        &acts.dc,
+                        &a.residual2,
+                        &p[w.ln_2_w.clone()],
+                        &a.ln2_mean,
+                        &a.ln2_rstd,
+                        n,
+                        c,
+                    )
+                });
             }
             // dresidual = d residual2. Attention: residual2 = residual + c_proj(attn(c_attn(ln1))).
-            acts.dc.fill(0.0);
+            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.attn_c_proj_w.clone(), w.attn_c_proj_b.clone());
                 linear_backward(
@@ -245,30 +256,32 @@ impl Gpt2 {
             } else {
                 &a.att
             };
-            acts.dqkv.fill(0.0);
+            timed(Phase::Copy, || acts.dqkv.fill(0.0));
             let (dqkv, datt, dout) = (&mut acts.dqkv, &mut acts.datt, &acts.dc);
-            match acts.packed.lens() {
+            timed(Phase::Attention, || match acts.packed.lens() {
                 None => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape),
                 Some(lens) => {
                     kernels::attention_backward_varlen(dqkv, datt, dout, &a.qkv, att, lens, c, nh)
                 }
-            }
+            });
             let ln1: &[f32] = if acts.recompute {
-                kernels::layernorm_apply(
-                    &mut acts.ln,
-                    residual,
-                    &a.ln1_mean,
-                    &a.ln1_rstd,
-                    &p[w.ln_1_w.clone()],
-                    &p[w.ln_1_b.clone()],
-                    n,
-                    c,
-                );
+                timed(Phase::LayerNorm, || {
+                    kernels::layernorm_apply(
+                        &mut acts.ln,
+                        residual,
+                        &a.ln1_mean,
+                        &a.ln1_rstd,
+                        &p[w.ln_1_w.clone()],
+                        &p[w.ln_1_b.clone()],
+                        n,
+                        c,
+                    )
+                });
                 &acts.ln
             } else {
                 &a.ln1
             };
-            acts.dc.fill(0.0);
+            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.c_attn_w.clone(), w.c_attn_b.clone());
                 linear_backward(
@@ -285,25 +298,29 @@ impl Gpt2 {
             }
             {
                 let (gw, gb) = two_mut(g, w.ln_1_w.clone(), w.ln_1_b.clone());
-                kernels::layernorm_backward(
-                    &mut acts.dresidual,
-                    gw,
-                    gb,
-                    &acts.dc,
-                    residual,
-                    &p[w.ln_1_w.clone()],
-                    &a.ln1_mean,
-                    &a.ln1_rstd,
-                    n,
-                    c,
-                );
+                timed(Phase::LayerNorm, || {
+                    kernels::layernorm_backward(
+                        &mut acts.dresidual,
+                        gw,
+                        gb,
+                        &acts.dc,
+                        residual,
+                        &p[w.ln_1_w.clone()],
+                        &a.ln1_mean,
+                        &a.ln1_rstd,
+                        n,
+                        c,
+                    )
+                });
             }
             pieces.done_from(idx.pending[l]);
         }
         // dresidual = d encoded = d(wte[ids] + wpe[pos]).
         let g = pieces.rest();
-        kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
-        kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
+        timed(Phase::Embedding, || {
+            kernels::embedding_backward(&mut g[idx.wte.clone()], &acts.dresidual, &acts.inputs, c);
+            kernels::embedding_backward(&mut g[idx.wpe.clone()], &acts.dresidual, &acts.pos_ids, c);
+        });
         pieces.finish();
     }
 }
@@ -322,6 +339,7 @@ fn linear_backward(
     ic: usize,
     oc: usize,
 ) {
+    let _span = span(Phase::Matmul);
     match packed {
         Some(pw) => kernels::matmul_backward_bf16(Some(dinp), Some(gw), Some(gb), dout, inp, pw, n),
         None => kernels::matmul_backward(

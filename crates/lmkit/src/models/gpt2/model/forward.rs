@@ -1,10 +1,11 @@
 //! The forward pass: embeddings, blocks and ln_f over the batch's rows
 //! (padded or packed), and the logits of the tied or untied LM head.
 
-use super::{gelu_kind, Gpt2};
+use super::{gelu_kind, Gpt2, Gpt2Activations};
 use crate::kernels::{self, AttentionShape, Bf16Weight, WeightLayout};
 use crate::models::LossParts;
 use crate::spec::IGNORE_INDEX;
+use crate::util::profile::{span, timed, Phase};
 
 impl Gpt2 {
     /// Forward pass over `inputs` [B, T]; saves every activation and the
@@ -91,8 +92,8 @@ impl Gpt2 {
         t: usize,
         lens: Option<&[usize]>,
     ) -> crate::Result<()> {
-        self.check_batch(inputs, b, t)?;
-        self.ensure_acts(b, t, lens);
+        timed(Phase::Other, || self.check_batch(inputs, b, t))?;
+        timed(Phase::Other, || self.ensure_acts(b, t, lens));
         self.ensure_bf16();
         let packs = self.bf16.as_ref().map(|x| &x.blocks[..]);
         let cfg = &self.config;
@@ -103,21 +104,11 @@ impl Gpt2 {
         let idx = &self.idx;
         let acts = self.acts.as_mut().expect("allocated above");
         let n = acts.n;
-        match lens {
-            Some(lens) => {
-                for (r, &len) in lens.iter().enumerate() {
-                    let at = acts.packed.offs()[r];
-                    acts.inputs[at..at + len].copy_from_slice(&inputs[r * t..r * t + len]);
-                }
-            }
-            None => acts.inputs.copy_from_slice(inputs),
-        }
-        kernels::embeddings_forward(
-            &mut acts.encoded,
-            &[
-                (&acts.inputs, &p[idx.wte.clone()]),
-                (&acts.pos_ids, &p[idx.wpe.clone()]),
-            ],
+        acts.embed(
+            inputs,
+            t,
+            lens,
+            (&p[idx.wte.clone()], &p[idx.wpe.clone()]),
             c,
         );
         let shape = AttentionShape { b, t, c, nh };
@@ -136,17 +127,19 @@ impl Gpt2 {
             } else {
                 &mut a.ln1
             };
-            kernels::layernorm_forward(
-                ln1,
-                &mut a.ln1_mean,
-                &mut a.ln1_rstd,
-                residual,
-                &p[w.ln_1_w.clone()],
-                &p[w.ln_1_b.clone()],
-                n,
-                c,
-                eps,
-            );
+            timed(Phase::LayerNorm, || {
+                kernels::layernorm_forward(
+                    ln1,
+                    &mut a.ln1_mean,
+                    &mut a.ln1_rstd,
+                    residual,
+                    &p[w.ln_1_w.clone()],
+                    &p[w.ln_1_b.clone()],
+                    n,
+                    c,
+                    eps,
+                )
+            });
             linear_forward(
                 &mut a.qkv,
                 ln1,
@@ -171,23 +164,27 @@ impl Gpt2 {
                 c,
                 c,
             );
-            kernels::residual_forward(&mut a.residual2, residual, &acts.proj);
+            timed(Phase::Residual, || {
+                kernels::residual_forward(&mut a.residual2, residual, &acts.proj)
+            });
             let ln2 = if acts.recompute {
                 &mut acts.ln
             } else {
                 &mut a.ln2
             };
-            kernels::layernorm_forward(
-                ln2,
-                &mut a.ln2_mean,
-                &mut a.ln2_rstd,
-                &a.residual2,
-                &p[w.ln_2_w.clone()],
-                &p[w.ln_2_b.clone()],
-                n,
-                c,
-                eps,
-            );
+            timed(Phase::LayerNorm, || {
+                kernels::layernorm_forward(
+                    ln2,
+                    &mut a.ln2_mean,
+                    &mut a.ln2_rstd,
+                    &a.residual2,
+                    &p[w.ln_2_w.clone()],
+                    &p[w.ln_2_b.clone()],
+                    n,
+                    c,
+                    eps,
+                )
+            });
             linear_forward(
                 &mut a.fch,
                 ln2,
@@ -202,7 +199,9 @@ impl Gpt2 {
             } else {
                 &mut a.fch_gelu
             };
-            kernels::gelu_forward(fch_gelu, &a.fch, gelu);
+            timed(Phase::Gelu, || {
+                kernels::gelu_forward(fch_gelu, &a.fch, gelu)
+            });
             linear_forward(
                 &mut acts.proj,
                 fch_gelu,
@@ -212,24 +211,58 @@ impl Gpt2 {
                 inner,
                 c,
             );
-            kernels::residual_forward(&mut a.residual3, &a.residual2, &acts.proj);
+            timed(Phase::Residual, || {
+                kernels::residual_forward(&mut a.residual3, &a.residual2, &acts.proj)
+            });
         }
         let last: &[f32] = match acts.blocks.last() {
             Some(bl) => &bl.residual3,
             None => &acts.encoded,
         };
-        kernels::layernorm_forward(
-            &mut acts.lnf,
-            &mut acts.lnf_mean,
-            &mut acts.lnf_rstd,
-            last,
-            &p[idx.ln_f_w.clone()],
-            &p[idx.ln_f_b.clone()],
-            n,
-            c,
-            eps,
-        );
+        timed(Phase::LayerNorm, || {
+            kernels::layernorm_forward(
+                &mut acts.lnf,
+                &mut acts.lnf_mean,
+                &mut acts.lnf_rstd,
+                last,
+                &p[idx.ln_f_w.clone()],
+                &p[idx.ln_f_b.clone()],
+                n,
+                c,
+                eps,
+            )
+        });
         Ok(())
+    }
+}
+
+impl Gpt2Activations {
+    /// Copies the batch's ids `[B, T]` (with `lens`, each row's real
+    /// tokens, packed) into `inputs` and writes their embeddings, `wte` +
+    /// `wpe`, into `encoded`.
+    fn embed(
+        &mut self,
+        inputs: &[u32],
+        t: usize,
+        lens: Option<&[usize]>,
+        (wte, wpe): (&[f32], &[f32]),
+        c: usize,
+    ) {
+        timed(Phase::Copy, || match lens {
+            Some(lens) => {
+                for (r, &len) in lens.iter().enumerate() {
+                    let at = self.packed.offs()[r];
+                    self.inputs[at..at + len].copy_from_slice(&inputs[r * t..r * t + len]);
+                }
+            }
+            None => self.inputs.copy_from_slice(inputs),
+        });
+        let _span = span(Phase::Embedding);
+        kernels::embeddings_forward(
+            &mut self.encoded,
+            &[(&self.inputs, wte), (&self.pos_ids, wpe)],
+            c,
+        );
     }
 }
 
@@ -242,6 +275,7 @@ pub(super) fn causal_attention(
     shape: AttentionShape,
     lens: Option<&[usize]>,
 ) {
+    let _span = span(Phase::Attention);
     match lens {
         None => kernels::attention_forward(out, att, qkv, shape, true, None),
         Some(lens) => {
@@ -260,6 +294,7 @@ fn lm_head_forward(
     c: usize,
     v: usize,
 ) {
+    let _span = span(Phase::LmHeadMatmul);
     match packed {
         Some(pw) => kernels::matmul_forward_bf16(logits, lnf, pw, None, n),
         None => kernels::matmul_forward(logits, lnf, w, None, n, c, v, WeightLayout::OutIn),
@@ -277,6 +312,7 @@ fn linear_forward(
     ic: usize,
     oc: usize,
 ) {
+    let _span = span(Phase::Matmul);
     match packed {
         Some(pw) => kernels::matmul_forward_bf16(out, inp, pw, Some(wb.1), n),
         None => kernels::matmul_forward(out, inp, wb.0, Some(wb.1), n, ic, oc, WeightLayout::InOut),
