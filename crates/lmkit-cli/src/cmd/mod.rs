@@ -18,6 +18,7 @@ pub mod overlap;
 pub mod perplexity;
 pub mod plot;
 pub mod pretrain;
+pub mod probe;
 pub mod qa;
 pub mod quickstart;
 pub mod serve;
