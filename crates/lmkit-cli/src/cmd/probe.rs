@@ -45,7 +45,7 @@ pub fn run(a: Args) -> Result<()> {
         "dtype",
         "instruction",
         "1 thread",
-        format!("{threads} threads")
+        format!("{threads} thread{}", if threads == 1 { "" } else { "s" })
     );
     for p in &found {
         println!(
