@@ -102,6 +102,7 @@ fn options(dir: &Path, data: PathBuf, max_steps: u64) -> BertPretrainOptions {
         stop_after: None,
         max_shard_size: None,
         shard_optimizer: false,
+        dtype_auto: false,
     }
 }
 
