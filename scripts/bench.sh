@@ -5,7 +5,8 @@
 # llama.cpp's llama-bench f32 / bf16 / q8_0), BERT (PyTorch f32 and bf16, ONNX
 # Runtime f32 and int8, sentence-transformers), training (PyTorch f32 and bf16
 # autocast), fine-tuning (PyTorch) and serving (HF behind a server, llama.cpp's
-# llama-server), plus a probe of the machine's limits (gemm peak, read
+# llama-server), plus a probe of the machine's limits (true peak per instruction
+# from `lmkit probe`, PyTorch's gemm rate, read
 # bandwidth) before and after each benchmark, for the "% of limit" column (the
 # best of all probes: on a shared machine a single probe can read low).
 #
@@ -99,7 +100,7 @@ fi
 failed=() probes=()
 probe() {
   local f="$work/probe-$(( ${#probes[@]} + 1 )).json"
-  if "$py" scripts/bench_probe.py --threads "$threads" --json "$f" 2>>"$work/probe.log"; then probes+=("$f"); fi
+  if "$py" scripts/bench_probe.py --threads "$threads" --lmkit "$lmkit" --json "$f" 2>>"$work/probe.log"; then probes+=("$f"); fi
 }
 # run NAME CMD...: one benchmark, its output in $work/NAME.log, its figures in $work/NAME.json.
 run() {

@@ -9,10 +9,12 @@ reaches, then the same-run values behind the ratios.
         [--out docs/benchmarks.md] [--failed NAME ...] [--note TEXT] BENCH.json ...
 
 Fraction of the limit: a figure with FLOPs per item reaches rate × FLOPs GFLOP/s,
-shown as a share of the probed gemm peak of its dtype at its thread count (for bf16,
-the f32 peak where that is higher: a bf16 product can run as f32 FMAs); one with
-bytes per item reaches rate × bytes GB/s, a share of the probed read bandwidth.
-Int8 work has no probed peak (no int8 gemm probe), so its FLOP share is left out.
+shown as a share of the true peak of its dtype at its thread count (`lmkit probe`:
+f32 FMAs for f32, `vdpbf16ps` for bf16, `vpdpbusd` for int8; for bf16, the f32 peak
+where that is higher: a bf16 product can run as f32 FMAs), or of PyTorch's gemm rate
+of the dtype where a probe file has no true peak; one with bytes per item reaches
+rate × bytes GB/s, a share of the probed read bandwidth. The header shows the true
+peaks and PyTorch's gemm rates side by side.
 With several probe files the best value of each limit is used (a probe on a loaded
 machine reads low, and a low limit would flatter every fraction); a fraction above
 100% is marked with a dagger all the same.
@@ -49,20 +51,24 @@ def git(*args):
 
 
 def merge_probes(paths):
-    """The best of each limit over the probe files: {"gemm": {dtype: {threads: x}}, "read": {threads: x}},
-    and every probe's read bandwidth, "reads": {threads: [x, ...]} (a shared machine's bandwidth
-    swings between probes: the spread is printed beside the best)."""
-    gemm, read, reads = {}, {}, {}
+    """The best of each limit over the probe files: {"peak": {dtype: {threads: x}}} (the true
+    peak, `lmkit probe`), "gemm" (PyTorch's gemm rate) alike, "read": {threads: x}, the peak's
+    instructions, "instr": {dtype: name}, and every probe's read bandwidth, "reads":
+    {threads: [x, ...]} (a shared machine's bandwidth swings between probes: the spread is
+    printed beside the best)."""
+    peak, gemm, read, reads, instr = {}, {}, {}, {}, {}
     for p in paths:
         with open(p, encoding="utf-8") as f:
             doc = json.load(f)
-        for dtype, by_t in doc["gemm_gflops"].items():
-            for t, v in by_t.items():
-                gemm.setdefault(dtype, {})[int(t)] = max(v, gemm.get(dtype, {}).get(int(t), 0.0))
+        for key, into in (("peak_gflops", peak), ("gemm_gflops", gemm)):
+            for dtype, by_t in doc.get(key, {}).items():
+                for t, v in by_t.items():
+                    into.setdefault(dtype, {})[int(t)] = max(v, into.get(dtype, {}).get(int(t), 0.0))
+        instr.update(doc.get("peak_instructions", {}))
         for t, v in doc["read_gbs"].items():
             read[int(t)] = max(v, read.get(int(t), 0.0))
             reads.setdefault(int(t), []).append(v)
-    return {"gemm": gemm, "read": read, "reads": reads}
+    return {"peak": peak, "gemm": gemm, "read": read, "reads": reads, "instr": instr}
 
 
 def nearest(by_threads, threads):
@@ -78,17 +84,20 @@ def fraction(limits, rate, dtype, threads, flops, nbytes):
     if rate is None:
         return None, ""
     if flops:
-        peak, t = nearest(limits["gemm"].get(dtype, {}), threads)
+        # The true peak where probed (its dtype's instruction), else PyTorch's gemm rate.
+        source = "peak" if limits.get("peak", {}).get(dtype) else "gemm"
+        what = "true peak" if source == "peak" else "torch gemm peak"
+        peak, t = nearest(limits[source].get(dtype, {}), threads)
         name = dtype
         if dtype == "bf16":
             # A bf16 product can run as f32 FMAs on the rounded operands (lmkit does where
             # the CPU's bf16 dot is slower than its FMAs): its limit is the faster of the two.
-            p32, t32 = nearest(limits["gemm"].get("f32", {}), threads)
+            p32, t32 = nearest(limits[source].get("f32", {}), threads)
             if p32 is not None and (peak is None or p32 > peak):
                 peak, t, name = p32, t32, "f32 (above bf16's)"
         if peak is None:
-            return None, f"no {dtype} gemm probe"
-        return rate * flops / 1e9 / peak, f"{name} gemm peak, {t} thr"
+            return None, f"no {dtype} peak probe"
+        return rate * flops / 1e9 / peak, f"{name} {what}, {t} thr"
     if nbytes:
         peak, t = nearest(limits["read"], threads)
         if peak is None:
@@ -161,8 +170,15 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
     if loads:
         lines.append(f"- load average seen by the scripts: {min(loads):.1f} to {max(loads):.1f} "
                      f"on {os.cpu_count()} CPUs")
+    if limits.get("peak"):
+        unit = {"int8": "GOP/s"}
+        parts = [f"{d} ({limits['instr'].get(d, '?')}) "
+                 + ", ".join(f"{v:.0f} {unit.get(d, 'GFLOP/s')} on {t} thr" for t, v in sorted(by.items()))
+                 for d, by in limits["peak"].items()]
+        lines.append("- true peak (`lmkit probe`, in-register multiply-adds, best of "
+                     f"{n_probes} probe(s)): " + "; ".join(parts))
     if limits["gemm"] or limits["read"]:
-        parts = [f"{d} gemm {', '.join(f'{v:.0f} GFLOP/s on {t} thr' for t, v in sorted(by.items()))}"
+        parts = [f"torch {d} gemm {', '.join(f'{v:.0f} GFLOP/s on {t} thr' for t, v in sorted(by.items()))}"
                  for d, by in limits["gemm"].items()]
         parts.append("read " + ", ".join(f"{v:.1f} GB/s on {t} thr" for t, v in sorted(limits["read"].items())))
         spread = [f"{min(v):.1f}-{max(v):.1f} (median {statistics.median(v):.1f}) GB/s on {t} thr"
@@ -173,8 +189,9 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
     lines += ["", "## Ratios", "",
               "lmkit / peer in the row's unit: above 1 is lmkit ahead for rates, below 1 for peak RSS and",
               "start-up time. \"% of limit\": the rate times the work per item (FLOPs or bytes read), over the",
-              "probed gemm peak of the row's dtype (bf16: or f32's where higher, as a bf16 product can run",
-              "as f32 FMAs) or the probed read bandwidth, on the row's thread count.",
+              "true peak of the row's dtype (f32 FMA, bf16 `vdpbf16ps`, int8 `vpdpbusd`; bf16: or f32's where",
+              "higher, as a bf16 product can run as f32 FMAs; PyTorch's gemm rate where no true peak was",
+              "probed) or the probed read bandwidth, on the row's thread count.",
               "",
               "| what | thr | peer | lmkit / peer | lmkit % of limit | peer % of limit | limit |",
               "|---|---|---|---|---|---|---|"]
@@ -244,8 +261,8 @@ def self_test():
             with open(probes[-1], "w", encoding="utf-8") as f:
                 json.dump({"gemm_gflops": {"f32": {"2": f32}, "bf16": {"2": 2 * f32}}, "read_gbs": {"2": read}}, f)
         limits = merge_probes(probes)
-    assert limits == {"gemm": {"f32": {2: 100.0}, "bf16": {2: 200.0}}, "read": {2: 40.0},
-                      "reads": {2: [20.0, 40.0]}}, limits
+    assert limits == {"peak": {}, "gemm": {"f32": {2: 100.0}, "bf16": {2: 200.0}}, "read": {2: 40.0},
+                      "reads": {2: [20.0, 40.0]}, "instr": {}}, limits
     docs = [{"script": "t.py", "date": "2026-01-01T00:00:00Z", "loadavg": 1.0, "figures": [
         # 50 tokens/s x 4e8 B = 20 GB/s = 50% of 40 GB/s; HF bf16: 25 x 2e8 B = 5 GB/s = 12.5%.
         figure("decode f32", "tokens/s", 50.0, {"HF bf16": peer(25.0, dtype="bf16", bytes_per_item=2e8)},
@@ -254,7 +271,7 @@ def self_test():
         figure("prefill f32", "tokens/s", 1000.0, {"HF bf16": peer(500.0, dtype="bf16")}, threads=2,
                flops_per_item=1e8),
         # Work on 1 thread uses the nearest probe (2 threads): 100 x 1e8 / 100 GFLOP/s = 10%;
-        # int8 FLOPs have no peak.
+        # int8 FLOPs have no torch peak.
         figure("prefill int8", "tokens/s", 300.0, {"HF f32": peer(100.0, dtype="f32")}, dtype="int8", threads=1, flops_per_item=1e8),
         # 1100 x 1e8 FLOP = 110% of the f32 peak: marked.
         figure("prefill big", "tokens/s", 1100.0, {"HF": 550.0}, threads=2, flops_per_item=1e8),
@@ -264,17 +281,35 @@ def self_test():
     rows = {tuple(c.strip() for c in l.split("|")[1:4]): l for l in text.splitlines() if l.startswith("| ")}
     expect = {
         ("decode f32", "2", "HF bf16"): "| **2.00×** | 50% | 12% | read bandwidth, 2 thr |",
-        ("prefill f32", "2", "HF bf16"): "| **2.00×** | 100% | 25% | f32 gemm peak, 2 thr; peer: bf16 gemm peak, 2 thr |",
-        ("prefill int8", "1", "HF f32"): "| **3.00×** | – | 10% | no int8 gemm probe; peer: f32 gemm peak, 2 thr |",
-        ("prefill big", "2", "HF"): "| **2.00×** | 110% † | 55% | f32 gemm peak, 2 thr |",
+        ("prefill f32", "2", "HF bf16"):
+            "| **2.00×** | 100% | 25% | f32 torch gemm peak, 2 thr; peer: bf16 torch gemm peak, 2 thr |",
+        ("prefill int8", "1", "HF f32"): "| **3.00×** | – | 10% | no int8 peak probe; peer: f32 torch gemm peak, 2 thr |",
+        ("prefill big", "2", "HF"): "| **2.00×** | 110% † | 55% | f32 torch gemm peak, 2 thr |",
         ("start-up", "1", "tiktoken"): "| **0.12×** | – | – |  |",
     }
     for key, tail in expect.items():
         assert key in rows and rows[key].endswith(tail), (key, rows.get(key), tail)
     # Where the bf16 probe is below the f32 one, bf16 work counts against the f32 peak.
     slow_bf16 = {"gemm": {"f32": {2: 100.0}, "bf16": {2: 50.0}}, "read": {2: 40.0}}
-    assert fraction(slow_bf16, 500.0, "bf16", 2, 1e8, None) == (0.5, "f32 (above bf16's) gemm peak, 2 thr")
-    assert fraction(limits, 500.0, "bf16", 2, 1e8, None) == (0.25, "bf16 gemm peak, 2 thr")
+    assert fraction(slow_bf16, 500.0, "bf16", 2, 1e8, None) == (0.5, "f32 (above bf16's) torch gemm peak, 2 thr")
+    assert fraction(limits, 500.0, "bf16", 2, 1e8, None) == (0.25, "bf16 torch gemm peak, 2 thr")
+    # With the true peak probed, each dtype counts against its own instruction's peak
+    # (int8 included), and the header shows it beside PyTorch's gemm rate.
+    with tempfile.TemporaryDirectory() as tmp:
+        probes.append(os.path.join(tmp, "p2.json"))
+        with open(probes[-1], "w", encoding="utf-8") as f:
+            json.dump({"gemm_gflops": {"f32": {"2": 100.0}}, "read_gbs": {"2": 40.0},
+                       "peak_gflops": {"f32": {"1": 100.0, "2": 200.0}, "bf16": {"2": 400.0},
+                                       "int8": {"1": 400.0, "2": 800.0}},
+                       "peak_instructions": {"f32": "vfmadd231ps zmm", "bf16": "vdpbf16ps zmm",
+                                             "int8": "vpdpbusd zmm"}}, f)
+        true = merge_probes(probes[-1:])
+    assert fraction(true, 1000.0, "f32", 2, 1e8, None) == (0.5, "f32 true peak, 2 thr")
+    assert fraction(true, 1000.0, "bf16", 2, 1e8, None) == (0.25, "bf16 true peak, 2 thr")
+    assert fraction(true, 1000.0, "int8", 1, 1e8, None) == (0.25, "int8 true peak, 1 thr")
+    head = render(docs, true, "x", 2, [], [], 1)
+    assert "int8 (vpdpbusd zmm) 400 GOP/s on 1 thr, 800 GOP/s on 2 thr" in head, head
+    assert "torch f32 gemm 100 GFLOP/s on 2 thr" in head, head
     assert "serve: did not finish" in text and "- command: `scripts/bench.sh`" in text
     loaded = render([dict(docs[0], loadavg=10.0 * (os.cpu_count() or 1))], limits, "x", 2, [], [], 2)
     assert "shared and loaded" in loaded and "shared and loaded" not in text

@@ -61,6 +61,9 @@ enum Command {
     Overlap(Box<cmd::overlap::Args>),
     /// Chart the curves of training runs (losses, eval scores, lr, throughput) as a PNG or SVG.
     Plot(cmd::plot::Args),
+    /// The CPU's true arithmetic peak per instruction (f32 FMA, bf16 and int8 dots), for benchmarks.
+    #[command(hide = true)]
+    Probe(cmd::probe::Args),
     /// Print a shell completion script: `lmkit completions bash > /etc/bash_completion.d/lmkit`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -191,6 +194,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Serve(a) => cmd::serve::run(*a),
         Command::Overlap(a) => cmd::overlap::run(*a),
         Command::Plot(a) => cmd::plot::run(a),
+        Command::Probe(a) => cmd::probe::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

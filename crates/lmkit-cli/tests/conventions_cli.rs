@@ -310,11 +310,27 @@ fn dtype_on_every_model_command() {
         vec!["perplexity", "--model", t, "--input", ctx.to_str().unwrap()],
     ];
     for c in bert.iter().chain(&gpt2) {
-        for dtype in ["f32", "bf16", "int8"] {
+        for dtype in ["f32", "bf16", "int8", "auto"] {
             let mut args = c.clone();
             args.extend(["--dtype", dtype]);
             let (code, _, err) = common::lmkit_stdin(&args, b"a text\n");
             assert_eq!(code, Some(0), "{args:?}: {err}");
+            // `auto` says what it chose and why, in one line; a fixed format says nothing.
+            let said: Vec<_> = err
+                .lines()
+                .filter(|l| l.starts_with("dtype auto: "))
+                .collect();
+            if dtype == "auto" {
+                assert_eq!(said.len(), 1, "{args:?}: {err}");
+                let chosen = said[0]["dtype auto: ".len()..].split(' ').next().unwrap();
+                assert!(["f32", "bf16", "int8"].contains(&chosen), "{err}");
+                assert!(
+                    said[0].contains("f32's speed") || said[0].contains("only format"),
+                    "{err}"
+                );
+            } else {
+                assert!(said.is_empty(), "{args:?}: {err}");
+            }
         }
         // An unknown format is a clear error.
         let mut args = c.clone();

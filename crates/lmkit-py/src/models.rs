@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::bert::{BertPipeline, EmbedOptions, LabelScore, Pooling, QaOptions};
 use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
 use lmkit::models::load::{load_bert, load_gpt2};
@@ -23,8 +24,10 @@ use crate::convert::{array2, json_to_py};
 use crate::errors::{value_error, PyResultExt};
 use crate::tokenizer::PyTokenizer;
 
-fn dtype(s: &str) -> PyResult<WeightDtype> {
-    s.parse::<WeightDtype>().py()
+/// A `dtype` argument: "f32", "bf16", "int8" or "auto" (the fastest on
+/// this CPU, measured once and cached).
+fn dtype(s: &str) -> PyResult<DtypeRequest<WeightDtype>> {
+    s.parse::<DtypeRequest<WeightDtype>>().py()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,7 +102,8 @@ fn clock_seed() -> u64 {
 #[pymethods]
 impl PyGpt2 {
     /// Loads a GPT-2 folder in HF layout (or a hub name in the local HF
-    /// cache) with its weights as `dtype`: "f32", "bf16" or "int8".
+    /// cache) with its weights as `dtype`: "f32", "bf16", "int8" or "auto" (the
+    /// fastest on this CPU, measured once and cached).
     #[staticmethod]
     #[pyo3(signature = (name_or_path, *, dtype = "f32", tokenizer = None))]
     fn from_pretrained(
@@ -490,7 +494,8 @@ impl PyBert {
     /// when present) or a hub name in the local HF cache; `dtype` "f32",
     /// "bf16" (bf16 matmuls: faster on CPUs whose bf16 dot outruns f32
     /// FMAs, ~1e-2 less exact) or "int8" (int8 matmuls, activations
-    /// quantized per row: fastest).
+    /// quantized per row: fastest) or "auto" (the fastest on this CPU,
+    /// measured once and cached).
     #[staticmethod]
     #[pyo3(signature = (name_or_path, *, dtype = "f32"))]
     fn from_pretrained(py: Python<'_>, name_or_path: &str, dtype: &str) -> PyResult<Self> {

@@ -59,6 +59,21 @@ def test_reduced_precision_embeddings_stay_close(minilm_dir):
         assert cos.min() > min_cos, (dtype, cos.min())
 
 
+def test_dtype_auto_picks_a_format_and_says_why(minilm_dir, tmp_path, monkeypatch, capfd):
+    # Measured on the first load (the cache folder is empty), one line on stderr each.
+    monkeypatch.setenv("LMKIT_CACHE_DIR", str(tmp_path))
+    loads = (lambda: lmkit.Bert.from_pretrained(minilm_dir, dtype="auto"),
+             lambda: lmkit.GPT2.from_pretrained(str(FIXTURES / "gpt2-zeroshot"), dtype="auto"))
+    for load in loads:
+        load()
+        err = capfd.readouterr().err
+        said = [line for line in err.splitlines() if line.startswith("dtype auto: ")]
+        assert len(said) == 1, err
+        assert said[0].split()[2] in ("f32", "bf16", "int8"), said[0]
+        assert "measured, cached in" in said[0], said[0]
+    assert len(list(tmp_path.glob("dtype-*.json"))) == 2
+
+
 def test_greedy_generation_equals_transformers():
     # gpt2-tiny: a random 2-layer GPT-2 and HF's greedy generate (no eos stop).
     meta, ref = reference("gpt2-tiny")

@@ -41,6 +41,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::gpt2::WeightDtype;
 use serde::de::DeserializeOwned;
 
@@ -63,9 +64,10 @@ pub struct ServeOptions {
     pub max_tokens: usize,
     /// Longest wait in a queue before a request is answered 503.
     pub timeout: Duration,
-    /// Weights of GPT-2 models (f32, bf16, int8); BERT models run their
-    /// encoder's matmuls in the same format.
-    pub dtype: WeightDtype,
+    /// Weights of GPT-2 models (f32, bf16, int8, or `auto`: the fastest on
+    /// this CPU, per model); BERT models run their encoder's matmuls in the
+    /// same format.
+    pub dtype: DtypeRequest<WeightDtype>,
     /// Largest request body, bytes.
     pub body_limit: usize,
 }
@@ -79,7 +81,7 @@ impl Default for ServeOptions {
             max_queue: 64,
             max_tokens: 1024,
             timeout: Duration::from_secs(60),
-            dtype: WeightDtype::F32,
+            dtype: DtypeRequest::Fixed(WeightDtype::F32),
             body_limit: 4 << 20,
         }
     }

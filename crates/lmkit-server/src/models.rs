@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use lmkit::checkpoint::{read_config, resolve_model_dir};
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::bert::{BertPipeline, EmbedOptions};
 use lmkit::models::gpt2::{
     BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, SeqId, SequenceRequest, TokenLogprob,
@@ -70,7 +71,7 @@ pub struct WorkerLimits {
     pub max_queue: usize,
     /// Longest time a request may wait in a queue before it is answered 503.
     pub timeout: Duration,
-    pub dtype: WeightDtype,
+    pub dtype: DtypeRequest<WeightDtype>,
 }
 
 /// A loaded model.
@@ -166,7 +167,8 @@ impl Gpt2Model {
         let tokenizer = Arc::new(BpeTokenizer::from_dir(dir).map_err(|e| {
             lmkit::Error::InvalidInput(format!("loading the tokenizer from {}: {e}", dir.display()))
         })?);
-        let engine = Gpt2Engine::load(dir, limits.dtype)?;
+        let dtype = limits.dtype.resolve_for(&read_config(dir, None)?);
+        let engine = Gpt2Engine::load(dir, dtype)?;
         let config = engine.config().clone();
         let eos = config.eos_token_id.or_else(|| tokenizer.endoftext_id());
         let (jobs, rx) = sync_channel(limits.max_queue);
@@ -355,7 +357,8 @@ impl BertModel {
         metrics: Arc<Metrics>,
     ) -> lmkit::Result<Self> {
         let mut p = BertPipeline::from_dir(dir)?;
-        p.model.set_dtype(limits.dtype)?;
+        let dtype = limits.dtype.resolve_for(&read_config(dir, None)?);
+        p.model.set_dtype(dtype)?;
         let pipeline = Arc::new(p);
         let (jobs, rx) = sync_channel(limits.max_queue);
         let queued = Arc::new(AtomicUsize::new(0));

@@ -103,6 +103,7 @@ fn options(dir: &Path, data: PathBuf, max_steps: u64) -> BertPretrainOptions {
         max_shard_size: None,
         shard_optimizer: false,
         profile: false,
+        dtype_auto: false,
     }
 }
 

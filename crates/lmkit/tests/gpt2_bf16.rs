@@ -7,6 +7,7 @@
 //! Shape legend: B batch, T sequence length, C channels, V vocabulary.
 
 use lmkit::data::TokenBatch;
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::gpt2::Gpt2;
 use lmkit::recipes::pretrain::{pretrain, ModelSize, PretrainOptions};
 use lmkit::spec::{Family, Gpt2Config, Precision};
@@ -253,7 +254,7 @@ fn losses(out: &std::path::Path) -> Vec<f64> {
 fn pretrain_dtype_is_kept_on_resume() {
     let (dir, data) = scratch("bf16", 60_000);
     let opts = |out: &str, dtype: Option<Precision>| PretrainOptions {
-        dtype,
+        dtype: dtype.map(Into::into),
         ..tiny_gpt2(&data, dir.join(out))
     };
     let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &lmkit::train::StopRequest::default());
@@ -275,9 +276,12 @@ fn pretrain_dtype_is_kept_on_resume() {
         err.contains("`dtype` f32 differs from the checkpoint's bf16"),
         "{err}"
     );
+    // `auto` on a resume keeps the run's format (bf16 here, whatever this
+    // CPU's speeds): the losses below continue the bf16 run exactly.
     run(&PretrainOptions {
         output: dir.join("cut"),
         resume: true,
+        dtype: Some(DtypeRequest::Auto),
         ..PretrainOptions::default()
     })
     .unwrap();
@@ -296,7 +300,7 @@ fn pretrain_recompute_changes_memory_not_losses() {
     let (dir, data) = scratch("recompute", 60_000);
     let opts = |out: &str, recompute: bool| PretrainOptions {
         recompute,
-        dtype: Some(Precision::Bf16),
+        dtype: Some(Precision::Bf16.into()),
         ..tiny_gpt2(&data, dir.join(out))
     };
     let run = |o: &PretrainOptions| pretrain(o, &mut |_| {}, &lmkit::train::StopRequest::default());
@@ -362,7 +366,7 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
         batch_size: 4,
         lr: 1e-3,
         max_seq_len: 24,
-        dtype,
+        dtype: dtype.into(),
         ..FinetuneOptions::default()
     };
     let run = |out: &str, o: &FinetuneOptions| {

@@ -40,7 +40,7 @@ pub struct Args {
     /// Sequences per forward pass.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Weight format: f32, or BERT's encoder matmuls in bf16 (faster where the CPU's bf16 dot product outruns its f32 FMAs, as on AMD Zen 4/5; ~1e-2 less exact) or int8 (fastest, activations quantized per row); GPT-2 classifiers run f32.
+    /// Weight format: f32, or BERT's encoder matmuls in bf16 (faster where the CPU's bf16 dot product outruns its f32 FMAs, as on AMD Zen 4/5; ~1e-2 less exact) or int8 (fastest, activations quantized per row), or auto (the fastest on this CPU, measured once and cached); GPT-2 classifiers run f32.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
 }

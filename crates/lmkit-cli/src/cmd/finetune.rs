@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use lmkit::checkpoint::resolve_model_dir;
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::recipes::finetune::{finetune_on, FinetuneEvent, FinetuneOptions, StopRequest};
 use lmkit::recipes::RecipeError;
 use lmkit::spec::Precision;
@@ -115,9 +116,10 @@ pub struct Args {
     pub dist: crate::distributed::DistArgs,
     /// f32 (exact against HF), or bf16: mixed precision, the matmuls of every
     /// block (GPT-2: and the LM head) with bf16 operands and f32 sums (weights,
-    /// gradients and AdamW state stay f32). --resume needs the run's.
+    /// gradients and AdamW state stay f32), or auto: bf16 where this CPU runs the
+    /// model's products faster in it, else f32 (never int8). --resume needs the run's.
     #[arg(long, default_value_t = FinetuneOptions::default().dtype)]
-    pub dtype: Precision,
+    pub dtype: DtypeRequest<Precision>,
     /// GPT-2: recompute attention probabilities, GELU and LayerNorm outputs in
     /// backward instead of keeping them: the same gradients in far less memory
     /// at long sequences (an error for BERT).

@@ -61,7 +61,7 @@ pub struct Args {
     /// Stop when the text contains this string (repeatable); it is not printed.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
-    /// Weight format: f32, bf16 or int8.
+    /// Weight format: f32, bf16, int8, or auto (the fastest on this CPU, measured once and cached).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Drop tokens from the start of a prompt too long for the context, instead of failing.

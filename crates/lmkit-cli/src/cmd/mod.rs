@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use lmkit::data::source::SourceBytes;
+use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::gpt2::{Gpt2Engine, WeightDtype};
 use lmkit_tokenizers::BpeTokenizer;
 
@@ -18,6 +19,7 @@ pub mod overlap;
 pub mod perplexity;
 pub mod plot;
 pub mod pretrain;
+pub mod probe;
 pub mod qa;
 pub mod quickstart;
 pub mod serve;
@@ -133,6 +135,6 @@ pub(crate) fn load_gpt2(
         command,
         model,
         tokenizer,
-        dtype.parse::<WeightDtype>()?,
+        dtype.parse::<DtypeRequest<WeightDtype>>()?,
     )?)
 }

@@ -20,7 +20,7 @@ pub struct Args {
     /// Window length in tokens (default: the model's n_positions).
     #[arg(long)]
     pub context: Option<usize>,
-    /// Weight format: f32, bf16 or int8.
+    /// Weight format: f32, bf16, int8, or auto (the fastest on this CPU, measured once and cached).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Tokenizer directory (default: the model's).

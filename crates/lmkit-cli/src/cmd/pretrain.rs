@@ -148,7 +148,9 @@ pub struct Args {
     pub dist: crate::distributed::DistArgs,
     /// f32 (exact against HF), or bf16: mixed precision, the matmuls of every
     /// block (GPT-2: and the LM head) with bf16 operands and f32 sums (weights,
-    /// gradients and AdamW state stay f32) [default: f32; with --resume, the run's].
+    /// gradients and AdamW state stay f32), or auto: bf16 where this CPU runs the
+    /// model's products faster in it, else f32 (never int8) [default: f32; with
+    /// --resume, the run's].
     #[arg(long)]
     pub dtype: Option<String>,
     /// GPT-2: recompute each block's attention probabilities, GELU and LayerNorm

@@ -34,7 +34,7 @@ pub struct Args {
     /// Longest wait in a model's queue, seconds; longer is answered 503.
     #[arg(long, default_value_t = ServeOptions::default().timeout.as_secs_f64())]
     pub timeout_s: f64,
-    /// Weights of every model: f32, bf16 or int8 (BERT: its encoder's matmuls in that format).
+    /// Weights of every model: f32, bf16, int8 or auto (the fastest on this CPU, per model; BERT: its encoder's matmuls in that format).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Largest request body, bytes.

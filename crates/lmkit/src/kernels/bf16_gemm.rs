@@ -79,15 +79,13 @@ pub fn has_avx512bf16() -> bool {
 /// operands instead ([`Bf16Kernel::Portable`], [`Bf16Panels::matmul`]),
 /// the same numbers up to summation order.
 pub fn bf16_dot_is_fast() -> bool {
+    use super::probe::{path, rate, Op};
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FAST.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx512bf16() {
-            // SAFETY: the features were detected.
-            let (dot, fma) = unsafe { dot_and_fma_flops() };
-            return dot > DOT_OVER_FMA_MIN * fma;
+    *FAST.get_or_init(|| match (path(Op::Bf16Dot), path(Op::F32Fma)) {
+        (Some(dot), Some(fma)) if has_avx512bf16() => {
+            rate(dot, 5) > DOT_OVER_FMA_MIN * rate(fma, 5)
         }
-        false
+        _ => false,
     })
 }
 
@@ -95,46 +93,6 @@ pub fn bf16_dot_is_fast() -> bool {
 /// runs: 2 where both issue at the same rate, 0.5 on the Xeons above; the
 /// bf16 kernel also packs its left operand, so a tie goes to f32.
 const DOT_OVER_FMA_MIN: f64 = 1.2;
-
-/// FLOPs per second of `vdpbf16ps` and of `vfmadd231ps` (512-bit) on the
-/// calling thread, each the best of a few short runs with 12 independent
-/// accumulators (more than latency × ports on any current core).
-///
-/// # Safety
-/// The CPU must have AVX-512 F and BF16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn dot_and_fma_flops() -> (f64, f64) {
-    use std::arch::x86_64::*;
-    use std::hint::black_box;
-    const STEPS: u32 = 2048;
-    let b: __m512 = black_box(_mm512_set1_ps(0.999));
-    let bh: __m512bh = std::mem::transmute(black_box(_mm512_set1_epi32(0x3f80_3f7f)));
-    let (mut dot, mut fma) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..5 {
-        let mut acc = [_mm512_setzero_ps(); 12];
-        let t = std::time::Instant::now();
-        for _ in 0..STEPS {
-            for a in acc.iter_mut() {
-                *a = _mm512_dpbf16_ps(*a, bh, bh);
-            }
-        }
-        black_box(acc);
-        dot = dot.min(t.elapsed().as_secs_f64());
-        let mut acc = [_mm512_setzero_ps(); 12];
-        let t = std::time::Instant::now();
-        for _ in 0..STEPS {
-            for a in acc.iter_mut() {
-                *a = _mm512_fmadd_ps(b, b, *a);
-            }
-        }
-        black_box(acc);
-        fma = fma.min(t.elapsed().as_secs_f64());
-    }
-    // Per instruction: 16 lanes × 2 products × 2 FLOPs, and 16 × 2.
-    let n = f64::from(STEPS) * 12.0;
-    (n * 64.0 / dot.max(1e-9), n * 32.0 / fma.max(1e-9))
-}
 
 /// `M×K` f32 elements at `data[r·rs + c·cs]`.
 #[derive(Clone, Copy)]
@@ -1632,21 +1590,13 @@ mod tests {
         }
     }
 
-    /// The speed check measures real work: rates a core can reach (a loop
-    /// the compiler removed would read as near-infinite), and its verdict
-    /// is false wherever the instruction is missing.
+    /// The speed check's verdict is false wherever the instruction is
+    /// missing (its rates are [`super::super::probe`]'s, tested there).
     #[test]
-    fn dot_and_fma_rates_are_measured() {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx512bf16() {
-            // SAFETY: the features were detected.
-            let (dot, fma) = unsafe { dot_and_fma_flops() };
-            for (name, r) in [("dot", dot), ("fma", fma)] {
-                assert!(r > 1e9 && r < 1e13, "{name}: {r:.3e} FLOP/s on one core");
-            }
-            return;
+    fn bf16_dot_is_slow_without_the_instruction() {
+        if !has_avx512bf16() {
+            assert!(!bf16_dot_is_fast());
         }
-        assert!(!bf16_dot_is_fast());
     }
 
     /// The packed forward against a plain f64 product of the bf16-rounded

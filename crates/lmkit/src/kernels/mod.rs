@@ -26,6 +26,7 @@ mod lm_head;
 mod matmul;
 pub mod matvec;
 mod optim;
+pub mod probe;
 pub mod quant;
 pub mod reference;
 pub(crate) mod simd;

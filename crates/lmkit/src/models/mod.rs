@@ -7,11 +7,13 @@
 //!   inference), its backward and heads (`BertTrainer`), bf16 weights, and
 //!   the inference pipelines (embed, fill-mask, classify, QA).
 //!
+//! - [`auto_dtype`]: `dtype = auto`, the fastest number format on this CPU.
 //! - [`load`]: an inference model by folder or hub name, its family checked
 //!   (what the CLI and the Python package call).
 //!
 //! [`Trainable`] is what a model offers the training loop (`train`).
 
+pub mod auto_dtype;
 pub mod bert;
 pub mod gpt2;
 pub mod load;

@@ -31,6 +31,7 @@ use serde_json::{json, Map, Value};
 use crate::checkpoint::save_params_sharded;
 use crate::data::nsp::{build_nsp_pairs, NspConfig, NspPair};
 use crate::data::DataPosition;
+use crate::models::auto_dtype::{layer_shapes, DtypeRequest};
 use crate::models::bert::Bert;
 use crate::models::bert::{hf_init, BertTrainBatch, BertTrainer, HeadStats};
 use crate::spec::config::{AnyConfig, BertConfig, HfActivation};
@@ -139,6 +140,10 @@ pub struct BertPretrainOptions {
     pub shard_optimizer: bool,
     /// Time each step's phases ([`RunConfig::profile`]).
     pub profile: bool,
+    /// `dtype` auto on a new run: `run.dtype` is replaced, once the model's
+    /// shapes are known, by the faster of f32 and bf16 on this CPU
+    /// ([`crate::models::auto_dtype`]).
+    pub dtype_auto: bool,
 }
 
 /// A BERT config for a new model.
@@ -216,9 +221,13 @@ pub fn run_bert_pretraining_on(
 ) -> Result<PretrainSummary> {
     let out = &o.output;
     let root = comm.is_root();
-    let (run, ckpt_root, latest) = check_run(o, comm)?;
+    let (mut run, ckpt_root, latest) = check_run(o, comm)?;
     let (tok, model, resumed) = load_model(o, &run, &ckpt_root, latest, on_event)?;
     let cfg = model.config.clone();
+    if o.dtype_auto {
+        let shapes = layer_shapes(cfg.hidden_size, cfg.intermediate_size);
+        run.dtype = DtypeRequest::<Precision>::Auto.resolve_training(&shapes, comm.world_size())?;
+    }
     let (corpus, batcher, val_pairs) = prepare_data(o, &tok, &run, on_event)?;
     let mut trainer = new_trainer(model, &run, o.decay_embeddings)?;
     let num_params = trainer.num_params();

@@ -446,7 +446,7 @@ fn run_loop<M: Trainable>(
     let steps = Steps::new(opts, n, comm.world_size());
     let optim = linear_schedule(opts, steps.schedule);
     let num_params = model.params().len();
-    model.set_precision(opts.dtype)?;
+    model.set_precision(job.record.dtype)?;
     model.set_recompute(opts.recompute)?;
     let mut record = job.record.clone();
     record.examples = n;
@@ -461,7 +461,7 @@ fn run_loop<M: Trainable>(
     state.optim = optim;
     state.extra = json!({ "finetune": record });
     let mut metrics = open_output(&job, state.step)?;
-    if opts.dtype == Precision::Bf16 {
+    if job.record.dtype == Precision::Bf16 {
         job.notes.push(Precision::Bf16.describe().into());
     }
     if comm.world_size() > 1 {

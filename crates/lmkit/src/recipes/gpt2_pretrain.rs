@@ -22,6 +22,7 @@ use super::run_record::check_same_run;
 use super::{check_vocab, invalid, io, RecipeError, Result};
 use crate::checkpoint::{load_pretrained, save_params_sharded, LoadOptions};
 use crate::data::{batch, BatchSampler, TokenBatch, TokenData, TokenShard};
+use crate::models::auto_dtype::{layer_shapes, DtypeRequest};
 use crate::models::gpt2::{GenerationConfig, Gpt2, Gpt2Engine, SamplingParams, WeightDtype};
 use crate::models::{LossParts, Trainable};
 use crate::spec::config::{AnyConfig, Gpt2Config};
@@ -185,12 +186,17 @@ pub(crate) fn run(
     let saved_run: Option<Gpt2RunConfig> = resumed
         .as_ref()
         .and_then(|(_, s, _)| serde_json::from_value(s.extra["run"].clone()).ok());
-    let run_cfg = run_config(o, saved_run.as_ref(), comm.world_size())?;
+    let mut run_cfg = run_config(o, saved_run.as_ref(), comm.world_size())?;
     let (seq_len, batch_size, ranks) = (run_cfg.seq_len, run_cfg.batch_size, run_cfg.ranks);
     let global_batch = batch_size * ranks;
     let resumed_dir = resumed.as_ref().map(|(dir, _, _)| dir.as_path());
     let (tokenizer, mut model, eos) = load_model(o, resumed_dir, &run_cfg, on_event)?;
     let cfg = model.config.clone();
+    if o.dtype == Some(DtypeRequest::Auto) && saved_run.is_none() {
+        let shapes = layer_shapes(cfg.n_embd, cfg.inner());
+        run_cfg.dtype = DtypeRequest::<Precision>::Auto.resolve_training(&shapes, ranks)?;
+        model.set_precision(run_cfg.dtype);
+    }
 
     let (data, mut sampler) =
         open_data(o, comm, &tokenizer, cfg.vocab_size, eos, &run_cfg, on_event)?;
@@ -300,7 +306,12 @@ fn run_config(
     let val_fraction = or_saved(o.val_fraction, sr.map(|r| r.val_fraction), 0.05);
     let max_steps = o.max_steps.or(sr.map(|r| r.max_steps)).unwrap_or(1000);
     let eval_every = o.eval_every.or(sr.map(|r| r.eval_every)).unwrap_or(100);
-    let dtype = or_saved(o.dtype, sr.map(|r| r.dtype), Precision::F32);
+    // `auto` is resolved once the model's shapes are known ([`run`]).
+    let dtype = or_saved(
+        o.dtype.and_then(DtypeRequest::fixed),
+        sr.map(|r| r.dtype),
+        Precision::F32,
+    );
     let run_cfg = Gpt2RunConfig {
         seq_len,
         batch_size,

@@ -19,6 +19,7 @@ pub use super::pretrain_options::{
     BERT_PRESETS, GPT2_PRESETS,
 };
 use super::{gpt2_pretrain, invalid, Result};
+use crate::models::auto_dtype::DtypeRequest;
 use crate::spec::config::AnyConfig;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
@@ -164,7 +165,12 @@ fn run_bert(
         save_every: o.save_every.or(sr.map(|r| r.save_every)).unwrap_or(500),
         keep: super::check_keep(o.keep.or(sr.map(|r| r.keep)).unwrap_or(2))?,
         log_every: o.log_every.or(sr.map(|r| r.log_every)).unwrap_or(1).max(1),
-        dtype: or_saved(o.dtype, sr.map(|r| r.dtype), Precision::F32),
+        // `auto` is resolved once the model's shapes are known (`dtype_auto`).
+        dtype: or_saved(
+            o.dtype.and_then(DtypeRequest::fixed),
+            sr.map(|r| r.dtype),
+            Precision::F32,
+        ),
     };
     // The data of a resumed run: as given, else the files it was started on.
     let data = match (&saved, o.data.is_empty()) {
@@ -247,6 +253,7 @@ fn run_bert(
         max_shard_size: o.max_shard_size,
         shard_optimizer: o.shard_optimizer,
         profile: o.profile,
+        dtype_auto: o.dtype == Some(DtypeRequest::Auto) && sr.is_none(),
     };
     run_bert_pretraining_on(&opts, comm, on_event, stop)
 }

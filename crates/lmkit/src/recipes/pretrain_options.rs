@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::run_record::check_global_batch;
 use super::{invalid, Result};
+use crate::models::auto_dtype::DtypeRequest;
 use crate::spec::names::Family;
 use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 use crate::spec::Precision;
@@ -172,9 +173,11 @@ pub struct PretrainOptions {
     pub shard_optimizer: bool,
     /// The number format of every block's matmuls (GPT-2: and the LM
     /// head), f32 (exact against HF) or bf16 (mixed precision: bf16
-    /// operands, f32 sums, weights and optimizer state); `None`: the resumed
-    /// run's, else f32.
-    pub dtype: Option<Precision>,
+    /// operands, f32 sums, weights and optimizer state), or auto: bf16 where
+    /// this CPU runs the model's products faster in it, else f32
+    /// ([`crate::models::auto_dtype`]; a resumed run keeps its own); `None`:
+    /// the resumed run's, else f32.
+    pub dtype: Option<DtypeRequest<Precision>>,
     /// GPT-2: recompute each block's attention probabilities, GELU and
     /// LayerNorm outputs in backward instead of keeping them ([`crate::models::gpt2::Gpt2::set_recompute`]):
     /// far less memory at long sequences, the same gradients, a little

@@ -68,7 +68,7 @@ impl std::str::FromStr for Precision {
             "f32" | "float32" => Ok(Precision::F32),
             "bf16" | "bfloat16" => Ok(Precision::Bf16),
             _ => Err(crate::Error::InvalidInput(format!(
-                "unknown training `dtype` `{s}` (expected f32 or bf16)"
+                "unknown training `dtype` `{s}` (expected f32, bf16 or auto)"
             ))),
         }
     }

@@ -19,6 +19,7 @@ use crate::eval::benchmark::{metrics, EvalOptions, Evaluation, Keep};
 use crate::eval::run::{
     encode_classify, encode_gpt2_classify, eval_classify, eval_gpt2_classify, ClassifyEval,
 };
+use crate::models::auto_dtype::DtypeRequest;
 use crate::models::bert::{Bert, BertTargets, BertTrainBatch, BertTrainer, HeadKind};
 use crate::models::bert::{BertPipeline, LabelScore};
 use crate::models::gpt2::classify::task_batch;
@@ -316,15 +317,17 @@ pub enum Classifier {
 pub type Ranked = Vec<Vec<LabelScore>>;
 
 impl Classifier {
-    /// Loads `model` (a folder or a hub name); GPT-2 classifiers run f32.
-    pub fn load(model: &str, dtype: WeightDtype) -> crate::Result<Self> {
+    /// Loads `model` (a folder or a hub name); GPT-2 classifiers run f32
+    /// (`auto` included).
+    pub fn load(model: &str, dtype: DtypeRequest<WeightDtype>) -> crate::Result<Self> {
         let dir = resolve_model_dir(model)?;
         match read_config(&dir, None)?.family() {
             Family::Bert => Ok(Classifier::Bert(Box::new(load_bert(
                 "classify", model, dtype,
             )?))),
             Family::Gpt2 => {
-                if dtype != WeightDtype::F32 {
+                if let DtypeRequest::Fixed(dtype @ (WeightDtype::Bf16 | WeightDtype::Int8)) = dtype
+                {
                     return Err(Error::InvalidInput(format!(
                         "`dtype` {dtype}: GPT-2 classifiers run f32"
                     )));

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::models::auto_dtype::DtypeRequest;
 use crate::spec::Precision;
 pub use crate::train::StopRequest;
 
@@ -64,9 +65,10 @@ pub struct FinetuneOptions {
     pub shard_optimizer: bool,
     /// The number format of the matmuls of every block (GPT-2: and the LM
     /// head): f32 (exact against HF) or bf16 (mixed precision: bf16
-    /// operands, f32 sums, weights and optimizer state). A resumed run must
-    /// give the run's.
-    pub dtype: Precision,
+    /// operands, f32 sums, weights and optimizer state), or auto: bf16 where
+    /// this CPU runs the model's products faster in it, else f32
+    /// ([`crate::models::auto_dtype`]). A resumed run must give the run's.
+    pub dtype: DtypeRequest<Precision>,
     /// GPT-2: recompute activations in backward instead of keeping them
     /// ([`crate::models::gpt2::Gpt2::set_recompute`]); an error for BERT.
     /// Memory only: a resume may turn it on or off.
@@ -103,7 +105,7 @@ impl Default for FinetuneOptions {
             save_every: None,
             keep: 2,
             shard_optimizer: false,
-            dtype: Precision::F32,
+            dtype: DtypeRequest::Fixed(Precision::F32),
             recompute: false,
             stop: StopRequest::default(),
         }

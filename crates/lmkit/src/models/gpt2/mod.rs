@@ -51,4 +51,5 @@ pub use perplexity::PerplexityReport;
 pub use sampling::{Sampler, SamplingParams, TokenLogprob};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};
 pub use text::TextCompletion;
+pub(crate) use weights::Matrix;
 pub use weights::WeightDtype;

@@ -68,7 +68,7 @@ impl FromStr for WeightDtype {
             "bf16" | "bfloat16" => Ok(WeightDtype::Bf16),
             "int8" | "i8" => Ok(WeightDtype::Int8),
             _ => Err(Error::InvalidInput(format!(
-                "unknown weight dtype `{s}` (expected f32, bf16 or int8)"
+                "unknown weight dtype `{s}` (expected f32, bf16, int8 or auto)"
             ))),
         }
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{load_params, open_model_dir_for, LoadOptions};
 use crate::data::shards::fingerprint_files;
+use crate::models::auto_dtype::{model_shapes, DtypeRequest};
 use crate::spec::config::ModelConfig;
 use crate::spec::Precision;
 use crate::tasks::{FinetuneOptions, TaskKind};
@@ -74,7 +75,7 @@ pub(super) struct RunRecord {
     pub(super) examples: usize,
     /// The matmuls' number format; f32 in checkpoints from before.
     #[serde(default)]
-    dtype: Precision,
+    pub(super) dtype: Precision,
 }
 
 fn fingerprint(path: &Path) -> Result<String> {
@@ -100,6 +101,13 @@ impl<'a> Job<'a> {
         comm: &'a dyn Communicator,
     ) -> Result<Self> {
         opts.check()?;
+        let dtype = match opts.dtype {
+            DtypeRequest::Fixed(p) => p,
+            auto => {
+                let config = crate::checkpoint::read_config(model_dir, None)?;
+                auto.resolve_training(&model_shapes(&config), comm.world_size())?
+            }
+        };
         let mut job = Job {
             comm,
             model_dir,
@@ -129,7 +137,7 @@ impl<'a> Job<'a> {
                 doc_stride: task.uses("doc_stride").then_some(opts.doc_stride),
                 lm_coef: task.uses("lm_coef").then_some(opts.lm_coef),
                 examples: 0,
-                dtype: opts.dtype,
+                dtype,
             },
             resume: None,
             notes: Vec::new(),
