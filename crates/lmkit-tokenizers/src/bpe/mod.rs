@@ -14,6 +14,7 @@ mod build;
 pub mod byte_level;
 mod cache;
 mod compiled;
+mod encode;
 mod files;
 mod hash;
 mod model;
@@ -497,47 +498,6 @@ impl BpeTokenizer {
     pub fn with_word_cache(mut self, on: bool) -> Self {
         self.word_cache = on;
         self
-    }
-
-    fn encode_ordinary_into(&self, text: &[u8], out: &mut Vec<u32>) {
-        if !self.word_cache {
-            return self.encode_pieces(text, out, None);
-        }
-        cache::with_cache(|c| self.encode_pieces(text, out, c))
-    }
-
-    /// Pieces of 2+ bytes that are not one token are looked up in `cache`
-    /// (when given) before the merge loop runs.
-    #[inline(always)]
-    fn encode_pieces(
-        &self,
-        text: &[u8],
-        out: &mut Vec<u32>,
-        mut cache: Option<&mut cache::WordCache>,
-    ) {
-        for range in crate::pretokenize::split_gpt2(text) {
-            if range.len() == 1 {
-                out.push(self.model.index.byte_ids[text[range.start] as usize]);
-                continue;
-            }
-            let piece = model::Piece::at(text, range.start, range.end);
-            if let Some(id) = self.model.lookup_whole(&piece) {
-                out.push(id);
-            } else if let Some(c) = cache
-                .as_deref_mut()
-                .filter(|_| piece.len() <= cache::MAX_KEY)
-            {
-                if let Some(ids) = c.get(self.owner, &piece) {
-                    out.extend_from_slice(ids);
-                } else {
-                    let at = out.len();
-                    self.model.merge_piece(piece.bytes, out);
-                    c.insert(self.owner, &piece, &out[at..]);
-                }
-            } else {
-                self.model.merge_piece(piece.bytes, out);
-            }
-        }
     }
 
     /// First special token at or after `from`: (position, length, id).

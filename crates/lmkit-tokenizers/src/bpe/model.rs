@@ -12,6 +12,7 @@
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use super::hash::FastMap;
 
@@ -37,6 +38,9 @@ pub(crate) struct BpeModel {
     /// ([`WHOLE_YES`], [`WHOLE_NO`], or [`WHOLE_UNKNOWN`] until first asked).
     /// A pure function of the model, so racing threads store the same value.
     whole_state: WholeState,
+    /// Bit `a << 8 | b`: some merge joins a left token ending in byte `a`
+    /// to a right one starting with `b` (see [`Self::junctions`]).
+    junctions: OnceLock<Box<[u64; 1024]>>,
 }
 
 const WHOLE_UNKNOWN: u8 = 0;
@@ -123,6 +127,7 @@ impl BpeModel {
             merges: merge_map,
             byte_pairs,
             whole_state: WholeState((0..ids).map(|_| AtomicU8::new(WHOLE_UNKNOWN)).collect()),
+            junctions: OnceLock::new(),
         }
     }
 
@@ -149,6 +154,27 @@ impl BpeModel {
             Some(&v) => v,
             None => NO_MERGE,
         }
+    }
+
+    /// The byte pairs a merge can join, as bits `a << 8 | b` (built on first
+    /// use: short texts never ask). Every token the merge loop makes joins
+    /// two of its tokens, so where two adjacent bytes of a piece are not such
+    /// a pair no token ever spans them, and BPE of the piece is BPE of each
+    /// side (merges on one side never change the other side's pairs).
+    pub(crate) fn junctions(&self) -> &[u64; 1024] {
+        self.junctions.get_or_init(|| {
+            let mut bits = Box::new([0u64; 1024]);
+            for &key in self.merges.keys() {
+                let (l, r) = ((key >> 32) as u32, key as u32);
+                if let (Some(&a), Some(&b)) =
+                    (self.token_bytes(l).last(), self.token_bytes(r).first())
+                {
+                    let pair = (a as usize) << 8 | b as usize;
+                    bits[pair >> 6] |= 1 << (pair & 63);
+                }
+            }
+            bits
+        })
     }
 
     /// The token a whole piece (2+ bytes) is, when BPE would give just that token.
