@@ -251,7 +251,10 @@ fn matmuls(c: &mut Criterion) {
         let mut kept = kernels::Bf16Weight::pack(&w, cc, oc, layout);
         bench(
             &mut g,
-            &format!("bf16_repack_weight_{tag}_{:?}", kernels::Bf16Kernel::detect()),
+            &format!(
+                "bf16_repack_weight_{tag}_{:?}",
+                kernels::Bf16Kernel::detect()
+            ),
             Unit::Bytes(8 * (cc * oc) as u64),
             || {
                 kept.repack(&w);
@@ -545,7 +548,10 @@ fn lm_head(c: &mut Criterion) {
     let packed = kernels::Bf16Weight::pack(&w, cc, v, WeightLayout::OutIn);
     bench(
         &mut g,
-        &format!("lm_head_fused_train_bf16_512x768x50257_{:?}", packed.kernel()),
+        &format!(
+            "lm_head_fused_train_bf16_512x768x50257_{:?}",
+            packed.kernel()
+        ),
         train,
         || {
             black_box(kernels::lm_head_loss_backward_packed(
