@@ -452,7 +452,7 @@ fn pretrain_profile_covers_the_step() {
     for dtype in [Precision::F32, Precision::Bf16] {
         let out = dir.join(format!("{dtype:?}"));
         let opts = PretrainOptions {
-            dtype: Some(dtype),
+            dtype: Some(dtype.into()),
             profile: true,
             ..tiny_gpt2(&data, out.clone())
         };
