@@ -231,8 +231,9 @@ pub fn choose(seconds: &[(WeightDtype, f64)], allowed: &[WeightDtype]) -> (Weigh
 /// the cache file of this CPU, thread count and shapes, else measured (a
 /// fraction of a second) and cached.
 pub fn resolve(allowed: &[WeightDtype], shapes: &[GemmShape]) -> Choice {
+    // The version names how `measure` times: a change makes old timings miss.
     let key = format!(
-        "{} | {} threads | {shapes:?}",
+        "v2 | {} | {} threads | {shapes:?}",
         crate::kernels::probe::cpu_identity(),
         rayon::current_num_threads()
     );
@@ -297,7 +298,10 @@ fn time_pass(dtype: WeightDtype, shapes: &[GemmShape]) -> f64 {
         .iter()
         .map(|s| {
             let w = fill(s.ic * s.oc, 1);
-            let m = Matrix::quantize(&w, SourceLayout::OutIn, s.ic, s.oc, dtype, &|_| {});
+            // `[IC, OC]`: how f32 products run (GPT-2's Conv1D blocks, BERT's
+            // inference copy transposed at load); an `[OC, IC]` f32 source
+            // would be repacked on every call and make f32 look slow.
+            let m = Matrix::quantize(&w, SourceLayout::InOut, s.ic, s.oc, dtype, &|_| {});
             (m, fill(s.rows * s.ic, 2), vec![0f32; s.rows * s.oc], s.rows)
         })
         .collect();
