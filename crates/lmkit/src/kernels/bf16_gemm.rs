@@ -214,8 +214,10 @@ thread_local! {
     static POOL: std::cell::RefCell<Vec<Vec<u16>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Buffers [`POOL`] keeps per thread.
+/// Buffers [`POOL`] keeps per thread, and their bf16s at most (128 MiB):
+/// enough for a GPT-2 LM head's two dlogits copies per chunk.
 const POOL_BUFFERS: usize = 4;
+const POOL_ELEMS: usize = 64 << 20;
 
 /// A buffer of `len` bf16s from this thread's pool (the smallest that
 /// holds `len`, else the largest, grown), contents unspecified.
@@ -234,16 +236,16 @@ fn pooled(len: usize) -> Vec<u16> {
     v
 }
 
-/// Returns a buffer to this thread's pool (dropping the smallest beyond
-/// [`POOL_BUFFERS`]).
+/// Returns a buffer to this thread's pool (dropping the smallest while
+/// over [`POOL_BUFFERS`] or [`POOL_ELEMS`]).
 fn recycle(v: Vec<u16>) {
-    if v.capacity() == 0 {
+    if v.capacity() == 0 || v.capacity() > POOL_ELEMS {
         return;
     }
     POOL.with(|p| {
         let mut p = p.borrow_mut();
         p.push(v);
-        if p.len() > POOL_BUFFERS {
+        while p.len() > POOL_BUFFERS || p.iter().map(Vec::capacity).sum::<usize>() > POOL_ELEMS {
             let smallest = (0..p.len())
                 .min_by_key(|&i| p[i].capacity())
                 .expect("not empty");
