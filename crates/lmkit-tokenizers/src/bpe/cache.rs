@@ -19,6 +19,11 @@ pub(crate) const MAX_KEY: usize = 16;
 const MAX_IDS: usize = 5;
 /// log2 of the slots per thread: 16384 × 48 bytes = 768 KiB.
 const SLOT_BITS: u32 = 14;
+/// log2 of the hot-token slots per thread: 32768 × 16 bytes = 512 KiB
+/// (4096: no gain; direct-mapped beat 2-way).
+const HOT_BITS: u32 = 15;
+/// Longest piece (bytes) the hot-token table holds.
+pub(crate) const HOT_MAX: usize = 12;
 
 /// A fresh owner id for each tokenizer built (0 marks an empty slot).
 pub(crate) fn new_owner() -> u64 {
@@ -36,9 +41,24 @@ struct Slot {
     ids: [u32; MAX_IDS],
 }
 
+/// A piece that is one whole token: key bytes 0..8 and 8..12, `len << 24 | id`
+/// (0 when empty; pieces here have 2+ bytes).
+#[derive(Clone, Copy, Default)]
+struct HotSlot {
+    lo: u64,
+    hi: u32,
+    meta: u32,
+}
+
 pub(crate) struct WordCache {
     slots: Box<[Slot]>,
     shift: u32,
+    /// Frequent whole-token pieces (` the`, ` and`): a table small enough to
+    /// stay in L1/L2, in front of the vocabulary's (GPT-2: 2 MiB), whose
+    /// first read per piece was the costliest stall of encoding.
+    hot: Box<[HotSlot]>,
+    /// The tokenizer whose tokens `hot` holds (0: none yet).
+    hot_owner: u64,
 }
 
 impl WordCache {
@@ -46,7 +66,49 @@ impl WordCache {
         WordCache {
             slots: vec![Slot::default(); 1 << bits].into_boxed_slice(),
             shift: 64 - bits,
+            hot: vec![HotSlot::default(); 1 << HOT_BITS].into_boxed_slice(),
+            hot_owner: 0,
         }
+    }
+
+    /// Makes the hot-token table `owner`'s, emptying it when it held
+    /// another tokenizer's tokens (once per encode call, not per piece; a
+    /// thread alternating tokenizers pays a 512 KiB fill per switch, which
+    /// an owner tag per slot would avoid at the cost of a larger slot).
+    #[inline]
+    pub(crate) fn claim_hot(&mut self, owner: u64) {
+        if self.hot_owner != owner {
+            self.hot.fill(HotSlot::default());
+            self.hot_owner = owner;
+        }
+    }
+
+    #[inline(always)]
+    fn hot_index(lo: u64, hi: u64) -> usize {
+        let h = (lo ^ hi.rotate_left(31)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - HOT_BITS)) as usize
+    }
+
+    /// The token `piece` (2..=[`HOT_MAX`] bytes) is, if the hot table holds
+    /// it (for the tokenizer last given to [`Self::claim_hot`]).
+    #[inline(always)]
+    pub(crate) fn get_hot(&self, piece: &Piece) -> Option<u32> {
+        debug_assert!((2..=HOT_MAX).contains(&piece.len()));
+        let s = &self.hot[Self::hot_index(piece.lo, piece.hi)];
+        (s.lo == piece.lo && s.hi as u64 == piece.hi && (s.meta >> 24) as usize == piece.len())
+            .then_some(s.meta & 0x00FF_FFFF)
+    }
+
+    /// Remembers that `piece` (2..=[`HOT_MAX`] bytes) is the whole token
+    /// `id` (under 2^24), replacing whatever held the slot.
+    #[inline(always)]
+    pub(crate) fn insert_hot(&mut self, piece: &Piece, id: u32) {
+        debug_assert!((2..=HOT_MAX).contains(&piece.len()) && id < 1 << 24);
+        self.hot[Self::hot_index(piece.lo, piece.hi)] = HotSlot {
+            lo: piece.lo,
+            hi: piece.hi as u32,
+            meta: (piece.len() as u32) << 24 | id,
+        };
     }
 
     #[inline(always)]
@@ -136,5 +198,27 @@ mod tests {
         assert_eq!(c.get(1, &Piece::new(b"seventeen bytes!!")), None);
         c.insert(1, &Piece::new(b"qq"), &[1; MAX_IDS + 1]);
         assert_eq!(c.get(1, &Piece::new(b"qq")), None);
+    }
+
+    #[test]
+    fn hot_tokens_exact_and_per_owner() {
+        let mut c = WordCache::new(1);
+        c.claim_hot(1);
+        let words: [&[u8]; 5] = [b" the", b" the\0", b"ab", b"twelve bytes", b"\0\0"];
+        for (id, w) in words.iter().enumerate() {
+            assert_eq!(c.get_hot(&Piece::new(w)), None);
+            c.insert_hot(&Piece::new(w), id as u32 + 1);
+            assert_eq!(c.get_hot(&Piece::new(w)), Some(id as u32 + 1));
+        }
+        // Same words, other lengths or bytes: never another piece's id.
+        for w in [&b" th"[..], b" the\0\0", b"ba", b"twelve byte!", b"\0\0\0"] {
+            assert_eq!(c.get_hot(&Piece::new(w)), None, "{w:?}");
+        }
+        c.claim_hot(1);
+        assert_eq!(c.get_hot(&Piece::new(b"ab")), Some(3), "kept for its owner");
+        c.claim_hot(2);
+        for w in words {
+            assert_eq!(c.get_hot(&Piece::new(w)), None, "emptied for another owner");
+        }
     }
 }

@@ -19,12 +19,34 @@ impl BpeTokenizer {
         out: &mut Vec<u32>,
         mut cache: Option<&mut cache::WordCache>,
     ) {
+        if let Some(c) = cache.as_deref_mut() {
+            c.claim_hot(self.owner);
+        }
         for range in crate::pretokenize::split_gpt2(text) {
             if range.len() == 1 {
                 out.push(self.model.index.byte_ids[text[range.start] as usize]);
                 continue;
             }
             let piece = Piece::at(text, range.start, range.end);
+            if piece.len() <= cache::HOT_MAX {
+                if let Some(c) = cache.as_deref_mut() {
+                    if let Some(id) = c.get_hot(&piece) {
+                        out.push(id);
+                        continue;
+                    }
+                    // The word cache holds only pieces that are not one
+                    // token: asked first, a hit skips the vocabulary's miss.
+                    if let Some(ids) = c.get(self.owner, &piece) {
+                        out.extend_from_slice(ids);
+                        continue;
+                    }
+                    if let Some(id) = self.model.lookup_whole(&piece) {
+                        c.insert_hot(&piece, id);
+                        out.push(id);
+                        continue;
+                    }
+                }
+            }
             self.encode_piece(&piece, out, cache.as_deref_mut(), true);
         }
     }
