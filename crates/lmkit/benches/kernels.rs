@@ -487,7 +487,7 @@ fn vocab(c: &mut Criterion) {
 /// quarter of 4 × 512, to keep one iteration near a second on 2 cores):
 /// unfused (the whole `[N, V]` logits, `cross_entropy_fused`, then the two
 /// products of `matmul_backward`, as training ran before) against the
-/// fused kernel at several chunk sizes (`LM_HEAD_CHUNK_ROWS` is 256), and
+/// fused kernel at several chunk sizes (`LM_HEAD_CHUNK_ROWS` is 512), and
 /// the fused loss alone.
 fn lm_head(c: &mut Criterion) {
     let mut g = c.benchmark_group(GROUP);
