@@ -11,7 +11,7 @@
 //! - int8 dot: `vpdpbusd` on zmm (AVX-512 VNNI), else ymm (AVX-VNNI):
 //!   4 u8×i8 products per lane, summed into i32.
 //!
-//! Each loop keeps [`ACCUMULATORS`] independent chains, more than latency ×
+//! Each loop keeps `ACCUMULATORS` independent chains, more than latency ×
 //! issue ports on any current core (4-cycle FMAs on 2 ports need 8; Zen 4/5
 //! `vdpbf16ps` 6 cycles on 2 ports, 12), so the rate is the issue rate.
 //! Rates count a multiply-add as 2 operations (FLOPs, or integer ops for
