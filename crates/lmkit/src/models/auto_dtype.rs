@@ -329,7 +329,13 @@ fn cache_file(key: &str) -> Option<PathBuf> {
     Some(lmkit_tokenizers::bpe::cache_dir()?.join(format!("dtype-{digest:016x}.json")))
 }
 
+/// Timings from a cache file; anything unexpected (too large, not the
+/// JSON `write_cache` writes, another key) is a miss, measured again.
 fn read_cache(file: &std::path::Path, key: &str) -> Option<Vec<(WeightDtype, f64)>> {
+    // A few hundred bytes when written here: never read a large file whole.
+    if std::fs::metadata(file).ok()?.len() > 64 << 10 {
+        return None;
+    }
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
     if doc.get("key")?.as_str()? != key {
         return None;

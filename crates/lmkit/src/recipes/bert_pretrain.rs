@@ -48,8 +48,8 @@ use super::{check_vocab, invalid, io, RecipeError, Result};
 use crate::models::{LossParts, Trainable};
 use crate::train::runner::{ModelWriteError, Row};
 use crate::train::{
-    latest_checkpoint, load_train_state, DataParallel, MetricsWriter, OptimConfig, OptimState,
-    RunConfig, RunTask, Runner, TrainState,
+    latest_checkpoint, load_train_state, DataParallel, OptimConfig, OptimState, RunConfig, RunTask,
+    Runner, TrainState,
 };
 use crate::train::{StepStats, StopRequest};
 use crate::util::comm::{Communicator, SingleProcess};
@@ -233,15 +233,7 @@ pub fn run_bert_pretraining_on(
     let num_params = trainer.num_params();
     let (mut state, mut opt) = train_state(o, &run, resumed, num_params, &corpus)?;
     let start_step = state.step;
-    let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = if root {
-        Some(
-            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-                .map_err(io(&metrics_path))?,
-        )
-    } else {
-        None
-    };
+    let mut metrics = super::open_metrics(root, out, o.resume, start_step)?;
     on_event(PretrainEvent::Start {
         message: start_message(&cfg, &run, num_params, &corpus, val_pairs.len()),
         start_step,

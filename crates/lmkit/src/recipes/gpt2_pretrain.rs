@@ -31,8 +31,8 @@ use crate::spec::optim::{LrSchedule, OptimConfig, ScheduleKind};
 use crate::spec::Precision;
 use crate::train::runner::{ModelWriteError, Row, StopRequest};
 use crate::train::{
-    load_train_state, DataParallel, DataPosition, MetricsWriter, OptimState, RunConfig, RunTask,
-    Runner, TrainState,
+    load_train_state, DataParallel, DataPosition, OptimState, RunConfig, RunTask, Runner,
+    TrainState,
 };
 use crate::util::comm::Communicator;
 
@@ -204,15 +204,7 @@ pub(crate) fn run(
         train_state(o, resumed, model.num_params(), &mut sampler, &run_cfg)?;
     let start_step = state.step;
 
-    let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = if comm.is_root() {
-        Some(
-            MetricsWriter::open(&metrics_path, o.resume.then_some(start_step))
-                .map_err(io(&metrics_path))?,
-        )
-    } else {
-        None
-    };
+    let mut metrics = super::open_metrics(comm.is_root(), out, o.resume, start_step)?;
     on_event(PretrainEvent::Start {
         message: start_message(&cfg, &run_cfg, model.num_params(), &data),
         start_step,

@@ -25,6 +25,23 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecipeError + '_
     }
 }
 
+/// The run's `metrics.jsonl` in `out`, written by the root rank only: a
+/// resumed run (`resume`) keeps the rows before `start_step`.
+pub(crate) fn open_metrics(
+    root: bool,
+    out: &Path,
+    resume: bool,
+    start_step: u64,
+) -> Result<Option<crate::train::MetricsWriter>> {
+    if !root {
+        return Ok(None);
+    }
+    let path = out.join("metrics.jsonl");
+    crate::train::MetricsWriter::open(&path, resume.then_some(start_step))
+        .map(Some)
+        .map_err(io(&path))
+}
+
 /// Checks an output folder before anything is written: never the input
 /// model's own folder, and absent or empty unless `overwrite`.
 pub(crate) fn check_output(input: &Path, output: &Path, overwrite: bool) -> Result<()> {
