@@ -1,6 +1,7 @@
-//! `config.json` of either family, and a sentence-transformers folder
-//! (`modules.json` NUL `1_Pooling/config.json`), never panic; an accepted
-//! config yields a layout or an error, never an unbounded allocation.
+//! `config.json` of either family, a sentence-transformers folder
+//! (`modules.json` NUL `1_Pooling/config.json`), and a `--dtype auto`
+//! timings cache file never panic; an accepted config yields a layout or an
+//! error, never an unbounded allocation.
 #![no_main]
 
 #[path = "common.rs"]
@@ -11,6 +12,7 @@ use lmkit::models::bert::SentenceConfig;
 use lmkit::spec::{AnyConfig, HasLayout, ModelConfig};
 
 fuzz_target!(|data: &[u8]| {
+    let _ = lmkit::models::auto_dtype::cached_timings(data, "k");
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(cfg) = AnyConfig::from_json_str(text) {
             let _ = cfg.layout(cfg.architecture());

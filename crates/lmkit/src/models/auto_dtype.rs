@@ -336,7 +336,13 @@ fn read_cache(file: &std::path::Path, key: &str) -> Option<Vec<(WeightDtype, f64
     if std::fs::metadata(file).ok()?.len() > 64 << 10 {
         return None;
     }
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+    cached_timings(&std::fs::read(file).ok()?, key)
+}
+
+/// The timings of a cache file's bytes for `key` (`None`: not a cache file
+/// of this key). Public for the fuzz target of the cache reader.
+pub fn cached_timings(bytes: &[u8], key: &str) -> Option<Vec<(WeightDtype, f64)>> {
+    let doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     if doc.get("key")?.as_str()? != key {
         return None;
     }
