@@ -438,8 +438,12 @@ unsafe fn pack_b_rows_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: u
 }
 
 /// A B panel from a source whose columns are contiguous (`src.rs == 1`, a
-/// weight seen transposed): each column's K run converts to its pairs in
-/// order, which go to the column's slot of every pair row.
+/// weight seen transposed): per 16 columns × 32 k, each column's K run
+/// converts to 16 pairs (one vector), and a 16×16 transpose of those pair
+/// words gives 16 pair rows of 16 columns, stored whole. (A scatter of
+/// single words, one cache line apart, made the packing of an `nn.Linear`
+/// weight's forward operand — the LM head's, every step — 3× the cost of
+/// the row-major one.)
 ///
 /// # Safety
 /// AVX-512 BF16 must be present; `src` must hold the `k × cols` elements.
@@ -449,26 +453,58 @@ unsafe fn pack_b_cols_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: u
     use std::arch::x86_64::*;
     debug_assert!(src.rs == 1 && cols <= NR && panel.len() >= k.div_ceil(2) * NR * 2);
     let words = panel.as_mut_ptr() as *mut u32;
-    let mut tmp = [0u32; 16];
-    for j in 0..cols {
-        let col = src.data.as_ptr().add((j0 + j) * src.cs);
+    for jb in (0..cols).step_by(16) {
+        let jn = 16.min(cols - jb);
+        let mask = ((1u32 << jn) - 1) as u16;
         for k0 in (0..k).step_by(32) {
             let left = k - k0;
-            let lo = load_lanes(col.add(k0), left);
-            let hi = if left > 16 {
-                load_lanes(col.add(k0 + 16), left - 16)
-            } else {
-                _mm512_setzero_ps()
-            };
-            let v = _mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(
-                tmp.as_mut_ptr() as *mut _,
-                std::mem::transmute::<__m512bh, __m512i>(v),
-            );
-            for (i, &w) in tmp.iter().enumerate().take(left.div_ceil(2).min(16)) {
-                *words.add((k0 / 2 + i) * NR + j) = w;
+            let mut r = [_mm512_setzero_si512(); 16];
+            for (j, v) in r.iter_mut().enumerate().take(jn) {
+                let col = src.data.as_ptr().add((j0 + jb + j) * src.cs + k0);
+                let lo = load_lanes(col, left);
+                let hi = if left > 16 {
+                    load_lanes(col.add(16), left - 16)
+                } else {
+                    _mm512_setzero_ps()
+                };
+                *v = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+            }
+            transpose_16x16_words(&mut r);
+            for (q, v) in r.iter().enumerate().take(left.div_ceil(2).min(16)) {
+                _mm512_mask_storeu_epi32(words.add((k0 / 2 + q) * NR + jb) as *mut i32, mask, *v);
             }
         }
+    }
+}
+
+/// In place: `r[i]` word `j` ← `r[j]` word `i` (32-bit words).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_16x16_words(r: &mut [std::arch::x86_64::__m512i; 16]) {
+    use std::arch::x86_64::*;
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // In 128-bit lane L, `u[4i + c]` holds words 4L + c of rows 4i..4i+4.
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // A 4×4 transpose of 128-bit lanes across u[c], u[4+c], u[8+c], u[12+c].
+    for c in 0..4 {
+        let x0 = _mm512_shuffle_i32x4::<0x44>(u[c], u[4 + c]);
+        let x1 = _mm512_shuffle_i32x4::<0xEE>(u[c], u[4 + c]);
+        let y0 = _mm512_shuffle_i32x4::<0x44>(u[8 + c], u[12 + c]);
+        let y1 = _mm512_shuffle_i32x4::<0xEE>(u[8 + c], u[12 + c]);
+        r[c] = _mm512_shuffle_i32x4::<0x88>(x0, y0);
+        r[4 + c] = _mm512_shuffle_i32x4::<0xDD>(x0, y0);
+        r[8 + c] = _mm512_shuffle_i32x4::<0x88>(x1, y1);
+        r[12 + c] = _mm512_shuffle_i32x4::<0xDD>(x1, y1);
     }
 }
 
