@@ -1026,6 +1026,23 @@ fn adamw_matches_pytorch() {
     }
     assert_eq!(bits(&p), bits(&rp), "adamw large params");
     assert_eq!(bits(&v), bits(&rv), "adamw large v");
+
+    // Clipping folded into the update: the same bits as scaling the
+    // gradient in place first (clip_grad_norm_), the gradient untouched.
+    for coef in [0.123_456_7f32, 1.0] {
+        let (mut sp, mut sm, mut sv) = (p.clone(), m.clone(), v.clone());
+        let (mut rp, mut rm, mut rv) = (p.clone(), m.clone(), v.clone());
+        let g = rng.vec(len, 0.1);
+        let kept = g.clone();
+        kernels::adamw_update_scaled(&mut sp, &g, coef, &mut sm, &mut sv, 5, &cfg, &decay);
+        let mut scaled = g.clone();
+        reference::scale_inplace(&mut scaled, coef);
+        reference::adamw_update(&mut rp, &scaled, &mut rm, &mut rv, 5, &cfg, &decay);
+        assert_eq!(bits(&sp), bits(&rp), "scaled adamw params, coef {coef}");
+        assert_eq!(bits(&sm), bits(&rm), "scaled adamw m, coef {coef}");
+        assert_eq!(bits(&sv), bits(&rv), "scaled adamw v, coef {coef}");
+        assert_eq!(bits(&g), bits(&kept), "the gradient is left as it was");
+    }
 }
 
 /// Runs `f` on a dedicated rayon pool with `threads` threads.

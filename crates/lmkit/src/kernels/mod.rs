@@ -50,7 +50,7 @@ pub use lm_head::{
     LM_HEAD_CHUNK_ROWS,
 };
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
-pub use optim::{adamw_update, global_norm, sum_squares, AdamW};
+pub use optim::{adamw_update, adamw_update_scaled, global_norm, sum_squares, AdamW};
 pub use softmax::{
     cross_entropy_backward, cross_entropy_forward, cross_entropy_fused, softmax_rows,
 };

@@ -32,10 +32,27 @@ const ADAM_CHUNK: usize = 1 << 13;
 /// `p −= lr/(1−β1^step) · m / (√v/√(1−β2^step) + eps)`.
 /// Scalars are formed in f64 as Python does, tensor math in f32. Spans must
 /// cover `0..params.len()` in order without gaps.
-#[allow(clippy::type_complexity)]
 pub fn adamw_update(
     params: &mut [f32],
     grads: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    step: u64,
+    cfg: &AdamW,
+    decay: &[(Range<usize>, bool)],
+) {
+    adamw_update_scaled(params, grads, 1.0, m, v, step, cfg, decay)
+}
+
+/// [`adamw_update`] with the gradient `grad_scale · g` (f32 product), the
+/// same bits as scaling `grads` in place first (`clip_grad_norm_`'s
+/// `g.mul_(coef)`) without that extra pass over the buffer; `grads` is
+/// left as it was.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn adamw_update_scaled(
+    params: &mut [f32],
+    grads: &[f32],
+    grad_scale: f32,
     m: &mut [f32],
     v: &mut [f32],
     step: u64,
@@ -80,7 +97,7 @@ pub fn adamw_update(
                 || {
                     for (((p, g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut())
                     {
-                        let g = *g;
+                        let g = *g * grad_scale;
                         // The FMAs are where PyTorch's CPU kernels have
                         // them (lerp, addcmul, addcdiv): results match it
                         // bit for bit.
