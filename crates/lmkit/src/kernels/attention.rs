@@ -5,10 +5,12 @@
 //! `qkv[B,T,3C]` holds q | k | v per row, head h at columns h·HS..(h+1)·HS of
 //! each third. `att[B,NH,T,T]` keeps the probabilities for backward.
 //!
-//! Each (batch, head) pair is one rayon task; its products run on `gemm`
-//! single-threaded. With a causal mask, queries are processed in blocks so a
-//! block only multiplies against the keys it can see.
+//! Each (batch, head) pair is one rayon task; its products run
+//! single-threaded, on `gemm` in f32 or on the bf16 kernel
+//! ([`AttentionProducts`]). With a causal mask, queries are processed in
+//! blocks so a block only multiplies against the keys it can see.
 
+use super::bf16_gemm::has_avx512bf16;
 use super::matmul::{gemm_to_ptr, View};
 use super::simd::{self, dispatch, LANES};
 use crate::util::parallel::SendPtr;
@@ -31,6 +33,57 @@ impl AttentionShape {
         );
         self.c / self.nh
     }
+}
+
+/// The format of attention's products (q·kᵀ, p·v and their gradients):
+/// f32, or bf16 operands with f32 sums as mixed-precision training and bf16
+/// inference run their other matmuls. Softmax and its gradient stay f32.
+/// `Bf16` runs f32 where the CPU lacks AVX-512 BF16: there rounding the
+/// operands would cost time and gain nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionProducts {
+    F32,
+    Bf16,
+}
+
+impl AttentionProducts {
+    /// Whether the products run on the bf16 kernel on this CPU.
+    fn bf16(self) -> bool {
+        self == AttentionProducts::Bf16 && has_avx512bf16()
+    }
+}
+
+/// `dst[m,n] = (accumulate ? dst : 0) + scale · lhs·rhs` on this thread
+/// (row stride `ldc`), bf16 operands when `bf16` (then `scale` must be 1:
+/// callers fold it into an operand).
+///
+/// # Safety
+/// As [`gemm_to_ptr`]: `dst` valid for the `m×n` elements, no other thread
+/// touching them meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn head_product(
+    bf16: bool,
+    dst: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    [m, n, k]: [usize; 3],
+    scale: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if bf16 {
+        debug_assert!(scale == 1.0, "bf16 head products take no scale");
+        // SAFETY: `bf16` is only set where the CPU has the kernel
+        // ([`AttentionProducts::bf16`]); `dst` is the caller's promise.
+        unsafe {
+            super::bf16_gemm::gemm_bf16_serial_to_ptr(dst, ldc, accumulate, lhs, rhs, m, n, k)
+        };
+        return;
+    }
+    let _ = bf16;
+    // SAFETY: the caller's promise.
+    unsafe { gemm_to_ptr(dst, ldc, 1, accumulate, lhs, rhs, m, n, k, scale, false) };
 }
 
 /// Query rows per block under a causal mask.
@@ -56,6 +109,7 @@ pub fn attention_forward(
     shape: AttentionShape,
     causal: bool,
     key_mask: Option<&[u8]>,
+    products: AttentionProducts,
 ) {
     let AttentionShape { b, t, c, nh } = shape;
     let hs = shape.hs();
@@ -91,7 +145,7 @@ pub fn attention_forward(
             att: bh * t * t,
         };
         // SAFETY: this task writes only its own rows' head-`h` columns of `out`.
-        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, causal, mask) };
+        unsafe { forward_head(p, out_ptr, qkv, head, (c, hs), causal, mask, products) };
     });
 }
 
@@ -100,6 +154,7 @@ pub fn attention_forward(
 /// it, and attends to its own rows only (to its earlier rows if `causal`;
 /// no mask). `out[R,C]`, `qkv[R,3C]` with R = Σ lens; `att` holds one
 /// `[NH,Tₛ,Tₛ]` block per sequence, in order.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_forward_varlen(
     out: &mut [f32],
     att: &mut [f32],
@@ -108,6 +163,7 @@ pub fn attention_forward_varlen(
     c: usize,
     nh: usize,
     causal: bool,
+    products: AttentionProducts,
 ) {
     let (rows, att_len) = varlen_sizes(lens, nh);
     let hs = AttentionShape { b: 1, t: 1, c, nh }.hs();
@@ -131,7 +187,7 @@ pub fn attention_forward_varlen(
     let blocks = split_blocks(att, &heads);
     heads.into_par_iter().zip(blocks).for_each(|(head, p)| {
         // SAFETY: this task writes only its sequence's head-`h` columns of `out`.
-        unsafe { forward_head(p, out_ptr, qkv, head, c, hs, causal, None) };
+        unsafe { forward_head(p, out_ptr, qkv, head, (c, hs), causal, None, products) };
     });
 }
 
@@ -198,29 +254,32 @@ unsafe fn forward_head(
     out_ptr: SendPtr<f32>,
     qkv: &[f32],
     head: Head,
-    c: usize,
-    hs: usize,
+    (c, hs): (usize, usize),
     causal: bool,
     mask: Option<&[u8]>,
+    products: AttentionProducts,
 ) {
     let Head { row, t, h, .. } = head;
     if t == 0 {
         return;
     }
     let scale = 1.0 / (hs as f32).sqrt();
+    let bf16 = products.bf16();
+    // The bf16 kernel takes no scale: the scores are scaled before softmax.
+    let (product_scale, score_scale) = if bf16 { (1.0, scale) } else { (scale, 1.0) };
     let (q, k, v) = head.qkv(qkv, c, hs);
     for (t0, t1, nk) in blocks(t, causal) {
         let rows = t1 - t0;
         let pblk = &mut p[t0 * t..t1 * t];
-        // SAFETY (both gemm_to_ptr calls): the destinations lie inside the
+        // SAFETY (both head_product calls): the destinations lie inside the
         // uniquely borrowed `p` block, or inside `out` at this sequence's
         // rows and head `h`'s columns (the caller's promise).
         unsafe {
             // scores[t0..t1, 0..nk] = scale · q·kᵀ
-            gemm_to_ptr(
+            head_product(
+                bf16,
                 pblk.as_mut_ptr(),
                 t,
-                1,
                 false,
                 View {
                     data: &q[t0 * 3 * c..],
@@ -232,11 +291,8 @@ unsafe fn forward_head(
                     rs: 1,
                     cs: 3 * c,
                 },
-                rows,
-                nk,
-                hs,
-                scale,
-                false,
+                [rows, nk, hs],
+                product_scale,
             );
         }
         dispatch(
@@ -244,16 +300,21 @@ unsafe fn forward_head(
             || {
                 for (r, row) in pblk.chunks_exact_mut(t).enumerate() {
                     let limit = if causal { t0 + r + 1 } else { t };
+                    if bf16 {
+                        for x in &mut row[..limit] {
+                            *x *= score_scale;
+                        }
+                    }
                     softmax_masked(row, limit, mask);
                 }
             },
         );
         unsafe {
             // out[t0..t1] = p[t0..t1, 0..nk] · v[0..nk]
-            gemm_to_ptr(
+            head_product(
+                bf16,
                 out_ptr.get().add((row + t0) * c + h * hs),
                 c,
-                1,
                 false,
                 View {
                     data: pblk,
@@ -265,11 +326,8 @@ unsafe fn forward_head(
                     rs: 3 * c,
                     cs: 1,
                 },
-                rows,
-                hs,
-                nk,
+                [rows, hs, nk],
                 1.0,
-                false,
             );
         }
     }
@@ -329,6 +387,7 @@ pub fn attention_backward(
     qkv: &[f32],
     att: &[f32],
     shape: AttentionShape,
+    products: AttentionProducts,
 ) {
     let AttentionShape { b, t, c, nh } = shape;
     let hs = shape.hs();
@@ -370,7 +429,7 @@ pub fn attention_backward(
             att: bh * t * t,
         };
         // SAFETY: this task writes only its own rows' head-`h` columns of `dqkv`.
-        unsafe { backward_head(ds, att, dptr, dout, qkv, head, c, hs) };
+        unsafe { backward_head(ds, att, dptr, (dout, qkv), head, (c, hs), products) };
     });
 }
 
@@ -387,6 +446,7 @@ pub fn attention_backward_varlen(
     lens: &[usize],
     c: usize,
     nh: usize,
+    products: AttentionProducts,
 ) {
     let (rows, att_len) = varlen_sizes(lens, nh);
     let hs = AttentionShape { b: 1, t: 1, c, nh }.hs();
@@ -401,7 +461,7 @@ pub fn attention_backward_varlen(
     let blocks = split_blocks(datt, &heads);
     heads.into_par_iter().zip(blocks).for_each(|(head, ds)| {
         // SAFETY: this task writes only its sequence's head-`h` columns of `dqkv`.
-        unsafe { backward_head(ds, att, dptr, dout, qkv, head, c, hs) };
+        unsafe { backward_head(ds, att, dptr, (dout, qkv), head, (c, hs), products) };
     });
 }
 
@@ -417,11 +477,10 @@ unsafe fn backward_head(
     ds: &mut [f32],
     att: &[f32],
     dptr: SendPtr<f32>,
-    dout: &[f32],
-    qkv: &[f32],
+    (dout, qkv): (&[f32], &[f32]),
     head: Head,
-    c: usize,
-    hs: usize,
+    (c, hs): (usize, usize),
+    products: AttentionProducts,
 ) {
     let Head { row, t, h, .. } = head;
     if t == 0 {
@@ -429,6 +488,9 @@ unsafe fn backward_head(
     }
     let p = &att[head.att..head.att + t * t];
     let scale = 1.0 / (hs as f32).sqrt();
+    let bf16 = products.bf16();
+    // The bf16 kernel takes no scale: it goes into ds instead.
+    let (product_scale, ds_scale) = if bf16 { (1.0, scale) } else { (scale, 1.0) };
     let base = row * 3 * c;
     let (q, k, v) = head.qkv(qkv, c, hs);
     let go = &dout[row * c + h * hs..];
@@ -451,45 +513,32 @@ unsafe fn backward_head(
             cs: 1,
         };
         let dsblk = &mut ds[t0 * t..t1 * t];
-        // SAFETY (every gemm_to_ptr below): destinations are the uniquely
+        // SAFETY (every head_product below): destinations are the uniquely
         // borrowed `ds` block, or dqkv entries of this sequence and head
         // `h` (the caller's promise).
         unsafe {
             // dv[0..nk] += pᵀ · dout
-            gemm_to_ptr(
-                dv,
-                3 * c,
-                1,
-                true,
-                View {
-                    data: pblk.data,
-                    rs: 1,
-                    cs: t,
-                },
-                gblk,
-                nk,
-                hs,
-                rows,
-                1.0,
-                false,
-            );
+            let pt = View {
+                data: pblk.data,
+                rs: 1,
+                cs: t,
+            };
+            head_product(bf16, dv, 3 * c, true, pt, gblk, [nk, hs, rows], 1.0);
             // dp = dout · vᵀ
-            gemm_to_ptr(
+            let vt = View {
+                data: v,
+                rs: 1,
+                cs: 3 * c,
+            };
+            head_product(
+                bf16,
                 dsblk.as_mut_ptr(),
                 t,
-                1,
                 false,
                 gblk,
-                View {
-                    data: v,
-                    rs: 1,
-                    cs: 3 * c,
-                },
-                rows,
-                nk,
-                hs,
+                vt,
+                [rows, nk, hs],
                 1.0,
-                false,
             );
         }
         // ds = p ⊙ (dp − Σ_j p·dp)
@@ -500,8 +549,14 @@ unsafe fn backward_head(
                     let prow = &pblk.data[r * t..r * t + nk];
                     let drow = &mut drow[..nk];
                     let dot = simd::dot(prow, drow);
-                    for (d, pv) in drow.iter_mut().zip(prow) {
-                        *d = *pv * (*d - dot);
+                    if bf16 {
+                        for (d, pv) in drow.iter_mut().zip(prow) {
+                            *d = *pv * (*d - dot) * ds_scale;
+                        }
+                    } else {
+                        for (d, pv) in drow.iter_mut().zip(prow) {
+                            *d = *pv * (*d - dot);
+                        }
                     }
                 }
             },
@@ -511,46 +566,43 @@ unsafe fn backward_head(
             rs: t,
             cs: 1,
         };
+        let dst = View {
+            data: dsv.data,
+            rs: 1,
+            cs: t,
+        };
+        let kv = View {
+            data: k,
+            rs: 3 * c,
+            cs: 1,
+        };
+        let qv = View {
+            data: &q[t0 * 3 * c..],
+            rs: 3 * c,
+            cs: 1,
+        };
         unsafe {
             // dq[t0..t1] += scale · ds · k
-            gemm_to_ptr(
+            head_product(
+                bf16,
                 dq(t0),
                 3 * c,
-                1,
                 true,
                 dsv,
-                View {
-                    data: k,
-                    rs: 3 * c,
-                    cs: 1,
-                },
-                rows,
-                hs,
-                nk,
-                scale,
-                false,
+                kv,
+                [rows, hs, nk],
+                product_scale,
             );
             // dk[0..nk] += scale · dsᵀ · q
-            gemm_to_ptr(
+            head_product(
+                bf16,
                 dk,
                 3 * c,
-                1,
                 true,
-                View {
-                    data: dsv.data,
-                    rs: 1,
-                    cs: t,
-                },
-                View {
-                    data: &q[t0 * 3 * c..],
-                    rs: 3 * c,
-                    cs: 1,
-                },
-                nk,
-                hs,
-                rows,
-                scale,
-                false,
+                dst,
+                qv,
+                [nk, hs, rows],
+                product_scale,
             );
         }
     }

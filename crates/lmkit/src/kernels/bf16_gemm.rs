@@ -35,7 +35,7 @@
 
 use rayon::prelude::*;
 
-use super::matmul::{col_sums_into, extent};
+use super::matmul::{col_sums_into, extent, View};
 use super::quant::{to_bf16_at, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
@@ -138,6 +138,11 @@ impl PackedA {
     /// `A` packed into a buffer from this thread's pool ([`pooled`]), every
     /// element written (padding with zeros).
     fn pack(src: Src<'_>, m: usize, k: usize) -> PackedA {
+        Self::pack_on(src, m, k, true)
+    }
+
+    /// [`Self::pack`], on the rayon pool when `par`, else on this thread.
+    fn pack_on(src: Src<'_>, m: usize, k: usize, par: bool) -> PackedA {
         src.check(m, k, "A");
         let kp = k + (k & 1);
         let pair_major = src.cs != 1;
@@ -145,6 +150,7 @@ impl PackedA {
         let simd = has_avx512bf16();
         data.par_chunks_mut(MR * kp)
             .enumerate()
+            .with_min_len(min_len(par))
             .for_each(|(s, strip)| {
                 let rows = MR.min(m - s * MR);
                 if !pair_major {
@@ -278,8 +284,9 @@ impl PackedB {
     }
 
     /// [`Self::pack`] into a buffer from this thread's pool (for operands
-    /// packed per product; [`Self::recycle`] returns it).
-    fn pack_pooled(src: Src<'_>, k: usize, n: usize) -> PackedB {
+    /// packed per product; [`Self::recycle`] returns it), on the rayon pool
+    /// when `par`, else on this thread.
+    fn pack_pooled(src: Src<'_>, k: usize, n: usize, par: bool) -> PackedB {
         let kp = k + (k & 1);
         let mut b = PackedB {
             n,
@@ -287,7 +294,7 @@ impl PackedB {
             kp,
             data: pooled(n.div_ceil(NR) * kp * NR),
         };
-        b.fill(src);
+        b.fill_on(src, par);
         b
     }
 
@@ -300,12 +307,18 @@ impl PackedB {
     /// K padding included; padding columns reach only columns of a tile
     /// that are never stored.
     fn fill(&mut self, src: Src<'_>) {
+        self.fill_on(src, true)
+    }
+
+    /// [`Self::fill`], on the rayon pool when `par`, else on this thread.
+    fn fill_on(&mut self, src: Src<'_>, par: bool) {
         let (n, k, kp) = (self.n, self.k, self.kp);
         src.check(k, n, "B");
         let data = &mut self.data;
         let simd = has_avx512bf16();
         data.par_chunks_mut(kp * NR)
             .enumerate()
+            .with_min_len(min_len(par))
             .for_each(|(p, panel)| {
                 let cols = NR.min(n - p * NR);
                 #[cfg(target_arch = "x86_64")]
@@ -521,6 +534,23 @@ unsafe fn transpose_16x16_words(r: &mut [std::arch::x86_64::__m512i; 16]) {
 /// AVX-512 BF16 must be present.
 #[cfg(target_arch = "x86_64")]
 unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, b: &PackedB) {
+    gemm_packed_on(c, ldc, accumulate, a, b, true)
+}
+
+/// [`gemm_packed`], its tasks on the rayon pool when `par`, else in order
+/// on this thread.
+///
+/// # Safety
+/// AVX-512 BF16 must be present.
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemm_packed_on(
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    a: &PackedA,
+    b: &PackedB,
+    par: bool,
+) {
     let (m, n, kp) = (a.m, b.n, a.kp);
     assert_eq!(kp, b.kp, "bf16 gemm: inner dimensions differ");
     if m == 0 || n == 0 {
@@ -538,7 +568,8 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
     let blocks = TaskBlocks::new(m.div_ceil(MR), n.div_ceil(NR), kp);
     let (a_rs, a_ps, a_at) = a.strides();
     let c_ptr = SendPtr(c.as_mut_ptr());
-    (0..blocks.tasks()).into_par_iter().for_each(|task| {
+    let tasks = (0..blocks.tasks()).into_par_iter();
+    tasks.with_min_len(min_len(par)).for_each(|task| {
         let (s_range, p_range) = blocks.task(task);
         let first_panel = p_range.start;
         let mut tmp = [0f32; MR * NR];
@@ -621,6 +652,61 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
             }
         }
     });
+}
+
+/// Minimum items per rayon job: 1 (split freely) when `par`, else all of
+/// them (one job, run on the calling thread).
+fn min_len(par: bool) -> usize {
+    if par {
+        1
+    } else {
+        usize::MAX
+    }
+}
+
+/// `dst[M,N] = (accumulate ? dst : 0) + bf16(lhs[M,K])·bf16(rhs[K,N])`,
+/// summed in f32, on this thread only: the small products of one
+/// attention head, which already runs as one task of a parallel loop.
+/// `dst` has row stride `ldc` and column stride 1.
+///
+/// # Safety
+/// AVX-512 BF16 must be present ([`has_avx512bf16`]); `dst` must be valid
+/// for the `M×N` elements and no other thread may touch them meanwhile.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_bf16_serial_to_ptr(
+    dst: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let (lhs, rhs) = (
+        Src {
+            data: lhs.data,
+            rs: lhs.rs,
+            cs: lhs.cs,
+        },
+        Src {
+            data: rhs.data,
+            rs: rhs.rs,
+            cs: rhs.cs,
+        },
+    );
+    let a = PackedA::pack_on(lhs, m, k, false);
+    let b = PackedB::pack_pooled(rhs, k, n, false);
+    // SAFETY: the caller's promise on `dst`; CPU support likewise.
+    unsafe {
+        let c = std::slice::from_raw_parts_mut(dst, extent(m, n, ldc, 1));
+        gemm_packed_on(c, ldc, accumulate, &a, &b, false);
+    }
+    b.recycle();
 }
 
 /// A's strips per task at most take this many bytes per K block: with a B
@@ -1126,13 +1212,13 @@ pub fn matmul_backward_bf16(
                         // dW[C,OC] += Xᵀ[C,N]·dY[N,OC]
                         WeightLayout::InOut => (
                             PackedA::pack(x.t(), c, n),
-                            PackedB::pack_pooled(dy, n, oc),
+                            PackedB::pack_pooled(dy, n, oc, true),
                             oc,
                         ),
                         // dW[OC,C] += dYᵀ[OC,N]·X[N,C]
                         WeightLayout::OutIn => (
                             PackedA::pack(dy.t(), oc, n),
-                            PackedB::pack_pooled(x, n, c),
+                            PackedB::pack_pooled(x, n, c, true),
                             c,
                         ),
                     };

@@ -16,8 +16,10 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
+use crate::kernels::attention::{head_product, softmax_masked, CAUSAL_BLOCK};
+use crate::kernels::bf16_gemm::has_avx512bf16;
 use crate::kernels::gemm::{gemm_f32_serial, MatMut, MatRef};
+use crate::kernels::matmul::View;
 use crate::kernels::quant::bf16_rows_to_f32;
 use crate::kernels::simd::dispatch;
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
@@ -205,6 +207,9 @@ impl KvCache {
         let past = self.len;
         let kv_len = past + t;
         let scale = (hs as f32).sqrt();
+        // A bf16 cache multiplies on the bf16 kernel where the CPU has it:
+        // its keys and values are bf16 already.
+        let bf16 = matches!(self.k, KvBuf::Bf16(_)) && has_avx512bf16();
         let heads: Vec<Vec<f32>> = (0..self.batch * nh)
             .into_par_iter()
             .map(|bh| {
@@ -219,11 +224,15 @@ impl KvCache {
                 let mut o = vec![0f32; t * hs];
                 if t == 1 {
                     // Decode: one pass over the cached rows, bf16 widened in
-                    // registers (no widened copy of the cache).
+                    // registers (no widened copy of the cache). Where
+                    // prefill's products round q and p to bf16, so does
+                    // decode: a token's logits are then the same whichever
+                    // path computed them, up to the order of the sums.
                     let mut scores = vec![0f32; kv_len];
-                    let q = q_at(0);
+                    let round = |x: f32| if bf16 { bf16_to_f32(f32_to_bf16(x)) } else { x };
+                    let q: Vec<f32> = q_at(0).iter().map(|&x| round(x)).collect();
                     for (j, s) in scores.iter_mut().enumerate() {
-                        *s = self.k.dot_row(base + j * hs, q) / scale;
+                        *s = self.k.dot_row(base + j * hs, &q) / scale;
                     }
                     dispatch(
                         #[inline(always)]
@@ -231,7 +240,7 @@ impl KvCache {
                     );
                     for (j, &p) in scores.iter().enumerate() {
                         if p != 0.0 {
-                            self.v.add_scaled_row(base + j * hs, p, &mut o);
+                            self.v.add_scaled_row(base + j * hs, round(p), &mut o);
                         }
                     }
                     return o;
@@ -248,11 +257,37 @@ impl KvCache {
                     let s = &mut scores[..rows * nk];
                     // S[rows, nk] = Q[i0..i1, HS] · K[..nk]ᵀ
                     let q_off = (b * t + i0) * 3 * c + h * hs;
-                    gemm_f32_serial(
-                        MatMut::row_major(s, rows, nk),
-                        MatRef::strided(&qkv[q_off..], rows, hs, 3 * c as isize, 1),
-                        MatRef::transposed(&keys[..nk * hs], nk, hs),
-                    );
+                    if bf16 {
+                        let q = View {
+                            data: &qkv[q_off..],
+                            rs: 3 * c,
+                            cs: 1,
+                        };
+                        let kt = View {
+                            data: &keys[..nk * hs],
+                            rs: 1,
+                            cs: hs,
+                        };
+                        // SAFETY: `s` is this task's own `rows × nk` buffer.
+                        unsafe {
+                            head_product(
+                                true,
+                                s.as_mut_ptr(),
+                                nk,
+                                false,
+                                q,
+                                kt,
+                                [rows, nk, hs],
+                                1.0,
+                            )
+                        };
+                    } else {
+                        gemm_f32_serial(
+                            MatMut::row_major(s, rows, nk),
+                            MatRef::strided(&qkv[q_off..], rows, hs, 3 * c as isize, 1),
+                            MatRef::transposed(&keys[..nk * hs], nk, hs),
+                        );
+                    }
                     dispatch(
                         #[inline(always)]
                         || {
@@ -265,11 +300,27 @@ impl KvCache {
                         },
                     );
                     // O[i0..i1, HS] = P[rows, nk] · V[..nk]
-                    gemm_f32_serial(
-                        MatMut::row_major(&mut o[i0 * hs..i1 * hs], rows, hs),
-                        MatRef::row_major(s, rows, nk),
-                        MatRef::row_major(&vals[..nk * hs], nk, hs),
-                    );
+                    if bf16 {
+                        let p = View {
+                            data: s,
+                            rs: nk,
+                            cs: 1,
+                        };
+                        let v = View {
+                            data: &vals[..nk * hs],
+                            rs: hs,
+                            cs: 1,
+                        };
+                        let dst = o[i0 * hs..i1 * hs].as_mut_ptr();
+                        // SAFETY: `o` is this task's own `[T, HS]` buffer.
+                        unsafe { head_product(true, dst, hs, false, p, v, [rows, hs, nk], 1.0) };
+                    } else {
+                        gemm_f32_serial(
+                            MatMut::row_major(&mut o[i0 * hs..i1 * hs], rows, hs),
+                            MatRef::row_major(s, rows, nk),
+                            MatRef::row_major(&vals[..nk * hs], nk, hs),
+                        );
+                    }
                 }
                 o
             })
@@ -431,9 +482,12 @@ mod tests {
                     let got = &outputs[b * total + pos][h * hs..(h + 1) * hs];
                     if visible.iter().any(|v| *v) {
                         let want = naive(q, &keys, &vals, &visible);
+                        // A bf16 cache's prefill also rounds q and the
+                        // probabilities (its products run in bf16).
+                        let tol = if bf16 { 1e-2 } else { 1e-5 };
                         for (g, w) in got.iter().zip(&want) {
                             assert!(
-                                (g - w).abs() < 1e-5,
+                                (g - w).abs() < tol,
                                 "bf16 {bf16}, b{b} pos{pos} h{h}: {got:?} vs {want:?}"
                             );
                         }

@@ -35,7 +35,7 @@ mod softmax;
 pub use activation::{gelu_backward, gelu_forward, tanh_backward, tanh_forward, Gelu};
 pub use attention::{
     attention_backward, attention_backward_varlen, attention_forward, attention_forward_varlen,
-    AttentionShape,
+    AttentionProducts, AttentionShape,
 };
 pub use bf16_gemm::{
     matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,

@@ -229,6 +229,15 @@ impl Bert {
         Ok(())
     }
 
+    /// Attention's products in bf16 when the encoder's matmuls are
+    /// (int8 engines keep them f32, as their exactness tests expect).
+    pub(crate) fn attention_products(&self) -> crate::kernels::AttentionProducts {
+        match self.dtype() {
+            WeightDtype::Bf16 => crate::kernels::AttentionProducts::Bf16,
+            WeightDtype::F32 | WeightDtype::Int8 => crate::kernels::AttentionProducts::F32,
+        }
+    }
+
     /// The format the encoder's matmuls run in.
     pub fn dtype(&self) -> WeightDtype {
         match self.packed {

@@ -176,6 +176,7 @@ pub(super) fn encoder_backward(
                 lens,
                 c,
                 nh,
+                model.attention_products(),
             ),
             None => kernels::attention_backward(
                 &mut s.dqkv,
@@ -184,6 +185,7 @@ pub(super) fn encoder_backward(
                 &la.qkv,
                 &la.att,
                 shape,
+                model.attention_products(),
             ),
         }
         s.dx.copy_from_slice(&s.dres);

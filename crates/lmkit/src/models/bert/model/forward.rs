@@ -165,6 +165,7 @@ impl Bert {
                 c,
                 nh,
                 false,
+                self.attention_products(),
             ),
             None => kernels::attention_forward(
                 &mut la.atty,
@@ -173,6 +174,7 @@ impl Bert {
                 shape,
                 false,
                 Some(&batch.attention_mask),
+                self.attention_products(),
             ),
         }
         match self.packed(l, EncoderMatmul::AttnOut) {

@@ -1,7 +1,7 @@
 //! The backward pass: the LM loss fused with the LM head (and its
 //! gradient), then backward through ln_f, the blocks and the embeddings.
 
-use super::forward::causal_attention;
+use super::forward::{attention_products, causal_attention};
 use super::{gelu_kind, Gpt2};
 use crate::kernels::{self, AttentionShape, Bf16Weight, WeightLayout};
 use crate::models::{GradPieces, LossParts};
@@ -139,6 +139,7 @@ impl Gpt2 {
         }
         pieces.done_from(idx.pending[cfg.n_layer]);
         let shape = AttentionShape { b, t, c, nh };
+        let products = attention_products(packs.is_some());
         for l in (0..cfg.n_layer).rev() {
             let g = pieces.rest();
             let w = &idx.blocks[l];
@@ -251,6 +252,7 @@ impl Gpt2 {
                     &a.qkv,
                     shape,
                     acts.packed.lens(),
+                    products,
                 );
                 &acts.att
             } else {
@@ -259,10 +261,10 @@ impl Gpt2 {
             timed(Phase::Copy, || acts.dqkv.fill(0.0));
             let (dqkv, datt, dout) = (&mut acts.dqkv, &mut acts.datt, &acts.dc);
             timed(Phase::Attention, || match acts.packed.lens() {
-                None => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape),
-                Some(lens) => {
-                    kernels::attention_backward_varlen(dqkv, datt, dout, &a.qkv, att, lens, c, nh)
-                }
+                None => kernels::attention_backward(dqkv, datt, dout, &a.qkv, att, shape, products),
+                Some(lens) => kernels::attention_backward_varlen(
+                    dqkv, datt, dout, &a.qkv, att, lens, c, nh, products,
+                ),
             });
             let ln1: &[f32] = if acts.recompute {
                 timed(Phase::LayerNorm, || {

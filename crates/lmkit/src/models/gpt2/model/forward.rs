@@ -2,7 +2,7 @@
 //! (padded or packed), and the logits of the tied or untied LM head.
 
 use super::{gelu_kind, Gpt2, Gpt2Activations};
-use crate::kernels::{self, AttentionShape, Bf16Weight, WeightLayout};
+use crate::kernels::{self, AttentionProducts, AttentionShape, Bf16Weight, WeightLayout};
 use crate::models::LossParts;
 use crate::spec::IGNORE_INDEX;
 use crate::util::profile::{span, timed, Phase};
@@ -112,6 +112,7 @@ impl Gpt2 {
             c,
         );
         let shape = AttentionShape { b, t, c, nh };
+        let products = attention_products(packs.is_some());
         for l in 0..cfg.n_layer {
             let w = &idx.blocks[l];
             let (before, rest) = acts.blocks.split_at_mut(l);
@@ -154,7 +155,14 @@ impl Gpt2 {
             } else {
                 &mut a.att
             };
-            causal_attention(&mut a.atty, att, &a.qkv, shape, acts.packed.lens());
+            causal_attention(
+                &mut a.atty,
+                att,
+                &a.qkv,
+                shape,
+                acts.packed.lens(),
+                products,
+            );
             linear_forward(
                 &mut acts.proj,
                 &a.atty,
@@ -274,13 +282,23 @@ pub(super) fn causal_attention(
     qkv: &[f32],
     shape: AttentionShape,
     lens: Option<&[usize]>,
+    products: AttentionProducts,
 ) {
     let _span = span(Phase::Attention);
     match lens {
-        None => kernels::attention_forward(out, att, qkv, shape, true, None),
-        Some(lens) => {
-            kernels::attention_forward_varlen(out, att, qkv, lens, shape.c, shape.nh, true)
-        }
+        None => kernels::attention_forward(out, att, qkv, shape, true, None, products),
+        Some(lens) => kernels::attention_forward_varlen(
+            out, att, qkv, lens, shape.c, shape.nh, true, products,
+        ),
+    }
+}
+
+/// Attention's products in bf16 when the weights' are (mixed precision).
+pub(super) fn attention_products(bf16_weights: bool) -> AttentionProducts {
+    if bf16_weights {
+        AttentionProducts::Bf16
+    } else {
+        AttentionProducts::F32
     }
 }
 
