@@ -98,6 +98,13 @@ fx=assets/.venv-fixtures/bin/python
   assets/.venv-fixtures/bin/pip install -q "$(grep -E '^scipy==' scripts/requirements-dev.txt)"
 LMKIT=target/debug/lmkit "$fx" scripts/check_finetune_hf.py
 
+# EleutherAI's lm-evaluation-harness, unchanged, against `lmkit serve`: the
+# same accuracies and per-item loglikelihoods (1e-3) as its own HF backend on
+# two small tasks made from the books (about 1 minute, plus its install).
+"$fx" -c "import lm_eval, accelerate, tenacity" 2>/dev/null ||
+  assets/.venv-fixtures/bin/pip install -q "$(grep -E '^lm_eval' scripts/requirements-dev.txt)"
+"$fx" scripts/check_lm_eval.py target/debug/lmkit --python "$fx"
+
 # The examples, run tiny: each is a short program over the public API only.
 ex="$(mktemp -d)"
 trap 'rm -rf "$ex"' EXIT
