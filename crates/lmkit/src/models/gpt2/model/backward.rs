@@ -252,7 +252,7 @@ impl Gpt2 {
                     &a.qkv,
                     shape,
                     acts.packed.lens(),
-                    products,
+                    packs.is_some(),
                 );
                 &acts.att
             } else {

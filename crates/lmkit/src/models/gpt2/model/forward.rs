@@ -85,6 +85,10 @@ impl Gpt2 {
     /// end, each sequence attending to its own earlier tokens: causal
     /// attention never lets a real token see the padding after it, so they
     /// get the padded forward's arithmetic.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "the layers' steps in order over one set of activations; split, each piece would take a dozen of its buffers"
+    )]
     pub(super) fn forward_body(
         &mut self,
         inputs: &[u32],
@@ -112,7 +116,6 @@ impl Gpt2 {
             c,
         );
         let shape = AttentionShape { b, t, c, nh };
-        let products = attention_products(packs.is_some());
         for l in 0..cfg.n_layer {
             let w = &idx.blocks[l];
             let (before, rest) = acts.blocks.split_at_mut(l);
@@ -161,7 +164,7 @@ impl Gpt2 {
                 &a.qkv,
                 shape,
                 acts.packed.lens(),
-                products,
+                pk.is_some(),
             );
             linear_forward(
                 &mut acts.proj,
@@ -282,9 +285,10 @@ pub(super) fn causal_attention(
     qkv: &[f32],
     shape: AttentionShape,
     lens: Option<&[usize]>,
-    products: AttentionProducts,
+    bf16_weights: bool,
 ) {
     let _span = span(Phase::Attention);
+    let products = attention_products(bf16_weights);
     match lens {
         None => kernels::attention_forward(out, att, qkv, shape, true, None, products),
         Some(lens) => kernels::attention_forward_varlen(
