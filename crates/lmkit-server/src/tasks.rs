@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use lmkit::models::bert::{qa_windows, HeadKind, QaOptions};
+use lmkit::models::bert::{qa_windows, EmbedOptions, HeadKind, LongInputs, QaOptions};
 use lmkit::spec::Family;
 use lmkit::tasks::classify::Ranked;
 use serde::Deserialize;
@@ -224,12 +224,17 @@ pub async fn rerank(State(app): State<Arc<App>>, body: Body) -> Response {
             } else {
                 let mut all = vec![r.query.clone()];
                 all.extend(r.texts.iter().cloned());
-                if !truncate {
-                    let max = m.pipeline.max_len();
-                    check_fits(m, "texts", max, all.iter().map(|t| (t.as_str(), None)))?;
-                }
                 // Normalized: the dot product is the cosine (raw or not).
-                let vecs = m.embed(all, Some(true)).await?;
+                let opts = EmbedOptions {
+                    normalize: Some(true),
+                    long: if truncate {
+                        LongInputs::Truncate
+                    } else {
+                        LongInputs::Refuse
+                    },
+                    ..EmbedOptions::default()
+                };
+                let vecs = m.embed(all, opts, "texts").await?;
                 let q = &vecs[0];
                 vecs[1..]
                     .iter()

@@ -212,8 +212,11 @@ class Bert:
         pooling: Optional[Literal["mean", "cls", "max", "mean_sqrt_len"]] = None,
         batch_size: int = 32,
         window: bool = False,
+        truncate: Optional[bool] = None,
+        chunking: Optional[Dict[str, int]] = None,
+        dimensions: Optional[int] = None,
     ) -> npt.NDArray[np.float32]:
-        """`(len(texts), hidden_size)` float32."""
+        """`(len(texts), hidden_size)` float32 (`(len(texts), dimensions)` with `dimensions`)."""
     def fill_mask(self, text: str, *, top_k: int = 5) -> Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]]: ...
     def classify(
         self, inputs: Union[_ClassifyInput, Sequence[_ClassifyInput]], *, batch_size: int = 32, truncate: bool = False
