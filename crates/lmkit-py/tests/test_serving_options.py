@@ -1,7 +1,8 @@
 """The embedding and rerank options Python shares with `lmkit serve` and the
 CLI, against sentence-transformers (tests/fixtures written by
 scripts/make_fixtures_serving.py): `Bert.embed(chunking=...)` on a
-5,000-token document, `truncate=False` and `dimensions`."""
+5,000-token document, `truncate=False`, `dimensions`, and
+`lmkit.CrossEncoder` against `CrossEncoder.predict`."""
 
 import json
 
@@ -49,3 +50,21 @@ def test_dimensions_truncate_then_renormalize(minilm):
     assert np.abs(got - want).max() < 1e-6
     with pytest.raises(ValueError, match="dimensions"):
         minilm.embed(texts, dimensions=385)
+
+
+def test_cross_encoder_equals_sentence_transformers():
+    meta, ref = reference("cross-encoder-tiny")
+    ce = lmkit.CrossEncoder.from_pretrained(str(FIXTURES / "cross-encoder-tiny"))
+    pairs = [(meta["query"], t) for t in meta["texts"]]
+    scores = ce.predict(pairs, truncate=True)
+    assert np.abs(scores - ref["scores"]).max() < 1e-5
+    raw = ce.predict(pairs, truncate=True, raw_scores=True)
+    assert np.abs(raw - ref["raw_scores"]).max() < 1e-5
+    ranked = ce.rank(meta["query"], meta["texts"], truncate=True, return_documents=True, top_k=3)
+    order = np.argsort(-ref["scores"], kind="stable")[:3]
+    assert [r["corpus_id"] for r in ranked] == list(order)
+    assert ranked[0]["text"] == meta["texts"][order[0]]
+    with pytest.raises(ValueError, match="32"):
+        ce.predict(pairs)
+    with pytest.raises(ValueError, match="one label"):
+        lmkit.CrossEncoder.from_pretrained(str(FIXTURES / "bert-tiny-classify"))

@@ -1,5 +1,5 @@
 //! `/v1/embeddings` and `/embed` with `dimensions`, `truncate` and
-//! `chunking`: the server answers what
+//! `chunking`, and `/rerank` with a cross-encoder: the server answers what
 //! the library computes (itself checked against sentence-transformers in
 //! crates/lmkit/tests/serving_fixtures.rs), with TEI's errors.
 
@@ -7,6 +7,7 @@ mod common;
 
 use common::{post, root};
 use lmkit::models::bert::{BertPipeline, EmbedOptions, LongInputs};
+use lmkit::tasks::rerank::{self, RerankOptions};
 use serde_json::{json, Value};
 
 /// `reference.json` of a fixture case.
@@ -130,4 +131,44 @@ fn embeddings_take_dimensions_truncate_and_chunking() {
     let long = std::thread::spawn(move || post(&a1, "/embed", &json!({"inputs": doc2})).0);
     let short = std::thread::spawn(move || post(&a2, "/embed", &json!({"inputs": "short"})).0);
     assert_eq!((long.join().unwrap(), short.join().unwrap()), (413, 200));
+}
+
+#[test]
+fn rerank_scores_equal_crossencoder_predict() {
+    let ce = root().join("tests/fixtures/cross-encoder-tiny");
+    let a = common::start(&[format!("ce={}", ce.display())], 1 << 20);
+    let p = rerank::load(ce.to_str().unwrap(), "f32".parse().unwrap()).unwrap();
+    let meta = meta("cross-encoder-tiny");
+    let (query, texts) = (meta["query"].as_str().unwrap(), &meta["texts"]);
+    let pairs: Vec<(&str, &str)> = texts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (query, t.as_str().unwrap()))
+        .collect();
+    for raw in [false, true] {
+        // The library's scores (equal to CrossEncoder.predict: tests/serving_fixtures.rs).
+        let opts = RerankOptions {
+            raw_scores: raw,
+            truncate: true,
+        };
+        let want = rerank::predict(&p, &pairs, &opts, 8).unwrap();
+        let body = json!({"query": query, "texts": texts, "raw_scores": raw,
+                          "truncate": true, "return_text": true});
+        let (st, r) = post(&a, "/rerank", &body);
+        assert_eq!(st, 200, "{r}");
+        let rows = r.as_array().unwrap();
+        assert_eq!(rows.len(), want.len());
+        for w in rows.windows(2) {
+            assert!(w[0]["score"].as_f64() >= w[1]["score"].as_f64(), "{r}");
+        }
+        for row in rows {
+            let i = row["index"].as_u64().unwrap() as usize;
+            assert!((row["score"].as_f64().unwrap() as f32 - want[i]).abs() < 1e-6);
+            assert_eq!(row["text"], texts[i]);
+        }
+    }
+    // The last pair is over the model's 32 positions: TEI's 413 unless truncated.
+    let (st, e) = post(&a, "/rerank", &json!({"query": query, "texts": texts}));
+    assert_eq!(st, 413, "{e}");
 }

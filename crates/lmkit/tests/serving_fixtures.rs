@@ -1,11 +1,13 @@
 //! The embedding and rerank options `lmkit serve`, `lmkit embed` and Python
 //! share, against sentence-transformers (tests/fixtures, written by
 //! scripts/make_fixtures_serving.py): chunked embeddings of a 5,000-token
-//! document, long inputs refused or truncated, and `dimensions`.
+//! document, long inputs refused or truncated, `dimensions`, and a
+//! cross-encoder's scores equal to `CrossEncoder.predict`.
 
 use std::path::{Path, PathBuf};
 
 use lmkit::models::bert::{BertPipeline, Chunking, EmbedOptions, LongInputs};
+use lmkit::tasks::rerank::{self, RerankOptions};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -133,4 +135,45 @@ fn dimensions_truncate_then_renormalize() {
         let e = p.embed(&texts, &opts).unwrap_err().to_string();
         assert!(e.contains("`dimensions`") && e.contains("384"), "{e}");
     }
+}
+
+#[test]
+fn cross_encoder_scores_match_crossencoder_predict() {
+    let dir = root().join("tests/fixtures/cross-encoder-tiny");
+    let p = rerank::load(dir.to_str().unwrap(), "f32".parse().unwrap()).unwrap();
+    let (json, st) = reference("cross-encoder-tiny");
+    let query = json["query"].as_str().unwrap();
+    let texts: Vec<&str> = json["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|t| (query, *t)).collect();
+    for (raw, name) in [(false, "scores"), (true, "raw_scores")] {
+        let opts = RerankOptions {
+            raw_scores: raw,
+            truncate: true,
+        };
+        let got = rerank::predict(&p, &pairs, &opts, 4).unwrap();
+        let want = floats(&st, name);
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-5, "{name}: max |diff| {d}");
+        // rank(): the same scores, best first.
+        let ranked = rerank::rank(&p, query, &texts, &opts, 2).unwrap();
+        assert_eq!(ranked.len(), texts.len());
+        for w in ranked.windows(2) {
+            assert!(w[0].score >= w[1].score);
+        }
+        for r in &ranked {
+            assert!((r.score - want[r.index]).abs() < 1e-5);
+        }
+    }
+    // The last pair is over the model's 32 positions: refused unless truncated.
+    let e = rerank::predict(&p, &pairs, &RerankOptions::default(), 4).unwrap_err();
+    assert!(e.to_string().contains("32"), "{e}");
+    // A classifier with three labels is no cross-encoder.
+    let three = root().join("tests/fixtures/bert-tiny-classify");
+    let e = rerank::load(three.to_str().unwrap(), "f32".parse().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("one label"), "{e}");
 }

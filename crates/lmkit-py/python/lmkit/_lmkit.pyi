@@ -240,6 +240,25 @@ class Classifier:
         self, inputs: Union[_ClassifyInput, Sequence[_ClassifyInput]], *, batch_size: int = 32, truncate: bool = False
     ) -> Union[Dict[str, Any], List[Dict[str, Any]]]: ...
 
+class CrossEncoder:
+    @staticmethod
+    def from_pretrained(name_or_path: str, *, dtype: Literal["f32", "bf16", "int8"] = "f32") -> "CrossEncoder": ...
+    def predict(
+        self, pairs: Sequence[Tuple[str, str]], *, batch_size: int = 32, raw_scores: bool = False, truncate: bool = False
+    ) -> npt.NDArray[np.float32]:
+        """`(len(pairs),)` float32: sigmoid of the logit, or the logit with `raw_scores`."""
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_k: Optional[int] = None,
+        return_documents: bool = False,
+        batch_size: int = 32,
+        raw_scores: bool = False,
+        truncate: bool = False,
+    ) -> List[Dict[str, Any]]: ...
+
 def keep_freed_memory() -> None: ...
 def _pretrain(
     options_json: str, *, callback: Optional[Callable[[Dict[str, Any]], None]] = None, progress: bool = True
