@@ -51,6 +51,8 @@ enum Command {
     FillMask(cmd::fill_mask::Args),
     /// Sequence classification (BERT or GPT-2), one result per input line.
     Classify(cmd::classify::Args),
+    /// Texts scored against a query by a cross-encoder, best first.
+    Rerank(cmd::rerank::Args),
     /// Named entities (token classification), one JSON array per input line.
     Ner(cmd::ner::Args),
     /// Extractive question answering over a context file.
@@ -189,6 +191,7 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Embed(a) => cmd::embed::run(a),
         Command::FillMask(a) => cmd::fill_mask::run(a),
         Command::Classify(a) => cmd::classify::run(a),
+        Command::Rerank(a) => cmd::rerank::run(a),
         Command::Ner(a) => cmd::ner::run(a),
         Command::Qa(a) => cmd::qa::run(a),
         Command::Serve(a) => cmd::serve::run(*a),

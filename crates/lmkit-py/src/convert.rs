@@ -48,3 +48,14 @@ pub fn array2(
         .map_err(|e: ShapeError| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
     Ok(a.into_pyarray(py))
 }
+
+/// A Python value (a dict...) read as `T` through JSON, so that the
+/// library's serde options (unknown keys refused) apply as in a request.
+pub fn from_py_json<T: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
+    let text: String = obj
+        .py()
+        .import("json")?
+        .call_method1("dumps", (obj,))?
+        .extract()?;
+    serde_json::from_str(&text).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}

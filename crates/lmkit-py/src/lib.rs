@@ -6,6 +6,7 @@
 mod convert;
 mod errors;
 mod models;
+mod rerank;
 mod tokenizer;
 mod train;
 
@@ -21,6 +22,7 @@ fn _lmkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<models::GenerationStream>()?;
     m.add_class::<models::PyBert>()?;
     m.add_class::<models::PyClassifier>()?;
+    m.add_class::<rerank::PyCrossEncoder>()?;
     m.add_function(wrap_pyfunction!(train::_pretrain, m)?)?;
     m.add_function(wrap_pyfunction!(train::_finetune, m)?)?;
     m.add_function(wrap_pyfunction!(train::_evaluate, m)?)?;

@@ -10,7 +10,9 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lmkit::models::auto_dtype::DtypeRequest;
-use lmkit::models::bert::{BertPipeline, EmbedOptions, LabelScore, Pooling, QaOptions};
+use lmkit::models::bert::{
+    BertPipeline, Chunking, EmbedOptions, LabelScore, LongInputs, Pooling, QaOptions,
+};
 use lmkit::models::gpt2::{GenerationConfig, Gpt2Engine, SamplingParams, WeightDtype};
 use lmkit::models::load::{load_bert, load_gpt2};
 use lmkit::tasks::classify::{classify_rows_with, Classifier};
@@ -20,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use serde_json::json;
 
-use crate::convert::{array2, json_to_py};
+use crate::convert::{array2, from_py_json, json_to_py};
 use crate::errors::{value_error, PyResultExt};
 use crate::tokenizer::PyTokenizer;
 
@@ -524,9 +526,14 @@ impl PyBert {
     /// and normalized as the folder's sentence-transformers modules say
     /// (mean, no normalization for a plain BERT) unless `pooling` ("mean",
     /// "cls", "max", "mean_sqrt_len") or `normalize` say otherwise. Texts
-    /// longer than the model's `max_seq_length` are truncated, or with
-    /// `window` split into windows whose vectors are averaged.
-    #[pyo3(signature = (texts, *, normalize = None, pooling = None, batch_size = 32, window = false))]
+    /// longer than the model's `max_seq_length` are truncated, refused with
+    /// `truncate=False` (an error naming the limit), or with `chunking`
+    /// (`{"max_tokens": N, "overlap": K}`, as `lmkit serve` takes it; or
+    /// `window=True`: windows of the model's length) embedded in windows
+    /// whose vectors are averaged, weighted by their tokens. `dimensions`
+    /// keeps the first D of each (re-normalized when normalized).
+    #[pyo3(signature = (texts, *, normalize = None, pooling = None, batch_size = 32, window = false, truncate = None, chunking = None, dimensions = None))]
+    #[allow(clippy::too_many_arguments)]
     fn embed<'py>(
         &self,
         py: Python<'py>,
@@ -535,16 +542,24 @@ impl PyBert {
         pooling: Option<&str>,
         batch_size: usize,
         window: bool,
+        truncate: Option<bool>,
+        chunking: Option<&Bound<'py, PyAny>>,
+        dimensions: Option<usize>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         if batch_size == 0 {
             return Err(value_error("`batch_size` must be at least 1"));
         }
         let (texts, _) = texts_arg(texts)?;
+        let chunking: Option<Chunking> = match chunking {
+            Some(c) => Some(from_py_json(c).map_err(|e| value_error(format!("`chunking`: {e}")))?),
+            None => window.then(Chunking::default),
+        };
         let opts = EmbedOptions {
             pooling: pooling.map(Pooling::parse).transpose().py()?,
             normalize,
             batch_size,
-            window,
+            long: LongInputs::from_flags(truncate, chunking, true).py()?,
+            dimensions,
         };
         let p = &*self.p;
         let dims = p.model.config.hidden_size;

@@ -24,6 +24,7 @@
 //! [`lmkit::models::bert::BertPipeline::embed`] — what `lmkit embed` calls.
 
 mod error;
+pub mod linger;
 mod metrics;
 pub mod models;
 mod openai;
@@ -216,11 +217,16 @@ impl Server {
             .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(body_limit))
+            .layer(axum::middleware::from_fn_with_state(
+                body_limit,
+                linger::early_413,
+            ))
             .with_state(app)
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops
-    /// accepting and lets in-flight requests finish.
+    /// accepting and lets in-flight requests finish. Connections close
+    /// lingering ([`linger`]), so a refused body never resets them.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -228,7 +234,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let router = self.router(body_limit);
-        axum::serve(listener, router)
+        axum::serve(linger::LingeringListener(listener), router)
             .with_graceful_shutdown(shutdown)
             .await
     }

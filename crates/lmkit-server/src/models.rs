@@ -333,10 +333,12 @@ fn gpt2_worker(
     }
 }
 
-/// One embedding request.
+/// One embedding request: its texts and options (`batch_size` is the
+/// worker's), and the request field that names its inputs (for a 413).
 struct EmbedJob {
     texts: Vec<String>,
-    normalize: Option<bool>,
+    opts: EmbedOptions,
+    param: &'static str,
     reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
     enqueued: Instant,
 }
@@ -398,17 +400,20 @@ impl BertModel {
         }
     }
 
-    /// Embeds `texts` (sharing forward passes with concurrent requests);
-    /// `normalize` overrides the model's own setting.
+    /// Embeds `texts` with `opts` (sharing forward passes with concurrent
+    /// requests of the same options); a text refused for its length is a
+    /// 413 naming `param`, as TEI answers.
     pub async fn embed(
         &self,
         texts: Vec<String>,
-        normalize: Option<bool>,
+        opts: EmbedOptions,
+        param: &'static str,
     ) -> Result<Vec<Vec<f32>>, ApiError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = EmbedJob {
             texts,
-            normalize,
+            opts,
+            param,
             reply: tx,
             enqueued: Instant::now(),
         };
@@ -520,41 +525,62 @@ fn bert_worker(
             live.push(j);
         }
         // Requests with the same options share one call.
-        for normalize in [None, Some(true), Some(false)] {
-            let group: Vec<EmbedJob> = {
-                let (g, rest): (Vec<_>, Vec<_>) =
-                    live.into_iter().partition(|j| j.normalize == normalize);
-                live = rest;
-                g
-            };
-            if group.is_empty() {
-                continue;
-            }
-            let texts: Vec<&str> = group
-                .iter()
-                .flat_map(|j| j.texts.iter().map(String::as_str))
-                .collect();
-            metrics.embed_batch(texts.len());
+        while let Some(first) = live.first() {
             let opts = EmbedOptions {
-                normalize,
                 batch_size: limits.max_batch,
-                ..EmbedOptions::default()
+                ..first.opts.clone()
             };
-            match p.embed(&texts, &opts) {
-                Ok(vecs) => {
-                    let mut it = vecs.into_iter();
-                    for j in group {
-                        let mine: Vec<Vec<f32>> = it.by_ref().take(j.texts.len()).collect();
-                        let _ = j.reply.send(Ok(mine));
-                    }
-                }
-                Err(e) => {
-                    let e = ApiError::from_lmkit(e);
-                    for j in group {
-                        let _ = j.reply.send(Err(e.clone()));
-                    }
-                }
+            let (group, rest): (Vec<_>, Vec<_>) =
+                live.into_iter().partition(|j| same_options(&j.opts, &opts));
+            live = rest;
+            embed_group(&p, group, &opts, &metrics);
+        }
+    }
+}
+
+/// Equal options but for `batch_size` (the worker's own).
+fn same_options(a: &EmbedOptions, b: &EmbedOptions) -> bool {
+    a.pooling == b.pooling
+        && a.normalize == b.normalize
+        && a.long == b.long
+        && a.dimensions == b.dimensions
+}
+
+/// Embeds the texts of `group` in one call; when that fails and the group
+/// holds several requests, each runs alone, so that one request's error
+/// (a text too long) is not another's.
+fn embed_group(p: &BertPipeline, group: Vec<EmbedJob>, opts: &EmbedOptions, metrics: &Metrics) {
+    let texts: Vec<&str> = group
+        .iter()
+        .flat_map(|j| j.texts.iter().map(String::as_str))
+        .collect();
+    metrics.embed_batch(texts.len());
+    match p.embed(&texts, opts) {
+        Ok(vecs) => {
+            let mut it = vecs.into_iter();
+            for j in group {
+                let mine: Vec<Vec<f32>> = it.by_ref().take(j.texts.len()).collect();
+                let _ = j.reply.send(Ok(mine));
             }
         }
+        Err(_) if group.len() > 1 => {
+            for j in group {
+                embed_group(p, vec![j], opts, metrics);
+            }
+        }
+        Err(e) => {
+            if let Some(j) = group.into_iter().next() {
+                let _ = j.reply.send(Err(embed_error(j.param, e)));
+            }
+        }
+    }
+}
+
+/// A library error of an embedding as the server answers it: an input over
+/// the model's length is TEI's 413.
+fn embed_error(param: &'static str, e: lmkit::Error) -> ApiError {
+    match e {
+        lmkit::Error::ContextTooLong { len, max } => crate::tei::too_long(param, max, len),
+        e => ApiError::from_lmkit(e),
     }
 }

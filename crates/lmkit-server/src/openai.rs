@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
 use futures_util::stream::{self, Stream, StreamExt};
+use lmkit::models::bert::Chunking;
 use lmkit::models::gpt2::{GenerationConfig, SamplingParams, SequenceRequest, TokenLogprob};
 use lmkit::spec::Family;
 use lmkit_tokenizers::BpeTokenizer;
@@ -19,6 +20,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::models::{GenEvent, Gpt2Model, Model};
+use crate::tei::embed_options;
 use crate::{parse_body, App, Body};
 
 /// A string, a list of strings, token ids, or a list of token-id lists.
@@ -648,6 +650,10 @@ struct EmbeddingRequest {
     encoding_format: Option<String>,
     dimensions: Option<usize>,
     user: Option<String>,
+    /// lmkit's: `false` refuses a text over the model's length (413).
+    truncate: Option<bool>,
+    /// lmkit's: embed long texts in windows (see `lmkit::models::bert::Chunking`).
+    chunking: Option<Chunking>,
 }
 
 /// Texts of an embeddings or TEI request: token-id inputs are refused (a
@@ -692,15 +698,8 @@ pub async fn embeddings(State(app): State<Arc<App>>, body: Body) -> Response {
             .iter()
             .map(|t| tok.encode(t, true).map_or(0, |e| e.ids.len()))
             .sum();
-        let vecs = m.embed(texts, None).await?;
-        if let Some(d) = r.dimensions {
-            if vecs.first().is_some_and(|v| v.len() != d) {
-                return Err(ApiError::invalid(
-                    "dimensions",
-                    format!("this model's embeddings have {} dimensions", vecs[0].len()),
-                ));
-            }
-        }
+        let opts = embed_options(m, None, r.truncate, r.chunking, r.dimensions, true)?;
+        let vecs = m.embed(texts, opts, "input").await?;
         let data: Vec<Value> = vecs
             .iter()
             .enumerate()

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use lmkit::models::bert::{qa_windows, HeadKind, QaOptions};
+use lmkit::models::bert::{qa_windows, EmbedOptions, HeadKind, LongInputs, QaOptions};
 use lmkit::spec::Family;
 use lmkit::tasks::classify::Ranked;
+use lmkit::tasks::rerank::{self, RerankOptions};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -189,61 +190,51 @@ pub async fn rerank(State(app): State<Arc<App>>, body: Body) -> Response {
             let truncate = r.truncate.unwrap_or(false);
             let cfg = &m.pipeline.model.config;
             let scores: Vec<f32> = if m.pipeline.model.require(HeadKind::Classifier).is_ok() {
-                if cfg.num_labels() != 1 {
-                    return Err(ApiError::invalid(
-                        "model",
-                        format!(
-                            "/rerank needs a cross-encoder (a classifier with one label); this \
-                             classifier has {} labels: use /predict",
-                            cfg.num_labels()
-                        ),
-                    ));
-                }
+                rerank::check(&m.pipeline).map_err(|e| {
+                    ApiError::invalid("model", format!("/rerank: {e}: use /predict"))
+                })?;
                 if !truncate {
                     let max = cfg.max_position_embeddings;
                     let pairs = r.texts.iter().map(|t| (r.query.as_str(), Some(t.as_str())));
                     check_fits(m, "texts", max, pairs)?;
                 }
-                let (query, texts, raw) = (r.query.clone(), r.texts.clone(), r.raw_scores);
+                let (query, texts) = (r.query.clone(), r.texts.clone());
+                let opts = RerankOptions {
+                    raw_scores: r.raw_scores,
+                    truncate,
+                };
                 m.run(move |p| {
                     let pairs: Vec<(&str, &str)> =
                         texts.iter().map(|t| (query.as_str(), t.as_str())).collect();
-                    let logits = p.score_pairs(&pairs, 32, truncate)?;
-                    Ok(logits
-                        .iter()
-                        .map(|l| {
-                            if raw {
-                                l[0]
-                            } else {
-                                1.0 / (1.0 + (-l[0]).exp())
-                            }
-                        })
-                        .collect())
+                    rerank::predict(p, &pairs, &opts, 32)
                 })
                 .await?
             } else {
                 let mut all = vec![r.query.clone()];
                 all.extend(r.texts.iter().cloned());
-                if !truncate {
-                    let max = m.pipeline.max_len();
-                    check_fits(m, "texts", max, all.iter().map(|t| (t.as_str(), None)))?;
-                }
                 // Normalized: the dot product is the cosine (raw or not).
-                let vecs = m.embed(all, Some(true)).await?;
+                let opts = EmbedOptions {
+                    normalize: Some(true),
+                    long: if truncate {
+                        LongInputs::Truncate
+                    } else {
+                        LongInputs::Refuse
+                    },
+                    ..EmbedOptions::default()
+                };
+                let vecs = m.embed(all, opts, "texts").await?;
                 let q = &vecs[0];
                 vecs[1..]
                     .iter()
                     .map(|v| q.iter().zip(v).map(|(a, b)| a * b).sum())
                     .collect()
             };
-            let mut ranked: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
-            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            Ok(json!(ranked
+            Ok(json!(rerank::ranked(&scores)
                 .iter()
-                .map(|&(i, score)| {
-                    let mut o = json!({"index": i, "score": score});
+                .map(|s| {
+                    let mut o = json!({"index": s.index, "score": s.score});
                     if r.return_text {
-                        o["text"] = json!(r.texts[i]);
+                        o["text"] = json!(r.texts[s.index]);
                     }
                     o
                 })

@@ -1,13 +1,15 @@
 //! The routes text-embeddings-inference users call: `/embed`, `/tokenize`,
 //! `/decode`, with TEI's request fields and response shapes. As in TEI,
 //! `truncate` is off by default: an input longer than the model takes is a
-//! 413 naming its length, not silently cut.
+//! 413 naming its length, not silently cut. lmkit's own extension,
+//! `chunking`, embeds it whole in windows instead (also on `/v1/embeddings`).
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use lmkit::models::bert::{Chunking, EmbedOptions, LongInputs};
 use lmkit::spec::Family;
 use lmkit_tokenizers::BpeTokenizer;
 use serde::Deserialize;
@@ -82,6 +84,37 @@ fn pick<'a>(
     }
 }
 
+/// The embedding options of a request, checked against the model: what a
+/// long text gets (`truncate` absent means `default_truncate`), `dimensions`.
+pub fn embed_options(
+    m: &BertModel,
+    normalize: Option<bool>,
+    truncate: Option<bool>,
+    chunking: Option<Chunking>,
+    dimensions: Option<usize>,
+    default_truncate: bool,
+) -> Result<EmbedOptions, ApiError> {
+    let long = LongInputs::from_flags(truncate, chunking, default_truncate)
+        .map_err(|e| ApiError::invalid("chunking", e.to_string()))?;
+    if let Some(c) = chunking {
+        c.room_and_stride(m.pipeline.max_len())
+            .map_err(|e| ApiError::invalid("chunking", e.to_string()))?;
+    }
+    let full = m.pipeline.embedding_dims(None);
+    if let Some(d) = dimensions.filter(|&d| d == 0 || d > full) {
+        return Err(ApiError::invalid(
+            "dimensions",
+            format!("`dimensions` {d}: this model's embeddings have {full} (ask for 1 to {full})"),
+        ));
+    }
+    Ok(EmbedOptions {
+        normalize,
+        long,
+        dimensions,
+        ..EmbedOptions::default()
+    })
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmbedRequest {
@@ -89,6 +122,9 @@ struct EmbedRequest {
     #[serde(default = "yes")]
     normalize: bool,
     truncate: Option<bool>,
+    /// lmkit's: embed long texts in windows (see `lmkit::models::bert::Chunking`).
+    chunking: Option<Chunking>,
+    dimensions: Option<usize>,
     model: Option<String>,
 }
 
@@ -103,11 +139,9 @@ pub async fn embed(State(app): State<Arc<App>>, body: crate::Body) -> Response {
             unreachable!("pick() checked the family")
         };
         let texts = texts_of(r.inputs, "inputs")?;
-        if !r.truncate.unwrap_or(false) {
-            let max = m.pipeline.max_len();
-            check_fits(m, "inputs", max, texts.iter().map(|t| (t.as_str(), None)))?;
-        }
-        let vecs = m.embed(texts, Some(r.normalize)).await?;
+        let normalize = Some(r.normalize);
+        let opts = embed_options(m, normalize, r.truncate, r.chunking, r.dimensions, false)?;
+        let vecs = m.embed(texts, opts, "inputs").await?;
         Ok::<_, ApiError>(Json(json!(vecs)))
     };
     match run.await {

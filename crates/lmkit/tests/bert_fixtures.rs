@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use lmkit::models::bert::{Bert, BertActivations, BertBatch};
-use lmkit::models::bert::{BertPipeline, EmbedOptions, QaOptions};
+use lmkit::models::bert::{BertPipeline, Chunking, EmbedOptions, LongInputs, QaOptions};
 use lmkit::models::gpt2::WeightDtype;
 use serde_json::Value;
 
@@ -598,7 +598,7 @@ fn minilm_matches_sentence_transformers() {
         .embed(
             &[long],
             &EmbedOptions {
-                window: true,
+                long: LongInputs::Chunk(Chunking::default()),
                 ..Default::default()
             },
         )

@@ -3,14 +3,17 @@
 //! sentence-transformers files (mean, no normalization for plain BERT
 //! checkpoints) unless overridden. An empty line gets the embedding of the
 //! empty text (`[CLS] [SEP]`), as sentence-transformers gives it; a line
-//! longer than the model's `max_seq_length` is truncated, or with
-//! `--window` split into windows whose pooled vectors are averaged.
+//! longer than the model's `max_seq_length` is truncated, refused with
+//! `--no-truncate`, or with `--chunk-tokens N [--chunk-overlap K]` (or
+//! `--window`: windows of the model's length) embedded whole: windows of its
+//! tokens whose pooled vectors are averaged, weighted by their tokens — the
+//! `truncate` and `chunking` options of `lmkit serve` and Python's `Bert.embed`.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use lmkit::models::bert::{BertPipeline, EmbedOptions, Pooling};
+use lmkit::models::bert::{BertPipeline, Chunking, EmbedOptions, LongInputs, Pooling};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,9 +47,24 @@ pub struct Args {
     /// Sequences per forward pass.
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Split long inputs into windows and average them instead of truncating.
+    /// Refuse texts longer than the model's length (an error naming the
+    /// limit) instead of truncating them.
+    #[arg(long)]
+    pub no_truncate: bool,
+    /// Embed long texts whole, in windows of N tokens ([CLS] and [SEP]
+    /// included; at most the model's length) averaged by their tokens.
+    #[arg(long, value_name = "N")]
+    pub chunk_tokens: Option<usize>,
+    /// Tokens consecutive windows share (with --chunk-tokens or --window).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub chunk_overlap: usize,
+    /// Windows of the model's length: --chunk-tokens with the model's length.
     #[arg(long)]
     pub window: bool,
+    /// Keep the first D dimensions of each embedding, re-normalized when
+    /// embeddings are normalized (OpenAI's `dimensions`).
+    #[arg(long, value_name = "D")]
+    pub dimensions: Option<usize>,
     /// Weight format: f32, or the encoder's matmuls in bf16 (faster where the CPU's bf16 dot product outruns its f32 FMAs, as on AMD Zen 4/5; ~1e-2 less exact) or int8 (fastest, activations quantized per row), or auto (the fastest on this CPU, measured once and cached).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -88,11 +106,20 @@ pub fn run(args: Args) -> Result<()> {
         read_lines(args.input.as_deref())?
     };
     let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let chunked = args.window || args.chunk_tokens.is_some() || args.chunk_overlap > 0;
+    let chunking = chunked.then_some(Chunking {
+        max_tokens: args.chunk_tokens,
+        overlap: args.chunk_overlap,
+    });
+    if let Some(c) = chunking {
+        c.room_and_stride(p.max_len())?;
+    }
     let opts = EmbedOptions {
         pooling,
         normalize,
         batch_size: args.batch_size,
-        window: args.window,
+        long: LongInputs::from_flags(args.no_truncate.then_some(false), chunking, true)?,
+        dimensions: args.dimensions,
     };
     let pb = crate::progress::Progress::new("{bar:40} {pos}/{len} texts ({per_sec}, {eta} left)");
     pb.set_length(texts.len() as u64);

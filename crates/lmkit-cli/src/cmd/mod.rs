@@ -22,6 +22,7 @@ pub mod pretrain;
 pub mod probe;
 pub mod qa;
 pub mod quickstart;
+pub mod rerank;
 pub mod serve;
 pub mod tokenize;
 pub mod train_tokenizer;

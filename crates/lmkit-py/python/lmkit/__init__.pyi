@@ -6,6 +6,7 @@ from ._lmkit import (
     GPT2 as GPT2,
     Bert as Bert,
     Classifier as Classifier,
+    CrossEncoder as CrossEncoder,
     Encoding as Encoding,
     GenerationStream as GenerationStream,
     Tokenizer as Tokenizer,

@@ -212,8 +212,11 @@ class Bert:
         pooling: Optional[Literal["mean", "cls", "max", "mean_sqrt_len"]] = None,
         batch_size: int = 32,
         window: bool = False,
+        truncate: Optional[bool] = None,
+        chunking: Optional[Dict[str, int]] = None,
+        dimensions: Optional[int] = None,
     ) -> npt.NDArray[np.float32]:
-        """`(len(texts), hidden_size)` float32."""
+        """`(len(texts), hidden_size)` float32 (`(len(texts), dimensions)` with `dimensions`)."""
     def fill_mask(self, text: str, *, top_k: int = 5) -> Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]]: ...
     def classify(
         self, inputs: Union[_ClassifyInput, Sequence[_ClassifyInput]], *, batch_size: int = 32, truncate: bool = False
@@ -236,6 +239,25 @@ class Classifier:
     def classify(
         self, inputs: Union[_ClassifyInput, Sequence[_ClassifyInput]], *, batch_size: int = 32, truncate: bool = False
     ) -> Union[Dict[str, Any], List[Dict[str, Any]]]: ...
+
+class CrossEncoder:
+    @staticmethod
+    def from_pretrained(name_or_path: str, *, dtype: Literal["f32", "bf16", "int8"] = "f32") -> "CrossEncoder": ...
+    def predict(
+        self, pairs: Sequence[Tuple[str, str]], *, batch_size: int = 32, raw_scores: bool = False, truncate: bool = False
+    ) -> npt.NDArray[np.float32]:
+        """`(len(pairs),)` float32: sigmoid of the logit, or the logit with `raw_scores`."""
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_k: Optional[int] = None,
+        return_documents: bool = False,
+        batch_size: int = 32,
+        raw_scores: bool = False,
+        truncate: bool = False,
+    ) -> List[Dict[str, Any]]: ...
 
 def keep_freed_memory() -> None: ...
 def _pretrain(

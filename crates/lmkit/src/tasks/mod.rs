@@ -25,6 +25,7 @@ pub mod multiple_choice;
 mod options;
 pub mod qa;
 pub mod regression;
+pub mod rerank;
 pub mod token_classify;
 
 use std::path::Path;

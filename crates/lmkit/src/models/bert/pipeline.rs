@@ -13,6 +13,7 @@ use super::batch::plan_batches;
 use super::classify::{self, LabelScore, ScoreFn};
 use super::embed::{self, Pooling, SentenceConfig};
 use super::fill_mask::{self, Prediction};
+use super::long_inputs::{windows, LongInputs};
 use super::model::{Bert, BertActivations, BertBatch, HeadKind};
 use super::ner::{group_entities, NerEntity, TokenTag};
 use super::qa::{self, Answer, QaOptions};
@@ -41,9 +42,12 @@ pub struct EmbedOptions {
     pub normalize: Option<bool>,
     /// Most sequences per forward pass.
     pub batch_size: usize,
-    /// Split inputs longer than the model's length into windows and average
-    /// their pooled vectors (weighted by tokens) instead of truncating.
-    pub window: bool,
+    /// Texts longer than the model's length: truncated, refused, or
+    /// embedded in windows ([`LongInputs`]).
+    pub long: LongInputs,
+    /// Keep the first `dimensions` of each embedding, re-normalized when
+    /// embeddings are normalized (OpenAI's `dimensions`).
+    pub dimensions: Option<usize>,
 }
 
 impl Default for EmbedOptions {
@@ -52,7 +56,8 @@ impl Default for EmbedOptions {
             pooling: None,
             normalize: None,
             batch_size: 32,
-            window: false,
+            long: LongInputs::Truncate,
+            dimensions: None,
         }
     }
 }
@@ -133,9 +138,24 @@ impl BertPipeline {
         Ok(())
     }
 
+    /// Width of the embeddings [`Self::embed`] gives with `pooling` (the
+    /// model's when `None`), before any `dimensions`.
+    pub fn embedding_dims(&self, pooling: Option<Pooling>) -> usize {
+        let modes = match pooling {
+            Some(_) => 1,
+            None => self.sentence.as_ref().map_or_else(
+                || SentenceConfig::default().pooling.len(),
+                |s| s.pooling.len(),
+            ),
+        };
+        modes * self.model.config.hidden_size
+    }
+
     /// Sentence embeddings, one per text, in input order. Texts longer than
-    /// [`Self::max_len`] are truncated (as sentence-transformers does) unless
-    /// `opts.window`. An empty text embeds `[CLS] [SEP]`.
+    /// [`Self::max_len`] are truncated (as sentence-transformers does),
+    /// refused, or embedded in windows whose pooled vectors are averaged,
+    /// weighted by their tokens ([`EmbedOptions::long`]). An empty text
+    /// embeds `[CLS] [SEP]`.
     pub fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         let st = self.sentence.clone().unwrap_or_default();
         let modes = match opts.pooling {
@@ -149,36 +169,46 @@ impl BertPipeline {
                 "max_seq_length {max_len} leaves no room for text"
             )));
         }
-        // Each text becomes one or more pieces (windows); piece -> (text, weight).
-        let mut pieces: Vec<Encoding> = Vec::new();
-        let mut owner: Vec<(usize, f32)> = Vec::new();
-        let lowered: Vec<String> = if st.do_lower_case {
-            texts.iter().map(|t| t.to_lowercase()).collect()
-        } else {
-            Vec::new()
+        let d = modes.len() * self.model.config.hidden_size;
+        if let Some(k) = opts.dimensions.filter(|&k| k == 0 || k > d) {
+            return Err(Error::InvalidInput(format!(
+                "`dimensions` {k}: this model's embeddings have {d} (ask for 1 to {d})"
+            )));
+        }
+        let (room, stride) = match opts.long {
+            LongInputs::Chunk(c) => c.room_and_stride(max_len)?,
+            _ => (max_len - 2, max_len - 2),
         };
+        let lowered: Vec<String>;
         let lowered_refs: Vec<&str>;
         let texts: &[&str] = if st.do_lower_case {
+            lowered = texts.iter().map(|t| t.to_lowercase()).collect();
             lowered_refs = lowered.iter().map(String::as_str).collect();
             &lowered_refs
         } else {
             texts
         };
+        // Each text becomes one or more pieces (windows); piece -> (text, weight).
+        let mut pieces: Vec<Encoding> = Vec::new();
+        let mut owner: Vec<(usize, f32)> = Vec::new();
         let encoded = self.tokenizer.encode_batch(texts, false)?;
         let (cls, sep) = (self.tokenizer.cls_id(), self.tokenizer.sep_id());
         for (ti, body) in encoded.into_iter().enumerate() {
-            let room = max_len - 2;
-            let chunks: Vec<&[u32]> = if body.ids.is_empty() {
-                vec![&[]]
-            } else if opts.window {
-                body.ids.chunks(room).collect()
-            } else {
-                vec![&body.ids[..body.ids.len().min(room)]]
+            let n = body.ids.len();
+            let spans = match opts.long {
+                LongInputs::Chunk(_) => windows(n, room, stride),
+                LongInputs::Refuse if n > room => {
+                    return Err(Error::ContextTooLong {
+                        len: n + 2,
+                        max: max_len,
+                    })
+                }
+                _ => vec![(0, n.min(room))],
             };
-            for ch in chunks {
-                let mut ids = Vec::with_capacity(ch.len() + 2);
+            for (start, end) in spans {
+                let mut ids = Vec::with_capacity(end - start + 2);
                 ids.push(cls);
-                ids.extend_from_slice(ch);
+                ids.extend_from_slice(&body.ids[start..end]);
                 ids.push(sep);
                 let k = ids.len();
                 pieces.push(Encoding {
@@ -191,10 +221,39 @@ impl BertPipeline {
                 owner.push((ti, k as f32));
             }
         }
+        let pooled = self.pool_pieces(&pieces, &modes, opts.batch_size)?;
+        // Average windows of a text (token-weighted), keep `dimensions`, then normalize.
+        let mut out = vec![vec![0.0f32; d]; texts.len()];
+        let mut weight = vec![0.0f32; texts.len()];
+        for (pi, &(ti, w)) in owner.iter().enumerate() {
+            weight[ti] += w;
+            for (o, &x) in out[ti].iter_mut().zip(&pooled[pi * d..(pi + 1) * d]) {
+                *o += w * x;
+            }
+        }
+        for (v, w) in out.iter_mut().zip(weight) {
+            v.iter_mut().for_each(|x| *x /= w);
+            if let Some(k) = opts.dimensions {
+                v.truncate(k);
+            }
+            if normalize {
+                embed::l2_normalize(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The pooled vectors (`modes` concatenated) of `pieces`, flat, in order.
+    fn pool_pieces(
+        &self,
+        pieces: &[Encoding],
+        modes: &[Pooling],
+        batch_size: usize,
+    ) -> Result<Vec<f32>> {
         let c = self.model.config.hidden_size;
         let d = modes.len() * c;
         let mut pooled = vec![0.0f32; pieces.len() * d];
-        self.run_bucketed(&pieces, opts.batch_size, true, |idx, batch, acts| {
+        self.run_bucketed(pieces, batch_size, true, |idx, batch, acts| {
             let mut out = vec![0.0; idx.len() * d];
             match acts.packed() {
                 // Each sequence's rows: its real tokens, in order.
@@ -208,7 +267,7 @@ impl BertPipeline {
                             1,
                             len,
                             c,
-                            &modes,
+                            modes,
                             &mut out[bi * d..(bi + 1) * d],
                         );
                     }
@@ -219,7 +278,7 @@ impl BertPipeline {
                     batch.b,
                     batch.t,
                     c,
-                    &modes,
+                    modes,
                     &mut out,
                 ),
             }
@@ -228,22 +287,7 @@ impl BertPipeline {
             }
             Ok(())
         })?;
-        // Average windows of a text (token-weighted), then normalize.
-        let mut out = vec![vec![0.0f32; d]; texts.len()];
-        let mut weight = vec![0.0f32; texts.len()];
-        for (pi, &(ti, w)) in owner.iter().enumerate() {
-            weight[ti] += w;
-            for (o, &x) in out[ti].iter_mut().zip(&pooled[pi * d..(pi + 1) * d]) {
-                *o += w * x;
-            }
-        }
-        for (v, w) in out.iter_mut().zip(weight) {
-            v.iter_mut().for_each(|x| *x /= w);
-            if normalize {
-                embed::l2_normalize(v);
-            }
-        }
-        Ok(out)
+        Ok(pooled)
     }
 
     /// Top-`k` predictions for each `[MASK]` of `text`, in order of appearance.
