@@ -36,10 +36,15 @@
 use rayon::prelude::*;
 
 use super::matmul::{col_sums_into, extent, View};
+
+#[cfg(target_arch = "x86_64")]
+mod rows;
 use super::quant::{to_bf16_at, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
+#[cfg(target_arch = "x86_64")]
+pub use rows::{lm_head_backward_bf16, Bf16Rows};
 
 /// Rows of the register tile.
 const MR: usize = 14;
@@ -867,7 +872,7 @@ unsafe fn tile_kernel(
 }
 
 /// One row f32 → bf16, round to nearest even.
-fn convert_row(dst: &mut [u16], src: &[f32]) {
+pub(crate) fn convert_row(dst: &mut [u16], src: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512bf16() {
         // SAFETY: the feature was just detected.

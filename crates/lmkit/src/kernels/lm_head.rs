@@ -15,8 +15,12 @@
 //!
 //! Shape legend: N rows (B·T), C channels, V vocabulary, R rows per chunk.
 
+#[cfg(target_arch = "x86_64")]
+use super::bf16_gemm::{lm_head_backward_bf16, Bf16Kernel, Bf16Rows};
 use super::bf16_gemm::{matmul_backward_bf16, matmul_forward_bf16, Bf16Weight};
 use super::matmul::{matmul_backward, matmul_forward, WeightLayout};
+#[cfg(target_arch = "x86_64")]
+use super::softmax::cross_entropy_fused_bf16;
 use super::softmax::{cross_entropy_forward, cross_entropy_fused, total};
 use crate::util::profile::{span, Phase};
 
@@ -209,7 +213,6 @@ fn run(
                 cross_entropy_forward(lg, logits, tg, r, v, ignore_index);
             }
             Some(g) => {
-                cross_entropy_fused(logits, lg, tg, r, v, ignore_index, g.scale);
                 let dxs: &mut [f32] = if contiguous {
                     &mut g.dx[first * c..(first + r) * c]
                 } else {
@@ -217,6 +220,23 @@ fn run(
                     dxg.resize(r * c, 0.0);
                     &mut dxg
                 };
+                // On the AVX-512 kernel the loss writes the bf16 dlogits the
+                // products take (no f32 dlogits read back by two packers).
+                #[cfg(target_arch = "x86_64")]
+                if let Some(pw) = packed.filter(|p| p.kernel() == Bf16Kernel::Avx512) {
+                    let mut dl = Bf16Rows::new(r, v);
+                    let ld = dl.stride();
+                    let out = dl.data_mut();
+                    let shape = [r, v];
+                    cross_entropy_fused_bf16(logits, out, ld, lg, tg, shape, ignore_index, g.scale);
+                    let product = span(Phase::LmHeadMatmul);
+                    lm_head_backward_bf16(dxs, &mut *g.dweight, &dl, xs, pw);
+                    drop(product);
+                    scatter_rows(rows, &dxg, contiguous, g.dx, c);
+                    record(rows, lg, losses);
+                    continue;
+                }
+                cross_entropy_fused(logits, lg, tg, r, v, ignore_index, g.scale);
                 let product = span(Phase::LmHeadMatmul);
                 match packed {
                     Some(pw) => matmul_backward_bf16(
@@ -242,19 +262,30 @@ fn run(
                     ),
                 }
                 drop(product);
-                if !contiguous {
-                    for (&i, d) in rows.iter().zip(dxg.chunks_exact(c)) {
-                        for (o, d) in g.dx[i * c..(i + 1) * c].iter_mut().zip(d) {
-                            *o += d;
-                        }
-                    }
-                }
+                scatter_rows(rows, &dxg, contiguous, g.dx, c);
             }
         }
-        for (&i, &l) in rows.iter().zip(lg.iter()) {
-            losses[i] = l;
-        }
+        record(rows, lg, losses);
     }
     // Summed over all N rows in order, as the unfused path sums them.
     total(losses, targets, ignore_index)
+}
+
+/// Adds a gathered chunk's `dxg` rows into `dx` at `rows` (nothing when the
+/// chunk's rows were used in place).
+fn scatter_rows(rows: &[usize], dxg: &[f32], contiguous: bool, dx: &mut [f32], c: usize) {
+    if !contiguous {
+        for (&i, d) in rows.iter().zip(dxg.chunks_exact(c)) {
+            for (o, d) in dx[i * c..(i + 1) * c].iter_mut().zip(d) {
+                *o += d;
+            }
+        }
+    }
+}
+
+/// The chunk's losses `lg` into `losses` at `rows`.
+fn record(rows: &[usize], lg: &[f32], losses: &mut [f32]) {
+    for (&i, &l) in rows.iter().zip(lg) {
+        losses[i] = l;
+    }
 }

@@ -334,6 +334,83 @@ pub fn cross_entropy_backward(
         });
 }
 
+/// [`cross_entropy_fused`] with the dlogits written in bf16 (round to
+/// nearest even) to rows of `out` (row i at `out[i·ld..][..v]`; the rest of
+/// each row is left as it is) rather than over the logits, which are
+/// scratch: each value is the f32 that [`cross_entropy_fused`] writes,
+/// rounded, so a bf16 product sees the same operand either way.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cross_entropy_fused_bf16(
+    logits: &mut [f32],
+    out: &mut [u16],
+    ld: usize,
+    losses: &mut [f32],
+    targets: &[i32],
+    [n, v]: [usize; 2],
+    ignore_index: i32,
+    scale: f32,
+) -> (f64, usize) {
+    assert_eq!(
+        logits.len(),
+        n * v,
+        "cross_entropy_fused_bf16: logits must be [N,V]"
+    );
+    assert!(
+        ld >= v && out.len() >= n * ld,
+        "cross_entropy_fused_bf16: out must be N rows of ld ≥ V"
+    );
+    assert_eq!(
+        losses.len(),
+        n,
+        "cross_entropy_fused_bf16: losses must be [N]"
+    );
+    assert_eq!(
+        targets.len(),
+        n,
+        "cross_entropy_fused_bf16: targets must be [N]"
+    );
+    if v == 0 {
+        losses.fill(0.0);
+        return total(losses, targets, ignore_index);
+    }
+    let cl = chunk_len(v);
+    let rpt = rows_per_task(v);
+    logits
+        .par_chunks_mut(rpt * v)
+        .zip(losses.par_chunks_mut(rpt))
+        .zip(out[..n * ld].par_chunks_mut(rpt * ld))
+        .enumerate()
+        .for_each(|(ti, ((x, l), o))| {
+            dispatch(
+                #[inline(always)]
+                || {
+                    let mut maxes = [0.0f32; MAX_CHUNKS];
+                    let rows = x
+                        .chunks_exact_mut(v)
+                        .zip(l.iter_mut())
+                        .zip(o.chunks_mut(ld));
+                    for (r, ((row, loss), orow)) in rows.enumerate() {
+                        let t = targets[ti * rpt + r];
+                        let orow = &mut orow[..v];
+                        if t == ignore_index {
+                            orow.fill(0);
+                            *loss = 0.0;
+                            continue;
+                        }
+                        let ti = target_index(t, v);
+                        let xt = row[ti];
+                        let (m, s) = exp_chunks_in_place(row, cl, &mut maxes);
+                        *loss = s.ln() - (xt - m);
+                        scale_chunks(row, cl, &maxes, m, scale / s);
+                        row[ti] -= scale;
+                        super::bf16_gemm::convert_row(orow, row);
+                    }
+                },
+            )
+        });
+    total(losses, targets, ignore_index)
+}
+
 /// Fused training path: computes the losses (as [`cross_entropy_forward`])
 /// and OVERWRITES the logits with `scale·(p − onehot)`; ignored rows become 0.
 /// Saves a second `[N,V]` buffer and a pass over it.
@@ -381,4 +458,60 @@ pub fn cross_entropy_fused(
         )
     });
     total(losses, targets, ignore_index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::bf16::f32_to_bf16;
+
+    /// The bf16 dlogits are [`cross_entropy_fused`]'s f32 rounded to
+    /// nearest even, element for element (ignored rows zero), the losses
+    /// the same bits, and nothing past each row's V is written.
+    #[test]
+    fn fused_bf16_rounds_the_fused_f32() {
+        for &(n, v) in &[(3, 5), (9, 1000), (40, 3001)] {
+            let logits: Vec<f32> = (0..n * v)
+                .map(|i| (((i * 7919) % 1013) as f32 - 500.0) / 97.0)
+                .collect();
+            let targets: Vec<i32> = (0..n)
+                .map(|i| {
+                    if i % 4 == 3 {
+                        -100
+                    } else {
+                        ((i * 31) % v) as i32
+                    }
+                })
+                .collect();
+            let ld = v + 3;
+            let (mut f, mut fl) = (logits.clone(), vec![0.0; n]);
+            let fs = cross_entropy_fused(&mut f, &mut fl, &targets, n, v, -100, 0.25);
+            let (mut scratch, mut bl) = (logits.clone(), vec![0.0; n]);
+            let mut out = vec![0xABCDu16; n * ld];
+            let bs = cross_entropy_fused_bf16(
+                &mut scratch,
+                &mut out,
+                ld,
+                &mut bl,
+                &targets,
+                [n, v],
+                -100,
+                0.25,
+            );
+            assert_eq!(fs, bs, "{n}x{v} totals");
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fl), bits(&bl), "{n}x{v} losses");
+            for i in 0..n {
+                let want: Vec<u16> = f[i * v..(i + 1) * v]
+                    .iter()
+                    .map(|&x| f32_to_bf16(x))
+                    .collect();
+                assert_eq!(&out[i * ld..i * ld + v], &want[..], "{n}x{v} row {i}");
+                assert!(
+                    out[i * ld + v..(i + 1) * ld].iter().all(|&x| x == 0xABCD),
+                    "past V"
+                );
+            }
+        }
+    }
 }
