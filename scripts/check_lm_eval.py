@@ -5,10 +5,11 @@ Runs `lm_eval` (the pip package) twice on two small tasks made here from the
 Rust books, on the same GPT-2 checkpoint:
 
 - once with `--model hf` (transformers on the checkpoint: the reference);
-- once with `--model local-completions` against `lmkit serve` serving it
+- twice with `--model local-completions` against `lmkit serve` serving it
   (lm-eval's OpenAI-completions client: token-id prompts, `echo`,
-  `logprobs`, `max_tokens` 1, tokenized on the client with the checkpoint's
-  own HF tokenizer).
+  `logprobs`, `max_tokens` 1): tokenized on the client with the
+  checkpoint's own HF tokenizer (`tokenizer_backend=huggingface`), and by
+  the server through vLLM's tokenizer routes (`tokenizer_backend=remote`).
 
 The tasks: `lmkit_books_next` (loglikelihood, as LAMBADA: a sentence's last
 word after the rest; `acc` is lm-eval's is-greedy) and `lmkit_books_mc`
@@ -197,13 +198,27 @@ def main():
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             wait_ready(url, serve)
-            lk_res, lk_samples = lm_eval(
-                args.python, tmp, tmp / "lmkit", "local-completions",
-                f"model=tiny,base_url={url}/v1/completions,tokenizer_backend=huggingface,"
-                f"tokenizer={model},max_length={n_pos},num_concurrent=1,max_retries=1")
+            served = {}
+            for backend, tok in [("huggingface", f",tokenizer={model}"), ("remote", "")]:
+                served[backend] = lm_eval(
+                    args.python, tmp, tmp / f"lmkit-{backend}", "local-completions",
+                    f"model=tiny,base_url={url}/v1/completions,tokenizer_backend={backend}"
+                    f"{tok},max_length={n_pos},num_concurrent=1,max_retries=1")
         finally:
             serve.terminate()
             serve.wait(timeout=30)
+    failures = []
+    for backend, (lk_res, lk_samples) in served.items():
+        print(f"tokenizer_backend={backend}:")
+        failures += compare(hf_res, hf_samples, lk_res, lk_samples)
+    if failures:
+        print("\n".join(failures[:20]), file=sys.stderr)
+        raise SystemExit(f"lm-eval: {len(failures)} disagreements between hf and lmkit serve")
+    print("lm-eval: local-completions against lmkit serve (HF and remote tokenizer) agrees with --model hf")
+
+
+def compare(hf_res, hf_samples, lk_res, lk_samples):
+    """Disagreements of one lmkit run with the HF run (printing the figures)."""
     failures = []
     for task, hf_docs in hf_samples.items():
         lk_docs = lk_samples[task]
@@ -223,10 +238,7 @@ def main():
                 if a != b:
                     failures.append(f"{task} {metric}: {a} vs {b}")
         print(f"{task}: {len(hf_docs)} documents, largest loglikelihood difference {worst:.2e}")
-    if failures:
-        print("\n".join(failures[:20]), file=sys.stderr)
-        raise SystemExit(f"lm-eval: {len(failures)} disagreements between hf and lmkit serve")
-    print("lm-eval: local-completions against lmkit serve agrees with --model hf")
+    return failures
 
 
 if __name__ == "__main__":

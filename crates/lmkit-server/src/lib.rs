@@ -30,6 +30,7 @@ pub mod models;
 mod openai;
 mod tasks;
 mod tei;
+mod vllm;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -125,10 +126,18 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: Body) -> Result<T, ApiError>
         let status = e.status();
         ApiError::new(status, format!("request body: {}", e.body_text()))
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}"))
-            .code("invalid_request_body")
-    })
+    serde_json::from_slice(&bytes).map_err(invalid_body)
+}
+
+/// [`parse_body`]'s second half, for a body already parsed as JSON (a
+/// route that looks at it first to tell two request shapes apart).
+pub(crate) fn from_value<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(v).map_err(invalid_body)
+}
+
+fn invalid_body(e: serde_json::Error) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}"))
+        .code("invalid_request_body")
 }
 
 /// A loaded server, ready to [`Server::serve`].
@@ -206,6 +215,8 @@ impl Server {
             .route("/chat/completions", post(openai::chat))
             .route("/embed", post(tei::embed))
             .route("/tokenize", post(tei::tokenize))
+            .route("/detokenize", post(vllm::detokenize))
+            .route("/tokenizer_info", get(vllm::tokenizer_info))
             .route("/decode", post(tei::decode))
             .route("/predict", post(tasks::predict))
             .route("/rerank", post(tasks::rerank))

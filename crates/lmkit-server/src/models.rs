@@ -434,6 +434,8 @@ pub struct ClassifierModel {
     /// Its BPE tokenizer, for `/tokenize` and `/decode`.
     pub tokenizer: Arc<BpeTokenizer>,
     pub eos: Option<u32>,
+    /// The longest input it takes, in tokens.
+    pub n_positions: usize,
     queued: Arc<AtomicUsize>,
     max_queue: usize,
     name: String,
@@ -454,6 +456,7 @@ impl ClassifierModel {
                 .config
                 .eos_token_id
                 .or_else(|| tokenizer.endoftext_id()),
+            n_positions: c.model.config.n_positions,
             tokenizer,
             classifier: Arc::new(std::sync::Mutex::new(classifier)),
             queued: Arc::new(AtomicUsize::new(0)),

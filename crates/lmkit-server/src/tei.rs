@@ -56,7 +56,7 @@ pub fn check_fits<'a>(
 }
 
 /// The model a TEI request names, or the only one served (TEI serves one).
-fn pick<'a>(
+pub(crate) fn pick<'a>(
     app: &'a App,
     name: Option<&str>,
     family: Option<Family>,
@@ -161,7 +161,11 @@ struct TokenizeRequest {
 
 pub async fn tokenize(State(app): State<Arc<App>>, body: Body) -> Response {
     let run = || -> Result<Value, ApiError> {
-        let r: TokenizeRequest = parse_body(body)?;
+        let v: Value = parse_body(body)?;
+        if crate::vllm::is_vllm_tokenize(&v) {
+            return crate::vllm::tokenize(&app, v);
+        }
+        let r: TokenizeRequest = crate::from_value(v)?;
         let m = pick(&app, r.model.as_deref(), None, "/tokenize")?;
         let texts = match r.inputs {
             Inputs::Text(t) => vec![t],
