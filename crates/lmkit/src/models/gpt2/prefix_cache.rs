@@ -210,6 +210,9 @@ impl PrefixCache {
         let bt = self.block_tokens;
         let mut parent = ROOT;
         let mut chain = Vec::new();
+        // The blocks held so far, touched once before the first new block's
+        // eviction (new blocks start at the current tick).
+        let mut touched = false;
         for (i, block) in tokens.chunks_exact(bt).enumerate() {
             let key = (parent, block.to_vec());
             if let Some(&id) = self.index.get(&key) {
@@ -228,7 +231,10 @@ impl PrefixCache {
                 .flat_map(|p| hidden(p).iter().copied())
                 .collect();
             let bytes = kv.bytes() + hidden.len() * 4 + bt * 4 + BLOCK_OVERHEAD;
-            self.touch(&chain);
+            if !touched {
+                self.touch(&chain);
+                touched = true;
+            }
             if !self.make_room(bytes) {
                 break;
             }
@@ -252,7 +258,9 @@ impl PrefixCache {
             chain.push(id);
             parent = id;
         }
-        self.touch(&chain);
+        if !touched {
+            self.touch(&chain);
+        }
     }
 
     /// Evicts least recently used blocks (never those of the current tick)
