@@ -21,18 +21,12 @@ use lmkit::models::gpt2::{
 use lmkit::spec::layout::gpt2_layout;
 use lmkit::spec::Gpt2Config;
 
+#[path = "support/gpt2_tokenizer.rs"]
+mod gpt2_tokenizer;
+use gpt2_tokenizer::gpt2_tokenizer;
+
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tokenizer() -> lmkit_tokenizers::BpeTokenizer {
-    let dir = repo_root().join("assets/gpt2");
-    assert!(
-        dir.join("merges.txt").exists(),
-        "{} is missing: run scripts/fetch-assets.sh first",
-        dir.display()
-    );
-    lmkit_tokenizers::BpeTokenizer::from_dir(&dir).expect("GPT-2 tokenizer")
 }
 
 /// gpt2-tiny's shapes with 160 positions and random weights.
@@ -90,7 +84,7 @@ fn run(
     reqs: &[SequenceRequest],
     joins: &[usize],
 ) -> Vec<Produced> {
-    let tok = tokenizer();
+    let tok = gpt2_tokenizer();
     let mut out: Vec<Produced> = vec![(None, Vec::new()); reqs.len()];
     let mut seq_of = Vec::new();
     let mut finished = 0;
