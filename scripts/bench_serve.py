@@ -13,8 +13,16 @@ llama.cpp's `llama-server` (one slot per client, batching across slots,
 lmkit's; scripts/llama_cpp_peer.py builds the server and converts the models).
 Prints a table and the ratios.
 
+--few-shot runs a few-shot load instead: every prompt is one ~400-token
+prefix (book sentences) plus a distinct question, 16 greedy tokens streamed,
+from 32 clients; requests/s and p50/p99 time to the first token for lmkit
+with its prefix cache (--prefix-cache-mb 256) and without (0), and, with
+--llama-cpp, llama-server with `cache_prompt` (each slot reuses the longest
+common prefix of its previous prompt). The prefix cache's hit and miss
+tokens come from lmkit's /metrics.
+
 Usage: python scripts/bench_serve.py LMKIT [--requests N] [--clients C] [--peer-python PY] [--llama-cpp]
-                                          [--json FILE]
+                                          [--json FILE] [--few-shot]
   LMKIT: the lmkit binary (a release build: cargo build --release -p lmkit-cli)
   --peer-python: a Python with torch + transformers (scripts/fetch-big-assets.sh
   makes assets/.venv-fixtures); without it the peer is skipped.
@@ -121,6 +129,111 @@ def load(addr, path, bodies, clients, deadline_s=300, want_tokens=None):
             "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3}
 
 
+def stream_ttft(addr, body):
+    """POSTs a streamed completion: (seconds to the first token, total seconds)."""
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=300)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"/v1/completions: {r.status} {r.read()[:200]!r}")
+    first = None
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        choices = json.loads(line[5:]).get("choices") or [{}]
+        if first is None and choices[0].get("text"):
+            first = time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    c.close()
+    return (first if first is not None else total), total
+
+
+def few_shot_load(addr, bodies, clients, deadline_s=900):
+    print(f"  few-shot on {addr}: {len(bodies)} requests", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as ex:
+        res = list(ex.map(lambda b: stream_ttft(addr, b), bodies, timeout=deadline_s))
+    wall = time.perf_counter() - t0
+    ttft = sorted(r[0] for r in res)
+    return {"n": len(res), "rps": len(res) / wall, "p50": statistics.median(ttft) * 1e3,
+            "p99": ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))] * 1e3}
+
+
+def metric(addr, name):
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + "{"))
+
+
+def few_shot(a, run, tmp, env):
+    """The few-shot load (see the module docs): rows of (server, result, notes)."""
+    book = [l.strip() for l in open(os.path.join(ROOT, "assets/books/corpus.txt"), encoding="utf-8")
+            if 40 < len(l.strip()) < 200]
+    prefix = ""
+    for s in book:  # ~4.3 characters per GPT-2 token in the books: about 400 tokens
+        if len(prefix) > 1720:
+            break
+        prefix += s + "\n"
+    questions = book[len(book) // 2:][: a.requests]
+    bodies = [{"model": "gpt2", "prompt": prefix + "Q: " + q + "\nA:", "max_tokens": TOKENS,
+               "temperature": 0, "ignore_eos": True, "stream": True}
+              for q in questions]
+    rows = []
+    for mb in (256, 0):
+        p, addr = start([a.lmkit, "serve", "--addr", "127.0.0.1:0", "--model", "gpt2=" + run,
+                         "--max-batch", "32", "--max-queue", "4096", "--prefix-cache-mb", str(mb)], env)
+        try:
+            _, out = post(addr, "/v1/completions", dict(bodies[0], stream=False), TOKENS)
+            prompt_tokens = out["usage"]["prompt_tokens"]
+            r = few_shot_load(addr, bodies, a.clients)
+            hit = metric(addr, "lmkit_prefix_cache_hit_tokens_total")
+            miss = metric(addr, "lmkit_prefix_cache_miss_tokens_total")
+            note = f"{prompt_tokens} prompt tokens; cache hit {hit:.0f}, miss {miss:.0f} tokens" if mb else \
+                f"{prompt_tokens} prompt tokens"
+            rows.append((f"lmkit, --prefix-cache-mb {mb}", r, note, peak_rss_mib(p.pid)))
+        finally:
+            p.terminate()
+            p.wait(timeout=60)
+    if a.llama_cpp:
+        import llama_cpp_peer
+
+        server = llama_cpp_peer.tools()["llama-server"]
+        gguf = llama_cpp_peer.gguf(run, "f32", dest=os.path.join(tmp, "few-shot.gguf"))
+        # One slot per client, each with room for the prompt and the new tokens.
+        p, addr = start([str(server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(free_port()),
+                         "-t", str(a.threads), "-tb", str(a.threads), "-np", str(a.clients),
+                         "-c", str(a.clients * 512), "--no-webui"])
+        try:
+            bodies = [dict(b, cache_prompt=True) for b in bodies]  # llama.cpp's own field
+            post(addr, "/v1/completions", dict(bodies[0], stream=False), TOKENS)
+            r = few_shot_load(addr, bodies, a.clients)
+            rows.append((f"llama.cpp llama-server, cache_prompt, -np {a.clients}", r, "",
+                         peak_rss_mib(p.pid)))
+        finally:
+            p.terminate()
+            p.wait(timeout=60)
+    print(f"few-shot: {len(bodies)} completions ({TOKENS} tokens each, streamed) of prompts sharing a "
+          f"~400-token prefix, {a.clients} concurrent clients, {a.threads} threads, loopback")
+    print(f"{'server':<48} {'req/s':>8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'peak RSS MiB':>13}  notes")
+    for name, r, note, rss in rows:
+        print(f"{name:<48} {r['rps']:>8.2f} {r['p50']:>12.1f} {r['p99']:>12.1f} {rss:>13.1f}  {note}")
+    on, off = rows[0][1], rows[1][1]
+    print(f"few-shot: the prefix cache gives {on['rps'] / off['rps']:.2f}x the req/s, "
+          f"p50 time to first token {off['p50'] / on['p50']:.2f}x lower")
+    for name, r, _, _ in rows[2:]:
+        print(f"few-shot: lmkit with the cache / {name}: {on['rps'] / r['rps']:.2f}x req/s, "
+              f"p50 time to first token {r['p50'] / on['p50']:.2f}x lower")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,13 +251,17 @@ def peak_rss_mib(pid):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("lmkit")
-    ap.add_argument("--requests", type=int, default=512)
+    ap.add_argument("--requests", type=int, help="embedding requests (default 512), or few-shot ones (128)")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--peer-python")
     ap.add_argument("--llama-cpp", action="store_true", help="also load llama.cpp's llama-server")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", metavar="FILE", help="write the figures here (bench_common format)")
+    ap.add_argument("--few-shot", action="store_true",
+                    help="only the few-shot load: prefix cache on and off (and llama.cpp's cache_prompt)")
     a = ap.parse_args()
+    if a.requests is None:
+        a.requests = 128 if a.few_shot else 512
     sentences = [l.strip() for l in open(os.path.join(ROOT, "assets/books/corpus.txt"), encoding="utf-8")
                  if 40 < len(l.strip()) < 200][: a.requests]
     embed_bodies = [{"model": "minilm", "input": s} for s in sentences]
@@ -161,6 +278,9 @@ def main():
                         "--output", run, "--preset", "small", "--max-steps", "1", "--seq-len", "64",
                         "--batch-size", "1", "--eval-every", "0", "--sample-every", "0", "--val-fraction", "0"],
                        check=True, capture_output=True)
+        if a.few_shot:
+            few_shot(a, run, tmp, env)
+            return
         # Completions of exactly TOKENS tokens each (no early end of text).
         comp = [{"model": "gpt2", "prompt": s[:60], "max_tokens": TOKENS, "temperature": 0,
                  "ignore_eos": True} for s in sentences[: max(32, a.requests // 4)]]

@@ -72,6 +72,10 @@ pub struct ServeOptions {
     pub dtype: DtypeRequest<WeightDtype>,
     /// Largest request body, bytes.
     pub body_limit: usize,
+    /// Memory for each GPT-2 model's prefix cache (keys and values of
+    /// earlier prompts, reused by prompts that start the same way), MiB;
+    /// 0 turns it off.
+    pub prefix_cache_mb: usize,
 }
 
 impl Default for ServeOptions {
@@ -85,6 +89,7 @@ impl Default for ServeOptions {
             timeout: Duration::from_secs(60),
             dtype: DtypeRequest::Fixed(WeightDtype::F32),
             body_limit: 4 << 20,
+            prefix_cache_mb: 256,
         }
     }
 }
@@ -158,12 +163,19 @@ impl Server {
         if opts.api_key.as_ref().is_some_and(String::is_empty) {
             return bad("`api_key` is empty");
         }
+        let Some(prefix_cache_bytes) = opts.prefix_cache_mb.checked_mul(1 << 20) else {
+            return Err(ServeError::Options(format!(
+                "`prefix_cache_mb` {} is more memory than this machine can address",
+                opts.prefix_cache_mb
+            )));
+        };
         let metrics = Arc::new(Metrics::default());
         let limits = WorkerLimits {
             max_batch: opts.max_batch,
             max_queue: opts.max_queue,
             timeout: opts.timeout,
             dtype: opts.dtype,
+            prefix_cache_bytes,
         };
         let mut models = BTreeMap::new();
         for spec in &opts.models {

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
+use lmkit::models::gpt2::PrefixCacheStats;
+
 /// Upper bounds of the latency buckets, seconds.
 const LATENCY: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -65,6 +67,8 @@ struct Inner {
     generated_tokens: u64,
     generation_seconds: f64,
     embedded_texts: u64,
+    /// model → its prefix cache's counters (the latest).
+    prefix: BTreeMap<String, PrefixCacheStats>,
 }
 
 /// Shared by every handler and worker.
@@ -106,6 +110,13 @@ impl Metrics {
         self.with(|m| {
             m.generated_tokens += tokens as u64;
             m.generation_seconds += seconds;
+        });
+    }
+
+    /// The latest counters of a model's prefix cache.
+    pub fn prefix_cache(&self, model: &str, stats: PrefixCacheStats) {
+        self.with(|m| {
+            m.prefix.insert(model.to_string(), stats);
         });
     }
 
@@ -156,7 +167,46 @@ impl Metrics {
             out.push_str("# HELP lmkit_generation_seconds_total Time spent generating (tokens/s = tokens / seconds).\n");
             out.push_str("# TYPE lmkit_generation_seconds_total counter\n");
             let _ = writeln!(out, "lmkit_generation_seconds_total {}", m.generation_seconds);
+            write_prefix_cache(&mut out, &m.prefix);
             out
         })
+    }
+}
+
+/// The prefix caches' counters, one series per GPT-2 model that has one.
+fn write_prefix_cache(out: &mut String, prefix: &BTreeMap<String, PrefixCacheStats>) {
+    type Field = fn(&PrefixCacheStats) -> f64;
+    let series: [(&str, &str, &str, Field); 4] = [
+        (
+            "lmkit_prefix_cache_hit_tokens_total",
+            "counter",
+            "Prompt tokens whose keys and values came from the prefix cache.",
+            |s| s.hit_tokens as f64,
+        ),
+        (
+            "lmkit_prefix_cache_miss_tokens_total",
+            "counter",
+            "Prompt tokens prefilled (not in the prefix cache).",
+            |s| s.miss_tokens as f64,
+        ),
+        (
+            "lmkit_prefix_cache_bytes",
+            "gauge",
+            "Bytes the prefix cache holds.",
+            |s| s.bytes as f64,
+        ),
+        (
+            "lmkit_prefix_cache_evicted_blocks_total",
+            "counter",
+            "Prefix cache blocks evicted to make room (least recently used).",
+            |s| s.evicted_blocks as f64,
+        ),
+    ];
+    for (name, kind, help, field) in series {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (model, s) in prefix {
+            let _ = writeln!(out, "{name}{{model=\"{model}\"}} {}", field(s));
+        }
     }
 }

@@ -23,8 +23,8 @@ use lmkit::checkpoint::{read_config, resolve_model_dir};
 use lmkit::models::auto_dtype::DtypeRequest;
 use lmkit::models::bert::{BertPipeline, EmbedOptions};
 use lmkit::models::gpt2::{
-    BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, SeqId, SequenceRequest, TokenLogprob,
-    WeightDtype,
+    BatchEvent, ContinuousBatch, FinishReason, Gpt2Engine, PrefixCache, SeqId, SequenceRequest,
+    TokenLogprob, WeightDtype, DEFAULT_BLOCK_TOKENS,
 };
 use lmkit::spec::config::{AnyConfig, Gpt2Config};
 use lmkit::spec::names::{Architecture, Family};
@@ -72,6 +72,8 @@ pub struct WorkerLimits {
     /// Longest time a request may wait in a queue before it is answered 503.
     pub timeout: Duration,
     pub dtype: DtypeRequest<WeightDtype>,
+    /// Each GPT-2 model's prefix cache, bytes; 0: none.
+    pub prefix_cache_bytes: usize,
 }
 
 /// A loaded model.
@@ -173,10 +175,21 @@ impl Gpt2Model {
         let eos = config.eos_token_id.or_else(|| tokenizer.endoftext_id());
         let (jobs, rx) = sync_channel(limits.max_queue);
         let queued = Arc::new(AtomicUsize::new(0));
+        let batch = match limits.prefix_cache_bytes {
+            0 => ContinuousBatch::new(),
+            bytes => {
+                ContinuousBatch::with_prefix_cache(PrefixCache::new(bytes, DEFAULT_BLOCK_TOKENS)?)
+            }
+        };
         let (tok, q) = (tokenizer.clone(), queued.clone());
+        let worker = Worker {
+            name: name.to_string(),
+            limits,
+            metrics,
+        };
         std::thread::Builder::new()
             .name(format!("gpt2-{name}"))
-            .spawn(move || gpt2_worker(engine, tok, rx, q, limits, metrics))
+            .spawn(move || gpt2_worker(engine, batch, tok, rx, q, worker))
             .map_err(|e| lmkit::Error::io("worker thread", e))?;
         Ok(Gpt2Model {
             tokenizer,
@@ -234,15 +247,26 @@ fn queue_timeout(timeout: Duration) -> ApiError {
     .code("timeout")
 }
 
+/// What a GPT-2 worker reports to and obeys.
+struct Worker {
+    name: String,
+    limits: WorkerLimits,
+    metrics: Arc<Metrics>,
+}
+
 fn gpt2_worker(
     mut engine: Gpt2Engine,
+    mut batch: ContinuousBatch,
     tok: Arc<BpeTokenizer>,
     rx: Receiver<GenJob>,
     queued: Arc<AtomicUsize>,
-    limits: WorkerLimits,
-    metrics: Arc<Metrics>,
+    worker: Worker,
 ) {
-    let mut batch = ContinuousBatch::new();
+    let Worker {
+        name,
+        limits,
+        metrics,
+    } = worker;
     // Each sequence's channel and start time.
     let mut live: HashMap<SeqId, (UnboundedSender<GenEvent>, Instant)> = HashMap::new();
     loop {
@@ -283,7 +307,11 @@ fn gpt2_worker(
             continue;
         }
         metrics.decode_batch(batch.len());
-        let events = match batch.step(&mut engine, &tok) {
+        let stepped = batch.step(&mut engine, &tok);
+        if let Some(stats) = batch.prefix_cache_stats() {
+            metrics.prefix_cache(&name, stats);
+        }
+        let events = match stepped {
             Ok(events) => events,
             Err(e) => {
                 // Not expected once add() accepted them: fail them all.

@@ -20,6 +20,10 @@ use lmkit::models::gpt2::{
 use lmkit::spec::{AnyConfig, Gpt2Config};
 use lmkit::Error;
 
+#[path = "support/gpt2_tokenizer.rs"]
+mod gpt2_tokenizer;
+use gpt2_tokenizer::gpt2_tokenizer;
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -812,18 +816,6 @@ fn big_124m_perplexity_matches_hf() {
     // (measured); ours are 0.041 away from HF's.
     let d = max_abs_diff(&rep.token_nll, &token_nll, |_| true);
     assert!(d <= 0.1, "per-token NLL differs by {d}");
-}
-
-/// The real GPT-2 tokenizer (`scripts/fetch-assets.sh`): the tiny model's
-/// ids 0..128 are single-byte tokens in it.
-fn gpt2_tokenizer() -> lmkit_tokenizers::BpeTokenizer {
-    let dir = repo_root().join("assets/gpt2");
-    assert!(
-        dir.join("merges.txt").exists(),
-        "{} is missing: run scripts/fetch-assets.sh first",
-        dir.display()
-    );
-    lmkit_tokenizers::BpeTokenizer::from_dir(&dir).expect("GPT-2 tokenizer")
 }
 
 /// `forward_many` gives each sequence the logits it gets alone, for

@@ -40,6 +40,11 @@ pub struct Args {
     /// Largest request body, bytes.
     #[arg(long, default_value_t = ServeOptions::default().body_limit)]
     pub body_limit: usize,
+    /// Memory per GPT-2 model for prompt prefixes kept for reuse (keys and
+    /// values in blocks of 16 tokens, least recently used evicted), MiB; 0
+    /// turns the prefix cache off.
+    #[arg(long, default_value_t = ServeOptions::default().prefix_cache_mb)]
+    pub prefix_cache_mb: usize,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -63,6 +68,7 @@ pub fn run(a: Args) -> Result<()> {
         timeout: Duration::from_secs_f64(a.timeout_s),
         dtype: a.dtype.parse()?,
         body_limit: a.body_limit,
+        prefix_cache_mb: a.prefix_cache_mb,
     };
     let server = Server::load(&opts)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -121,6 +121,54 @@ impl KvBuf {
     }
 }
 
+/// Keys and values of `n` consecutive positions of a one-row [`KvCache`],
+/// every layer and head (`[L, NH, n, HS]` each), in the cache's own format:
+/// a copy that restores those positions bit for bit (a prefix cache's block).
+#[derive(Clone)]
+pub(crate) struct KvSpan {
+    n: usize,
+    k: KvBuf,
+    v: KvBuf,
+}
+
+impl KvSpan {
+    /// Bytes of the keys and values.
+    pub(crate) fn bytes(&self) -> usize {
+        2 * self.k.len() * self.k.elem_bytes()
+    }
+}
+
+impl KvBuf {
+    fn len(&self) -> usize {
+        match self {
+            KvBuf::F32(v) => v.len(),
+            KvBuf::Bf16(v) => v.len(),
+        }
+    }
+
+    fn elem_bytes(&self) -> usize {
+        match self {
+            KvBuf::F32(_) => 4,
+            KvBuf::Bf16(_) => 2,
+        }
+    }
+
+    /// Copies `n` elements from `self[at..]` to `dst[dst_at..]`; false (and
+    /// nothing copied) when the two formats differ.
+    fn copy_to(&self, at: usize, n: usize, dst: &mut KvBuf, dst_at: usize) -> bool {
+        match (self, dst) {
+            (KvBuf::F32(s), KvBuf::F32(d)) => {
+                d[dst_at..dst_at + n].copy_from_slice(&s[at..at + n]);
+            }
+            (KvBuf::Bf16(s), KvBuf::Bf16(d)) => {
+                d[dst_at..dst_at + n].copy_from_slice(&s[at..at + n]);
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
 impl KvCache {
     /// `bf16`: store keys and values as bf16 instead of f32.
     pub(crate) fn new(
@@ -173,6 +221,57 @@ impl KvCache {
         self.len = 0;
         self.key_mask.fill(0);
         self.next_pos.fill(0);
+    }
+
+    /// A copy of positions `[start, start + n)` of a one-row cache; `None`
+    /// if the cache has more rows or the positions are not all filled.
+    pub(crate) fn copy_span(&self, start: usize, n: usize) -> Option<KvSpan> {
+        if self.batch != 1 || start + n > self.len {
+            return None;
+        }
+        let (nh, hs) = (self.n_head, self.head_size);
+        let elems = self.n_layer * nh * n * hs;
+        let bf16 = matches!(self.k, KvBuf::Bf16(_));
+        let mut span = KvSpan {
+            n,
+            k: KvBuf::new(elems, bf16),
+            v: KvBuf::new(elems, bf16),
+        };
+        for l in 0..self.n_layer {
+            for h in 0..nh {
+                let (src, dst) = (self.offset(l, 0, h, start), (l * nh + h) * n * hs);
+                self.k.copy_to(src, n * hs, &mut span.k, dst);
+                self.v.copy_to(src, n * hs, &mut span.v, dst);
+            }
+        }
+        Some(span)
+    }
+
+    /// Appends `span`'s positions (real tokens, position ids continuing the
+    /// row's count) to a one-row cache; false, and the cache unchanged, when
+    /// the span does not fit or was copied from a cache of another shape
+    /// or format.
+    pub(crate) fn push_span(&mut self, span: &KvSpan) -> bool {
+        let (nh, hs, n) = (self.n_head, self.head_size, span.n);
+        let elems = self.n_layer * nh * n * hs;
+        if self.batch != 1
+            || self.len + n > self.capacity
+            || span.k.len() != elems
+            || span.k.elem_bytes() != self.k.elem_bytes()
+        {
+            return false;
+        }
+        for l in 0..self.n_layer {
+            for h in 0..nh {
+                let (dst, src) = (self.offset(l, 0, h, self.len), (l * nh + h) * n * hs);
+                span.k.copy_to(src, n * hs, &mut self.k, dst);
+                span.v.copy_to(src, n * hs, &mut self.v, dst);
+            }
+        }
+        self.key_mask[self.len..self.len + n].fill(1);
+        self.next_pos[0] += n;
+        self.len += n;
+        true
     }
 
     /// Offset of `[layer, b, h, pos, 0]` in `k`/`v`.

@@ -20,6 +20,7 @@ use lmkit_tokenizers::BpeTokenizer;
 use crate::error::{Error, Result};
 use crate::models::gpt2::engine::Gpt2Engine;
 use crate::models::gpt2::generate::{FinishReason, GenerationConfig, GenerationOutput};
+use crate::models::gpt2::prefix_cache::{PrefixCache, PrefixCacheStats};
 use crate::models::gpt2::sampling::{token_logprob, Sampler, TokenLogprob};
 use crate::models::gpt2::stream::TextStreamer;
 use crate::models::gpt2::text::TextCompletion;
@@ -81,6 +82,10 @@ struct Sequence {
     context: Vec<u32>,
     streamer: TextStreamer,
     out: GenerationOutput,
+    /// Prompt positions restored from the prefix cache (not fed).
+    reused: usize,
+    /// `[reused, C]`: their final hidden states, for `prompt_logprobs`.
+    reused_hidden: Vec<f32>,
     /// Prefilled (then each step feeds the last token).
     started: bool,
     first_token: Option<Instant>,
@@ -95,6 +100,8 @@ pub struct ContinuousBatch {
     logits: Vec<f32>,
     /// `[V]`: a row before sampling changed it (for logprobs).
     raw: Vec<f32>,
+    /// Keys and values of earlier prompts (see [`PrefixCache`]).
+    prefix: Option<PrefixCache>,
 }
 
 /// Prompt rows whose logits are computed at once for `prompt_logprobs`.
@@ -103,6 +110,21 @@ const PROMPT_ROWS: usize = 64;
 impl ContinuousBatch {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A batch whose prompts reuse the keys and values of earlier prompts'
+    /// common prefixes, kept in `cache`: each sequence still gets exactly
+    /// what it gets without it (see [`PrefixCache`]).
+    pub fn with_prefix_cache(cache: PrefixCache) -> Self {
+        ContinuousBatch {
+            prefix: Some(cache),
+            ..Self::default()
+        }
+    }
+
+    /// The prefix cache's counters, if the batch has one.
+    pub fn prefix_cache_stats(&self) -> Option<PrefixCacheStats> {
+        self.prefix.as_ref().map(PrefixCache::stats)
     }
 
     /// Sequences in the batch.
@@ -136,8 +158,16 @@ impl ContinuousBatch {
         }
         let kept = engine.fit_prompt(req.prompt.len(), cfg.max_new_tokens, cfg.truncate)?;
         let sampler = Sampler::new(cfg.sampling.clone(), cfg.seed)?;
-        let cache = engine.new_cache(1, kept + cfg.max_new_tokens - 1)?;
+        let mut cache = engine.new_cache(1, kept + cfg.max_new_tokens - 1)?;
         let truncated = req.prompt.len() - kept;
+        let hit = match &mut self.prefix {
+            Some(p) => {
+                let min_feed = engine.min_exact_rows();
+                let prompt = &req.prompt[truncated..];
+                p.restore(prompt, min_feed, &mut cache, req.prompt_logprobs)
+            }
+            None => Default::default(),
+        };
         let id = self.next_id;
         self.next_id += 1;
         self.seqs.push(Sequence {
@@ -156,6 +186,8 @@ impl ContinuousBatch {
                 decode_ms: 0.0,
                 decode_tokens_per_s: 0.0,
             },
+            reused: hit.tokens,
+            reused_hidden: hit.hidden,
             started: false,
             first_token: None,
             req,
@@ -195,7 +227,7 @@ impl ContinuousBatch {
                 let feed = if s.started {
                     &s.context[s.context.len() - 1..]
                 } else {
-                    &s.context[..s.kept]
+                    &s.context[s.reused..s.kept]
                 };
                 spans.push((at, at + feed.len() - 1));
                 at += feed.len();
@@ -204,28 +236,50 @@ impl ContinuousBatch {
             }
             engine.forward_many(&mut caches, &feeds)?;
         }
-        // Prompt log-probabilities of the sequences just prefilled.
-        for (s, &(first, last)) in self.seqs.iter().zip(&spans) {
+        // Prompt log-probabilities of the sequences just prefilled. Position
+        // p predicts token p + 1; positions restored from the prefix cache
+        // take their hidden states from it, the others are rows of the
+        // step, in the same chunks either way (so the same logits).
+        let c = engine.config().n_embd;
+        for (s, &(first, _)) in self.seqs.iter().zip(&spans) {
             if s.started || !s.req.prompt_logprobs {
                 continue;
             }
             let k = s.req.logprobs.unwrap_or(0);
             let mut lps = vec![None];
-            let mut chunk = Vec::new();
-            for r0 in (first..last).step_by(PROMPT_ROWS) {
-                let r1 = (r0 + PROMPT_ROWS).min(last);
-                let rows: Vec<usize> = (r0..r1).collect();
-                chunk.resize(rows.len() * v, 0.0);
-                engine.logits(&rows, &mut chunk)?;
+            let (mut chunk, mut hidden) = (Vec::new(), Vec::new());
+            for p0 in (0..s.kept - 1).step_by(PROMPT_ROWS) {
+                let p1 = (p0 + PROMPT_ROWS).min(s.kept - 1);
+                hidden.clear();
+                for p in p0..p1 {
+                    let row = if p < s.reused {
+                        &s.reused_hidden[p * c..(p + 1) * c]
+                    } else {
+                        let r = first + p - s.reused;
+                        &engine.hidden()[r * c..(r + 1) * c]
+                    };
+                    hidden.extend_from_slice(row);
+                }
+                chunk.resize((p1 - p0) * v, 0.0);
+                engine.logits_of_hidden(&hidden, &mut chunk)?;
                 for (i, row) in chunk.chunks_exact(v).enumerate() {
-                    let next = s.context[r0 + i + 1 - first];
-                    lps.push(Some(token_logprob(row, next, k)));
+                    lps.push(Some(token_logprob(row, s.context[p0 + i + 1], k)));
                 }
             }
             events.push(BatchEvent::Prompt {
                 seq: s.id,
                 logprobs: lps,
             });
+        }
+        // Prompts just prefilled join the prefix cache.
+        if let Some(pool) = &mut self.prefix {
+            let hidden = engine.hidden();
+            for (s, &(first, _)) in self.seqs.iter().zip(&spans) {
+                if !s.started {
+                    let row = |p: usize| &hidden[(first + p - s.reused) * c..][..c];
+                    pool.insert(&s.context[..s.kept], s.reused, &s.cache, row);
+                }
+            }
         }
         let rows: Vec<usize> = spans.iter().map(|&(_, last)| last).collect();
         self.logits.resize(rows.len() * v, 0.0);
@@ -243,6 +297,7 @@ impl ContinuousBatch {
             let logprob = s.req.logprobs.map(|k| token_logprob(&self.raw, next, k));
             if !s.started {
                 s.started = true;
+                s.reused_hidden = Vec::new();
                 s.first_token = Some(now);
                 s.out.prefill_ms = (now - start).as_secs_f64() * 1e3;
             }

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::kernels::kv_cache::KvCache;
 use crate::kernels::quant::SourceLayout;
 use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
-use crate::models::gpt2::weights::{trim_heap, F32Slice, Matrix, WeightDtype};
+use crate::models::gpt2::weights::{trim_heap, F32Slice, Matrix, WeightDtype, MATVEC_MAX_ROWS};
 use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::spec::names::Family;
@@ -283,6 +283,15 @@ impl Gpt2Engine {
                         + vectors(b)
                 })
                 .sum::<usize>()
+    }
+
+    /// Fewest rows a forward call may hold for each row's results not to
+    /// depend on how many rows it holds: smaller calls take matrix-vector
+    /// kernels, which sum in another order. A prefill resumed after a
+    /// cached prefix feeds at least this many tokens, so it computes what a
+    /// full prefill computes, bit for bit.
+    pub fn min_exact_rows(&self) -> usize {
+        MATVEC_MAX_ROWS + 1
     }
 
     /// A cache for `batch` rows of up to `capacity` positions (padding
@@ -544,14 +553,36 @@ impl Gpt2Engine {
         for &r in rows {
             s.gather.extend_from_slice(&s.xn[r * c..(r + 1) * c]);
         }
-        self.lm_head.as_ref().unwrap_or(&self.wte).forward(
-            out,
-            &s.gather,
-            None,
-            rows.len(),
-            &mut s.mat,
-        );
+        self.head_of_gathered(out, rows.len());
         Ok(())
+    }
+
+    /// `out[M, V]` = logits of final hidden states `hidden[M, C]` (after
+    /// `ln_f`) the caller kept, e.g. a prefix cache: what [`Self::logits`]
+    /// gives for rows with those hidden states, bit for bit.
+    pub fn logits_of_hidden(&mut self, hidden: &[f32], out: &mut [f32]) -> Result<()> {
+        let (c, v) = (self.cfg.n_embd, self.cfg.vocab_size);
+        let m = hidden.len() / c;
+        if !hidden.len().is_multiple_of(c) || out.len() != m * v {
+            return Err(Error::InvalidInput(format!(
+                "{} hidden values and a logits buffer of {} entries do not form rows of {c} and {v}",
+                hidden.len(),
+                out.len()
+            )));
+        }
+        self.s.gather.clear();
+        self.s.gather.extend_from_slice(hidden);
+        self.head_of_gathered(out, m);
+        Ok(())
+    }
+
+    /// The LM head over the `m` rows in `s.gather`.
+    fn head_of_gathered(&mut self, out: &mut [f32], m: usize) {
+        let s = &mut self.s;
+        self.lm_head
+            .as_ref()
+            .unwrap_or(&self.wte)
+            .forward(out, &s.gather, None, m, &mut s.mat);
     }
 
     /// Convenience: a fresh cache, one forward over `ids` (`[B, T]`, `mask`

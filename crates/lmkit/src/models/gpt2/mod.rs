@@ -9,7 +9,8 @@
 //!   presence/frequency penalties, seeds, EOS and stop strings, UTF-8-safe
 //!   streaming, log-probabilities), sliding-window perplexity, and
 //!   continuous batching ([`ContinuousBatch`]: generations joining and
-//!   leaving a shared decode step, each with its own KV cache).
+//!   leaving a shared decode step, each with its own KV cache) with an
+//!   optional [`PrefixCache`] (prompts reuse earlier prompts' keys and values).
 //!
 //! Shape legend: B batch rows, T tokens, C channels, NH heads, HS head size,
 //! V vocabulary, P positions.
@@ -36,6 +37,7 @@ mod engine;
 mod generate;
 mod model;
 mod perplexity;
+pub mod prefix_cache;
 pub mod sampling;
 pub mod stream;
 mod text;
@@ -48,6 +50,7 @@ pub use engine::Gpt2Engine;
 pub use generate::{FinishReason, GenerationConfig, GenerationOutput};
 pub use model::{Gpt2, Gpt2Activations, Gpt2TaskBatch, Gpt2TaskTrainer, TaskOutput};
 pub use perplexity::PerplexityReport;
+pub use prefix_cache::{PrefixCache, PrefixCacheStats, DEFAULT_BLOCK_TOKENS};
 pub use sampling::{Sampler, SamplingParams, TokenLogprob};
 pub use stream::{StopMatcher, TextStreamer, Utf8Stream};
 pub use text::TextCompletion;

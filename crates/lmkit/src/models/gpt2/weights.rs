@@ -149,7 +149,7 @@ impl std::fmt::Debug for F32Slice {
 
 /// Largest N for which the matrix-vector kernels beat a matmul: they read
 /// the weights once but do N times the arithmetic without register blocking.
-const MATVEC_MAX_ROWS: usize = 4;
+pub(crate) const MATVEC_MAX_ROWS: usize = 4;
 
 /// f32 elements of `[OC, IC]` rows widened at a time when a bf16/int8
 /// matrix is multiplied by many rows (prefill, perplexity): per row of the
