@@ -1,0 +1,188 @@
+//! cl100k_base's pre-tokenizer, hand-written: the pieces of tiktoken's
+//! pattern
+//! `'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s`
+//! one character at a time, with GPT-2's classes ([`super::char_class`])
+//! and its rule for invalid UTF-8 (a lone byte is an "other" character).
+//! `tests/openai_pretokenize.rs` checks it against fancy-regex's evaluation
+//! of the pattern.
+
+use std::ops::Range;
+
+use super::{class_of, decode_multibyte, BYTE_CLASS};
+
+const LETTER: u8 = 0;
+const NUMBER: u8 = 1;
+const SPACE: u8 = 2;
+const OTHER: u8 = 3;
+
+/// Class (GPT-2's: 0 letter, 1 number, 2 space, 3 other) and byte length
+/// of the character at `text[i]`.
+#[inline(always)]
+pub(super) fn class_at(text: &[u8], i: usize) -> (u8, usize) {
+    let c = BYTE_CLASS[text[i] as usize];
+    if c != 4 {
+        return (c, 1);
+    }
+    match decode_multibyte(text, i) {
+        Some((cp, len)) => (class_of(cp), len),
+        None => (OTHER, 1),
+    }
+}
+
+/// Length of the case-insensitive contraction at `text[i]`
+/// (`'(?i:[sdmt]|ll|ve|re)`, whose `s` also matches `ſ`, U+017F, under
+/// Unicode case folding), 0 when there is none.
+#[inline]
+pub(super) fn contraction_len(text: &[u8], i: usize) -> usize {
+    if text.get(i) != Some(&b'\'') {
+        return 0;
+    }
+    let low = |k: usize| text.get(i + k).map(|b| b.to_ascii_lowercase());
+    match (low(1), low(2)) {
+        (Some(b's' | b'd' | b'm' | b't'), _) => 2,
+        (Some(b'l'), Some(b'l')) | (Some(b'v'), Some(b'e')) | (Some(b'r'), Some(b'e')) => 3,
+        (Some(0xC5), Some(0xBF)) => 3, // ſ
+        _ => 0,
+    }
+}
+
+/// Splits `text` into cl100k_base pre-tokenization pieces (byte ranges
+/// that tile it).
+pub fn split_cl100k(text: &[u8]) -> Cl100kPieces<'_> {
+    Cl100kPieces { text, pos: 0 }
+}
+
+/// Iterator over the pieces of [`split_cl100k`].
+pub struct Cl100kPieces<'a> {
+    text: &'a [u8],
+    pos: usize,
+}
+
+impl Cl100kPieces<'_> {
+    /// End of the maximal run of `class` from `j`.
+    #[inline(always)]
+    fn run(&self, mut j: usize, class: u8) -> usize {
+        while j < self.text.len() {
+            let (c, len) = class_at(self.text, j);
+            if c != class {
+                break;
+            }
+            j += len;
+        }
+        j
+    }
+
+    /// End of the piece starting at `i < text.len()`: the pattern's
+    /// alternatives in order.
+    #[inline(always)]
+    fn piece_end(&self, i: usize) -> usize {
+        let (text, n) = (self.text, self.text.len());
+        let contraction = contraction_len(text, i);
+        if contraction > 0 {
+            return i + contraction;
+        }
+        let (class, len) = class_at(text, i);
+        match class {
+            LETTER => return self.run(i + len, LETTER),
+            NUMBER => {
+                // `\p{N}{1,3}+`
+                let mut j = i + len;
+                for _ in 0..2 {
+                    match (j < n).then(|| class_at(text, j)) {
+                        Some((NUMBER, l)) => j += l,
+                        _ => break,
+                    }
+                }
+                return j;
+            }
+            _ => {}
+        }
+        let b = text[i];
+        let next = (i + len < n).then(|| class_at(text, i + len));
+        // `[^\r\n\p{L}\p{N}]?+\p{L}++`: one space or other character
+        // (not CR or LF) before letters joins them.
+        if let Some((LETTER, l)) = next {
+            if b != b'\r' && b != b'\n' {
+                return self.run(i + len + l, LETTER);
+            }
+        }
+        // ` ?[^\s\p{L}\p{N}]++[\r\n]*+`
+        let others_from = match (class, next) {
+            (OTHER, _) => Some(i),
+            (_, Some((OTHER, _))) if b == b' ' => Some(i + 1),
+            _ => None,
+        };
+        if let Some(s) = others_from {
+            let mut j = self.run(s, OTHER);
+            while j < n && (text[j] == b'\r' || text[j] == b'\n') {
+                j += 1;
+            }
+            return j;
+        }
+        // Whitespace: `\s++$`, `\s*[\r\n]`, `\s+(?!\S)`, `\s`.
+        let (mut j, mut last, mut crlf_end, mut chars) = (i, i, None, 0);
+        while j < n {
+            let (c, l) = class_at(text, j);
+            if c != SPACE {
+                break;
+            }
+            if text[j] == b'\r' || text[j] == b'\n' {
+                crlf_end = Some(j + 1);
+            }
+            last = j;
+            chars += 1;
+            j += l;
+        }
+        match crlf_end {
+            _ if j == n => j,
+            Some(e) => e,
+            None if chars >= 2 => last,
+            None => i + len,
+        }
+    }
+}
+
+impl Iterator for Cl100kPieces<'_> {
+    type Item = Range<usize>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Range<usize>> {
+        if self.pos >= self.text.len() {
+            return None;
+        }
+        let start = self.pos;
+        self.pos = self.piece_end(start);
+        Some(start..self.pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(s: &str) -> Vec<&str> {
+        split_cl100k(s.as_bytes()).map(|r| &s[r]).collect()
+    }
+
+    #[test]
+    fn splits_like_the_cl100k_pattern() {
+        assert_eq!(
+            pieces("Hello world, it'S 12345!  \n\nI'LL  go\n"),
+            [
+                "Hello", " world", ",", " it", "'S", " ", "123", "45", "!", "  \n\n", "I", "'LL",
+                " ", " go", "\n"
+            ]
+        );
+        assert_eq!(
+            pieces("(hello) ...x\r\n y"),
+            ["(hello", ")", " ...", "x", "\r\n", " y"]
+        );
+        assert_eq!(
+            pieces("x\u{3000}y '\u{17f}"),
+            ["x", "\u{3000}y", " '", "\u{17f}"]
+        );
+        assert_eq!(pieces("'\u{17f}x"), ["'\u{17f}", "x"]);
+        assert_eq!(pieces("a \n\t "), ["a", " \n\t "]);
+        assert_eq!(pieces(""), Vec::<&str>::new());
+    }
+}
