@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::build::Tables;
 use super::files::parse_error;
-use super::model::TokenIndex;
+use super::model::{Piece, TokenIndex};
 use super::{BpeTokenizer, Kind};
 use crate::pretokenize::Pattern;
 use crate::{Error, Result, MAX_VOCAB_SIZE};
@@ -209,6 +209,62 @@ impl BpeTokenizer {
         let mut tokenizer = Self::assemble(tables, None);
         tokenizer.pattern = pattern;
         Ok(tokenizer)
+    }
+
+    /// tiktoken's `_encode_single_piece`: BPE of `piece` as one piece (no
+    /// pre-tokenization, no special tokens).
+    pub fn encode_single_piece(&self, piece: &[u8]) -> Vec<u32> {
+        let mut out = Vec::new();
+        match piece {
+            [] => {}
+            [b] => out.push(self.model.index.byte_ids[*b as usize]),
+            _ => {
+                let p = Piece::new(piece);
+                let whole = if self.model.piece_is_token {
+                    self.model.lookup_token(&p)
+                } else {
+                    self.model.lookup_whole(&p)
+                };
+                match whole {
+                    Some(id) => out.push(id),
+                    None => self.model.merge_piece(piece, &mut out),
+                }
+            }
+        }
+        out
+    }
+
+    /// tiktoken's `_encode_bytes`: the valid UTF-8 prefix of `bytes`
+    /// encoded as text, except that its last piece (with the all-space
+    /// tokens before it) and the invalid rest are encoded as one piece.
+    /// On valid UTF-8 it is [`Self::encode_ordinary`].
+    pub fn encode_bytes_tiktoken(&self, bytes: &[u8]) -> Vec<u32> {
+        let valid = match std::str::from_utf8(bytes) {
+            Ok(_) => return self.encode_ordinary(bytes),
+            Err(e) => e.valid_up_to(),
+        };
+        let text = &bytes[..valid];
+        let last = match self.pattern {
+            Pattern::Gpt2 => crate::pretokenize::split_gpt2(text).last(),
+            Pattern::Cl100k => crate::pretokenize::split_cl100k(text).last(),
+            Pattern::O200k => crate::pretokenize::split_o200k(text).last(),
+        };
+        let last_start = last.map_or(valid, |r| r.start);
+        let mut tokens = self.encode_ordinary(&text[..last_start]);
+        let mut unstable = self.encode_ordinary(&text[last_start..]);
+        let all_space = |id: u32| {
+            self.token_bytes(id)
+                .is_some_and(|b| b.iter().all(|c| matches!(c, b' ' | b'\n' | b'\t')))
+        };
+        if unstable.first().is_some_and(|&id| all_space(id)) {
+            while tokens.last().is_some_and(|&id| all_space(id)) {
+                unstable.insert(0, tokens.pop().expect("not empty"));
+            }
+        }
+        let mut rest = self.decode(&unstable).expect("ids of this tokenizer");
+        rest.extend_from_slice(&bytes[valid..]);
+        tokens.extend(self.encode_single_piece(&rest));
+        tokens
     }
 
     /// [`Self::from_tiktoken_ranks`] of a `.tiktoken` file.
