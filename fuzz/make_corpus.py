@@ -55,8 +55,7 @@ def main():
     write("bpe_parse_files", "tiny", json.dumps(byte_vocab).encode() + b"\0#version: 0.2\n! \"\n")
     write("bpe_encode_decode", "text", b"Hello world, it's 2024! \xff\xfe <|endoftext|> caf\xc3\xa9")
     odd = "HELLOworld helloWorld I'M 12345!/\n/ \u017f'\u017f e\u0301 \u6f22\u5b57 \U0001f600 \r\n  x\n "
-    for t in ("cl100k_encode_decode", "o200k_encode_decode"):
-        write(t, "text", odd.encode() + b" \xff\xfe <|endoftext|>")
+    write("openai_encode_decode", "text", odd.encode() + b" \xff\xfe <|endoftext|>")
     # A rank file: every byte, then a few merged tokens (base64 and rank per line).
     import base64
     toks = [bytes([b]) for b in range(256)] + [b"he", b"ll", b"hell", b"hello", b" w", b"\xe6\xbc"]

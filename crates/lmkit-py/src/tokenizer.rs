@@ -168,6 +168,12 @@ impl PyTokenizer {
         Ok(PyTokenizer::new(py.detach(|| tiktoken::encoding(name))?))
     }
 
+    /// The names [`Self::from_tiktoken`] takes, in tiktoken's order.
+    #[staticmethod]
+    fn tiktoken_encodings() -> Vec<&'static str> {
+        lmkit_tokenizers::openai::ENCODINGS.to_vec()
+    }
+
     /// The tokenizer of tiktoken ranks (`(bytes, rank)` pairs), special
     /// tokens (`(text, id)`) and `pat_str`, which must be tiktoken's
     /// r50k/p50k, cl100k or o200k pattern.

@@ -17,6 +17,10 @@
 use std::time::Instant;
 
 use lmkit_tokenizers::BpeTokenizer;
+
+#[path = "../tests/bpe_common/mod.rs"]
+mod bpe_common;
+use bpe_common::tiktoken_of;
 use rayon::prelude::*;
 
 /// CPU time of the calling thread in seconds, so single-thread timings
@@ -112,20 +116,6 @@ fn main() {
     let (s, tiktoken) = best_of(reps, true, || tiktoken_rs::r50k_base().expect("r50k_base"));
     report("tiktoken-rs load", s, 0);
     encodes(reps, &text, &docs, &lmkit, &tiktoken, report);
-}
-
-/// tiktoken-rs's encoding `name`.
-fn tiktoken_of(name: &str) -> tiktoken_rs::CoreBPE {
-    match name {
-        "gpt2" | "r50k_base" => tiktoken_rs::r50k_base(),
-        "p50k_base" => tiktoken_rs::p50k_base(),
-        "p50k_edit" => tiktoken_rs::p50k_edit(),
-        "cl100k_base" => tiktoken_rs::cl100k_base(),
-        "o200k_base" => tiktoken_rs::o200k_base(),
-        "o200k_harmony" => tiktoken_rs::o200k_harmony(),
-        _ => panic!("tiktoken-rs has no {name}"),
-    }
-    .expect("tiktoken-rs builds its encodings")
 }
 
 /// The encode timings: one text on one thread, the documents on all.

@@ -28,6 +28,7 @@ use crate::pretokenize_tables::{LETTER, NUMBER, WHITE_SPACE};
 
 mod cl100k;
 mod o200k;
+mod scan;
 
 pub use cl100k::{split_cl100k, Cl100kPieces};
 pub use o200k::{split_o200k, O200kPieces};

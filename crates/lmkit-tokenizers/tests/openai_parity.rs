@@ -5,20 +5,8 @@
 
 mod bpe_common;
 
+use bpe_common::tiktoken_of as oracle;
 use lmkit_tokenizers::openai::{self, ENCODINGS};
-
-fn oracle(name: &str) -> tiktoken_rs::CoreBPE {
-    match name {
-        "gpt2" | "r50k_base" => tiktoken_rs::r50k_base(),
-        "p50k_base" => tiktoken_rs::p50k_base(),
-        "p50k_edit" => tiktoken_rs::p50k_edit(),
-        "cl100k_base" => tiktoken_rs::cl100k_base(),
-        "o200k_base" => tiktoken_rs::o200k_base(),
-        "o200k_harmony" => tiktoken_rs::o200k_harmony(),
-        _ => panic!("no oracle for {name}"),
-    }
-    .expect("tiktoken-rs builds its encodings")
-}
 
 fn first_difference(got: &[u32], want: &[u32]) -> String {
     let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();

@@ -31,15 +31,7 @@ __all__ = [
     "list_encoding_names",
 ]
 
-_NAMES = (
-    "gpt2",
-    "r50k_base",
-    "p50k_base",
-    "p50k_edit",
-    "cl100k_base",
-    "o200k_base",
-    "o200k_harmony",
-)
+_NAMES = tuple(Tokenizer.tiktoken_encodings())
 
 Specials = Union[Literal["all"], AbstractSet[str]]
 

@@ -8,6 +8,7 @@
 
 use std::ops::Range;
 
+use super::scan::{contraction_len, space_run, up_to_three};
 use super::{class_of, decode_multibyte, BYTE_CLASS};
 
 const LETTER: u8 = 0;
@@ -29,23 +30,6 @@ pub(super) fn class_at(text: &[u8], i: usize) -> (u8, usize) {
     }
 }
 
-/// Length of the case-insensitive contraction at `text[i]`
-/// (`'(?i:[sdmt]|ll|ve|re)`, whose `s` also matches `ſ`, U+017F, under
-/// Unicode case folding), 0 when there is none.
-#[inline]
-pub(super) fn contraction_len(text: &[u8], i: usize) -> usize {
-    if text.get(i) != Some(&b'\'') {
-        return 0;
-    }
-    let low = |k: usize| text.get(i + k).map(|b| b.to_ascii_lowercase());
-    match (low(1), low(2)) {
-        (Some(b's' | b'd' | b'm' | b't'), _) => 2,
-        (Some(b'l'), Some(b'l')) | (Some(b'v'), Some(b'e')) | (Some(b'r'), Some(b'e')) => 3,
-        (Some(0xC5), Some(0xBF)) => 3, // ſ
-        _ => 0,
-    }
-}
-
 /// Splits `text` into cl100k_base pre-tokenization pieces (byte ranges
 /// that tile it).
 pub fn split_cl100k(text: &[u8]) -> Cl100kPieces<'_> {
@@ -59,6 +43,13 @@ pub struct Cl100kPieces<'a> {
 }
 
 impl Cl100kPieces<'_> {
+    /// Length of the character at `j` if it is of `class`.
+    #[inline(always)]
+    fn len_if(&self, j: usize, class: u8) -> Option<usize> {
+        let (c, len) = class_at(self.text, j);
+        (c == class).then_some(len)
+    }
+
     /// End of the maximal run of `class` from `j`.
     #[inline(always)]
     fn run(&self, mut j: usize, class: u8) -> usize {
@@ -84,17 +75,7 @@ impl Cl100kPieces<'_> {
         let (class, len) = class_at(text, i);
         match class {
             LETTER => return self.run(i + len, LETTER),
-            NUMBER => {
-                // `\p{N}{1,3}+`
-                let mut j = i + len;
-                for _ in 0..2 {
-                    match (j < n).then(|| class_at(text, j)) {
-                        Some((NUMBER, l)) => j += l,
-                        _ => break,
-                    }
-                }
-                return j;
-            }
+            NUMBER => return up_to_three(n, i, len, |j| self.len_if(j, NUMBER)),
             _ => {}
         }
         let b = text[i];
@@ -120,23 +101,11 @@ impl Cl100kPieces<'_> {
             return j;
         }
         // Whitespace: `\s++$`, `\s*[\r\n]`, `\s+(?!\S)`, `\s`.
-        let (mut j, mut last, mut crlf_end, mut chars) = (i, i, None, 0);
-        while j < n {
-            let (c, l) = class_at(text, j);
-            if c != SPACE {
-                break;
-            }
-            if text[j] == b'\r' || text[j] == b'\n' {
-                crlf_end = Some(j + 1);
-            }
-            last = j;
-            chars += 1;
-            j += l;
-        }
-        match crlf_end {
-            _ if j == n => j,
+        let run = space_run(text, i, |j| self.len_if(j, SPACE));
+        match run.crlf_end {
+            _ if run.end == n => run.end,
             Some(e) => e,
-            None if chars >= 2 => last,
+            None if run.chars >= 2 => run.last,
             None => i + len,
         }
     }

@@ -21,7 +21,7 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::cl100k::contraction_len;
+use super::scan::{contraction_len, space_run, up_to_three};
 use super::{decode_multibyte, page_of_classes};
 use crate::pretokenize_tables::{LOWER, MARK, MODIFIER_OTHER, NUMBER, UPPER, WHITE_SPACE};
 
@@ -177,15 +177,12 @@ impl O200kPieces<'_> {
         if let Some(e) = word_end {
             return e + contraction_len(text, e);
         }
+        let len_if = |j: usize, class: u8| {
+            let (c, l) = class_at(text, j);
+            (c == class).then_some(l)
+        };
         if class == NUMBER_C {
-            let mut j = i + len;
-            for _ in 0..2 {
-                match (j < n).then(|| class_at(text, j)) {
-                    Some((NUMBER_C, l)) => j += l,
-                    _ => break,
-                }
-            }
-            return j;
+            return up_to_three(n, i, len, |j| len_if(j, NUMBER_C));
         }
         // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
         let others_from = if other(class) {
@@ -203,23 +200,11 @@ impl O200kPieces<'_> {
             return j;
         }
         // Whitespace: `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`.
-        let (mut j, mut last, mut crlf_end, mut chars) = (i, i, None, 0);
-        while j < n {
-            let (c, l) = class_at(text, j);
-            if c != SPACE {
-                break;
-            }
-            if text[j] == b'\r' || text[j] == b'\n' {
-                crlf_end = Some(j + 1);
-            }
-            last = j;
-            chars += 1;
-            j += l;
-        }
-        match crlf_end {
+        let run = space_run(text, i, |j| len_if(j, SPACE));
+        match run.crlf_end {
             Some(e) => e,
-            None if j < n && chars >= 2 => last,
-            None => j,
+            None if run.end < n && run.chars >= 2 => run.last,
+            None => run.end,
         }
     }
 }
