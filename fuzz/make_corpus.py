@@ -54,6 +54,12 @@ def main():
     byte_vocab = {chr(c): i for i, c in enumerate(range(0x21, 0x7F))}
     write("bpe_parse_files", "tiny", json.dumps(byte_vocab).encode() + b"\0#version: 0.2\n! \"\n")
     write("bpe_encode_decode", "text", b"Hello world, it's 2024! \xff\xfe <|endoftext|> caf\xc3\xa9")
+    odd = "HELLOworld helloWorld I'M 12345!/\n/ \u017f'\u017f e\u0301 \u6f22\u5b57 \U0001f600 \r\n  x\n "
+    write("openai_encode_decode", "text", odd.encode() + b" \xff\xfe <|endoftext|>")
+    # A rank file: every byte, then a few merged tokens (base64 and rank per line).
+    import base64
+    toks = [bytes([b]) for b in range(256)] + [b"he", b"ll", b"hell", b"hello", b" w", b"\xe6\xbc"]
+    write("tiktoken_parse", "ranks", b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(toks)))
 
     # Configs.
     for case in ["gpt2-tiny", "bert-tiny-classify", "bert-tiny-qa", "bert-tiny-pretraining"]:

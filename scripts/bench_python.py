@@ -79,7 +79,7 @@ def main():
     ranks = data_gym_to_mergeable_bpe_ranks(str(gpt2_dir / "merges.txt"), str(gpt2_dir / "vocab.json"))
     tt = tiktoken.Encoding(name="gpt2", explicit_n_vocab=50257, pat_str=r50k_pat_str,
                            mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256})
-    ours_tt = tiktoken_compat.get_encoding("gpt2", path=gpt2_dir)
+    ours_tt = tiktoken_compat.get_encoding("gpt2")
     hf = HFTokenizer(models.BPE.from_file(str(gpt2_dir / "vocab.json"), str(gpt2_dir / "merges.txt")))
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()

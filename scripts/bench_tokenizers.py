@@ -60,7 +60,11 @@ def main():
     ap.add_argument("--whole-mb", type=float, default=30.0)
     ap.add_argument("--lmkit", default=os.path.join(ROOT, "target/release/lmkit"),
                     help="release lmkit binary for --whole-process (built if missing)")
+    ap.add_argument("--encodings", action="store_true",
+                    help="instead: every OpenAI encoding, lmkit.tiktoken_compat vs Python tiktoken")
     args = ap.parse_args()
+    if args.encodings:
+        return bench_encodings(args)
 
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
@@ -189,6 +193,63 @@ def figures(results, size, threads):
                           dict(ms, **{"lmkit first load": ours}), better="lower", threads=1,
                           note="CPU time; reads and hashes the files, then the cached compiled form"))
     return out
+
+
+def tiktoken_reference(name):
+    """Python tiktoken's encoding `name`, built by its own constructor
+    (tiktoken_ext.openai_public) from the tiktoken-rs crate's rank files
+    (hash-checked by tiktoken) instead of a download."""
+    import glob
+
+    import tiktoken
+    import tiktoken_ext.openai_public as public
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks, load_tiktoken_bpe
+
+    home = os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo"))
+    assets = glob.glob(os.path.join(home, "registry/src/*/tiktoken-rs-0.12.1/assets"))[0]
+    public.load_tiktoken_bpe = lambda url, expected_hash=None: load_tiktoken_bpe(
+        os.path.join(assets, url.rsplit("/", 1)[1]), expected_hash)
+    public.data_gym_to_mergeable_bpe_ranks = lambda **_: data_gym_to_mergeable_bpe_ranks(
+        os.path.join(assets, "vocab.bpe"), os.path.join(assets, "encoder.json"))
+    return tiktoken.Encoding(**public.ENCODING_CONSTRUCTORS[name]())
+
+
+def bench_encodings(args):
+    """Per encoding: start-up (lmkit's built-in get_encoding vs tiktoken's
+    Encoding from local rank files, CPU time), one text on one thread (CPU
+    time) and the documents on all threads (wall time), MB/s and ratios."""
+    from lmkit import tiktoken_compat
+
+    with open(args.file, encoding="utf-8") as f:
+        text = f.read()
+    docs = text.split("\n\f\n")
+    mb = len(text.encode("utf-8")) / 1e6
+    threads = os.cpu_count()
+    print(f"{os.path.basename(args.file)}: {mb:.1f} MB, {len(docs)} documents, "
+          f"{threads} threads, {cpu_name()}")
+    print(f"{'encoding':<14} {'start-up ms':>19} {'single MB/s':>21} {'batch MB/s':>21}")
+    print(f"{'':<14} {'lmkit tiktoken':>19} {'lmkit tiktoken ×':>21} {'lmkit tiktoken ×':>21}")
+    for name in tiktoken_compat.list_encoding_names():
+        tiktoken_compat._ENCODINGS.pop(name, None)
+        t0 = time.process_time()
+        ours = tiktoken_compat.get_encoding(name)
+        ours_load = time.process_time() - t0
+        t0 = time.process_time()
+        theirs = tiktoken_reference(name)
+        their_load = time.process_time() - t0
+        row = [f"{ours_load * 1e3:6.0f} {their_load * 1e3:12.0f}"]
+        for mode in ("single", "batch"):
+            speed = []
+            for enc in (ours, theirs):
+                if mode == "single":
+                    s, ids = best_of(args.reps, lambda: enc.encode_ordinary(text), time.process_time)
+                else:
+                    s, ids = best_of(args.reps, lambda: enc.encode_ordinary_batch(docs, num_threads=threads))
+                speed.append((mb / s, ids))
+            if speed[0][1] != speed[1][1]:
+                sys.exit(f"{name} {mode}: lmkit's ids differ from tiktoken's")
+            row.append(f"{speed[0][0]:6.1f} {speed[1][0]:8.1f} {speed[0][0] / speed[1][0]:5.1f}")
+        print(f"{name:<14} " + "  ".join(row))
 
 
 def cpu_name():

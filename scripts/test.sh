@@ -70,6 +70,9 @@ rm -rf target/py-wheels
 "$pyv/bin/maturin" build -q -m crates/lmkit-py/Cargo.toml -o target/py-wheels -i "$pyv/bin/python" --strip
 "$pyv/bin/pip" install -q --force-reinstall --no-deps target/py-wheels/lmkit-*.whl
 LMKIT=target/debug/lmkit "$pyv/bin/python" -m pytest -q -p no:cacheprovider crates/lmkit-py/tests
+# tiktoken's own public tests (the 0.14.0 sdist's tests/, fetched from PyPI
+# by hash) with `import tiktoken` resolving to lmkit.tiktoken_compat (~10 s).
+"$pyv/bin/python" scripts/check_tiktoken_suite.py
 
 # The README's `lmkit ...` examples, run on tiny data (skips listed by rule).
 python3 scripts/check_readme.py --lmkit target/debug/lmkit

@@ -169,3 +169,37 @@ fn train_tokenizer_writes_a_loadable_round_tripping_bpe() {
     let back = lmkit(&["detokenize", "--tokenizer", tok], &ids.stdout);
     assert_eq!(back.stdout, text.as_bytes());
 }
+
+/// `--tokenizer NAME` of an OpenAI encoding: built in, tiktoken's ids
+/// (cl100k's and o200k's own pre-tokenization: `HELLOworld` is one piece of
+/// o200k), and detokenize reads them back.
+#[test]
+fn openai_encodings_by_name() {
+    let text = b"HELLOworld it's <|endoftext|>";
+    for (name, ordinary, special) in [
+        (
+            "cl100k_base",
+            "51812 1623 14957 433 596 83739 8862 728 428 91 29\n",
+            "51812 1623 14957 433 596 220 100257\n",
+        ),
+        (
+            "o200k_base",
+            "111642 2699 24169 4275 464 91 419 1440 919 91 29\n",
+            "111642 2699 24169 4275 220 199999\n",
+        ),
+    ] {
+        let out = lmkit(&["tokenize", "--tokenizer", name], text);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), ordinary, "{name}");
+        let out = lmkit(&["tokenize", "--tokenizer", name, "--special"], text);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), special, "{name}");
+        let back = lmkit(&["detokenize", "--tokenizer", name], special.as_bytes());
+        assert_eq!(back.stdout, text, "{name}");
+    }
+    let bad = lmkit(&["tokenize", "--tokenizer", "cl200k_base"], b"x");
+    assert!(!bad.status.success());
+}

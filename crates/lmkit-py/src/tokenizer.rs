@@ -20,6 +20,7 @@ use crate::errors::{value_error, PyResultExt};
 
 mod encode;
 mod encoding;
+mod tiktoken;
 
 use encode::{decode_one, input_of, EncodeJob, Input, Specials};
 pub use encoding::PyEncoding;
@@ -157,6 +158,85 @@ impl PyTokenizer {
             Tokenizer::from_dir(&dir).py()
         })?;
         Ok(PyTokenizer::new(tok))
+    }
+
+    /// OpenAI encoding `name` ("gpt2", "r50k_base", "p50k_base",
+    /// "p50k_edit", "cl100k_base", "o200k_base", "o200k_harmony"), built
+    /// in: no download.
+    #[staticmethod]
+    fn from_tiktoken(py: Python<'_>, name: &str) -> PyResult<Self> {
+        Ok(PyTokenizer::new(py.detach(|| tiktoken::encoding(name))?))
+    }
+
+    /// The names [`Self::from_tiktoken`] takes, in tiktoken's order.
+    #[staticmethod]
+    fn tiktoken_encodings() -> Vec<&'static str> {
+        lmkit_tokenizers::openai::ENCODINGS.to_vec()
+    }
+
+    /// The tokenizer of tiktoken ranks (`(bytes, rank)` pairs), special
+    /// tokens (`(text, id)`) and `pat_str`, which must be tiktoken's
+    /// r50k/p50k, cl100k or o200k pattern.
+    #[staticmethod]
+    fn from_tiktoken_ranks(
+        py: Python<'_>,
+        ranks: Vec<(Vec<u8>, u32)>,
+        special_tokens: Vec<(String, u32)>,
+        pat_str: &str,
+    ) -> PyResult<Self> {
+        let tok = py.detach(|| tiktoken::from_ranks(ranks, special_tokens, pat_str))?;
+        Ok(PyTokenizer::new(tok))
+    }
+
+    /// tiktoken's `pat_str` of a BPE tokenizer.
+    #[getter]
+    fn tiktoken_pattern(&self) -> PyResult<&'static str> {
+        Ok(tiktoken::bpe(&self.inner)?.pattern().regex())
+    }
+
+    /// The bytes of token `id` (a special token's text), `None` where no
+    /// token has that id.
+    fn token_bytes<'py>(&self, py: Python<'py>, id: u32) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let t = tiktoken::bpe(&self.inner)?;
+        Ok(t.token_bytes(id).map(|b| PyBytes::new(py, b)))
+    }
+
+    /// Every ordinary token as `(bytes, id)`, in id order (tiktoken's
+    /// `mergeable_ranks`).
+    fn ordinary_tokens(&self) -> PyResult<Vec<(Vec<u8>, u32)>> {
+        Ok(tiktoken::ordinary_tokens(tiktoken::bpe(&self.inner)?))
+    }
+
+    /// tiktoken's `special_tokens`: `(text, id)` of each (two texts may
+    /// share an id).
+    fn tiktoken_special_tokens(&self) -> PyResult<Vec<(String, u32)>> {
+        let t = tiktoken::bpe(&self.inner)?;
+        Ok(t.special_tokens()
+            .map(|(s, id)| (s.to_string(), id))
+            .collect())
+    }
+
+    /// The id of a token given by its bytes, special tokens included.
+    fn bytes_to_id(&self, token: &[u8]) -> PyResult<Option<u32>> {
+        let t = tiktoken::bpe(&self.inner)?;
+        let special = t.special_tokens().find(|(s, _)| s.as_bytes() == token);
+        Ok(special
+            .map(|(_, id)| id)
+            .or_else(|| match t.encode_single_piece(token)[..] {
+                [id] if t.token_bytes(id) == Some(token) => Some(id),
+                _ => None,
+            }))
+    }
+
+    /// tiktoken's `_encode_single_piece`: BPE without pre-tokenization.
+    fn encode_single_piece(&self, piece: &[u8]) -> PyResult<Vec<u32>> {
+        Ok(tiktoken::bpe(&self.inner)?.encode_single_piece(piece))
+    }
+
+    /// tiktoken's `_encode_bytes` (its rule for bytes that are not UTF-8).
+    fn encode_bytes_tiktoken(&self, py: Python<'_>, text: &[u8]) -> PyResult<Vec<u32>> {
+        let t = tiktoken::bpe(&self.inner)?;
+        Ok(py.detach(|| t.encode_bytes_tiktoken(text)))
     }
 
     /// Trains a vocabulary on text files (`.gz` / `.zst` are decompressed):

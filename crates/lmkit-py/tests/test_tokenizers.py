@@ -29,8 +29,8 @@ def gpt2(gpt2_dir):
 
 
 @pytest.fixture(scope="module")
-def enc(gpt2_dir):
-    return tiktoken_compat.get_encoding("gpt2", path=gpt2_dir)
+def enc():
+    return tiktoken_compat.get_encoding("gpt2")
 
 
 def test_ids_equal_tiktoken_on_the_books(enc, tiktoken_gpt2, corpus, paragraphs):
@@ -181,7 +181,6 @@ def test_train_a_vocabulary(tmp_path, corpus):
 def test_errors_are_python_exceptions(tmp_path, monkeypatch):
     for var in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"):
         monkeypatch.setenv(var, str(tmp_path))
-    monkeypatch.delenv("LMKIT_GPT2_TOKENIZER", raising=False)
     with pytest.raises(FileNotFoundError):
         lmkit.Tokenizer.from_file(tmp_path / "missing.json")
     with pytest.raises(FileNotFoundError):
@@ -192,8 +191,8 @@ def test_errors_are_python_exceptions(tmp_path, monkeypatch):
         lmkit.Tokenizer.from_file(bad)
     with pytest.raises(ValueError, match="kind"):
         lmkit.Tokenizer.train_from_iterator(["a"], kind="unigram")
-    with pytest.raises(FileNotFoundError, match="LMKIT_GPT2_TOKENIZER"):
-        tiktoken_compat.get_encoding("gpt2", path=tmp_path / "none")
+    with pytest.raises(ValueError, match="cl100k_base"):
+        tiktoken_compat.get_encoding("cl200k")
 
 
 def test_fixture_tokenizer_loads(gpt2_dir):

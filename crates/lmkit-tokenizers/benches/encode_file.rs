@@ -10,10 +10,17 @@
 //! tokenizers off, `lmkit load cached` the same with it on and holding them
 //! (a fresh folder, filled by a first load), `tiktoken-rs load` is
 //! `r50k_base()` (its tables are compiled in; it still builds them).
+//! `--encoding NAME` times an OpenAI encoding instead (lmkit's built-in
+//! `openai::encoding(NAME)` against tiktoken-rs's, both from the same rank
+//! file; no cached load).
 
 use std::time::Instant;
 
 use lmkit_tokenizers::BpeTokenizer;
+
+#[path = "../tests/bpe_common/mod.rs"]
+mod bpe_common;
+use bpe_common::tiktoken_of;
 use rayon::prelude::*;
 
 /// CPU time of the calling thread in seconds, so single-thread timings
@@ -54,9 +61,13 @@ fn main() {
         .collect();
     let mut file = root.join("assets/books/corpus.txt");
     let mut reps = 5;
+    let mut encoding = None;
     let mut i = 0;
     while i < args.len() {
-        if args[i] == "--reps" {
+        if args[i] == "--encoding" {
+            encoding = Some(args.get(i + 1).expect("--encoding NAME").clone());
+            i += 1;
+        } else if args[i] == "--reps" {
             reps = args
                 .get(i + 1)
                 .and_then(|s| s.parse().ok())
@@ -78,6 +89,15 @@ fn main() {
             text.len()
         );
     };
+    if let Some(name) = encoding {
+        let (s, lmkit) = best_of(reps, true, || {
+            lmkit_tokenizers::openai::encoding(&name).expect("a known encoding")
+        });
+        report("lmkit load", s, lmkit.vocab_size());
+        let (s, tiktoken) = best_of(reps, true, || tiktoken_of(&name));
+        report("tiktoken-rs load", s, 0);
+        return encodes(reps, &text, &docs, &lmkit, &tiktoken, report);
+    }
     // Start-up: reading and checking vocab.json + merges.txt (one thread,
     // so CPU time like the single-thread encodes).
     let load = || {
@@ -95,6 +115,18 @@ fn main() {
     let _ = std::fs::remove_dir_all(&cache);
     let (s, tiktoken) = best_of(reps, true, || tiktoken_rs::r50k_base().expect("r50k_base"));
     report("tiktoken-rs load", s, 0);
+    encodes(reps, &text, &docs, &lmkit, &tiktoken, report);
+}
+
+/// The encode timings: one text on one thread, the documents on all.
+fn encodes(
+    reps: usize,
+    text: &str,
+    docs: &[&str],
+    lmkit: &BpeTokenizer,
+    tiktoken: &tiktoken_rs::CoreBPE,
+    report: impl Fn(&str, f64, usize),
+) {
     let (s, ids) = best_of(reps, true, || lmkit.encode_ordinary(text.as_bytes()));
     report("lmkit single", s, ids.len());
     if std::env::var_os("LMKIT_BENCH_PARTS").is_some() {
@@ -106,9 +138,9 @@ fn main() {
     if std::env::var_os("LMKIT_BENCH_ONLY").is_some() {
         return;
     }
-    let (s, ids) = best_of(reps, true, || tiktoken.encode_ordinary(&text));
+    let (s, ids) = best_of(reps, true, || tiktoken.encode_ordinary(text));
     report("tiktoken-rs single", s, ids.len());
-    let (s, ids) = best_of(reps, false, || lmkit.encode_batch(&docs, false));
+    let (s, ids) = best_of(reps, false, || lmkit.encode_batch(docs, false));
     report("lmkit batch", s, ids.iter().map(Vec::len).sum());
     let (s, ids) = best_of(reps, false, || {
         docs.par_iter()

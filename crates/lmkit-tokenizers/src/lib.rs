@@ -6,6 +6,7 @@
 
 pub mod bpe;
 mod error;
+pub mod openai;
 pub mod pretokenize;
 mod pretokenize_tables;
 pub mod tokenizer;

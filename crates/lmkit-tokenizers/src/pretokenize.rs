@@ -26,6 +26,64 @@ use std::sync::OnceLock;
 
 use crate::pretokenize_tables::{LETTER, NUMBER, WHITE_SPACE};
 
+mod cl100k;
+mod o200k;
+mod scan;
+
+pub use cl100k::{split_cl100k, Cl100kPieces};
+pub use o200k::{split_o200k, O200kPieces};
+
+/// The pre-tokenization patterns with a hand-written scanner: tiktoken's
+/// r50k/p50k (GPT-2's), cl100k_base's and o200k_base's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pattern {
+    Gpt2,
+    Cl100k,
+    O200k,
+}
+
+impl Pattern {
+    /// The pattern as tiktoken writes it (its `pat_str`).
+    pub fn regex(self) -> &'static str {
+        match self {
+            Pattern::Gpt2 => {
+                r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"
+            }
+            Pattern::Cl100k => {
+                r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
+            }
+            Pattern::O200k => concat!(
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                "|",
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+            ),
+        }
+    }
+
+    /// The pattern whose tiktoken `pat_str` is `pat`, if one has a scanner.
+    pub fn from_regex(pat: &str) -> Option<Self> {
+        [Pattern::Gpt2, Pattern::Cl100k, Pattern::O200k]
+            .into_iter()
+            .find(|p| p.regex() == pat)
+    }
+
+    /// A cut position at or after `from` where this pattern's pieces of
+    /// `text` always have a boundary and the pieces on each side equal
+    /// those of each side alone: after a `\n` between two ASCII non-space
+    /// bytes (the `\n` ends a piece: alone, or after punctuation it
+    /// joins), the second not a `/` for o200k (`[\r\n/]*` would take it).
+    pub fn safe_split(self, text: &[u8], from: usize) -> Option<usize> {
+        let solid = |b: u8| b.is_ascii() && !b.is_ascii_whitespace() && b != 0x0B;
+        (from.max(2)..text.len()).find(|&i| {
+            text[i - 1] == b'\n'
+                && solid(text[i - 2])
+                && solid(text[i])
+                && (self != Pattern::O200k || text[i] != b'/')
+        })
+    }
+}
+
 /// The character classes the GPT-2 pattern distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -71,7 +129,7 @@ const fn slow_class(c: u32) -> u8 {
 }
 
 /// Class of each ASCII byte; 0x80.. are marked 4 = "decode first".
-static BYTE_CLASS: [u8; 256] = {
+pub(crate) static BYTE_CLASS: [u8; 256] = {
     let mut t = [4u8; 256];
     let mut b = 0;
     while b < 128 {
@@ -262,17 +320,27 @@ mod avx512 {
 /// few pages, and building the table of all 4352 at once was ~1 ms of
 /// every process's first encode.
 #[inline]
-fn class_of(c: u32) -> u8 {
+pub(crate) fn class_of(c: u32) -> u8 {
     static PAGES: [OnceLock<[u8; 256]>; 0x1100] = [const { OnceLock::new() }; 0x1100];
     PAGES[(c >> 8) as usize].get_or_init(|| class_page(c >> 8))[(c & 255) as usize]
 }
 
-/// The classes of code points `page << 8 ..= page << 8 | 255`, from the
-/// ranges that overlap them (classes do not overlap: see the tests).
 fn class_page(page: u32) -> [u8; 256] {
-    let mut block = [3u8; 256];
+    page_of_classes(page, &[(WHITE_SPACE, 2), (NUMBER, 1), (LETTER, 0)], 3)
+}
+
+/// The classes of code points `page << 8 ..= page << 8 | 255`, from the
+/// ranges of each `(ranges, class)` that overlap them (`default` elsewhere;
+/// a later class overrides an earlier one, and the classes the patterns
+/// use do not overlap: see the tests).
+pub(crate) fn page_of_classes(
+    page: u32,
+    classes: &[(&[(u32, u32)], u8)],
+    default: u8,
+) -> [u8; 256] {
+    let mut block = [default; 256];
     let (lo, hi) = (page << 8, page << 8 | 255);
-    for (ranges, class) in [(WHITE_SPACE, 2u8), (NUMBER, 1), (LETTER, 0)] {
+    for &(ranges, class) in classes {
         let first = ranges.partition_point(|&(_, end)| end < lo);
         for &(a, b) in ranges[first..].iter().take_while(|&&(a, _)| a <= hi) {
             block[(a.max(lo) - lo) as usize..=(b.min(hi) - lo) as usize].fill(class);
@@ -299,7 +367,7 @@ fn is_cont(b: u8) -> bool {
 /// Decodes the character at `text[i]` (`text[i] >= 0x80`): its code point and
 /// length, or `None` when no valid UTF-8 sequence starts there.
 #[inline]
-fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
+pub(crate) fn decode_multibyte(text: &[u8], i: usize) -> Option<(u32, usize)> {
     let b0 = text[i];
     let b1 = *text.get(i + 1)?;
     match b0 {

@@ -18,7 +18,9 @@ use lmkit_tokenizers::Tokenizer;
 #[derive(Args)]
 pub struct TokenizeArgs {
     /// Tokenizer directory: vocab.json + merges.txt, vocab.txt, or
-    /// tokenizer.json (a model directory works too).
+    /// tokenizer.json (a model directory works too); or, where no such
+    /// directory exists, an OpenAI encoding built in: gpt2, r50k_base,
+    /// p50k_base, p50k_edit, cl100k_base, o200k_base, o200k_harmony.
     #[arg(long)]
     pub tokenizer: PathBuf,
     /// Text file to encode (default: stdin). Read whole, as one text.
@@ -65,6 +67,13 @@ pub struct DetokenizeArgs {
 }
 
 fn load(dir: &PathBuf) -> Result<Tokenizer> {
+    let name = dir
+        .to_str()
+        .filter(|n| lmkit_tokenizers::openai::ENCODINGS.contains(n));
+    if let (Some(name), false) = (name, dir.exists()) {
+        let t = lmkit_tokenizers::openai::encoding(name)?;
+        return Ok(Tokenizer::Bpe(Box::new(t)));
+    }
     // The CLI contract is "all the ids of the whole text": no truncation or padding.
     Tokenizer::from_dir(dir)
         .map(Tokenizer::without_truncation_and_padding)

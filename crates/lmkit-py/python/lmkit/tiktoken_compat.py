@@ -1,178 +1,372 @@
-"""tiktoken's `Encoding` on lmkit's byte-level BPE: code written for
-tiktoken's GPT-2 encoding runs by changing its import.
+"""tiktoken's API on lmkit's byte-level BPE: code written for tiktoken runs
+by changing its import, with the same ids for every OpenAI encoding.
 
     from lmkit import tiktoken_compat as tiktoken
-    enc = tiktoken.get_encoding("gpt2")
+    enc = tiktoken.get_encoding("cl100k_base")
     enc.encode("hello <|endoftext|>", allowed_special="all")
 
-tiktoken downloads GPT-2's files on first use; lmkit has no network of its
-own, so `get_encoding` reads them from the first of: the `path` argument,
-the folder named by `$LMKIT_GPT2_TOKENIZER`, or GPT-2's tokenizer in the
-local Hugging Face cache (`gpt2` / `openai-community/gpt2`, as transformers
-leaves it). The ids are tiktoken's, id for id.
+The encodings ("gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base",
+"o200k_base", "o200k_harmony") are built into the wheel from the rank files
+the tiktoken-rs crate ships: nothing is downloaded. `Encoding(name,
+pat_str=..., mergeable_ranks=..., special_tokens=...)` builds a custom one;
+its `pat_str` must be one of tiktoken's r50k/p50k, cl100k or o200k patterns
+(lmkit has a hand-written scanner for each, no regex engine), else
+`ValueError`.
+
+Not the same as tiktoken: `encode_with_unstable` is not provided
+(`NotImplementedError`).
 """
 
-import os
-from typing import AbstractSet, Collection, List, Literal, Optional, Sequence, Union
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import AbstractSet, Collection, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from ._lmkit import Tokenizer
 
-__all__ = ["Encoding", "get_encoding", "encoding_for_model", "list_encoding_names"]
+__all__ = [
+    "Encoding",
+    "get_encoding",
+    "encoding_for_model",
+    "encoding_name_for_model",
+    "list_encoding_names",
+]
 
-_NAMES = ("gpt2", "r50k_base")
+_NAMES = tuple(Tokenizer.tiktoken_encodings())
+
+Specials = Union[Literal["all"], AbstractSet[str]]
+
+
+def _utf8_safe(text: str) -> str:
+    """tiktoken's rule for text with lone surrogates: through UTF-16 with
+    them replaced (a valid surrogate pair becomes its character)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 class Encoding:
-    """tiktoken's `Encoding` API over an `lmkit.Tokenizer` (byte-level BPE)."""
+    """tiktoken's `Encoding` over an `lmkit.Tokenizer` (byte-level BPE)."""
 
-    def __init__(self, name: str, tokenizer: Tokenizer):
-        if tokenizer.kind != "bpe":
+    def __init__(
+        self,
+        name: str,
+        *,
+        pat_str: str,
+        mergeable_ranks: Dict[bytes, int],
+        special_tokens: Dict[str, int],
+        explicit_n_vocab: Optional[int] = None,
+    ):
+        tok = Tokenizer.from_tiktoken_ranks(
+            list(mergeable_ranks.items()), list(special_tokens.items()), pat_str
+        )
+        if explicit_n_vocab:
+            assert len(mergeable_ranks) + len(special_tokens) == explicit_n_vocab
+            assert tok.get_vocab_size() == explicit_n_vocab
+        self._init(name, tok)
+        self.__dict__["_mergeable_ranks"] = mergeable_ranks
+
+    def _init(self, name: str, tok: Tokenizer) -> None:
+        if tok.kind != "bpe":
             raise ValueError("tiktoken encodings are byte-level BPE")
         self.name = name
-        self._tok = tokenizer
-        self._special = {t: tokenizer.token_to_id(t) for t in tokenizer.special_tokens}
+        self._tok = tok
+        self._special_tokens: Dict[str, int] = dict(tok.tiktoken_special_tokens())
+        self._special_token_values = set(self._special_tokens.values())
+        self.max_token_value = tok.get_vocab_size() - 1
+
+    @classmethod
+    def _of(cls, name: str, tok: Tokenizer) -> "Encoding":
+        enc = cls.__new__(cls)
+        enc._init(name, tok)
+        return enc
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
+
+    @property
+    def _pat_str(self) -> str:
+        return self._tok.tiktoken_pattern
+
+    @functools.cached_property
+    def _mergeable_ranks(self) -> Dict[bytes, int]:
+        return dict(self._tok.ordinary_tokens())
 
     # -- encoding ---------------------------------------------------------
 
     def encode_ordinary(self, text: str) -> List[int]:
         """Ids of `text`, special-token text encoded as ordinary text."""
-        return self._tok.encode_ids(text, allowed_special=(), disallowed_special=())
+        return self._tok.encode_ids(_utf8_safe(text), allowed_special=(), disallowed_special=())
 
     def encode(
         self,
         text: str,
         *,
-        allowed_special: Union[Literal["all"], AbstractSet[str]] = set(),  # noqa: B006
+        allowed_special: Specials = set(),  # noqa: B006
         disallowed_special: Union[Literal["all"], Collection[str]] = "all",
     ) -> List[int]:
         """Ids of `text`; special-token text is a special token when
         allowed, a `ValueError` when disallowed (by default every one)."""
         return self._tok.encode_ids(
-            text,
+            _utf8_safe(text),
             allowed_special=allowed_special,
             disallowed_special=disallowed_special,
             tiktoken_defaults=True,
         )
 
+    def encode_to_numpy(
+        self,
+        text: str,
+        *,
+        allowed_special: Specials = set(),  # noqa: B006
+        disallowed_special: Union[Literal["all"], Collection[str]] = "all",
+    ):
+        """`encode` as a numpy array of uint32."""
+        import numpy as np
+
+        ids = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
+        return np.array(ids, dtype=np.uint32)
+
     def encode_ordinary_batch(self, text: List[str], *, num_threads: int = 8) -> List[List[int]]:
         """`encode_ordinary` of each text, on all cores (`num_threads` is
         accepted for tiktoken's signature; lmkit uses its thread pool)."""
-        return self._tok.encode_ids_batch(text, allowed_special=(), disallowed_special=())
+        texts = [_utf8_safe(t) for t in text]
+        return self._tok.encode_ids_batch(texts, allowed_special=(), disallowed_special=())
 
     def encode_batch(
         self,
         text: List[str],
         *,
         num_threads: int = 8,
-        allowed_special: Union[Literal["all"], AbstractSet[str]] = set(),  # noqa: B006
+        allowed_special: Specials = set(),  # noqa: B006
         disallowed_special: Union[Literal["all"], Collection[str]] = "all",
     ) -> List[List[int]]:
         """`encode` of each text, on all cores with the GIL released."""
         return self._tok.encode_ids_batch(
-            text,
+            [_utf8_safe(t) for t in text],
             allowed_special=allowed_special,
             disallowed_special=disallowed_special,
             tiktoken_defaults=True,
         )
 
+    def encode_with_unstable(self, text: str, **kwargs) -> Tuple[List[int], List[List[int]]]:
+        raise NotImplementedError("lmkit's tiktoken_compat has no encode_with_unstable")
+
     def encode_single_token(self, text_or_bytes: Union[str, bytes]) -> int:
-        """The id of a text that is exactly one token (else `KeyError`)."""
+        """The id of the bytes (or text) of exactly one token, special
+        tokens included; `KeyError` otherwise."""
         if isinstance(text_or_bytes, str):
             text_or_bytes = text_or_bytes.encode("utf-8")
-        text = text_or_bytes.decode("utf-8", errors="surrogateescape")
-        if text in self._special:
-            return self._special[text]
-        try:
-            ids = self.encode_ordinary(text_or_bytes.decode("utf-8"))
-        except UnicodeDecodeError:
-            ids = []
-        if len(ids) != 1:
+        token = self._tok.bytes_to_id(text_or_bytes)
+        if token is None:
             raise KeyError(text_or_bytes)
-        return ids[0]
+        return token
+
+    def _encode_single_piece(self, text_or_bytes: Union[str, bytes]) -> List[int]:
+        if isinstance(text_or_bytes, str):
+            text_or_bytes = text_or_bytes.encode("utf-8")
+        return self._tok.encode_single_piece(text_or_bytes)
+
+    def _encode_only_native_bpe(self, text: str) -> List[int]:
+        import regex
+
+        ret = []
+        for piece in regex.findall(regex.compile(self._pat_str), text):
+            ret.extend(self._tok.encode_single_piece(piece.encode("utf-8")))
+        return ret
+
+    def _encode_bytes(self, text: bytes) -> List[int]:
+        return self._tok.encode_bytes_tiktoken(text)
 
     # -- decoding ---------------------------------------------------------
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
-        return self._tok.decode_bytes(list(tokens))
+        try:
+            return self._tok.decode_bytes(list(tokens))
+        except ValueError as e:
+            raise KeyError(str(e)) from None
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         return self.decode_bytes(tokens).decode("utf-8", errors=errors)
 
     def decode_single_token_bytes(self, token: int) -> bytes:
-        return self._tok.decode_bytes([token])
+        """The bytes of one token (a special token's text); `KeyError` for
+        an id that is no token."""
+        out = self._tok.token_bytes(token) if 0 <= token < 2**32 else None
+        if out is None:
+            raise KeyError(token)
+        return out
 
     def decode_tokens_bytes(self, tokens: Sequence[int]) -> List[bytes]:
         return [self.decode_single_token_bytes(t) for t in tokens]
 
+    def decode_with_offsets(self, tokens: Sequence[int]) -> Tuple[str, List[int]]:
+        """The text and, per token, the index of the first character holding
+        its bytes (tiktoken's rule: raises on invalid UTF-8)."""
+        token_bytes = self.decode_tokens_bytes(tokens)
+        text_len = 0
+        offsets = []
+        for token in token_bytes:
+            offsets.append(max(0, text_len - (0x80 <= token[0] < 0xC0)))
+            text_len += sum(1 for c in token if not 0x80 <= c < 0xC0)
+        text = b"".join(token_bytes).decode("utf-8", errors="strict")
+        return text, offsets
+
     def decode_batch(
         self, batch: Sequence[Sequence[int]], *, errors: str = "replace", num_threads: int = 8
     ) -> List[str]:
-        if errors == "replace":
-            return self._tok.decode_batch([list(b) for b in batch])
-        return [self.decode(b, errors=errors) for b in batch]
+        return [b.decode("utf-8", errors=errors) for b in self.decode_bytes_batch(batch)]
 
-    def decode_bytes_batch(self, batch: Sequence[Sequence[int]], *, num_threads: int = 8) -> List[bytes]:
+    def decode_bytes_batch(
+        self, batch: Sequence[Sequence[int]], *, num_threads: int = 8
+    ) -> List[bytes]:
         return [self.decode_bytes(b) for b in batch]
 
     # -- vocabulary -------------------------------------------------------
 
-    @property
-    def eot_token(self) -> int:
-        return self._special["<|endoftext|>"]
+    def token_byte_values(self) -> List[bytes]:
+        """Every ordinary token's bytes, sorted (as tiktoken returns them)."""
+        return sorted(b for b, _ in self._tok.ordinary_tokens())
 
     @property
+    def eot_token(self) -> int:
+        return self._special_tokens["<|endoftext|>"]
+
+    @functools.cached_property
     def special_tokens_set(self) -> AbstractSet[str]:
-        return set(self._special)
+        return set(self._special_tokens)
+
+    def is_special_token(self, token: int) -> bool:
+        assert isinstance(token, int)
+        return token in self._special_token_values
 
     @property
     def n_vocab(self) -> int:
-        return self._tok.get_vocab_size()
+        return self.max_token_value + 1
 
-    @property
-    def max_token_value(self) -> int:
-        return self.n_vocab - 1
+    # -- pickling ---------------------------------------------------------
 
-    def is_special_token(self, token: int) -> bool:
-        return token in self._special.values()
+    def __getstate__(self) -> object:
+        # Built-in encodings by name, as tiktoken pickles registered ones.
+        if _ENCODINGS.get(self.name) is self:
+            return self.name
+        return {
+            "name": self.name,
+            "pat_str": self._pat_str,
+            "mergeable_ranks": self._mergeable_ranks,
+            "special_tokens": self._special_tokens,
+        }
 
-
-def _gpt2_tokenizer(path: Optional[Union[str, os.PathLike]]) -> Tokenizer:
-    tried = []
-    candidates = []
-    if path is not None:
-        candidates.append(os.fspath(path))
-    if os.environ.get("LMKIT_GPT2_TOKENIZER"):
-        candidates.append(os.environ["LMKIT_GPT2_TOKENIZER"])
-    candidates += ["gpt2", "openai-community/gpt2"]
-    for c in candidates:
-        try:
-            return Tokenizer.from_pretrained(c)
-        except FileNotFoundError as e:
-            tried.append(f"{c}: {e}")
-    raise FileNotFoundError(
-        "GPT-2's tokenizer files (vocab.json + merges.txt, or tokenizer.json) were not found; "
-        "pass path=FOLDER or set LMKIT_GPT2_TOKENIZER. Tried:\n  " + "\n  ".join(tried)
-    )
+    def __setstate__(self, value: object) -> None:
+        if isinstance(value, str):
+            self.__dict__ = get_encoding(value).__dict__
+            return
+        self.__init__(**value)
 
 
-def get_encoding(encoding_name: str, *, path: Optional[Union[str, os.PathLike]] = None) -> Encoding:
-    """tiktoken's `get_encoding` for "gpt2" (= "r50k_base")."""
-    if encoding_name not in _NAMES:
-        raise ValueError(
-            f"Unknown encoding {encoding_name}. lmkit's tiktoken_compat has: {', '.join(_NAMES)}"
-        )
-    return Encoding(encoding_name, _gpt2_tokenizer(path))
+_ENCODINGS: Dict[str, Encoding] = {}
 
 
-def encoding_for_model(model_name: str, *, path: Optional[Union[str, os.PathLike]] = None) -> Encoding:
-    """The encoding of a GPT-2-vocabulary model ("gpt2", "davinci", ...)."""
-    if model_name.startswith("gpt2") or model_name in ("davinci", "curie", "babbage", "ada"):
-        return get_encoding("gpt2", path=path)
-    raise KeyError(f"Could not automatically map {model_name} to an lmkit encoding (GPT-2's only).")
+def get_encoding(encoding_name: str) -> Encoding:
+    """One of tiktoken's encodings (see `list_encoding_names`), built in:
+    made once per process."""
+    if encoding_name not in _ENCODINGS:
+        if encoding_name not in _NAMES:
+            raise ValueError(
+                f"Unknown encoding {encoding_name}.\nPlugins found: ['tiktoken_ext.openai_public']\n"
+                f"tiktoken version: 0.14.0 (are you on latest?); lmkit has: {', '.join(_NAMES)}"
+            )
+        _ENCODINGS[encoding_name] = Encoding._of(encoding_name, Tokenizer.from_tiktoken(encoding_name))
+    return _ENCODINGS[encoding_name]
 
 
 def list_encoding_names() -> List[str]:
     return list(_NAMES)
+
+
+# tiktoken 0.14's model table (tiktoken/model.py).
+MODEL_PREFIX_TO_ENCODING: Dict[str, str] = {
+    "o1-": "o200k_base",
+    "o3-": "o200k_base",
+    "o4-mini-": "o200k_base",
+    "gpt-5": "o200k_base",
+    "gpt-4.5-": "o200k_base",
+    "gpt-4.1-": "o200k_base",
+    "chatgpt-4o-": "o200k_base",
+    "gpt-4o-": "o200k_base",
+    "gpt-4-": "cl100k_base",
+    "gpt-3.5-turbo-": "cl100k_base",
+    "gpt-35-turbo-": "cl100k_base",
+    "gpt-oss-": "o200k_harmony",
+    "ft:gpt-4o": "o200k_base",
+    "ft:gpt-4": "cl100k_base",
+    "ft:gpt-3.5-turbo": "cl100k_base",
+    "ft:davinci-002": "cl100k_base",
+    "ft:babbage-002": "cl100k_base",
+}
+
+MODEL_TO_ENCODING: Dict[str, str] = {
+    "o1": "o200k_base",
+    "o3": "o200k_base",
+    "o4-mini": "o200k_base",
+    "gpt-5": "o200k_base",
+    "gpt-4.1": "o200k_base",
+    "gpt-4o": "o200k_base",
+    "gpt-4": "cl100k_base",
+    "gpt-3.5-turbo": "cl100k_base",
+    "gpt-3.5": "cl100k_base",
+    "gpt-35-turbo": "cl100k_base",
+    "davinci-002": "cl100k_base",
+    "babbage-002": "cl100k_base",
+    "text-embedding-ada-002": "cl100k_base",
+    "text-embedding-3-small": "cl100k_base",
+    "text-embedding-3-large": "cl100k_base",
+    "text-davinci-003": "p50k_base",
+    "text-davinci-002": "p50k_base",
+    "text-davinci-001": "r50k_base",
+    "text-curie-001": "r50k_base",
+    "text-babbage-001": "r50k_base",
+    "text-ada-001": "r50k_base",
+    "davinci": "r50k_base",
+    "curie": "r50k_base",
+    "babbage": "r50k_base",
+    "ada": "r50k_base",
+    "code-davinci-002": "p50k_base",
+    "code-davinci-001": "p50k_base",
+    "code-cushman-002": "p50k_base",
+    "code-cushman-001": "p50k_base",
+    "davinci-codex": "p50k_base",
+    "cushman-codex": "p50k_base",
+    "text-davinci-edit-001": "p50k_edit",
+    "code-davinci-edit-001": "p50k_edit",
+    "text-similarity-davinci-001": "r50k_base",
+    "text-similarity-curie-001": "r50k_base",
+    "text-similarity-babbage-001": "r50k_base",
+    "text-similarity-ada-001": "r50k_base",
+    "text-search-davinci-doc-001": "r50k_base",
+    "text-search-curie-doc-001": "r50k_base",
+    "text-search-babbage-doc-001": "r50k_base",
+    "text-search-ada-doc-001": "r50k_base",
+    "code-search-babbage-code-001": "r50k_base",
+    "code-search-ada-code-001": "r50k_base",
+    "gpt2": "gpt2",
+    "gpt-2": "gpt2",
+}
+
+
+def encoding_name_for_model(model_name: str) -> str:
+    """The encoding of a model (tiktoken's table; `KeyError` if unknown)."""
+    if model_name in MODEL_TO_ENCODING:
+        return MODEL_TO_ENCODING[model_name]
+    for prefix, name in MODEL_PREFIX_TO_ENCODING.items():
+        if model_name.startswith(prefix):
+            return name
+    raise KeyError(
+        f"Could not automatically map {model_name} to a tokeniser. "
+        "Please use `tiktoken.get_encoding` to explicitly get the tokeniser you expect."
+    ) from None
+
+
+def encoding_for_model(model_name: str) -> Encoding:
+    return get_encoding(encoding_name_for_model(model_name))

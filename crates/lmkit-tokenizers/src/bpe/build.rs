@@ -8,6 +8,7 @@ use super::files::{self, parse_error, Entries, MergeLine, Merges};
 use super::hash::FastMap;
 use super::model::{BpeModel, TokenIndex};
 use super::{byte_level, cache, BpeTokenizer, Kind, Spellings};
+use crate::pretokenize::Pattern;
 use crate::{Error, Result};
 
 /// A vocabulary and its merges, checked: ids below `kinds.len()`, the
@@ -22,6 +23,9 @@ pub(super) struct Tables {
     pub(super) index: TokenIndex,
     pub(super) merges: Vec<(u32, u32)>,
     pub(super) merged: Vec<u32>,
+    /// Each merge's rank when it is not its position (tiktoken's rank
+    /// files: see [`super::model::BpeModel::new`]).
+    pub(super) merge_ranks: Option<Vec<u32>>,
     pub(super) specials: Vec<(Vec<u8>, u32)>,
 }
 
@@ -119,6 +123,7 @@ impl BpeTokenizer {
             index,
             merges,
             merged,
+            merge_ranks: None,
             specials,
         };
         Ok(Self::assemble(tables, Some(spellings)))
@@ -126,7 +131,14 @@ impl BpeTokenizer {
 
     /// The tokenizer of checked tables (see [`Tables`]).
     pub(super) fn assemble(t: Tables, spellings: Option<Spellings>) -> Self {
-        let model = BpeModel::new(t.bytes, t.starts, t.index, &t.merges, &t.merged);
+        let model = BpeModel::new(
+            t.bytes,
+            t.starts,
+            t.index,
+            &t.merges,
+            &t.merged,
+            t.merge_ranks.as_deref(),
+        );
         let mut specials = t.specials;
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         specials.retain(|(c, _)| !c.is_empty());
@@ -147,6 +159,7 @@ impl BpeTokenizer {
             special_first_byte,
             owner: cache::new_owner(),
             word_cache: true,
+            pattern: Pattern::Gpt2,
         }
     }
 }

@@ -331,6 +331,7 @@ fn parse(path: &Path, src: &mut impl std::io::Read, len: u64) -> Result<(Tables,
         index,
         merges,
         merged,
+        merge_ranks: None,
         specials,
     };
     Ok((tables, h.key))

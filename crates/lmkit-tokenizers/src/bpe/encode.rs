@@ -12,17 +12,30 @@ impl BpeTokenizer {
         cache::with_cache(|c| self.encode_pieces(text, out, c))
     }
 
+    /// The pieces of this tokenizer's pattern (a loop per scanner, so
+    /// that each is inlined in its own).
+    fn encode_pieces(&self, text: &[u8], out: &mut Vec<u32>, cache: Option<&mut cache::WordCache>) {
+        use crate::pretokenize::{split_cl100k, split_gpt2, split_o200k, Pattern};
+        match self.pattern {
+            Pattern::Gpt2 => self.encode_pieces_of(text, split_gpt2(text), out, cache),
+            Pattern::Cl100k => self.encode_pieces_of(text, split_cl100k(text), out, cache),
+            Pattern::O200k => self.encode_pieces_of(text, split_o200k(text), out, cache),
+        }
+    }
+
     #[inline(always)]
-    fn encode_pieces(
+    fn encode_pieces_of(
         &self,
         text: &[u8],
+        pieces: impl Iterator<Item = std::ops::Range<usize>>,
         out: &mut Vec<u32>,
         mut cache: Option<&mut cache::WordCache>,
     ) {
         if let Some(c) = cache.as_deref_mut() {
             c.claim_hot(self.owner);
         }
-        for range in crate::pretokenize::split_gpt2(text) {
+        let piece_is_token = self.model.piece_is_token;
+        for range in pieces {
             if range.len() == 1 {
                 out.push(self.model.index.byte_ids[text[range.start] as usize]);
                 continue;
@@ -33,6 +46,15 @@ impl BpeTokenizer {
                     if let Some(id) = c.get_hot(&piece) {
                         out.push(id);
                         continue;
+                    }
+                    // Before the word cache, which may hold the merge
+                    // loop's ids for a part of a longer piece spelled alike.
+                    if piece_is_token {
+                        if let Some(id) = self.model.lookup_token(&piece) {
+                            c.insert_hot(&piece, id);
+                            out.push(id);
+                            continue;
+                        }
                     }
                     // The word cache holds only pieces that are not one
                     // token: asked first, a hit skips the vocabulary's miss.
@@ -63,7 +85,13 @@ impl BpeTokenizer {
         cache: Option<&mut cache::WordCache>,
         split: bool,
     ) {
-        if let Some(id) = self.model.lookup_whole(piece) {
+        // `split`: a whole piece, which tiktoken's rule takes as it is.
+        let whole = if split && self.model.piece_is_token {
+            self.model.lookup_token(piece)
+        } else {
+            self.model.lookup_whole(piece)
+        };
+        if let Some(id) = whole {
             out.push(id);
             return;
         }

@@ -18,12 +18,14 @@ mod encode;
 mod files;
 mod hash;
 mod model;
+mod tiktoken;
 
 use std::path::Path;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use crate::pretokenize::Pattern;
 use crate::{Encoding, Error, Result};
 use build::{Source, Tables};
 pub use compiled::cache_dir;
@@ -33,6 +35,7 @@ pub(crate) use files::{line_of_json_string, read_bytes, text_of, write_atomic};
 use files::{parse_error, Entries, Merges};
 pub(crate) use hash::FastMap;
 use model::BpeModel;
+pub use tiktoken::parse_tiktoken;
 
 /// GPT-2's end-of-text token.
 pub const ENDOFTEXT: &str = "<|endoftext|>";
@@ -61,6 +64,8 @@ pub struct BpeTokenizer {
     /// Unique per build: keys this tokenizer's entries in the per-thread word cache.
     owner: u64,
     word_cache: bool,
+    /// How text is cut into pieces before BPE.
+    pattern: Pattern,
 }
 
 /// Token spellings packed into one string, with every id's range and the
@@ -269,6 +274,7 @@ impl BpeTokenizer {
     /// the text files take (the form the cache keeps; its layout is in
     /// `bpe/compiled.rs`).
     pub fn save_compiled(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.check_savable(path.as_ref())?;
         files::write_atomic(path.as_ref(), &compiled::to_bytes(self, 0), true)
     }
 
@@ -327,6 +333,7 @@ impl BpeTokenizer {
     /// (created if needed), each atomically.
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
+        self.check_savable(dir)?;
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.to_path_buf(),
             source,
@@ -463,7 +470,7 @@ impl BpeTokenizer {
         let mut jobs: Vec<(usize, usize, Option<u32>)> = Vec::new();
         let push_text = |mut start: usize, end: usize, jobs: &mut Vec<_>| {
             while end - start > 2 * chunk {
-                match safe_split(&text[start..end], chunk) {
+                match self.pattern.safe_split(&text[start..end], chunk) {
                     Some(cut) => {
                         jobs.push((start, start + cut, None));
                         start += cut;
@@ -666,6 +673,23 @@ impl BpeTokenizer {
             .map(|&(_, id)| id)
     }
 
+    /// The pre-tokenization pattern text is cut by before BPE.
+    pub fn pattern(&self) -> Pattern {
+        self.pattern
+    }
+
+    /// Saved files hold GPT-2's merges and pattern only: a tokenizer of
+    /// tiktoken ranks or another pattern would load back different.
+    fn check_savable(&self, path: &Path) -> Result<()> {
+        if self.model.piece_is_token || self.pattern != Pattern::Gpt2 {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                message: "a tiktoken encoding (rank file) cannot be saved as GPT-2 files".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Merge rules `(left, right)` in rank order.
     pub fn merges(&self) -> &[(u32, u32)] {
         &self.merges
@@ -679,7 +703,5 @@ impl BpeTokenizer {
 /// own piece in both the whole and the cut text, and nothing after it looks
 /// back.)
 pub fn safe_split(text: &[u8], from: usize) -> Option<usize> {
-    let solid = |b: u8| b.is_ascii() && !b.is_ascii_whitespace() && b != 0x0B;
-    (from.max(2)..text.len())
-        .find(|&i| text[i - 1] == b'\n' && solid(text[i - 2]) && solid(text[i]))
+    Pattern::Gpt2.safe_split(text, from)
 }

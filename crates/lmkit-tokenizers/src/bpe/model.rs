@@ -41,6 +41,9 @@ pub(crate) struct BpeModel {
     /// Bit `a << 8 | b`: some merge joins a left token ending in byte `a`
     /// to a right one starting with `b` (see [`Self::junctions`]).
     junctions: OnceLock<Box<[u64; 1024]>>,
+    /// tiktoken's rule (ranked merges): a whole pre-tokenized piece that is
+    /// a token is that token, whatever the merge loop would make of it.
+    pub(crate) piece_is_token: bool,
 }
 
 const WHOLE_UNKNOWN: u8 = 0;
@@ -79,7 +82,9 @@ impl BpeModel {
     /// Token `id` is `bytes[starts[id]..starts[id + 1]]` (empty for ids
     /// that are not ordinary tokens, e.g. holes or special tokens), `index`
     /// those tokens by their bytes (it must have every single byte); merge
-    /// `rank` joins `merges[rank]` into `merged[rank]`.
+    /// `rank` joins `merges[rank]` into `merged[rank]`; with `ranks`
+    /// (tiktoken's rank files), merge `k` has rank `ranks[k]` instead, equal
+    /// ranks tie to the leftmost pair, and [`Self::piece_is_token`] is set.
     ///
     /// Linear in the vocabulary and merges, with no allocation per entry.
     pub(crate) fn new(
@@ -88,6 +93,7 @@ impl BpeModel {
         index: TokenIndex,
         merges: &[(u32, u32)],
         merged: &[u32],
+        ranks: Option<&[u32]>,
     ) -> Self {
         debug_assert_eq!(merges.len(), merged.len());
         let len = |id: usize| (starts[id + 1] - starts[id]) as usize;
@@ -103,8 +109,9 @@ impl BpeModel {
             }
         }
         let mut byte_pairs = vec![NO_MERGE; 1 << 16].into_boxed_slice();
-        for (rank, (&(l, r), &m)) in merges.iter().zip(merged).enumerate() {
-            let value = ((rank as u64) << 32) | m as u64;
+        for (k, (&(l, r), &m)) in merges.iter().zip(merged).enumerate() {
+            let rank = ranks.map_or(k as u64, |ranks| ranks[k] as u64);
+            let value = (rank << 32) | m as u64;
             // A repeated pair keeps its first (lowest) rank, as in HF.
             merge_map.entry(pair_key(l, r)).or_insert(value);
             let (a, b) = (byte_of[l as usize], byte_of[r as usize]);
@@ -128,6 +135,7 @@ impl BpeModel {
             byte_pairs,
             whole_state: WholeState((0..ids).map(|_| AtomicU8::new(WHOLE_UNKNOWN)).collect()),
             junctions: OnceLock::new(),
+            piece_is_token: ranks.is_some(),
         }
     }
 
@@ -175,6 +183,19 @@ impl BpeModel {
             }
             bits
         })
+    }
+
+    /// The token a whole piece (2+ bytes) spells, if any (no merge check:
+    /// tiktoken's rule, see [`Self::piece_is_token`]).
+    #[inline]
+    pub(crate) fn lookup_token(&self, piece: &Piece) -> Option<u32> {
+        if piece.len() <= SHORT {
+            self.index.short.get(piece)
+        } else if piece.len() <= self.max_token_len {
+            self.index.whole.get(piece.bytes).copied()
+        } else {
+            None
+        }
     }
 
     /// The token a whole piece (2+ bytes) is, when BPE would give just that token.
@@ -711,89 +732,4 @@ fn pair_key(l: u32, r: u32) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Tokens of every length from 2 to 20 bytes (both sides of [`SHORT`]),
-    /// plus pairs that agree on their first 12 or 16 bytes: each is found
-    /// whole, under its own id, and a non-token prefix or extension is not.
-    #[test]
-    fn whole_lookup_across_key_lengths() {
-        let letters = b"abcdefghijklmnopqrst";
-        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        let mut merges = Vec::new();
-        let mut chain = |tokens: &mut Vec<Vec<u8>>, base: u32, prefix: &[u8], tail: &[u8]| {
-            let mut left = base;
-            let mut spelled = prefix.to_vec();
-            for &b in tail {
-                spelled.push(b);
-                tokens.push(spelled.clone());
-                let id = tokens.len() as u32 - 1;
-                merges.push((left, b as u32, id));
-                left = id;
-            }
-        };
-        chain(&mut tokens, b'a' as u32, b"a", &letters[1..]);
-        // Same first 12 (then 16) bytes as the chain's tokens, then `X`.
-        let id12 = 256 + 10; // "abcdefghijkl"
-        chain(&mut tokens, id12, &letters[..12], b"XYZ");
-        let id16 = 256 + 14; // "abcdefghijklmnop"
-        chain(&mut tokens, id16, &letters[..16], b"XY");
-        let refs: Vec<&[u8]> = tokens.iter().map(Vec::as_slice).collect();
-        let mut index = TokenIndex::with_capacity(0);
-        for (id, t) in refs.iter().enumerate() {
-            index.insert(t, id as u32).unwrap();
-        }
-        let bytes = tokens.concat();
-        let starts: Vec<u32> = std::iter::once(0)
-            .chain(tokens.iter().scan(0, |end, t| {
-                *end += t.len() as u32;
-                Some(*end)
-            }))
-            .collect();
-        let pairs: Vec<(u32, u32)> = merges.iter().map(|&(l, r, _)| (l, r)).collect();
-        let merged: Vec<u32> = merges.iter().map(|&(_, _, m)| m).collect();
-        let model = BpeModel::new(bytes, starts, index, &pairs, &merged);
-        for (id, t) in tokens.iter().enumerate().skip(256) {
-            assert_eq!(
-                model.lookup_whole(&Piece::new(t)),
-                Some(id as u32),
-                "{:?}",
-                t
-            );
-        }
-        let misses = [
-            &b"abcdefghijkQ"[..],
-            b"abcdefghQ",
-            b"abcdefghijklQ",
-            b"abcdefghijklmnopQ",
-            b"ba",
-        ];
-        for miss in misses {
-            assert_eq!(model.lookup_whole(&Piece::new(miss)), None, "{:?}", miss);
-        }
-    }
-
-    /// A two-slot map: every miss probes the one entry, so each byte and
-    /// the length of the key must be compared.
-    #[test]
-    fn short_map_compares_whole_keys() {
-        let key = b"abcdefghijkl";
-        let mut map = ShortMap::with_bits(1);
-        assert_eq!(map.insert(key, 7), None);
-        assert_eq!(map.slots.len(), 2, "one key fills half of two slots");
-        let get = |k: &[u8]| map.get(&Piece::new(k));
-        assert_eq!(get(key), Some(7));
-        for i in 0..key.len() {
-            for b in [b'Q', 0] {
-                let mut other = *key;
-                other[i] = b;
-                assert_eq!(get(&other), None, "{other:?}");
-            }
-        }
-        for len in 2..key.len() {
-            assert_eq!(get(&key[..len]), None, "{len}");
-        }
-        assert_eq!(get(b"abcdefghijklm"), None, "longer than SHORT");
-    }
-}
+mod tests;

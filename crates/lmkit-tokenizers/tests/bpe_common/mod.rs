@@ -28,6 +28,20 @@ pub fn tiktoken() -> &'static tiktoken_rs::CoreBPE {
     tiktoken_rs::r50k_base_singleton()
 }
 
+/// tiktoken-rs's OpenAI encoding `name` (the oracle of `openai::encoding`).
+pub fn tiktoken_of(name: &str) -> tiktoken_rs::CoreBPE {
+    match name {
+        "gpt2" | "r50k_base" => tiktoken_rs::r50k_base(),
+        "p50k_base" => tiktoken_rs::p50k_base(),
+        "p50k_edit" => tiktoken_rs::p50k_edit(),
+        "cl100k_base" => tiktoken_rs::cl100k_base(),
+        "o200k_base" => tiktoken_rs::o200k_base(),
+        "o200k_harmony" => tiktoken_rs::o200k_harmony(),
+        _ => panic!("tiktoken-rs has no {name}"),
+    }
+    .expect("tiktoken-rs builds its encodings")
+}
+
 /// The Rust books corpus, split into its documents.
 pub fn corpus_docs() -> Vec<String> {
     let path = assets().join("books/corpus.txt");

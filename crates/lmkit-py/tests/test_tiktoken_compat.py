@@ -1,0 +1,121 @@
+"""lmkit.tiktoken_compat against tiktoken itself for every OpenAI encoding:
+tiktoken's own constructors (tiktoken_ext.openai_public) on the rank files
+the tiktoken-rs crate ships, read locally and checked against the hashes
+tiktoken expects, so both sides use the official vocabularies. (tiktoken's
+own test suite runs against the compat module in
+scripts/check_tiktoken_suite.py.)"""
+
+import glob
+import hashlib
+import os
+import pathlib
+import pickle
+
+import pytest
+
+from lmkit import tiktoken_compat
+
+from conftest import GPT2_DIR, need
+
+NAMES = tiktoken_compat.list_encoding_names()
+
+# Long runs without spaces, mixed scripts, emoji, lone surrogates, specials.
+ADVERSARIAL = [
+    "",
+    "x" * 20_000,
+    "ab" * 5_000 + "1" * 3_000,
+    " " * 2_000 + "\n" * 2_000 + "\t x",
+    "HELLOworld helloWorld I'M don't 'S 'ſ  \r\n\r\n//!\n/",
+    "Ελληνικά Русский עברית العربية हिन्दी ไทย 漢字かなカナ한국어 e\u0301\u0301",
+    "😀👍🏽👨‍👩‍👧‍👦🇫🇷 ❤️" * 50,
+    "lone \ud83d surrogate \udc4d and pair \ud83d\udc4d",
+    "<|endoftext|><|fim_prefix|><|endofprompt|><|start|> <|reserved_200018|>",
+    "\u0000\u001b[31m\u007f\u0085\u00a0\u2028\u3000\ufeff",
+]
+
+
+def rank_file(name):
+    """The tiktoken-rs crate's copy of `name`, as cargo unpacked it."""
+    home = os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo"))
+    found = glob.glob(os.path.join(home, "registry/src/*/tiktoken-rs-0.12.1/assets", name))
+    if not found:
+        raise FileNotFoundError(f"{name} of tiktoken-rs 0.12.1 is not in {home}: build lmkit first")
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def reference(monkeypatch_module):
+    """tiktoken's Encoding of each name, offline."""
+    import tiktoken
+    import tiktoken_ext.openai_public as public
+
+    def load_tiktoken_bpe(url, expected_hash=None):
+        path = rank_file(url.rsplit("/", 1)[1])
+        data = pathlib.Path(path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == expected_hash, path
+        return tiktoken.load.load_tiktoken_bpe(path, expected_hash)
+
+    def data_gym(vocab_bpe_file, encoder_json_file, **_):
+        return tiktoken.load.data_gym_to_mergeable_bpe_ranks(
+            str(need(GPT2_DIR / "merges.txt")), str(need(GPT2_DIR / "vocab.json"))
+        )
+
+    monkeypatch_module.setattr(public, "load_tiktoken_bpe", load_tiktoken_bpe)
+    monkeypatch_module.setattr(public, "data_gym_to_mergeable_bpe_ranks", data_gym)
+    return {n: tiktoken.Encoding(**public.ENCODING_CONSTRUCTORS[n]()) for n in NAMES}
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ids_equal_tiktoken(name, reference, corpus, paragraphs):
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+    assert ours.encode_ordinary(corpus) == theirs.encode_ordinary(corpus)
+    assert ours.encode_batch(paragraphs[:500]) == theirs.encode_batch(paragraphs[:500])
+    for text in ADVERSARIAL:
+        assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), text[:40]
+        kw = dict(allowed_special="all")
+        assert ours.encode(text, **kw) == theirs.encode(text, **kw), text[:40]
+        b = text.encode("utf-8", "surrogatepass")
+        assert ours._encode_bytes(b) == theirs._encode_bytes(b), text[:40]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vocabulary_equals_tiktoken(name, reference):
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+    assert ours._special_tokens == theirs._special_tokens
+    assert ours._pat_str == theirs._pat_str
+    assert ours.n_vocab == theirs.n_vocab and ours.max_token_value == theirs.max_token_value
+    assert ours._mergeable_ranks == theirs._mergeable_ranks
+    assert ours.token_byte_values() == theirs.token_byte_values()
+    for t in [0, 255, 1000, ours.n_vocab - 1]:
+        assert ours.decode_single_token_bytes(t) == theirs.decode_single_token_bytes(t)
+    assert ours.encode_single_token(b"\xa1") == theirs.encode_single_token(b"\xa1")
+    ids = theirs.encode("héllo wörld 東京 😀")
+    assert ours.decode_with_offsets(ids) == theirs.decode_with_offsets(ids)
+
+
+def test_errors_and_custom_encodings():
+    enc = tiktoken_compat.get_encoding("cl100k_base")
+    with pytest.raises(KeyError):
+        enc.decode_single_token_bytes(100_261)  # a hole in cl100k's ids
+    with pytest.raises(KeyError):
+        enc.encode_single_token("not one token")
+    with pytest.raises(ValueError, match="disallowed special token"):
+        enc.encode("<|endoftext|>")
+    assert enc.encode_to_numpy("hello world").tolist() == [15339, 1917]
+    custom = tiktoken_compat.Encoding(
+        "custom", pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks,
+        special_tokens={"<|x|>": 200_000},
+    )
+    again = pickle.loads(pickle.dumps(custom))
+    assert again.encode("hi <|x|>", allowed_special="all") == [6151, 220, 200_000]
+    assert pickle.loads(pickle.dumps(enc)) is not None
+    with pytest.raises(ValueError, match="pat_str"):
+        tiktoken_compat.Encoding("bad", pat_str=r"\w+", mergeable_ranks={}, special_tokens={})
+    assert tiktoken_compat.encoding_for_model("gpt-4o").name == "o200k_base"

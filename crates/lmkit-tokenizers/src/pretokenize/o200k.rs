@@ -1,0 +1,255 @@
+//! o200k_base's pre-tokenizer, hand-written: the pieces of tiktoken's
+//! pattern (its alternatives, in order)
+//!
+//! ```text
+//! [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//! [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//! \p{N}{1,3}
+//!  ?[^\s\p{L}\p{N}]+[\r\n/]*
+//! \s*[\r\n]+
+//! \s+(?!\S)
+//! \s+
+//! ```
+//!
+//! with the backtracking of a regex engine worked out by hand (the
+//! "upper" run gives back its last characters to the "lower" one). Marks
+//! (`\p{M}`) are in both word classes and also "other" (they are not
+//! `\p{L}`). Invalid UTF-8 bytes are "other" characters, as for GPT-2.
+//! `tests/openai_pretokenize.rs` checks it against fancy-regex's evaluation
+//! of the pattern.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use super::scan::{contraction_len, space_run, up_to_three};
+use super::{decode_multibyte, page_of_classes};
+use crate::pretokenize_tables::{LOWER, MARK, MODIFIER_OTHER, NUMBER, UPPER, WHITE_SPACE};
+
+/// `\p{Lu}`, `\p{Lt}`: the upper word class only.
+const UPPER_ONLY: u8 = 0;
+/// `\p{Ll}`: the lower word class only.
+const LOWER_ONLY: u8 = 1;
+/// `\p{Lm}`, `\p{Lo}`: both word classes.
+const BOTH: u8 = 2;
+/// `\p{M}`: both word classes, and not `\p{L}`.
+const MARK_C: u8 = 3;
+const NUMBER_C: u8 = 4;
+const SPACE: u8 = 5;
+const OTHER: u8 = 6;
+
+#[inline(always)]
+fn upper(c: u8) -> bool {
+    matches!(c, UPPER_ONLY | BOTH | MARK_C)
+}
+
+#[inline(always)]
+fn lower(c: u8) -> bool {
+    matches!(c, LOWER_ONLY | BOTH | MARK_C)
+}
+
+/// `[^\s\p{L}\p{N}]`
+#[inline(always)]
+fn other(c: u8) -> bool {
+    matches!(c, MARK_C | OTHER)
+}
+
+/// Class of each ASCII byte; 0x80.. are 7 = "decode first".
+static ASCII: [u8; 256] = {
+    let mut t = [7u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match b as u8 {
+            b'A'..=b'Z' => UPPER_ONLY,
+            b'a'..=b'z' => LOWER_ONLY,
+            b'0'..=b'9' => NUMBER_C,
+            b'\t'..=b'\r' | b' ' => SPACE,
+            _ => OTHER,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// Class of a code point, from its page of 256 built on first use (as
+/// GPT-2's classes are).
+#[inline]
+fn class_of(c: u32) -> u8 {
+    static PAGES: [OnceLock<[u8; 256]>; 0x1100] = [const { OnceLock::new() }; 0x1100];
+    PAGES[(c >> 8) as usize].get_or_init(|| {
+        let classes: [(&[(u32, u32)], u8); 6] = [
+            (WHITE_SPACE, SPACE),
+            (NUMBER, NUMBER_C),
+            (MARK, MARK_C),
+            (MODIFIER_OTHER, BOTH),
+            (LOWER, LOWER_ONLY),
+            (UPPER, UPPER_ONLY),
+        ];
+        page_of_classes(c >> 8, &classes, OTHER)
+    })[(c & 255) as usize]
+}
+
+/// Class and byte length of the character at `text[i]`.
+#[inline(always)]
+fn class_at(text: &[u8], i: usize) -> (u8, usize) {
+    let c = ASCII[text[i] as usize];
+    if c != 7 {
+        return (c, 1);
+    }
+    match decode_multibyte(text, i) {
+        Some((cp, len)) => (class_of(cp), len),
+        None => (OTHER, 1),
+    }
+}
+
+/// Splits `text` into o200k_base pre-tokenization pieces (byte ranges
+/// that tile it).
+pub fn split_o200k(text: &[u8]) -> O200kPieces<'_> {
+    O200kPieces { text, pos: 0 }
+}
+
+/// Iterator over the pieces of [`split_o200k`].
+pub struct O200kPieces<'a> {
+    text: &'a [u8],
+    pos: usize,
+}
+
+impl O200kPieces<'_> {
+    /// End of the maximal run from `j` of characters whose class `is` takes.
+    #[inline(always)]
+    fn run(&self, mut j: usize, is: impl Fn(u8) -> bool) -> usize {
+        while j < self.text.len() {
+            let (c, len) = class_at(self.text, j);
+            if !is(c) {
+                break;
+            }
+            j += len;
+        }
+        j
+    }
+
+    /// The first alternative from `p` (after the optional prefix):
+    /// `U*L+` where the upper run `U*` gives back characters until a
+    /// lower one follows it. Its end, before any contraction.
+    fn upper_then_lower(&self, p: usize) -> Option<usize> {
+        let text = self.text;
+        let (mut u, mut last_lower) = (p, None);
+        while u < text.len() {
+            let (c, len) = class_at(text, u);
+            if !upper(c) {
+                break;
+            }
+            if lower(c) {
+                last_lower = Some(u + len);
+            }
+            u += len;
+        }
+        match (u < text.len()).then(|| class_at(text, u)) {
+            Some((c, len)) if lower(c) => Some(self.run(u + len, lower)),
+            // The lower run starts at the last upper-run character that is
+            // also lower; the next one is not lower, so it is that one only.
+            _ => last_lower,
+        }
+    }
+
+    /// The second alternative from `p`: `U+L*`, before any contraction.
+    fn upper_then_maybe_lower(&self, p: usize) -> Option<usize> {
+        let u = self.run(p, upper);
+        (u > p).then(|| self.run(u, lower))
+    }
+
+    /// End of the piece starting at `i < text.len()`.
+    #[inline(always)]
+    fn piece_end(&self, i: usize) -> usize {
+        let (text, n) = (self.text, self.text.len());
+        let (class, len) = class_at(text, i);
+        let b = text[i];
+        // `[^\r\n\p{L}\p{N}]?`: taken first, given back if the rest fails.
+        let prefix = matches!(class, MARK_C | SPACE | OTHER) && b != b'\r' && b != b'\n';
+        let word = upper(class) || lower(class);
+        let word_end = (prefix.then(|| self.upper_then_lower(i + len)).flatten())
+            .or_else(|| word.then(|| self.upper_then_lower(i)).flatten())
+            .or_else(|| {
+                prefix
+                    .then(|| self.upper_then_maybe_lower(i + len))
+                    .flatten()
+            })
+            .or_else(|| word.then(|| self.upper_then_maybe_lower(i)).flatten());
+        if let Some(e) = word_end {
+            return e + contraction_len(text, e);
+        }
+        let len_if = |j: usize, class: u8| {
+            let (c, l) = class_at(text, j);
+            (c == class).then_some(l)
+        };
+        if class == NUMBER_C {
+            return up_to_three(n, i, len, |j| len_if(j, NUMBER_C));
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+        let others_from = if other(class) {
+            Some(i)
+        } else if b == b' ' && i + 1 < n && other(class_at(text, i + 1).0) {
+            Some(i + 1)
+        } else {
+            None
+        };
+        if let Some(s) = others_from {
+            let mut j = self.run(s, other);
+            while j < n && matches!(text[j], b'\r' | b'\n' | b'/') {
+                j += 1;
+            }
+            return j;
+        }
+        // Whitespace: `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`.
+        let run = space_run(text, i, |j| len_if(j, SPACE));
+        match run.crlf_end {
+            Some(e) => e,
+            None if run.end < n && run.chars >= 2 => run.last,
+            None => run.end,
+        }
+    }
+}
+
+impl Iterator for O200kPieces<'_> {
+    type Item = Range<usize>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Range<usize>> {
+        if self.pos >= self.text.len() {
+            return None;
+        }
+        let start = self.pos;
+        self.pos = self.piece_end(start);
+        Some(start..self.pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(s: &str) -> Vec<&str> {
+        split_o200k(s.as_bytes()).map(|r| &s[r]).collect()
+    }
+
+    #[test]
+    fn splits_like_the_o200k_pattern() {
+        assert_eq!(
+            pieces("HELLOworld helloWorld I'M 12345!/\n/ x \n  "),
+            [
+                "HELLOworld",
+                " hello",
+                "World",
+                " I'M",
+                " ",
+                "123",
+                "45",
+                "!/\n/",
+                " x",
+                " \n",
+                "  "
+            ]
+        );
+        assert_eq!(pieces("a\u{301}b \u{301}1"), ["a\u{301}b", " \u{301}", "1"]);
+        assert_eq!(pieces(""), Vec::<&str>::new());
+    }
+}
