@@ -27,6 +27,7 @@ const ROUTES: &[&str] = &[
     "/v1/fill-mask",
     "/v1/qa",
     "/v1/chat/completions",
+    "/detokenize",
 ];
 
 struct Fixture {
