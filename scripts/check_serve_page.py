@@ -159,13 +159,18 @@ def api(addr, path, body, key=KEY):
     return http("POST", addr + path, body, {"Authorization": "Bearer " + key})
 
 
-def state(b, panel):
-    """Waits for a panel's run to end; its status line on error."""
+def run(b, panel, key, expect="done", **fields):
+    """Types `fields` into a panel's inputs (`#KEY-NAME`), clicks its button
+    and waits for the run to end in `expect` (done or error); its status line."""
+    for name, text in fields.items():
+        b.type(f"#{key}-{name}", text)
+    b.click(f"#{key}-go")
     st = b.wait(f"const s = document.getElementById('p-{panel}').dataset.state;"
                 " return s === 'done' || s === 'error' ? s : null", f"the {panel} panel's result")
-    if st != "done":
-        msg = b.js(f"return document.querySelector('#p-{panel} .stat').textContent")
-        raise AssertionError(f"{panel}: the page shows an error: {msg}")
+    msg = b.js(f"return document.getElementById('{key}-stat').textContent")
+    if st != expect:
+        raise AssertionError(f"{panel}: the page ended in {st}, not {expect}: {msg}")
+    return msg
 
 
 def visible(b):
@@ -192,12 +197,8 @@ def check_all(b, addr):
 
     # Completion: streamed text, its finish and a tokens/s figure.
     prompt = "The Rust programming language"
-    b.type("#c-prompt", prompt)
-    b.type("#c-max", "16")
-    b.click("#c-go")
-    state(b, "complete")
+    stat = run(b, "complete", "c", prompt=prompt, max="16")
     text = b.js("return document.getElementById('c-out').textContent")
-    stat = b.js("return document.getElementById('c-stat').textContent")
     want = api(addr, "/v1/completions", {"model": "gpt2", "prompt": prompt, "max_tokens": 16, "temperature": 0})
     assert text == want["choices"][0]["text"] and text, f"completion {text!r} vs {want['choices'][0]['text']!r}"
     m = re.search(r"(\d+) tokens .* ([0-9.]+) tokens/s", stat)
@@ -206,10 +207,7 @@ def check_all(b, addr):
 
     # Token view: prompt and completion tokens coloured, with the top 5 on hover.
     prompt = "Ownership is how Rust manages memory"
-    b.type("#t-prompt", prompt)
-    b.type("#t-max", "6")
-    b.click("#t-go")
-    state(b, "tokens")
+    run(b, "tokens", "t", prompt=prompt, max="6")
     want = api(addr, "/v1/completions", {"model": "gpt2", "prompt": prompt, "max_tokens": 6, "temperature": 0,
                                          "echo": True, "logprobs": 5})["choices"][0]["logprobs"]
     toks = b.js("return [...document.querySelectorAll('#t-out .tok')].map(s =>"
@@ -230,20 +228,13 @@ def check_all(b, addr):
 
     # An error reaches the panel (and marks it failed) rather than showing nothing; then
     # the panel recovers.
-    b.type("#f-text", "no mask here")
-    b.click("#f-go")
-    st = b.wait("const s = document.getElementById('p-fill').dataset.state; return s === 'done' || s === 'error' ? s : null",
-                "the fill-mask error")
-    msg = b.js("return document.getElementById('f-stat').textContent")
-    assert st == "error" and msg, f"a text without a mask: state {st}, {msg!r}"
+    msg = run(b, "fill", "f", expect="error", text="no mask here")
+    assert "[MASK]" in msg, f"a text without a mask: {msg!r}"
     print(f"fill-mask without a mask: {msg!r}")
 
     # Fill mask: top k rows, as the route gives them.
     text = "The capital of France is [MASK]."
-    b.type("#f-text", text)
-    b.type("#f-k", "4")
-    b.click("#f-go")
-    state(b, "fill")
+    run(b, "fill", "f", text=text, k="4")
     rows = b.js("return [...document.querySelectorAll('#f-out tr')].map(r => r.cells[0].textContent)")
     want = api(addr, "/v1/fill-mask", {"model": "mlm", "inputs": text, "top_k": 4})
     assert rows == [p["token_str"] for p in want], f"fill-mask {rows} vs {want}"
@@ -251,9 +242,7 @@ def check_all(b, addr):
 
     # Classification: every label with its score.
     text = "A small crate that parses TOML files."
-    b.type("#k-text", text)
-    b.click("#k-go")
-    state(b, "classify")
+    run(b, "classify", "k", text=text)
     rows = b.js("return [...document.querySelectorAll('#k-out tr')].map(r => [r.cells[0].textContent, +r.cells[2].textContent])")
     want = api(addr, "/predict", {"model": "cls", "inputs": text, "truncate": True})
     assert [r[0] for r in rows] == [s["label"] for s in want] and len(rows) >= 2, f"classify {rows} vs {want}"
@@ -263,10 +252,7 @@ def check_all(b, addr):
 
     # QA: the answer highlighted in the context.
     q, ctx = "Who designed Rust?", "Rust was designed by Graydon Hoare at Mozilla Research in 2006."
-    b.type("#q-question", q)
-    b.type("#q-context", ctx)
-    b.click("#q-go")
-    state(b, "qa")
+    run(b, "qa", "q", question=q, context=ctx)
     marked = b.js("const m = document.querySelectorAll('#q-out mark'); return m.length === 1 ? m[0].textContent : null")
     whole = b.js("return document.getElementById('q-out').textContent")
     want = api(addr, "/v1/qa", {"model": "qa", "question": q, "context": ctx})
@@ -275,9 +261,7 @@ def check_all(b, addr):
 
     # Embeddings: an n x n matrix of cosines, 1 on the diagonal, symmetric.
     sents = ["A man is eating food.", "Someone is having a meal.", "The train leaves at noon.", "Rust has no garbage collector."]
-    b.type("#e-texts", "\n".join(sents))
-    b.click("#e-go")
-    state(b, "embed")
+    run(b, "embed", "e", texts="\n".join(sents))
     cells = b.js("return [...document.querySelectorAll('#e-out tr')].slice(1).map(r => [...r.querySelectorAll('td.cos')].map(c => +c.textContent))")
     assert len(cells) == len(sents) and all(len(r) == len(sents) for r in cells), cells
     vec = [d["embedding"] for d in api(addr, "/v1/embeddings", {"model": "minilm", "input": sents})["data"]]
@@ -292,10 +276,7 @@ def check_all(b, addr):
     # Rerank: the passages in the route's order with their scores.
     query = "How do I read a file in Rust?"
     texts = ["The weather is sunny today.", "Use std::fs::read_to_string to read a whole file.", "A BufReader reads lines."]
-    b.type("#r-query", query)
-    b.type("#r-texts", "\n".join(texts))
-    b.click("#r-go")
-    state(b, "rerank")
+    run(b, "rerank", "r", query=query, texts="\n".join(texts))
     items = b.js("return [...document.querySelectorAll('#r-out li')].map(l => [l.children[0].textContent, +l.children[1].textContent])")
     want = api(addr, "/rerank", {"model": "cross", "query": query, "texts": texts, "truncate": True})
     assert [i[0] for i in items] == [texts[w["index"]] for w in want], f"rerank {items} vs {want}"
