@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -182,7 +183,7 @@ def close(a, b, tol, what):
         raise AssertionError(f"{what}: page {a} vs server {b}")
 
 
-def check_all(b, addr):
+def check_all(b, addr, out):
     b.go(addr + "/")
     b.wait("return /API key/.test(document.getElementById('served').textContent)", "the page to ask for the key")
     b.type("#key", KEY)
@@ -223,6 +224,7 @@ def check_all(b, addr):
     b.wait("const t = document.getElementById('t-tip'); return !t.hidden && t.querySelectorAll('tr.alt').length >= 5",
            "the alternatives on hover")
     tip = b.js("return document.getElementById('t-tip').innerText")
+    open(os.path.join(out, "hover.png"), "wb").write(base64.b64decode(b.cmd("GET", "/screenshot")))
     print(f"tokens: {len(toks)} shown; hover: {tip.splitlines()[0]!r} + {len(tip.splitlines()) - 1} rows")
     b.js("document.getElementById('t-tip').hidden = true")
 
@@ -301,7 +303,7 @@ def main():
         proc, addr_one = serve(lmkit, ["minilm=" + minilm], tmp, "one")
         procs.append(proc)
         b = Browser(tmp)
-        check_all(b, addr)
+        check_all(b, addr, out)
         b.screenshot(os.path.join(out, "desktop.png"), 1280)
         overflow = b.screenshot(os.path.join(out, "phone.png"), 390, mobile=True)
         assert overflow <= 0, f"the page is {overflow}px wider than a phone's screen"
@@ -318,6 +320,7 @@ def main():
         for p in procs:
             p.terminate()
             p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
