@@ -58,6 +58,11 @@ assets/.venv-openai/bin/pip install -q openai
 assets/.venv-openai/bin/python scripts/check_openai_client.py target/debug/lmkit
 [ "$one_shot" = 1 ] && rm -rf assets/.venv-openai
 
+# The page at / driven panel by panel in headless Chromium (installs Debian's
+# chromium and chromium-driver when missing; about 10 s; screenshots under
+# target/serve-page).
+LMKIT=target/debug/lmkit scripts/check_serve_page.sh target/serve-page
+
 # The Python package: the wheel (maturin, the dev profile this run built)
 # installed into a venv with the light peers its tests compare against
 # (tiktoken, HF tokenizers; transformers' and sentence-transformers' outputs
