@@ -25,6 +25,16 @@ fn options(batch_size: usize, raw_scores: bool, truncate: bool) -> PyResult<Rera
 #[pyclass(module = "lmkit", name = "CrossEncoder")]
 pub struct PyCrossEncoder {
     p: BertPipeline,
+    /// The activation it was saved with: `raw_scores`' default.
+    activation: rerank::Activation,
+}
+
+impl PyCrossEncoder {
+    /// `raw_scores` as given, else as `CrossEncoder.predict` applies the
+    /// saved activation (Identity: the logits).
+    fn raw(&self, raw_scores: Option<bool>) -> bool {
+        raw_scores.unwrap_or(self.activation == rerank::Activation::Identity)
+    }
 }
 
 #[pymethods]
@@ -36,24 +46,31 @@ impl PyCrossEncoder {
     #[pyo3(signature = (name_or_path, *, dtype = "f32"))]
     fn from_pretrained(py: Python<'_>, name_or_path: &str, dtype: &str) -> PyResult<Self> {
         let d = dtype.parse().py()?;
-        let p = py.detach(|| rerank::load(name_or_path, d)).py()?;
-        Ok(PyCrossEncoder { p })
+        let (p, activation) = py
+            .detach(|| {
+                let p = rerank::load(name_or_path, d)?;
+                Ok::<_, lmkit::Error>((p, rerank::saved_activation(name_or_path)?))
+            })
+            .py()?;
+        Ok(PyCrossEncoder { p, activation })
     }
 
     /// The score of each `(query, text)` pair, a float32 array in input
-    /// order: the sigmoid of the logit (`CrossEncoder.predict`'s default
-    /// for one label), or the logit with `raw_scores`. Pairs longer than
-    /// the model's positions are an error unless `truncate`.
-    #[pyo3(signature = (pairs, *, batch_size = 32, raw_scores = false, truncate = false))]
+    /// order: the logit through the activation the model was saved with
+    /// (`CrossEncoder.predict`'s default: sigmoid unless saved as
+    /// Identity), the sigmoid with `raw_scores=False`, the logit with
+    /// `raw_scores=True`. Pairs longer than the model's positions are an
+    /// error unless `truncate`.
+    #[pyo3(signature = (pairs, *, batch_size = 32, raw_scores = None, truncate = false))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         pairs: Vec<(String, String)>,
         batch_size: usize,
-        raw_scores: bool,
+        raw_scores: Option<bool>,
         truncate: bool,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let opts = options(batch_size, raw_scores, truncate)?;
+        let opts = options(batch_size, self.raw(raw_scores), truncate)?;
         let p = &self.p;
         let scores = py
             .detach(|| {
@@ -70,7 +87,7 @@ impl PyCrossEncoder {
     /// `documents` scored against `query`, best first, as
     /// `CrossEncoder.rank`: a list of `{"corpus_id", "score"}` (and
     /// `"text"` with `return_documents`), the first `top_k` if given.
-    #[pyo3(signature = (query, documents, *, top_k = None, return_documents = false, batch_size = 32, raw_scores = false, truncate = false))]
+    #[pyo3(signature = (query, documents, *, top_k = None, return_documents = false, batch_size = 32, raw_scores = None, truncate = false))]
     #[allow(clippy::too_many_arguments)]
     fn rank<'py>(
         &self,
@@ -80,10 +97,10 @@ impl PyCrossEncoder {
         top_k: Option<usize>,
         return_documents: bool,
         batch_size: usize,
-        raw_scores: bool,
+        raw_scores: Option<bool>,
         truncate: bool,
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let opts = options(batch_size, raw_scores, truncate)?;
+        let opts = options(batch_size, self.raw(raw_scores), truncate)?;
         let p = &self.p;
         let ranked = py
             .detach(|| {

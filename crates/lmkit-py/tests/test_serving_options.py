@@ -68,3 +68,26 @@ def test_cross_encoder_equals_sentence_transformers():
         ce.predict(pairs)
     with pytest.raises(ValueError, match="one label"):
         lmkit.CrossEncoder.from_pretrained(str(FIXTURES / "bert-tiny-classify"))
+
+
+def test_cross_encoder_applies_its_saved_activation(tmp_path):
+    """A cross-encoder saved with `activation_fn` Identity (as ms-marco
+    models are) scores with its logits by default, as `CrossEncoder.predict`
+    does; `raw_scores=False` still gives the sigmoid."""
+    import shutil
+
+    meta, ref = reference("cross-encoder-tiny")
+    model = tmp_path / "ce"
+    shutil.copytree(FIXTURES / "cross-encoder-tiny", model)
+    cfg_path = model / "config_sentence_transformers.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["activation_fn"] = "torch.nn.modules.linear.Identity"
+    cfg_path.write_text(json.dumps(cfg))
+    ce = lmkit.CrossEncoder.from_pretrained(str(model))
+    pairs = [(meta["query"], t) for t in meta["texts"]]
+    assert np.abs(ce.predict(pairs, truncate=True) - ref["raw_scores"]).max() < 1e-5
+    assert np.abs(ce.predict(pairs, truncate=True, raw_scores=False) - ref["scores"]).max() < 1e-5
+    cfg["activation_fn"] = "torch.nn.modules.activation.Tanh"
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="Tanh"):
+        lmkit.CrossEncoder.from_pretrained(str(model))

@@ -3,7 +3,8 @@
 //! sentence-transformers' `CrossEncoder` saves it), best first: one line
 //! `index<TAB>score<TAB>text` per text, or with `--json` one array of
 //! `{"index", "score", "text"}` (TEI's `/rerank` shape). Scores are the
-//! sigmoid of the logit (`CrossEncoder.predict`'s default), or the logit with
+//! logit through the activation the model was saved with (sigmoid unless
+//! Identity: `CrossEncoder.predict`'s default), or the logit with
 //! `--raw-scores`. Texts are lines, or JSONL rows (a `.jsonl` file, or
 //! `--jsonl`) with a `text` field; pairs longer than the model's positions
 //! are errors unless `--truncate`.
@@ -30,7 +31,7 @@ pub struct Args {
     /// Read the input as JSONL whatever its name (e.g. from stdin).
     #[arg(long)]
     pub jsonl: bool,
-    /// The logits, not their sigmoid.
+    /// The logits, whatever activation the model was saved with.
     #[arg(long)]
     pub raw_scores: bool,
     /// Truncate pairs longer than the model's positions instead of failing.
@@ -66,8 +67,9 @@ pub fn run(args: Args) -> Result<()> {
     if texts.is_empty() {
         bail!("no texts to rerank: give them one per line (--input or stdin)");
     }
+    let saved = rerank::saved_activation(&args.model)?;
     let opts = RerankOptions {
-        raw_scores: args.raw_scores,
+        raw_scores: args.raw_scores || saved == rerank::Activation::Identity,
         truncate: args.truncate,
     };
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

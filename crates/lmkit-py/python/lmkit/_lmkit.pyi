@@ -260,9 +260,16 @@ class CrossEncoder:
     @staticmethod
     def from_pretrained(name_or_path: str, *, dtype: Literal["f32", "bf16", "int8"] = "f32") -> "CrossEncoder": ...
     def predict(
-        self, pairs: Sequence[Tuple[str, str]], *, batch_size: int = 32, raw_scores: bool = False, truncate: bool = False
+        self,
+        pairs: Sequence[Tuple[str, str]],
+        *,
+        batch_size: int = 32,
+        raw_scores: Optional[bool] = None,
+        truncate: bool = False,
     ) -> npt.NDArray[np.float32]:
-        """`(len(pairs),)` float32: sigmoid of the logit, or the logit with `raw_scores`."""
+        """`(len(pairs),)` float32: the logit through the activation the model was saved with
+        (sigmoid unless Identity, as `CrossEncoder.predict`); `raw_scores=True` the logit,
+        `False` its sigmoid."""
     def rank(
         self,
         query: str,
@@ -271,7 +278,7 @@ class CrossEncoder:
         top_k: Optional[int] = None,
         return_documents: bool = False,
         batch_size: int = 32,
-        raw_scores: bool = False,
+        raw_scores: Optional[bool] = None,
         truncate: bool = False,
     ) -> List[Dict[str, Any]]: ...
 

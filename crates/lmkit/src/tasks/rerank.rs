@@ -1,9 +1,11 @@
 //! Reranking with a cross-encoder: a BERT sequence classifier with one label
 //! (`BertForSequenceClassification`, as sentence-transformers' `CrossEncoder`
 //! saves it) scores each `(query, text)` pair; the texts come back best
-//! first. Scores are the classifier's logit through a sigmoid (what
-//! `CrossEncoder.predict` applies by default for one label, and TEI's
-//! `/rerank`), or the raw logit with `raw_scores`.
+//! first. Scores are the classifier's logit through a sigmoid (what TEI's
+//! `/rerank` and `CrossEncoder.predict` for one label apply by default), or
+//! the raw logit with `raw_scores`. `lmkit rerank` and Python's
+//! `CrossEncoder` default to the activation the model was saved with
+//! ([`saved_activation`]), as `CrossEncoder.predict` does.
 //!
 //! The inference is the classify task's ([`Classifier`], whose BERT variant
 //! is a [`BertPipeline`]); `lmkit rerank`, `lmkit serve`'s `/rerank` and
@@ -98,6 +100,53 @@ pub fn rank(
     Ok(ranked(&predict(p, &pairs, opts, batch_size)?))
 }
 
+/// What `CrossEncoder.predict` applies to the logit unless told otherwise:
+/// the `activation_fn` the cross-encoder was saved with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// The default for one label: scores in (0, 1).
+    Sigmoid,
+    /// The raw logit (ms-marco cross-encoders are saved so).
+    Identity,
+}
+
+/// The activation `model` (a folder or hub name) was saved with:
+/// `activation_fn` of `config_sentence_transformers.json` (sentence-
+/// transformers 4 and later) or of `config.json`'s `sentence_transformers`
+/// (earlier `CrossEncoder.save`); sigmoid when neither names one. Any other
+/// activation is an error naming it (applying sigmoid instead would give
+/// other scores than `CrossEncoder.predict`).
+pub fn saved_activation(model: &str) -> Result<Activation> {
+    let dir = crate::checkpoint::resolve_model_dir(model)?;
+    let read = |name: &str| -> Result<Option<serde_json::Value>> {
+        let path = dir.join(name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        crate::spec::config::read_json_object(&path).map(|m| Some(serde_json::Value::Object(m)))
+    };
+    let st = read("config_sentence_transformers.json")?;
+    let hf = read("config.json")?;
+    let named = st
+        .as_ref()
+        .and_then(|v| v.get("activation_fn"))
+        .or_else(|| {
+            hf.as_ref()?
+                .get("sentence_transformers")?
+                .get("activation_fn")
+        });
+    let Some(name) = named.and_then(|v| v.as_str()) else {
+        return Ok(Activation::Sigmoid);
+    };
+    match name.rsplit('.').next() {
+        Some("Sigmoid") => Ok(Activation::Sigmoid),
+        Some("Identity") => Ok(Activation::Identity),
+        _ => Err(Error::InvalidInput(format!(
+            "{model}: activation_fn {name} is not supported (Sigmoid and Identity are)"
+        ))),
+    }
+}
+
 /// Scores in input order → best first, ties by index.
 pub fn ranked(scores: &[f32]) -> Vec<Scored> {
     let mut out: Vec<Scored> = scores
@@ -112,6 +161,34 @@ pub fn ranked(scores: &[f32]) -> Vec<Scored> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The saved activation from either file, sigmoid by default, an
+    /// unknown one refused by name.
+    #[test]
+    fn saved_activation_reads_either_config() {
+        let tmp = std::env::temp_dir().join(format!("lmkit-activation-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let dir = tmp.to_str().unwrap();
+        let st = tmp.join("config_sentence_transformers.json");
+        let hf = tmp.join("config.json");
+        std::fs::write(&hf, r#"{"model_type": "bert"}"#).unwrap();
+        assert_eq!(saved_activation(dir).unwrap(), Activation::Sigmoid);
+        let nested =
+            r#"{"sentence_transformers": {"activation_fn": "torch.nn.modules.linear.Identity"}}"#;
+        std::fs::write(&hf, nested).unwrap();
+        assert_eq!(saved_activation(dir).unwrap(), Activation::Identity);
+        let top = r#"{"activation_fn": "torch.nn.modules.activation.Sigmoid"}"#;
+        std::fs::write(&st, top).unwrap();
+        assert_eq!(saved_activation(dir).unwrap(), Activation::Sigmoid);
+        std::fs::write(
+            &st,
+            r#"{"activation_fn": "torch.nn.modules.activation.Tanh"}"#,
+        )
+        .unwrap();
+        let e = saved_activation(dir).unwrap_err().to_string();
+        assert!(e.contains("Tanh"), "{e}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 
     #[test]
     fn ranked_is_best_first_ties_by_index() {
