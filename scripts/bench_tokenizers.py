@@ -217,7 +217,8 @@ def tiktoken_reference(name):
 def bench_encodings(args):
     """Per encoding: start-up (lmkit's built-in get_encoding vs tiktoken's
     Encoding from local rank files, CPU time), one text on one thread (CPU
-    time) and the documents on all threads (wall time), MB/s and ratios."""
+    time) and the documents on all threads (wall time), MB/s and ratios;
+    with --json, the same as bench_common figures (bench.sh's "encodings")."""
     from lmkit import tiktoken_compat
 
     with open(args.file, encoding="utf-8") as f:
@@ -225,10 +226,14 @@ def bench_encodings(args):
     docs = text.split("\n\f\n")
     mb = len(text.encode("utf-8")) / 1e6
     threads = os.cpu_count()
-    print(f"{os.path.basename(args.file)}: {mb:.1f} MB, {len(docs)} documents, "
-          f"{threads} threads, {cpu_name()}")
-    print(f"{'encoding':<14} {'start-up ms':>19} {'single MB/s':>21} {'batch MB/s':>21}")
-    print(f"{'':<14} {'lmkit tiktoken':>19} {'lmkit tiktoken ×':>21} {'lmkit tiktoken ×':>21}")
+    table = args.json in (None, "")
+    out = []
+    if table:
+        print(f"{os.path.basename(args.file)}: {mb:.1f} MB, {len(docs)} documents, "
+              f"{threads} threads, {cpu_name()}")
+        print(f"{'encoding':<14} {'start-up ms':>19} {'single MB/s':>21} {'batch MB/s':>21}")
+        print(f"{'':<14} {'lmkit tiktoken':>19} {'lmkit tiktoken ×':>21} {'lmkit tiktoken ×':>21}")
+    peer = "tiktoken (Python)"
     for name in tiktoken_compat.list_encoding_names():
         tiktoken_compat._ENCODINGS.pop(name, None)
         t0 = time.process_time()
@@ -249,7 +254,20 @@ def bench_encodings(args):
             if speed[0][1] != speed[1][1]:
                 sys.exit(f"{name} {mode}: lmkit's ids differ from tiktoken's")
             row.append(f"{speed[0][0]:6.1f} {speed[1][0]:8.1f} {speed[0][0] / speed[1][0]:5.1f}")
-        print(f"{name:<14} " + "  ".join(row))
+            what = (f"{name} encode_ordinary, one thread (tiktoken_compat)" if mode == "single"
+                    else f"{name} encode_ordinary_batch of the documents, all threads (tiktoken_compat)")
+            out.append(figure(what, "MB/s", speed[0][0], {peer: speed[1][0]},
+                              threads=1 if mode == "single" else threads, bytes_per_item=1e6,
+                              note="CPU time; same ids checked" if mode == "single"
+                              else "wall time; same ids checked"))
+        out.append(figure(f"{name} start-up (get_encoding vs tiktoken's Encoding of local rank files)",
+                          "ms", ours_load * 1e3, {peer: their_load * 1e3}, better="lower", threads=1,
+                          note="CPU time; lmkit's rank files are built in"))
+        if table:
+            print(f"{name:<14} " + "  ".join(row))
+    if not table:
+        write_json(args.json, out, machine={"cpu": cpu_name(), "cores": threads}, file=args.file,
+                   reps=args.reps)
 
 
 def cpu_name():

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
             ranks.push((vec![b], top + 1 + b as u32));
         }
     }
-    let pattern = [Pattern::Gpt2, Pattern::Cl100k, Pattern::O200k][data[0] as usize % 3];
+    let pattern = [Pattern::Gpt2, Pattern::Cl100k, Pattern::O200k][data[0] as usize % 3].clone();
     let specials = [("<|s|>".to_string(), top + 300)];
     if let Ok(t) = BpeTokenizer::from_tiktoken_ranks(path, &ranks, &specials, pattern) {
         let text = b"Hello world, it's <|s|> 12345 \xff caf\xc3\xa9";

@@ -175,8 +175,8 @@ impl PyTokenizer {
     }
 
     /// The tokenizer of tiktoken ranks (`(bytes, rank)` pairs), special
-    /// tokens (`(text, id)`) and `pat_str`, which must be tiktoken's
-    /// r50k/p50k, cl100k or o200k pattern.
+    /// tokens (`(text, id)`) and `pat_str` (tiktoken's r50k/p50k, cl100k
+    /// and o200k patterns by a scanner, any other by `fancy-regex`).
     #[staticmethod]
     fn from_tiktoken_ranks(
         py: Python<'_>,
@@ -190,8 +190,8 @@ impl PyTokenizer {
 
     /// tiktoken's `pat_str` of a BPE tokenizer.
     #[getter]
-    fn tiktoken_pattern(&self) -> PyResult<&'static str> {
-        Ok(tiktoken::bpe(&self.inner)?.pattern().regex())
+    fn tiktoken_pattern(&self) -> PyResult<String> {
+        Ok(tiktoken::bpe(&self.inner)?.pattern().regex().to_string())
     }
 
     /// The bytes of token `id` (a special token's text), `None` where no
@@ -231,6 +231,18 @@ impl PyTokenizer {
     /// tiktoken's `_encode_single_piece`: BPE without pre-tokenization.
     fn encode_single_piece(&self, piece: &[u8]) -> PyResult<Vec<u32>> {
         Ok(tiktoken::bpe(&self.inner)?.encode_single_piece(piece))
+    }
+
+    /// tiktoken's `byte_pair_encode`: the merge loop alone.
+    fn byte_pair_encode(&self, piece: &[u8]) -> PyResult<Vec<u32>> {
+        Ok(tiktoken::bpe(&self.inner)?.byte_pair_encode(piece))
+    }
+
+    /// tiktoken's `last_piece_token_len` (see `encode_with_unstable`) of
+    /// `text` encoded with the special tokens `allowed` (ids).
+    fn tiktoken_last_piece_token_len(&self, text: &str, allowed: Vec<u32>) -> PyResult<usize> {
+        let t = tiktoken::bpe(&self.inner)?;
+        Ok(t.last_piece_token_len(text.as_bytes(), |id| allowed.contains(&id)))
     }
 
     /// tiktoken's `_encode_bytes` (its rule for bytes that are not UTF-8).

@@ -116,6 +116,37 @@ def test_errors_and_custom_encodings():
     again = pickle.loads(pickle.dumps(custom))
     assert again.encode("hi <|x|>", allowed_special="all") == [6151, 220, 200_000]
     assert pickle.loads(pickle.dumps(enc)) is not None
-    with pytest.raises(ValueError, match="pat_str"):
-        tiktoken_compat.Encoding("bad", pat_str=r"\w+", mergeable_ranks={}, special_tokens={})
+    with pytest.raises(ValueError, match="is invalid"):
+        tiktoken_compat.Encoding("bad", pat_str=r"(\w+", mergeable_ranks={}, special_tokens={})
     assert tiktoken_compat.encoding_for_model("gpt-4o").name == "o200k_base"
+
+
+def test_custom_patterns_run_on_fancy_regex(reference):
+    """A pat_str with no scanner: tiktoken's ids. cl100k's pattern, wrapped
+    so it is not the scanner's text, gives the scanner's ids."""
+    import tiktoken
+
+    base = reference["cl100k_base"]
+    texts = ADVERSARIAL + ["hello  world\n\n  x", "a\u00a0b  \t"]
+    for pat in [r"\S+|\s+", "(?:" + base._pat_str + ")"]:
+        kw = dict(pat_str=pat, mergeable_ranks=base._mergeable_ranks, special_tokens=base._special_tokens)
+        ours, theirs = tiktoken_compat.Encoding("c", **kw), tiktoken.Encoding("c", **kw)
+        assert ours._pat_str == pat
+        for text in texts:
+            assert ours.encode(text, allowed_special="all") == theirs.encode(text, allowed_special="all")
+    ours = tiktoken_compat.Encoding("c", **kw)
+    assert ours.encode_ordinary(texts[4]) == tiktoken_compat.get_encoding("cl100k_base").encode_ordinary(texts[4])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "cl100k_base", "o200k_base"])
+def test_encode_with_unstable_equals_tiktoken(name, reference):
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+    for text in ["hello fanta", "hello wor", "x = 1 +", "hello\n\n", "word  ", "<|endoftext|>", "ab<|endoftext|>c",
+                 "Ελλην", "日本", "", " ", "don'"]:
+        kw = dict(allowed_special="all")
+        stable, completions = ours.encode_with_unstable(text, **kw)
+        want_stable, want = theirs.encode_with_unstable(text, **kw)
+        assert stable == want_stable, text
+        assert sorted(map(tuple, completions)) == sorted(map(tuple, want)), text
+    with pytest.raises(ValueError, match="disallowed special token"):
+        ours.encode_with_unstable("<|endoftext|>")

@@ -130,8 +130,15 @@ fn encodes(
     let (s, ids) = best_of(reps, true, || lmkit.encode_ordinary(text.as_bytes()));
     report("lmkit single", s, ids.len());
     if std::env::var_os("LMKIT_BENCH_PARTS").is_some() {
-        let (s, n) = best_of(reps, true, || {
-            lmkit_tokenizers::pretokenize::split_gpt2(text.as_bytes()).count()
+        // The tokenizer's own scanner alone (the rest is the merge loop
+        // and the lookups).
+        use lmkit_tokenizers::pretokenize::{split_cl100k, split_gpt2, split_o200k, Pattern};
+        let t = text.as_bytes();
+        let (s, n) = best_of(reps, true, || match lmkit.pattern() {
+            Pattern::Cl100k => split_cl100k(t).count(),
+            Pattern::O200k => split_o200k(t).count(),
+            Pattern::Custom(p) => p.pieces(t).len(),
+            Pattern::Gpt2 => split_gpt2(t).count(),
         });
         report("lmkit pretokenize-only", s, n);
     }

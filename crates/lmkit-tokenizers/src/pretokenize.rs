@@ -27,25 +27,30 @@ use std::sync::OnceLock;
 use crate::pretokenize_tables::{LETTER, NUMBER, WHITE_SPACE};
 
 mod cl100k;
+mod custom;
 mod o200k;
 mod scan;
 
 pub use cl100k::{split_cl100k, Cl100kPieces};
+pub use custom::CustomPattern;
 pub use o200k::{split_o200k, O200kPieces};
 
-/// The pre-tokenization patterns with a hand-written scanner: tiktoken's
-/// r50k/p50k (GPT-2's), cl100k_base's and o200k_base's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The pre-tokenization patterns: those with a hand-written scanner
+/// (tiktoken's r50k/p50k (GPT-2's), cl100k_base's and o200k_base's), and
+/// any other evaluated by `fancy-regex` ([`CustomPattern`], slower).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Pattern {
     Gpt2,
     Cl100k,
     O200k,
+    Custom(CustomPattern),
 }
 
 impl Pattern {
     /// The pattern as tiktoken writes it (its `pat_str`).
-    pub fn regex(self) -> &'static str {
+    pub fn regex(&self) -> &str {
         match self {
+            Pattern::Custom(c) => c.as_str(),
             Pattern::Gpt2 => {
                 r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"
             }
@@ -68,18 +73,32 @@ impl Pattern {
             .find(|p| p.regex() == pat)
     }
 
+    /// The pattern of tiktoken `pat_str` `pat`: its scanner when one has
+    /// one, else `pat` compiled by `fancy-regex` (an error naming the
+    /// problem when it does not compile).
+    pub fn from_regex_or_custom(pat: &str) -> crate::Result<Self> {
+        match Self::from_regex(pat) {
+            Some(p) => Ok(p),
+            None => CustomPattern::new(pat).map(Pattern::Custom),
+        }
+    }
+
     /// A cut position at or after `from` where this pattern's pieces of
     /// `text` always have a boundary and the pieces on each side equal
     /// those of each side alone: after a `\n` between two ASCII non-space
     /// bytes (the `\n` ends a piece: alone, or after punctuation it
     /// joins), the second not a `/` for o200k (`[\r\n/]*` would take it).
-    pub fn safe_split(self, text: &[u8], from: usize) -> Option<usize> {
+    /// None for a custom pattern (no cut is known safe).
+    pub fn safe_split(&self, text: &[u8], from: usize) -> Option<usize> {
+        if let Pattern::Custom(_) = self {
+            return None;
+        }
         let solid = |b: u8| b.is_ascii() && !b.is_ascii_whitespace() && b != 0x0B;
         (from.max(2)..text.len()).find(|&i| {
             text[i - 1] == b'\n'
                 && solid(text[i - 2])
                 && solid(text[i])
-                && (self != Pattern::O200k || text[i] != b'/')
+                && (*self != Pattern::O200k || text[i] != b'/')
         })
     }
 }

@@ -97,3 +97,46 @@ fn unknown_names_are_errors() {
     let e = openai::encoding("cl200k").unwrap_err().to_string();
     assert!(e.contains("cl100k_base"), "{e}");
 }
+
+/// The general path: a pattern with no scanner is run by fancy-regex.
+/// cl100k's and o200k's pattern text given as a custom pattern gives the
+/// scanner's ids (and tiktoken's); a simple `\S+|\s+` cuts where it says.
+#[test]
+fn custom_patterns_equal_the_scanners() {
+    use lmkit_tokenizers::pretokenize::{CustomPattern, Pattern};
+    use lmkit_tokenizers::BpeTokenizer;
+    use std::path::Path;
+    let mut texts = bpe_common::adversarial();
+    texts.push(bpe_common::corpus_docs().concat()[..200_000].to_string());
+    for name in ["cl100k_base", "o200k_base"] {
+        let spec = openai::spec(name).unwrap();
+        let path = Path::new(name);
+        let ranks =
+            lmkit_tokenizers::bpe::parse_tiktoken(path, openai::rank_file(spec.file).unwrap())
+                .unwrap();
+        let custom = Pattern::Custom(CustomPattern::new(spec.pattern.regex()).unwrap());
+        let slow = BpeTokenizer::from_tiktoken_ranks(path, &ranks, &spec.specials, custom).unwrap();
+        let fast = openai::encoding(name).unwrap();
+        for text in &texts {
+            let want = fast.encode_ids(text.as_bytes(), true);
+            let got = slow.encode_ids(text.as_bytes(), true);
+            assert!(got == want, "{name}: {}", first_difference(&got, &want));
+        }
+        let simple = Pattern::from_regex_or_custom(r"\S+|\s+").unwrap();
+        assert!(matches!(simple, Pattern::Custom(_)));
+        let t = BpeTokenizer::from_tiktoken_ranks(path, &ranks, &spec.specials, simple).unwrap();
+        let ids = t.encode_ordinary(b"hello  world");
+        assert_eq!(t.decode(&ids).unwrap(), b"hello  world");
+        let want: Vec<u32> = [&b"hello"[..], b"  ", b"world"]
+            .iter()
+            .flat_map(|p| t.encode_single_piece(p))
+            .collect();
+        assert_eq!(ids, want);
+        // `\s+` keeps the two spaces one piece: not cl100k's " world".
+        assert_ne!(ids, fast.encode_ordinary(b"hello  world"));
+    }
+    let e = Pattern::from_regex_or_custom(r"(?<!")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid") && e.contains("(?<!"), "{e}");
+}

@@ -13,15 +13,16 @@ use proptest::prelude::*;
 
 const PATTERNS: [Pattern; 3] = [Pattern::Gpt2, Pattern::Cl100k, Pattern::O200k];
 
-fn scanner(p: Pattern, text: &[u8]) -> Vec<Range<usize>> {
+fn scanner(p: &Pattern, text: &[u8]) -> Vec<Range<usize>> {
     match p {
         Pattern::Gpt2 => split_gpt2(text).collect(),
         Pattern::Cl100k => split_cl100k(text).collect(),
         Pattern::O200k => split_o200k(text).collect(),
+        Pattern::Custom(c) => c.pieces(text),
     }
 }
 
-fn reference(p: Pattern, text: &str) -> Vec<Range<usize>> {
+fn reference(p: &Pattern, text: &str) -> Vec<Range<usize>> {
     use std::sync::OnceLock;
     static RES: OnceLock<Vec<fancy_regex::Regex>> = OnceLock::new();
     let res = RES.get_or_init(|| {
@@ -30,13 +31,13 @@ fn reference(p: Pattern, text: &str) -> Vec<Range<usize>> {
             .map(|p| fancy_regex::Regex::new(p.regex()).expect("tiktoken's pattern compiles"))
             .collect()
     });
-    let re = &res[PATTERNS.iter().position(|&q| q == p).unwrap()];
+    let re = &res[PATTERNS.iter().position(|q| q == p).unwrap()];
     re.find_iter(text)
         .map(|m| m.expect("no backtrack limit hit").range())
         .collect()
 }
 
-fn check(p: Pattern, text: &str) -> Result<(), TestCaseError> {
+fn check(p: &Pattern, text: &str) -> Result<(), TestCaseError> {
     let got = scanner(p, text.as_bytes());
     let want = reference(p, text);
     if got != want {
@@ -128,14 +129,14 @@ proptest! {
     #[test]
     fn scanners_equal_the_regex_on_tricky_text(text in tricky_text()) {
         for p in PATTERNS {
-            check(p, &text)?;
+            check(&p, &text)?;
         }
     }
 
     #[test]
     fn scanners_equal_the_regex_on_any_text(text in any::<String>()) {
         for p in PATTERNS {
-            check(p, &text)?;
+            check(&p, &text)?;
         }
     }
 
@@ -144,7 +145,7 @@ proptest! {
     fn pieces_tile_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         for p in [Pattern::Cl100k, Pattern::O200k] {
             let mut at = 0;
-            for r in scanner(p, &bytes) {
+            for r in scanner(&p, &bytes) {
                 prop_assert_eq!(r.start, at);
                 prop_assert!(r.end > r.start);
                 at = r.end;
@@ -163,7 +164,7 @@ fn scanners_equal_the_regex_on_the_books() {
         corpus.len()
     );
     for p in PATTERNS {
-        check(p, &corpus).unwrap_or_else(|e| panic!("{e}"));
+        check(&p, &corpus).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -171,7 +172,7 @@ fn scanners_equal_the_regex_on_the_books() {
 fn scanners_equal_the_regex_on_the_adversarial_set() {
     for text in bpe_common::adversarial() {
         for p in PATTERNS {
-            check(p, &text).unwrap_or_else(|e| panic!("{e}"));
+            check(&p, &text).unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }
@@ -180,7 +181,7 @@ fn scanners_equal_the_regex_on_the_adversarial_set() {
 fn safe_splits_are_piece_boundaries() {
     let text = bpe_common::corpus_docs().concat() + "a!\n/b\n/\n";
     for p in PATTERNS {
-        let starts: std::collections::HashSet<usize> = scanner(p, text.as_bytes())
+        let starts: std::collections::HashSet<usize> = scanner(&p, text.as_bytes())
             .iter()
             .map(|r| r.start)
             .collect();
@@ -192,13 +193,13 @@ fn safe_splits_are_piece_boundaries() {
             );
             let (left, right) = (&text.as_bytes()[..cut], &text.as_bytes()[cut..]);
             if cuts < 20 {
-                let mut joined = scanner(p, left);
+                let mut joined = scanner(&p, left);
                 joined.extend(
-                    scanner(p, right)
+                    scanner(&p, right)
                         .into_iter()
                         .map(|r| r.start + cut..r.end + cut),
                 );
-                assert_eq!(joined, scanner(p, text.as_bytes()), "{p:?}: cut at {cut}");
+                assert_eq!(joined, scanner(&p, text.as_bytes()), "{p:?}: cut at {cut}");
             }
             at = cut;
             cuts += 1;

@@ -8,15 +8,17 @@ by changing its import, with the same ids for every OpenAI encoding.
 The encodings ("gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base",
 "o200k_base", "o200k_harmony") are built into the wheel from the rank files
 the tiktoken-rs crate ships: nothing is downloaded. `Encoding(name,
-pat_str=..., mergeable_ranks=..., special_tokens=...)` builds a custom one;
-its `pat_str` must be one of tiktoken's r50k/p50k, cl100k or o200k patterns
-(lmkit has a hand-written scanner for each, no regex engine), else
-`ValueError`.
+pat_str=..., mergeable_ranks=..., special_tokens=...)` builds a custom one:
+tiktoken's r50k/p50k, cl100k and o200k patterns run on lmkit's hand-written
+scanners; any other `pat_str` is evaluated by fancy-regex (the engine
+tiktoken uses): the same ids, several times slower. A pattern that does not
+compile is a `ValueError`, as in tiktoken.
 
-Not the same as tiktoken: `encode_with_unstable` is not provided
-(`NotImplementedError`).
+Not quite tiktoken: `encode_with_unstable` returns its completions sorted
+(tiktoken's come from a set, in no order).
 """
 
+import bisect
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import AbstractSet, Collection, Dict, List, Literal, Optional, Sequence, Tuple, Union
@@ -44,6 +46,29 @@ def _utf8_safe(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _all_space(token: bytes) -> bool:
+    """tiktoken's `token_is_all_space` (on an ordinary token's bytes)."""
+    return bool(token) and all(b in b" \n\t" for b in token)
+
+
+# Rust's `char::is_whitespace` (Unicode White_Space), which tiktoken uses.
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+)
+
+
+def _last_char_size(data: bytes) -> int:
+    """Bytes of the UTF-8 character `data` ends with (0 if it ends with none)."""
+    for k in range(1, min(4, len(data)) + 1):
+        try:
+            if len(data[-k:].decode("utf-8")) == 1:
+                return k
+        except UnicodeDecodeError:
+            continue
+    return 0
 
 
 class Encoding:
@@ -150,8 +175,67 @@ class Encoding:
             tiktoken_defaults=True,
         )
 
-    def encode_with_unstable(self, text: str, **kwargs) -> Tuple[List[int], List[List[int]]]:
-        raise NotImplementedError("lmkit's tiktoken_compat has no encode_with_unstable")
+    def encode_with_unstable(
+        self,
+        text: str,
+        *,
+        allowed_special: Specials = set(),  # noqa: B006
+        disallowed_special: Union[Literal["all"], Collection[str]] = "all",
+    ) -> Tuple[List[int], List[List[int]]]:
+        """The stable ids of `text` and the id sequences its unstable end
+        (the last piece, with the all-space tokens before it) could become
+        once more text follows: tiktoken's algorithm, step for step. The
+        sequences are in sorted order (tiktoken's are a set's, unordered)."""
+        tokens = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
+        if allowed_special == "all":
+            allowed_special = self.special_tokens_set
+        allowed = [self._special_tokens[s] for s in allowed_special if s in self._special_tokens]
+        last = self._tok.tiktoken_last_piece_token_len(_utf8_safe(text), allowed)
+        if last == 0:
+            return tokens, []
+        if _all_space(self._token_bytes(tokens[-last])):
+            while last < len(tokens) and _all_space(self._token_bytes(tokens[-last - 1])):
+                last += 1
+        unstable = self.decode_bytes(tokens[-last:])
+        del tokens[-last:]
+        completions = set()
+        if not unstable:
+            return tokens, []
+        ranks, sorted_bytes = self._mergeable_ranks, self._sorted_token_bytes
+        point = bisect.bisect_left(sorted_bytes, unstable)
+        while point < len(sorted_bytes) and sorted_bytes[point].startswith(unstable):
+            completions.add((ranks[sorted_bytes[point]],))
+            point += 1
+        for i in range(1, len(unstable)):
+            prefix, suffix = unstable[:i], unstable[i:]
+            point = bisect.bisect_left(sorted_bytes, suffix)
+            while point < len(sorted_bytes) and sorted_bytes[point].startswith(suffix):
+                possibility = prefix + sorted_bytes[point]
+                try:
+                    encoded = self.encode_ordinary(possibility.decode("utf-8"))
+                except UnicodeDecodeError:
+                    encoded = self._tok.byte_pair_encode(possibility)
+                seq, seq_len = [], 0
+                for token in encoded:
+                    seq.append(token)
+                    seq_len += len(self._token_bytes(token))
+                    if seq_len >= len(unstable):
+                        break
+                completions.add(tuple(seq))
+                point += 1
+        if len(unstable) > 1:
+            size = _last_char_size(unstable)
+            if size and len(unstable) - size > 0 and unstable[-size:].decode("utf-8") in _WHITE_SPACE:
+                head, tail = unstable[:-size], unstable[-size:]
+                completions.add(tuple(self._tok.byte_pair_encode(head) + self._tok.byte_pair_encode(tail)))
+        return tokens, [list(c) for c in sorted(completions)]
+
+    def _token_bytes(self, token: int) -> bytes:
+        return self._tok.token_bytes(token) or b""
+
+    @functools.cached_property
+    def _sorted_token_bytes(self) -> List[bytes]:
+        return self.token_byte_values()
 
     def encode_single_token(self, text_or_bytes: Union[str, bytes]) -> int:
         """The id of the bytes (or text) of exactly one token, special

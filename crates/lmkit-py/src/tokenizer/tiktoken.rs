@@ -16,19 +16,15 @@ pub(super) fn encoding(name: &str) -> PyResult<Tokenizer> {
 }
 
 /// The tokenizer of tiktoken's `Encoding(pat_str=, mergeable_ranks=,
-/// special_tokens=)`: the pattern must be one with a scanner.
+/// special_tokens=)`: a pattern with no scanner is compiled by
+/// `fancy-regex` (slower); one that does not compile is a `ValueError`,
+/// as in tiktoken.
 pub(super) fn from_ranks(
     ranks: Vec<(Vec<u8>, u32)>,
     specials: Vec<(String, u32)>,
     pat_str: &str,
 ) -> PyResult<Tokenizer> {
-    let pattern = Pattern::from_regex(pat_str).ok_or_else(|| {
-        value_error(
-            "lmkit pre-tokenizes with tiktoken's r50k/p50k, cl100k and o200k patterns only; \
-             this pat_str is none of them"
-                .to_string(),
-        )
-    })?;
+    let pattern = Pattern::from_regex_or_custom(pat_str).py()?;
     let path = std::path::Path::new("<mergeable_ranks>");
     let t = BpeTokenizer::from_tiktoken_ranks(path, &ranks, &specials, pattern).py()?;
     Ok(Tokenizer::Bpe(Box::new(t)))

@@ -16,10 +16,13 @@ impl BpeTokenizer {
     /// that each is inlined in its own).
     fn encode_pieces(&self, text: &[u8], out: &mut Vec<u32>, cache: Option<&mut cache::WordCache>) {
         use crate::pretokenize::{split_cl100k, split_gpt2, split_o200k, Pattern};
-        match self.pattern {
+        match &self.pattern {
             Pattern::Gpt2 => self.encode_pieces_of(text, split_gpt2(text), out, cache),
             Pattern::Cl100k => self.encode_pieces_of(text, split_cl100k(text), out, cache),
             Pattern::O200k => self.encode_pieces_of(text, split_o200k(text), out, cache),
+            Pattern::Custom(p) => {
+                self.encode_pieces_of(text, p.pieces(text).into_iter(), out, cache)
+            }
         }
     }
 

@@ -674,8 +674,8 @@ impl BpeTokenizer {
     }
 
     /// The pre-tokenization pattern text is cut by before BPE.
-    pub fn pattern(&self) -> Pattern {
-        self.pattern
+    pub fn pattern(&self) -> &Pattern {
+        &self.pattern
     }
 
     /// Saved files hold GPT-2's merges and pattern only: a tokenizer of

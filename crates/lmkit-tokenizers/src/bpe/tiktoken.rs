@@ -234,6 +234,43 @@ impl BpeTokenizer {
         out
     }
 
+    /// tiktoken's `byte_pair_encode`: the merge loop on `piece` alone, no
+    /// lookup of the whole piece first (which [`Self::encode_single_piece`]
+    /// does, as tiktoken's `_encode_single_piece`).
+    pub fn byte_pair_encode(&self, piece: &[u8]) -> Vec<u32> {
+        let mut out = Vec::new();
+        match piece {
+            [] => {}
+            [b] => out.push(self.model.index.byte_ids[*b as usize]),
+            _ => self.model.merge_piece(piece, &mut out),
+        }
+        out
+    }
+
+    /// The last pre-tokenization piece of `text`, if it has one.
+    fn last_piece(&self, text: &[u8]) -> Option<std::ops::Range<usize>> {
+        match &self.pattern {
+            Pattern::Gpt2 => crate::pretokenize::split_gpt2(text).last(),
+            Pattern::Cl100k => crate::pretokenize::split_cl100k(text).last(),
+            Pattern::O200k => crate::pretokenize::split_o200k(text).last(),
+            Pattern::Custom(p) => p.pieces(text).pop(),
+        }
+    }
+
+    /// tiktoken's `last_piece_token_len` of encoding `text` with the
+    /// special tokens `allowed`: how many of the ids are those of the last
+    /// piece after the last special token (0 when the text ends with one,
+    /// or nothing after it is a piece). `encode_with_unstable` starts there.
+    pub fn last_piece_token_len(&self, text: &[u8], allowed: impl Fn(u32) -> bool) -> usize {
+        let mut start = 0;
+        while let Some((at, len, _)) = self.find_special_among(text, start, &allowed) {
+            start = at + len;
+        }
+        let tail = &text[start..];
+        self.last_piece(tail)
+            .map_or(0, |r| self.encode_single_piece(&tail[r]).len())
+    }
+
     /// tiktoken's `_encode_bytes`: the valid UTF-8 prefix of `bytes`
     /// encoded as text, except that its last piece (with the all-space
     /// tokens before it) and the invalid rest are encoded as one piece.
@@ -244,12 +281,7 @@ impl BpeTokenizer {
             Err(e) => e.valid_up_to(),
         };
         let text = &bytes[..valid];
-        let last = match self.pattern {
-            Pattern::Gpt2 => crate::pretokenize::split_gpt2(text).last(),
-            Pattern::Cl100k => crate::pretokenize::split_cl100k(text).last(),
-            Pattern::O200k => crate::pretokenize::split_o200k(text).last(),
-        };
-        let last_start = last.map_or(valid, |r| r.start);
+        let last_start = self.last_piece(text).map_or(valid, |r| r.start);
         let mut tokens = self.encode_ordinary(&text[..last_start]);
         let mut unstable = self.encode_ordinary(&text[last_start..]);
         let all_space = |id: u32| {
