@@ -365,19 +365,23 @@ unsafe fn interleave_bf16(
 ) -> std::arch::x86_64::__m512i {
     use std::arch::x86_64::*;
     // After the conversion lanes 0..16 hold `lo`, 16..32 `hi`.
-    const IDX: [u16; 32] = {
-        let mut idx = [0u16; 32];
-        let mut i = 0;
-        while i < 16 {
-            idx[2 * i] = i as u16;
-            idx[2 * i + 1] = 16 + i as u16;
-            i += 1;
-        }
-        idx
-    };
     let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-    _mm512_permutexvar_epi16(_mm512_loadu_si512(IDX.as_ptr() as *const _), v)
+    _mm512_permutexvar_epi16(_mm512_loadu_si512(PAIR_LANES.as_ptr() as *const _), v)
 }
+
+/// `vpermw` indices taking 16-bit lanes `0..16` and `16..32` of a vector to
+/// pairs `(0, 16), (1, 17), …`: two rows' values as the kernel's K pairs.
+#[cfg(target_arch = "x86_64")]
+const PAIR_LANES: [u16; 32] = {
+    let mut idx = [0u16; 32];
+    let mut i = 0;
+    while i < 16 {
+        idx[2 * i] = i as u16;
+        idx[2 * i + 1] = 16 + i as u16;
+        i += 1;
+    }
+    idx
+};
 
 /// Up to 16 floats at `p` (lanes past `lanes` are zero, not read).
 #[cfg(target_arch = "x86_64")]

@@ -115,17 +115,7 @@ unsafe fn pairs_from_rows_avx512(
     use std::arch::x86_64::*;
     debug_assert!(cols <= MR && c0 + cols <= ld && strip.len() >= n.div_ceil(2) * MR * 2);
     // Lanes 0..16 hold row 2q, 16..32 row 2q + 1: interleaved as pairs.
-    const IDX: [u16; 32] = {
-        let mut idx = [0u16; 32];
-        let mut i = 0;
-        while i < 16 {
-            idx[2 * i] = i as u16;
-            idx[2 * i + 1] = 16 + i as u16;
-            i += 1;
-        }
-        idx
-    };
-    let idx = _mm512_loadu_si512(IDX.as_ptr() as *const _);
+    let idx = _mm512_loadu_si512(super::PAIR_LANES.as_ptr() as *const _);
     let mask = ((1u32 << cols) - 1) as u16;
     let base = src.as_ptr().add(c0);
     for q in 0..n.div_ceil(2) {
