@@ -334,6 +334,23 @@ pub fn cross_entropy_backward(
         });
 }
 
+/// One scored row of the fused path: overwrites the logits with
+/// `scale·(softmax − onehot(ti))` and returns the row's loss.
+#[inline(always)]
+fn dlogits_row(
+    row: &mut [f32],
+    ti: usize,
+    cl: usize,
+    maxes: &mut [f32; MAX_CHUNKS],
+    scale: f32,
+) -> f32 {
+    let xt = row[ti];
+    let (m, s) = exp_chunks_in_place(row, cl, maxes);
+    scale_chunks(row, cl, maxes, m, scale / s);
+    row[ti] -= scale;
+    s.ln() - (xt - m)
+}
+
 /// [`cross_entropy_fused`] with the dlogits written in bf16 (round to
 /// nearest even) to rows of `out` (row i at `out[i·ld..][..v]`; the rest of
 /// each row is left as it is) rather than over the logits, which are
@@ -397,12 +414,7 @@ pub(crate) fn cross_entropy_fused_bf16(
                             *loss = 0.0;
                             continue;
                         }
-                        let ti = target_index(t, v);
-                        let xt = row[ti];
-                        let (m, s) = exp_chunks_in_place(row, cl, &mut maxes);
-                        *loss = s.ln() - (xt - m);
-                        scale_chunks(row, cl, &maxes, m, scale / s);
-                        row[ti] -= scale;
+                        *loss = dlogits_row(row, target_index(t, v), cl, &mut maxes, scale);
                         super::bf16_gemm::convert_row(orow, row);
                     }
                 },
@@ -447,12 +459,7 @@ pub fn cross_entropy_fused(
                         *loss = 0.0;
                         continue;
                     }
-                    let ti = target_index(t, v);
-                    let xt = row[ti];
-                    let (m, s) = exp_chunks_in_place(row, cl, &mut maxes);
-                    *loss = s.ln() - (xt - m);
-                    scale_chunks(row, cl, &maxes, m, scale / s);
-                    row[ti] -= scale;
+                    *loss = dlogits_row(row, target_index(t, v), cl, &mut maxes, scale);
                 }
             },
         )
