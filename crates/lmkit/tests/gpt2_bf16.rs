@@ -106,14 +106,16 @@ fn bf16_loss_and_gradients_follow_f32() {
     assert_eq!((l32b, &g32b), (l32, &g32), "f32 after bf16 is f32 again");
 }
 
-/// The bf16 copies of the weights follow the optimizer: after a step (and
-/// after `weights_changed`), a model trained in bf16 computes what a fresh
-/// bf16 model with the same weights computes, bit for bit.
+/// The bf16 copies of the weights follow the optimizer: after a step (the
+/// optimizer packs each updated block of rows, [`Trainable::params_grads_hooked`])
+/// and after `weights_changed`, a model trained in bf16 computes what a
+/// fresh bf16 model with the same weights computes, bit for bit. C = 64
+/// and an odd V: weights of several row blocks, an odd K.
 #[test]
 fn bf16_packed_weights_follow_the_weights() {
-    let (v, b, t) = (200, 2, 16);
+    let (v, b, t) = (201, 2, 16);
     let ids: Vec<u32> = (0..2000u32).map(|i| (i * 13 + i / 5) % v as u32).collect();
-    let mut m = Gpt2::new_random(config(v, 32, 2), 9).unwrap();
+    let mut m = Gpt2::new_random(config(v, 64, 2), 9).unwrap();
     m.set_precision(Precision::Bf16);
     let mut opt = OptimState::new(m.num_params());
     let cfg = optim(10);
@@ -447,7 +449,8 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
 /// `profile` in a pretraining run, f32 and bf16: the summary's mean step
 /// has every phase, their sum within the step's wall time and covering
 /// most of it, the products, attention, LayerNorm and AdamW among them (and
-/// the bf16 packing in bf16); every metrics row carries the step's phases.
+/// no separate bf16 packing after the first step); every metrics row
+/// carries the step's phases.
 #[test]
 fn pretrain_profile_covers_the_step() {
     let (dir, data) = scratch("profile", 60_000);
@@ -478,7 +481,9 @@ fn pretrain_profile_covers_the_step() {
         ] {
             assert!(ms(name) > 0.0, "{dtype:?}: {name}\n{}", p.table());
         }
-        assert_eq!(ms("weight_pack") > 0.0, dtype == Precision::Bf16);
+        // bf16 packs at the first forward (not profiled); later steps pack
+        // the weights inside AdamW, as it updates them.
+        assert_eq!(ms("weight_pack"), 0.0, "{dtype:?}\n{}", p.table());
         let table = p.table();
         assert!(table.contains("matmul share"), "{table}");
         let rows = lmkit::train::read_metrics(&out.join("metrics.jsonl")).unwrap();

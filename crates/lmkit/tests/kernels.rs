@@ -1058,6 +1058,47 @@ fn adamw_matches_pytorch() {
         assert_eq!(bits(&sv), bits(&rv), "scaled adamw v, coef {coef}");
         assert_eq!(bits(&g), bits(&kept), "the gradient is left as it was");
     }
+
+    // With a hook: chunks cut at its aligned ranges (and across the decay
+    // spans), the same bits; `after` sees each chunk once, updated.
+    let aligned = [(100..20_100, 3 * 1000), (30_000..45_000, 7)];
+    let chunks = kernels::chunk_plan(len, &aligned);
+    for (r, unit) in &aligned {
+        for ch in chunks
+            .iter()
+            .filter(|ch| ch.start >= r.start && ch.end <= r.end)
+        {
+            assert!(
+                (ch.start - r.start) % unit == 0,
+                "chunk {ch:?} unaligned in {r:?}"
+            );
+        }
+    }
+    let seen = std::sync::Mutex::new(vec![0u32; len]);
+    let (mut hp, mut hm, mut hv) = (p.clone(), m.clone(), v.clone());
+    let (mut sp, mut sm, mut sv) = (p.clone(), m.clone(), v.clone());
+    let g = rng.vec(len, 0.1);
+    let hook = kernels::UpdateHook {
+        chunks,
+        after: Box::new(|r: std::ops::Range<usize>, vals: &[f32]| {
+            let mut seen = seen.lock().expect("lock");
+            for (s, x) in seen[r].iter_mut().zip(vals) {
+                assert_eq!(*s, 0, "a chunk was handed over twice");
+                *s = x.to_bits();
+            }
+        }),
+    };
+    kernels::adamw_update_hooked(&mut hp, &g, 0.5, &mut hm, &mut hv, 6, &cfg, &decay, &hook);
+    kernels::adamw_update_scaled(&mut sp, &g, 0.5, &mut sm, &mut sv, 6, &cfg, &decay);
+    assert_eq!(bits(&hp), bits(&sp), "hooked adamw params");
+    assert_eq!(bits(&hm), bits(&sm), "hooked adamw m");
+    assert_eq!(bits(&hv), bits(&sv), "hooked adamw v");
+    drop(hook);
+    assert_eq!(
+        seen.into_inner().expect("lock"),
+        bits(&hp),
+        "after saw the new values"
+    );
 }
 
 /// Runs `f` on a dedicated rayon pool with `threads` threads.

@@ -38,11 +38,17 @@ use rayon::prelude::*;
 use super::matmul::{col_sums_into, extent, View};
 
 #[cfg(target_arch = "x86_64")]
+mod heads;
+mod refresh;
+#[cfg(target_arch = "x86_64")]
 mod rows;
 use super::quant::{to_bf16_at, SourceLayout};
 use super::{matmul_backward, matmul_forward, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use heads::HeadOperand;
+pub use refresh::{Bf16RowWriter, ROW_ALIGN};
 #[cfg(target_arch = "x86_64")]
 pub use rows::{lm_head_backward_bf16, Bf16Rows};
 
@@ -275,7 +281,24 @@ struct PackedB {
     data: Vec<u16>,
 }
 
+/// A packed right operand as the product reads it: [`PackedB`]'s layout,
+/// `n` columns of panels `kp·NR` bf16s apart.
+#[derive(Clone, Copy)]
+struct BRef<'a> {
+    data: &'a [u16],
+    n: usize,
+    kp: usize,
+}
+
 impl PackedB {
+    fn as_ref(&self) -> BRef<'_> {
+        BRef {
+            data: &self.data,
+            n: self.n,
+            kp: self.kp,
+        }
+    }
+
     fn pack(src: Src<'_>, k: usize, n: usize) -> PackedB {
         let kp = k + (k & 1);
         let mut b = PackedB {
@@ -325,22 +348,34 @@ impl PackedB {
             .enumerate()
             .with_min_len(min_len(par))
             .for_each(|(p, panel)| {
-                let cols = NR.min(n - p * NR);
-                #[cfg(target_arch = "x86_64")]
-                if simd && (src.cs == 1 || src.rs == 1) {
-                    // SAFETY: the feature was detected; `check` bounds the source.
-                    unsafe {
-                        if src.cs == 1 {
-                            pack_b_rows_avx512(panel, src, p * NR, cols, k)
-                        } else {
-                            pack_b_cols_avx512(panel, src, p * NR, cols, k)
-                        }
-                    };
-                    return;
-                }
-                let _ = simd;
-                Self::pack_panel(panel, src, p * NR, cols, k);
+                Self::fill_panel(panel, src, p * NR, NR.min(n - p * NR), k, simd)
             });
+    }
+
+    /// Columns `j0..j0+cols` of `src` (`k` rows of this operand's K) into
+    /// `panel` (`k.div_ceil(2)` K pairs of NR columns), with the vector
+    /// packers when `simd` (AVX-512 BF16 detected) and the layout allows.
+    fn fill_panel(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize, simd: bool) {
+        src.check(k, j0 + cols, "B");
+        assert!(
+            panel.len() >= k.div_ceil(2) * NR * 2,
+            "bf16 pack: panel too short"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if simd && (src.cs == 1 || src.rs == 1) {
+            // SAFETY: the feature was detected; the source and panel are
+            // bounded just above.
+            unsafe {
+                if src.cs == 1 {
+                    pack_b_rows_avx512(panel, src, j0, cols, k)
+                } else {
+                    pack_b_cols_avx512(panel, src, j0, cols, k)
+                }
+            };
+            return;
+        }
+        let _ = simd;
+        Self::pack_panel(panel, src, j0, cols, k);
     }
 
     /// One panel, element by element (the twin of the vector paths).
@@ -543,7 +578,7 @@ unsafe fn transpose_16x16_words(r: &mut [std::arch::x86_64::__m512i; 16]) {
 /// AVX-512 BF16 must be present.
 #[cfg(target_arch = "x86_64")]
 unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, b: &PackedB) {
-    gemm_packed_on(c, ldc, accumulate, a, b, true)
+    gemm_packed_on(c, ldc, accumulate, a, b.as_ref(), true)
 }
 
 /// [`gemm_packed`], its tasks on the rayon pool when `par`, else in order
@@ -557,11 +592,12 @@ unsafe fn gemm_packed_on(
     ldc: usize,
     accumulate: bool,
     a: &PackedA,
-    b: &PackedB,
+    b: BRef<'_>,
     par: bool,
 ) {
-    let (m, n, kp) = (a.m, b.n, a.kp);
-    assert_eq!(kp, b.kp, "bf16 gemm: inner dimensions differ");
+    // K is A's; B may hold more (a prefix of its rows is multiplied).
+    let (m, n, kp, bkp) = (a.m, b.n, a.kp, b.kp);
+    assert!(kp <= bkp, "bf16 gemm: A's K exceeds B's");
     if m == 0 || n == 0 {
         return;
     }
@@ -594,7 +630,7 @@ unsafe fn gemm_packed_on(
             next = order.next();
             let k1 = (k0 + KC).min(kp);
             let load = accumulate || k0 > 0;
-            let panel = &b.data[p * kp * NR + k0 * NR..];
+            let panel = &b.data[p * bkp * NR + k0 * NR..];
             let cols = NR.min(n - p * NR);
             let r0 = s * MR;
             let rows = MR.min(m - r0);
@@ -627,7 +663,7 @@ unsafe fn gemm_packed_on(
                             Ahead::rows(at as *const u8, nrows, kp * 2, (nk1 - nk0) * 2)
                         }
                     } else {
-                        let at = b.data.as_ptr().wrapping_add(np * kp * NR + nk0 * NR);
+                        let at = b.data.as_ptr().wrapping_add(np * bkp * NR + nk0 * NR);
                         Ahead::rows(at as *const u8, 1, 0, (nk1 - nk0) * NR * 2)
                     };
                     [c_rows, operand]
@@ -713,7 +749,7 @@ pub(crate) unsafe fn gemm_bf16_serial_to_ptr(
     // SAFETY: the caller's promise on `dst`; CPU support likewise.
     unsafe {
         let c = std::slice::from_raw_parts_mut(dst, extent(m, n, ldc, 1));
-        gemm_packed_on(c, ldc, accumulate, &a, &b, false);
+        gemm_packed_on(c, ldc, accumulate, &a, b.as_ref(), false);
     }
     b.recycle();
 }

@@ -16,8 +16,10 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::attention::{head_product, softmax_masked, CAUSAL_BLOCK};
+use crate::kernels::attention::{softmax_masked, CAUSAL_BLOCK};
 use crate::kernels::bf16_gemm::has_avx512bf16;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::bf16_gemm::HeadOperand;
 use crate::kernels::gemm::{gemm_f32_serial, MatMut, MatRef};
 use crate::kernels::matmul::View;
 use crate::kernels::quant::bf16_rows_to_f32;
@@ -64,11 +66,19 @@ pub(crate) enum KvBuf {
 }
 
 impl KvBuf {
+    /// Zeroed lazily (pages mapped as positions are stored), in huge pages:
+    /// a prefill storing 787 positions of GPT-2 124M otherwise faults in
+    /// ~7k small pages.
     fn new(elems: usize, bf16: bool) -> Self {
+        use crate::util::alloc::advise_huge;
         if bf16 {
-            KvBuf::Bf16(vec![0; elems])
+            let v = vec![0; elems];
+            advise_huge(&v);
+            KvBuf::Bf16(v)
         } else {
-            KvBuf::F32(vec![0.0; elems])
+            let v = vec![0.0; elems];
+            advise_huge(&v);
+            KvBuf::F32(v)
         }
     }
 
@@ -344,83 +354,61 @@ impl KvCache {
                     }
                     return o;
                 }
-                let (mut key_scratch, mut val_scratch) = (Vec::new(), Vec::new());
-                let keys = self.k.read(base, kv_len * hs, &mut key_scratch);
-                let vals = self.v.read(base, kv_len * hs, &mut val_scratch);
-                // Blocks of queries: block [i0, i1) sees keys [0, past + i1)
-                // only, so the causal upper triangle is never computed.
-                let mut scores = vec![0f32; CAUSAL_BLOCK.min(t) * kv_len];
-                for i0 in (0..t).step_by(CAUSAL_BLOCK) {
-                    let i1 = (i0 + CAUSAL_BLOCK).min(t);
-                    let (rows, nk) = (i1 - i0, past + i1);
-                    let s = &mut scores[..rows * nk];
-                    // S[rows, nk] = Q[i0..i1, HS] · K[..nk]ᵀ
-                    let q_off = (b * t + i0) * 3 * c + h * hs;
-                    if bf16 {
-                        let q = View {
-                            data: &qkv[q_off..],
-                            rs: 3 * c,
-                            cs: 1,
-                        };
-                        let kt = View {
-                            data: &keys[..nk * hs],
-                            rs: 1,
-                            cs: hs,
-                        };
-                        // SAFETY: `s` is this task's own `rows × nk` buffer.
-                        unsafe {
-                            head_product(
-                                true,
+                let kv = base..base + kv_len * hs;
+                let q_off = |i0: usize| (b * t + i0) * 3 * c + h * hs;
+                #[cfg(target_arch = "x86_64")]
+                if let (true, KvBuf::Bf16(k), KvBuf::Bf16(v)) = (bf16, &self.k, &self.v) {
+                    // Keys and values packed once for every block's prefix.
+                    let kt = HeadOperand::keys_t(&k[kv.clone()], kv_len, hs);
+                    let vp = HeadOperand::values(&v[kv], kv_len, hs);
+                    fn lhs(data: &[f32], rs: usize) -> View<'_> {
+                        View { data, rs, cs: 1 }
+                    }
+                    causal_head(
+                        &mut o,
+                        (t, past, hs, scale),
+                        mask,
+                        // SAFETY (both): the CPU has the kernel (`bf16`);
+                        // `s` and `dst` are this task's own buffers.
+                        |s, i0, rows, nk| unsafe {
+                            kt.product(
                                 s.as_mut_ptr(),
                                 nk,
                                 false,
-                                q,
-                                kt,
-                                [rows, nk, hs],
-                                1.0,
+                                lhs(&qkv[q_off(i0)..], 3 * c),
+                                rows,
+                                nk,
+                                hs,
                             )
-                        };
-                    } else {
-                        gemm_f32_serial(
-                            MatMut::row_major(s, rows, nk),
-                            MatRef::strided(&qkv[q_off..], rows, hs, 3 * c as isize, 1),
-                            MatRef::transposed(&keys[..nk * hs], nk, hs),
-                        );
-                    }
-                    dispatch(
-                        #[inline(always)]
-                        || {
-                            for (r, row) in s.chunks_exact_mut(nk).enumerate() {
-                                for x in row.iter_mut() {
-                                    *x /= scale;
-                                }
-                                softmax_masked(row, past + i0 + r + 1, Some(mask));
-                            }
+                        },
+                        |dst, p, rows, nk| unsafe {
+                            vp.product(dst.as_mut_ptr(), hs, false, lhs(p, nk), rows, hs, nk)
                         },
                     );
-                    // O[i0..i1, HS] = P[rows, nk] · V[..nk]
-                    if bf16 {
-                        let p = View {
-                            data: s,
-                            rs: nk,
-                            cs: 1,
-                        };
-                        let v = View {
-                            data: &vals[..nk * hs],
-                            rs: hs,
-                            cs: 1,
-                        };
-                        let dst = o[i0 * hs..i1 * hs].as_mut_ptr();
-                        // SAFETY: `o` is this task's own `[T, HS]` buffer.
-                        unsafe { head_product(true, dst, hs, false, p, v, [rows, hs, nk], 1.0) };
-                    } else {
-                        gemm_f32_serial(
-                            MatMut::row_major(&mut o[i0 * hs..i1 * hs], rows, hs),
-                            MatRef::row_major(s, rows, nk),
-                            MatRef::row_major(&vals[..nk * hs], nk, hs),
-                        );
-                    }
+                    return o;
                 }
+                let (mut key_scratch, mut val_scratch) = (Vec::new(), Vec::new());
+                let keys = self.k.read(base, kv_len * hs, &mut key_scratch);
+                let vals = self.v.read(base, kv_len * hs, &mut val_scratch);
+                causal_head(
+                    &mut o,
+                    (t, past, hs, scale),
+                    mask,
+                    |s, i0, rows, nk| {
+                        gemm_f32_serial(
+                            MatMut::row_major(s, rows, nk),
+                            MatRef::strided(&qkv[q_off(i0)..], rows, hs, 3 * c as isize, 1),
+                            MatRef::transposed(&keys[..nk * hs], nk, hs),
+                        )
+                    },
+                    |dst, p, rows, nk| {
+                        gemm_f32_serial(
+                            MatMut::row_major(dst, rows, hs),
+                            MatRef::row_major(p, rows, nk),
+                            MatRef::row_major(&vals[..nk * hs], nk, hs),
+                        )
+                    },
+                );
                 o
             })
             .collect();
@@ -431,6 +419,40 @@ impl KvCache {
                 out[dst..dst + hs].copy_from_slice(&o[i * hs..(i + 1) * hs]);
             }
         }
+    }
+}
+
+/// One head's `t` new queries after `past` cached positions, in causal
+/// blocks: block `[i0, i1)` sees keys `[0, past + i1)` only, so the upper
+/// triangle is never computed. `scores(s, i0, rows, nk)` writes
+/// `S[rows, nk] = Q[i0..]·K[..nk]ᵀ`; then each row becomes the masked
+/// softmax of `S/√HS` (`scale` = √HS); `output(dst, p, rows, nk)` writes
+/// `O[i0.., HS] = P·V[..nk]` into `dst` (`o`'s rows of the block).
+fn causal_head(
+    o: &mut [f32],
+    (t, past, hs, scale): (usize, usize, usize, f32),
+    mask: &[u8],
+    mut scores: impl FnMut(&mut [f32], usize, usize, usize),
+    mut output: impl FnMut(&mut [f32], &[f32], usize, usize),
+) {
+    let mut buf = vec![0f32; CAUSAL_BLOCK.min(t) * (past + t)];
+    for i0 in (0..t).step_by(CAUSAL_BLOCK) {
+        let i1 = (i0 + CAUSAL_BLOCK).min(t);
+        let (rows, nk) = (i1 - i0, past + i1);
+        let s = &mut buf[..rows * nk];
+        scores(s, i0, rows, nk);
+        dispatch(
+            #[inline(always)]
+            || {
+                for (r, row) in s.chunks_exact_mut(nk).enumerate() {
+                    for x in row.iter_mut() {
+                        *x /= scale;
+                    }
+                    softmax_masked(row, past + i0 + r + 1, Some(mask));
+                }
+            },
+        );
+        output(&mut o[i0 * hs..i1 * hs], s, rows, nk);
     }
 }
 

@@ -39,7 +39,7 @@ pub use attention::{
 };
 pub use bf16_gemm::{
     matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,
-    Bf16Weight,
+    Bf16RowWriter, Bf16Weight, ROW_ALIGN as BF16_ROW_ALIGN,
 };
 pub use elementwise::{add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
@@ -50,7 +50,10 @@ pub use lm_head::{
     LM_HEAD_CHUNK_ROWS,
 };
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
-pub use optim::{adamw_update, adamw_update_scaled, global_norm, sum_squares, AdamW};
+pub use optim::{
+    adamw_update, adamw_update_hooked, adamw_update_scaled, chunk_plan, global_norm, sum_squares,
+    AdamW, AfterChunk, UpdateHook,
+};
 pub use softmax::{
     cross_entropy_backward, cross_entropy_forward, cross_entropy_fused, softmax_rows,
 };

@@ -55,6 +55,22 @@ pub trait Trainable {
     fn layout(&self) -> &crate::spec::layout::ParamLayout;
     /// Parameters (mutable) and gradients together, for the optimizer.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]);
+    /// [`Self::params_and_grads`] for an optimizer step that updates the
+    /// whole buffer through [`crate::kernels::adamw_update_hooked`] with the
+    /// returned hook (when there is one), which keeps the model's derived
+    /// copies of the parameters (bf16 packs) fresh as each part is updated
+    /// instead of marking them stale. The parameters may then change only
+    /// through that update. The default has no hook.
+    fn params_grads_hooked(
+        &mut self,
+    ) -> (
+        &mut [f32],
+        &mut [f32],
+        Option<crate::kernels::UpdateHook<'_>>,
+    ) {
+        let (p, g) = self.params_and_grads();
+        (p, g, None)
+    }
     fn grads(&self) -> &[f32];
     fn zero_grad(&mut self);
     /// Forward and backward on `batch`: returns the summed loss and ACCUMULATES

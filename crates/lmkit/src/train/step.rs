@@ -232,7 +232,17 @@ pub fn train_step_parallel<M: Trainable>(
     }
     let spans = timed(Phase::Other, || model.decay_spans());
     let tokens = k * model.tokens_per_batch() * world;
-    let (params, grads) = timed(Phase::Other, || model.params_and_grads());
+    // Unsharded, the update covers the whole buffer: the model's hook packs
+    // each updated part of a weight for the next forward (bf16) while it
+    // is in cache.
+    let (params, grads, hook) = timed(Phase::Other, || {
+        if dp.sharded() {
+            let (p, g) = model.params_and_grads();
+            (p, g, None)
+        } else {
+            model.params_grads_hooked()
+        }
+    });
     let n = params.len();
     let shard = dp.shard(n);
     if world > 1 {
@@ -280,8 +290,14 @@ pub fn train_step_parallel<M: Trainable>(
         shard.len(),
         "optimizer state is not this rank's shard"
     );
-    timed(Phase::AdamW, || {
-        kernels::adamw_update_scaled(
+    timed(Phase::AdamW, || match &hook {
+        Some(hook) => {
+            assert_eq!(shard, 0..n, "a hooked update covers the whole buffer");
+            kernels::adamw_update_hooked(
+                params, grads, coef, &mut opt.m, &mut opt.v, step, &adamw, &spans, hook,
+            )
+        }
+        None => kernels::adamw_update_scaled(
             &mut params[shard.clone()],
             &grads[shard.clone()],
             coef,
@@ -290,7 +306,7 @@ pub fn train_step_parallel<M: Trainable>(
             step,
             &adamw,
             &shard_spans(&spans, &shard),
-        )
+        ),
     });
     if dp.sharded() {
         let mine = params[shard].to_vec();

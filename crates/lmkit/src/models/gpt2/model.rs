@@ -38,7 +38,7 @@ mod task;
 pub use task::{Gpt2TaskBatch, Gpt2TaskTrainer, TaskOutput};
 
 use crate::data::TokenBatch;
-use crate::kernels::{Bf16Weight, Gelu, WeightLayout};
+use crate::kernels::{Bf16RowWriter, Bf16Weight, Gelu, UpdateHook, WeightLayout, BF16_ROW_ALIGN};
 use crate::models::packed::PackedSeqs;
 use crate::models::{LossParts, Trainable};
 use crate::spec::config::Gpt2Config;
@@ -472,6 +472,67 @@ impl Gpt2 {
         }
     }
 
+    /// Parameters and gradients for an optimizer step over the whole buffer
+    /// ([`Trainable::params_grads_hooked`]): with bf16 copies of the weights
+    /// packed, a hook that packs each updated part of a weight into them, so
+    /// the next forward does not read every weight again to pack it; else
+    /// the copies are marked stale ([`Self::weights_changed`]).
+    pub fn params_grads_hooked(&mut self) -> (&mut [f32], &mut [f32], Option<UpdateHook<'_>>) {
+        let refreshable = self.bf16.as_ref().is_some_and(|p| {
+            p.lm_head.refreshable()
+                && p.blocks.iter().all(|b| {
+                    [&b.c_attn, &b.attn_c_proj, &b.c_fc, &b.mlp_c_proj]
+                        .iter()
+                        .all(|w| w.refreshable())
+                })
+        });
+        if !refreshable {
+            self.weights_changed();
+            return (&mut self.params, &mut self.grads, None);
+        }
+        let Gpt2 {
+            params,
+            grads,
+            bf16,
+            idx,
+            ..
+        } = self;
+        let packs = bf16.as_mut().expect("checked above");
+        let mut targets: Vec<(Range<usize>, Bf16RowWriter<'_>)> = Vec::new();
+        for (w, b) in idx.blocks.iter().zip(packs.blocks.iter_mut()) {
+            for (r, pack) in [
+                (&w.c_attn_w, &mut b.c_attn),
+                (&w.attn_c_proj_w, &mut b.attn_c_proj),
+                (&w.c_fc_w, &mut b.c_fc),
+                (&w.mlp_c_proj_w, &mut b.mlp_c_proj),
+            ] {
+                targets.push((r.clone(), pack.row_writer().expect("checked above")));
+            }
+        }
+        let head = packs.lm_head.row_writer().expect("checked above");
+        targets.push((idx.lm_head.clone(), head));
+        targets.sort_by_key(|(r, _)| r.start);
+        let units: Vec<_> = targets
+            .iter()
+            .map(|(r, w)| (r.clone(), BF16_ROW_ALIGN * w.row_len()))
+            .collect();
+        let chunks = crate::kernels::chunk_plan(params.len(), &units);
+        let after = move |r: Range<usize>, vals: &[f32]| {
+            let i = targets.partition_point(|(t, _)| t.end <= r.start);
+            if let Some((t, w)) = targets.get(i).filter(|(t, _)| t.start <= r.start) {
+                debug_assert!(r.end <= t.end, "a chunk straddles a weight");
+                // SAFETY: `chunk_plan` cut each weight into disjoint blocks
+                // of whole BF16_ROW_ALIGN rows (the last what remains).
+                unsafe { w.fill_rows((r.start - t.start) / w.row_len(), vals) };
+            }
+        };
+        let hook = UpdateHook {
+            chunks,
+            after: Box::new(after),
+        };
+        (params, grads, Some(hook))
+    }
+
     /// Packs every block's matmul weights in bf16 when training in bf16 and
     /// they are not packed yet (once per optimizer step).
     fn ensure_bf16(&mut self) {
@@ -587,6 +648,10 @@ impl Trainable for Gpt2 {
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
         self.weights_changed();
         (&mut self.params, &mut self.grads)
+    }
+
+    fn params_grads_hooked(&mut self) -> (&mut [f32], &mut [f32], Option<UpdateHook<'_>>) {
+        Gpt2::params_grads_hooked(self)
     }
 
     fn grads(&self) -> &[f32] {

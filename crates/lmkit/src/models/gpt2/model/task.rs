@@ -310,6 +310,16 @@ impl Trainable for Gpt2TaskTrainer {
         (&mut self.model.params, &mut self.model.grads)
     }
 
+    fn params_grads_hooked(
+        &mut self,
+    ) -> (
+        &mut [f32],
+        &mut [f32],
+        Option<crate::kernels::UpdateHook<'_>>,
+    ) {
+        self.model.params_grads_hooked()
+    }
+
     fn grads(&self) -> &[f32] {
         &self.model.grads
     }
