@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use lmkit::models::gpt2::{GenerationConfig, SamplingParams};
+use lmkit::util::profile;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,6 +74,9 @@ pub struct Args {
     /// Print one JSON object (text, ids, prompt_tokens, prefill_ms, decode_tokens_per_s, ...) at the end.
     #[arg(long)]
     pub json: bool,
+    /// Print the time of prefill and decode phase by phase (matmuls, attention, LayerNorm, ...) to stderr at the end.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -108,6 +112,8 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut stdout = std::io::stdout().lock();
     let mut write_err = None;
+    let profiling = a.profile.then(profile::Enable::new);
+    let _ = profile::take();
     let done = engine.complete(&tokenizer, &prompt, &cfg, &a.stop, |piece| {
         if a.json {
             return ControlFlow::Continue(());
@@ -133,6 +139,13 @@ pub fn run(a: Args) -> Result<()> {
         return Err(e).context("writing to stdout");
     }
     let out = &done.output;
+    if profiling.is_some() {
+        let mut p = profile::StepProfiler::default();
+        p.add((out.prefill_ms + out.decode_ms) * 1e-3, &profile::take());
+        if let Some(r) = p.report() {
+            eprint!("{}", r.table_of("prefill and decode"));
+        }
+    }
     if a.json {
         let json = serde_json::json!({
             "text": done.text,

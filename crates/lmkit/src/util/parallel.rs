@@ -32,6 +32,29 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// waiting inside the pool may pick up other queued work, such as another
 /// caller's whole `f`, so `f` must not block on other threads, and a server
 /// running several models may see one request's step wait for another's.
+///
+/// With profiling on, the phases timed inside `f` on a pool thread are
+/// charged to the caller's thread, where [`super::profile::take`] finds them.
 pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| f())
+    if !super::profile::enabled() {
+        return rayon::scope(|_| f());
+    }
+    let caller = std::thread::current().id();
+    let (r, times) = rayon::scope(|_| {
+        let moved = std::thread::current().id() != caller;
+        if moved {
+            // This thread's own earlier times stay its own.
+            let before = super::profile::take();
+            let r = f();
+            let times = super::profile::take();
+            super::profile::add(&before);
+            (r, Some(times))
+        } else {
+            (f(), None)
+        }
+    });
+    if let Some(t) = times {
+        super::profile::add(&t);
+    }
+    r
 }

@@ -29,7 +29,9 @@ use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
 use crate::spec::names::Family;
 use crate::util::alloc::huge_copy;
+use crate::util::alloc::resize_scratch;
 use crate::util::parallel::on_pool;
+use crate::util::profile::{timed, Phase};
 use rayon::prelude::*;
 
 use self::source::{resolve_file_keys, FileSource, ParamSource, Source};
@@ -483,7 +485,8 @@ impl Gpt2Engine {
             (&mut s.mean, n),
             (&mut s.rstd, n),
         ] {
-            buf.resize(len, 0.0);
+            // Dead contents: a bigger batch replaces the buffer, in huge pages.
+            resize_scratch(buf, len, len);
         }
         let (x, xn, qkv, att, y, fc_pre, fc) = (
             &mut s.x[..n * c],
@@ -496,29 +499,45 @@ impl Gpt2Engine {
         );
         let (mean, rstd) = (&mut s.mean[..n], &mut s.rstd[..n]);
         // x = wte[id] + wpe[pos]
-        for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(pos)) {
-            self.wte.row_into(id as usize, row);
-            for (xv, pv) in row.iter_mut().zip(&self.wpe[p * c..(p + 1) * c]) {
-                *xv += pv;
+        timed(Phase::Embedding, || {
+            for (row, (&id, &p)) in x.chunks_exact_mut(c).zip(ids.iter().zip(pos)) {
+                self.wte.row_into(id as usize, row);
+                for (xv, pv) in row.iter_mut().zip(&self.wpe[p * c..(p + 1) * c]) {
+                    *xv += pv;
+                }
             }
-        }
+        });
+        let ln = |xn: &mut [f32], mean: &mut [f32], rstd: &mut [f32], x: &[f32], w, b| {
+            timed(Phase::LayerNorm, || {
+                layernorm_forward(xn, mean, rstd, x, w, b, n, c, eps)
+            })
+        };
         for (l, blk) in self.blocks.iter().enumerate() {
-            layernorm_forward(xn, mean, rstd, x, &blk.ln_1_w, &blk.ln_1_b, n, c, eps);
-            blk.c_attn
-                .forward(qkv, xn, Some(&blk.c_attn_b), n, &mut s.mat);
-            attend_segments(caches, ts, l, qkv, att, c);
-            blk.attn_c_proj
-                .forward(y, att, Some(&blk.attn_c_proj_b), n, &mut s.mat);
-            add_inplace(x, y);
-            layernorm_forward(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b, n, c, eps);
-            blk.c_fc
-                .forward(fc_pre, xn, Some(&blk.c_fc_b), n, &mut s.mat);
-            gelu_forward(fc, fc_pre, self.gelu);
-            blk.mlp_c_proj
-                .forward(y, fc, Some(&blk.mlp_c_proj_b), n, &mut s.mat);
-            add_inplace(x, y);
+            ln(xn, mean, rstd, x, &blk.ln_1_w, &blk.ln_1_b);
+            let mat = &mut s.mat;
+            timed(Phase::Matmul, || {
+                blk.c_attn.forward(qkv, xn, Some(&blk.c_attn_b), n, mat)
+            });
+            timed(Phase::Attention, || {
+                attend_segments(caches, ts, l, qkv, att, c)
+            });
+            timed(Phase::Matmul, || {
+                blk.attn_c_proj
+                    .forward(y, att, Some(&blk.attn_c_proj_b), n, mat)
+            });
+            timed(Phase::Residual, || add_inplace(x, y));
+            ln(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b);
+            timed(Phase::Matmul, || {
+                blk.c_fc.forward(fc_pre, xn, Some(&blk.c_fc_b), n, mat)
+            });
+            timed(Phase::Gelu, || gelu_forward(fc, fc_pre, self.gelu));
+            timed(Phase::Matmul, || {
+                blk.mlp_c_proj
+                    .forward(y, fc, Some(&blk.mlp_c_proj_b), n, mat)
+            });
+            timed(Phase::Residual, || add_inplace(x, y));
         }
-        layernorm_forward(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b, n, c, eps);
+        ln(xn, mean, rstd, x, &self.ln_f_w, &self.ln_f_b);
         for (cache, &t) in caches.iter_mut().zip(ts) {
             cache.len += t;
         }
@@ -579,10 +598,10 @@ impl Gpt2Engine {
     /// The LM head over the `m` rows in `s.gather`.
     fn head_of_gathered(&mut self, out: &mut [f32], m: usize) {
         let s = &mut self.s;
-        self.lm_head
-            .as_ref()
-            .unwrap_or(&self.wte)
-            .forward(out, &s.gather, None, m, &mut s.mat);
+        let head = self.lm_head.as_ref().unwrap_or(&self.wte);
+        timed(Phase::LmHeadMatmul, || {
+            head.forward(out, &s.gather, None, m, &mut s.mat)
+        });
     }
 
     /// Convenience: a fresh cache, one forward over `ids` (`[B, T]`, `mask`
