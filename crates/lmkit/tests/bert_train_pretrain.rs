@@ -224,6 +224,42 @@ fn pretraining_writes_metrics_and_an_hf_model_and_resumes_exactly() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `profile` covers BERT's whole step, f32 and bf16: the encoder's
+/// products, attention, LayerNorm, GELU, the MLM head and AdamW each
+/// timed, their sum within the step and most of it.
+#[test]
+fn profile_covers_the_bert_step() {
+    let dir = tmpdir("profile");
+    let data = corpus_slice(&dir, 30);
+    for dtype in [Precision::F32, Precision::Bf16] {
+        let mut o = options(&dir.join(format!("{dtype:?}")), data.clone(), 4);
+        o.profile = true;
+        o.run.dtype = dtype;
+        let s =
+            run_bert_pretraining(&o, &mut |_| {}, &lmkit::train::StopRequest::default()).unwrap();
+        let p = s.profile.expect("a profile");
+        let sum: f64 = p.phases.iter().map(|x| x.ms).sum();
+        assert!(sum <= p.step_ms * 1.0001, "{sum} > {}", p.step_ms);
+        assert!(
+            sum >= 0.8 * p.step_ms,
+            "{dtype:?}: phases cover too little:\n{}",
+            p.table()
+        );
+        let ms = |name: &str| p.phases.iter().find(|x| x.phase == name).unwrap().ms;
+        for name in [
+            "matmul",
+            "attention",
+            "layernorm",
+            "gelu",
+            "lm_head_matmul",
+            "adamw",
+        ] {
+            assert!(ms(name) > 0.0, "{dtype:?}: {name}\n{}", p.table());
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn init_from_a_bare_model_adds_heads_and_resume_rejects_changes() {
     let dir = tmpdir("init");

@@ -173,6 +173,30 @@ fn tiny_left_padded_batch_matches_hf() {
 }
 
 /// Incremental decode through the KV cache gives the logits of the full forward.
+/// With profiling on, a forward's phases (run on a rayon pool thread by
+/// `on_pool`) are charged to the calling thread, as `generate --profile`
+/// reads them: products, attention, LayerNorm, GELU and the LM head.
+#[test]
+fn engine_phases_reach_the_calling_thread() {
+    use lmkit::util::profile::{self, Phase};
+    let mut engine = Gpt2Engine::load(tiny_dir(), WeightDtype::F32).expect("load");
+    let _on = profile::Enable::new();
+    let _ = profile::take();
+    let ids: Vec<u32> = (0..12).collect();
+    let logits = engine.forward_all_logits(&ids, 1, None).expect("forward");
+    assert!(!logits.is_empty());
+    let t = profile::take();
+    for p in [
+        Phase::Matmul,
+        Phase::Attention,
+        Phase::LayerNorm,
+        Phase::Gelu,
+        Phase::LmHeadMatmul,
+    ] {
+        assert!(t.get(p) > 0.0, "{p:?} not timed: {t:?}");
+    }
+}
+
 #[test]
 fn kv_cache_decode_equals_full_forward() {
     let r = Reference::open(&tiny_dir());

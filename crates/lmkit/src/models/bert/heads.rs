@@ -87,6 +87,7 @@ pub(crate) fn layernorm_bwd(
     n: usize,
     c: usize,
 ) {
+    let _span = crate::util::profile::span(crate::util::profile::Phase::LayerNorm);
     let wr = range(layout, &format!("{name}.weight"));
     let br = range(layout, &format!("{name}.bias"));
     let (gw, gb) = two_mut(grads, wr.clone(), br);

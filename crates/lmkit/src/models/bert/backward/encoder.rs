@@ -11,6 +11,7 @@ use crate::models::GradPieces;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
 use crate::util::alloc::resize_scratch;
+use crate::util::profile::{span, timed, Phase};
 use crate::util::slice::two_mut;
 
 /// Backward scratch for one (B, T).
@@ -104,7 +105,7 @@ pub(super) fn encoder_backward(
             .ok_or_else(|| Error::InvalidInput("activations were not kept".into()))?;
         let p = bert_layer_prefix(l);
         // y = LN2(res2), res2 = output.dense(gelu(fch)) + ln1.
-        s.dres.fill(0.0);
+        timed(Phase::Copy, || s.dres.fill(0.0));
         layernorm_bwd(
             layout,
             params,
@@ -118,7 +119,7 @@ pub(super) fn encoder_backward(
             n,
             c,
         );
-        s.dfch_gelu.fill(0.0);
+        timed(Phase::Copy, || s.dfch_gelu.fill(0.0));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::Out)),
             (layout, params, grads),
@@ -128,9 +129,11 @@ pub(super) fn encoder_backward(
             &la.fch_gelu,
             (n, i_sz, c),
         );
-        s.dfch.fill(0.0);
-        kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu);
-        s.dln1.copy_from_slice(&s.dres);
+        timed(Phase::Copy, || s.dfch.fill(0.0));
+        timed(Phase::Gelu, || {
+            kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu)
+        });
+        timed(Phase::Copy, || s.dln1.copy_from_slice(&s.dres));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::Inter)),
             (layout, params, grads),
@@ -141,7 +144,7 @@ pub(super) fn encoder_backward(
             (n, c, i_sz),
         );
         // ln1 = LN1(res1), res1 = attention.output.dense(atty) + x.
-        s.dres.fill(0.0);
+        timed(Phase::Copy, || s.dres.fill(0.0));
         layernorm_bwd(
             layout,
             params,
@@ -155,7 +158,7 @@ pub(super) fn encoder_backward(
             n,
             c,
         );
-        s.datty.fill(0.0);
+        timed(Phase::Copy, || s.datty.fill(0.0));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::AttnOut)),
             (layout, params, grads),
@@ -165,7 +168,8 @@ pub(super) fn encoder_backward(
             &la.atty,
             (n, c, c),
         );
-        s.dqkv.fill(0.0);
+        timed(Phase::Copy, || s.dqkv.fill(0.0));
+        let attention = span(Phase::Attention);
         match unpadded.and_then(|p| p.lens()) {
             Some(lens) => kernels::attention_backward_varlen(
                 &mut s.dqkv,
@@ -188,12 +192,14 @@ pub(super) fn encoder_backward(
                 model.attention_products(),
             ),
         }
-        s.dx.copy_from_slice(&s.dres);
+        drop(attention);
+        timed(Phase::Copy, || s.dx.copy_from_slice(&s.dres));
         let wr = bert_qkv_weight_range(layout, l)
             .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v not packed")))?;
         let br = bert_qkv_bias_range(layout, l)
             .ok_or_else(|| Error::InvalidInput(format!("layer {l}: q/k/v biases not packed")))?;
         {
+            let _span = span(Phase::Matmul);
             let (gw, gb) = two_mut(grads, wr.clone(), br);
             match packed {
                 Some(w) => kernels::matmul_backward_bf16(
@@ -224,7 +230,7 @@ pub(super) fn encoder_backward(
     }
     // Embeddings: hidden_state(0) = LN(word + position + token type).
     let grads = pieces.rest();
-    s.dres.fill(0.0);
+    timed(Phase::Copy, || s.dres.fill(0.0));
     layernorm_bwd(
         layout,
         params,
@@ -238,6 +244,7 @@ pub(super) fn encoder_backward(
         n,
         c,
     );
+    let _span = span(Phase::Embedding);
     for (name, ids) in [
         ("embeddings.position_embeddings.weight", &batch.position_ids),
         (
@@ -273,6 +280,7 @@ fn dense_bwd(
     inp: &[f32],
     (n, c, k): (usize, usize, usize),
 ) {
+    let _span = span(Phase::Matmul);
     match packed {
         Some(w) => {
             let wr = range(layout, &format!("{name}.weight"));

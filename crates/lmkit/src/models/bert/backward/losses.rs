@@ -10,6 +10,7 @@ use crate::kernels::{self, Gelu};
 use crate::models::LossParts;
 use crate::spec::config::BertConfig;
 use crate::spec::layout::ParamLayout;
+use crate::util::profile::{span, Phase};
 
 use crate::spec::IGNORE_INDEX;
 
@@ -149,7 +150,10 @@ impl HeadPass<'_> {
         for &r in &rows {
             x.extend_from_slice(&h[r * c..(r + 1) * c]);
         }
+        let product = span(Phase::LmHeadMatmul);
         let (head, mut logits) = MlmHead::forward(layout, params, self.gelu, eps, x, c, v);
+        drop(product);
+        let loss = span(Phase::LmHeadLoss);
         let mut losses = vec![0.0; m];
         let (sum, count) = if self.backward {
             kernels::cross_entropy_fused(
@@ -166,8 +170,11 @@ impl HeadPass<'_> {
         };
         self.st.mlm = LossParts { sum, count };
         self.st.loss += over(sum, self.den(LossTerm::Mlm, m));
+        drop(loss);
         if self.backward {
+            let product = span(Phase::LmHeadMatmul);
             let dx = head.backward(layout, params, self.grads, self.gelu, &logits, c, v);
+            drop(product);
             for (k, &r) in rows.iter().enumerate() {
                 for (d, g) in self.dy[r * c..(r + 1) * c]
                     .iter_mut()

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{self, AttentionShape, WeightLayout};
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
 use crate::util::parallel::on_pool;
+use crate::util::profile::{timed, Phase};
 
 impl Bert {
     /// `out[N,OC] = inp[N,C]·Wᵀ + b` for the `nn.Linear` parameter `name`
@@ -61,35 +62,39 @@ impl Bert {
         let eps = self.eps();
         let batch = input;
         // Embeddings: word + position + token type, then LayerNorm into slot 0.
-        kernels::embeddings_forward(
-            &mut acts.emb,
-            &[
-                (
-                    &batch.input_ids,
-                    self.param("embeddings.word_embeddings.weight"),
-                ),
-                (
-                    &batch.position_ids,
-                    self.param("embeddings.position_embeddings.weight"),
-                ),
-                (
-                    &batch.token_type_ids,
-                    self.param("embeddings.token_type_embeddings.weight"),
-                ),
-            ],
-            c,
-        );
-        kernels::layernorm_forward(
-            &mut acts.hs[..n * c],
-            &mut acts.emb_mean,
-            &mut acts.emb_rstd,
-            &acts.emb,
-            self.param("embeddings.LayerNorm.weight"),
-            self.param("embeddings.LayerNorm.bias"),
-            n,
-            c,
-            eps,
-        );
+        timed(Phase::Embedding, || {
+            kernels::embeddings_forward(
+                &mut acts.emb,
+                &[
+                    (
+                        &batch.input_ids,
+                        self.param("embeddings.word_embeddings.weight"),
+                    ),
+                    (
+                        &batch.position_ids,
+                        self.param("embeddings.position_embeddings.weight"),
+                    ),
+                    (
+                        &batch.token_type_ids,
+                        self.param("embeddings.token_type_embeddings.weight"),
+                    ),
+                ],
+                c,
+            )
+        });
+        timed(Phase::LayerNorm, || {
+            kernels::layernorm_forward(
+                &mut acts.hs[..n * c],
+                &mut acts.emb_mean,
+                &mut acts.emb_rstd,
+                &acts.emb,
+                self.param("embeddings.LayerNorm.weight"),
+                self.param("embeddings.LayerNorm.bias"),
+                n,
+                c,
+                eps,
+            )
+        });
         let slots = acts.slots;
         for l in 0..nl {
             let (src, dst) = (l % slots, (l + 1) % slots);
@@ -138,25 +143,27 @@ impl Bert {
 
         let p = bert_layer_prefix(l);
         // Attention block.
-        match self.packed(l, EncoderMatmul::Qkv) {
-            Some(w) => w.forward(&mut la.qkv, x, n),
-            None => {
-                // Ranges checked in from_parts.
-                let wr = bert_qkv_weight_range(&self.layout, l).unwrap_or_default();
-                let br = bert_qkv_bias_range(&self.layout, l).unwrap_or_default();
-                kernels::matmul_forward(
-                    &mut la.qkv,
-                    x,
-                    &self.params[wr],
-                    Some(&self.params[br]),
-                    n,
-                    c,
-                    3 * c,
-                    WeightLayout::OutIn,
-                );
+        timed(Phase::Matmul, || {
+            match self.packed(l, EncoderMatmul::Qkv) {
+                Some(w) => w.forward(&mut la.qkv, x, n),
+                None => {
+                    // Ranges checked in from_parts.
+                    let wr = bert_qkv_weight_range(&self.layout, l).unwrap_or_default();
+                    let br = bert_qkv_bias_range(&self.layout, l).unwrap_or_default();
+                    kernels::matmul_forward(
+                        &mut la.qkv,
+                        x,
+                        &self.params[wr],
+                        Some(&self.params[br]),
+                        n,
+                        c,
+                        3 * c,
+                        WeightLayout::OutIn,
+                    );
+                }
             }
-        }
-        match lens {
+        });
+        timed(Phase::Attention, || match lens {
             Some(lens) => kernels::attention_forward_varlen(
                 &mut la.atty,
                 &mut la.att,
@@ -176,44 +183,52 @@ impl Bert {
                 Some(&batch.attention_mask),
                 self.attention_products(),
             ),
-        }
-        match self.packed(l, EncoderMatmul::AttnOut) {
-            Some(w) => w.forward(&mut la.res1, &la.atty, n),
-            None => self.linear(
-                &mut la.res1,
-                &la.atty,
-                &format!("{p}attention.output.dense"),
+        });
+        timed(Phase::Matmul, || {
+            match self.packed(l, EncoderMatmul::AttnOut) {
+                Some(w) => w.forward(&mut la.res1, &la.atty, n),
+                None => self.linear(
+                    &mut la.res1,
+                    &la.atty,
+                    &format!("{p}attention.output.dense"),
+                    n,
+                    c,
+                    c,
+                ),
+            }
+        });
+        timed(Phase::Residual, || kernels::add_inplace(&mut la.res1, x));
+        timed(Phase::LayerNorm, || {
+            kernels::layernorm_forward(
+                &mut la.ln1,
+                &mut la.ln1_mean,
+                &mut la.ln1_rstd,
+                &la.res1,
+                self.param(&format!("{p}attention.output.LayerNorm.weight")),
+                self.param(&format!("{p}attention.output.LayerNorm.bias")),
                 n,
                 c,
-                c,
-            ),
-        }
-        kernels::add_inplace(&mut la.res1, x);
-        kernels::layernorm_forward(
-            &mut la.ln1,
-            &mut la.ln1_mean,
-            &mut la.ln1_rstd,
-            &la.res1,
-            self.param(&format!("{p}attention.output.LayerNorm.weight")),
-            self.param(&format!("{p}attention.output.LayerNorm.bias")),
-            n,
-            c,
-            eps,
-        );
+                eps,
+            )
+        });
         // Feed-forward block.
-        match self.packed(l, EncoderMatmul::Inter) {
-            Some(w) => w.forward(&mut la.fch, &la.ln1, n),
-            None => self.linear(
-                &mut la.fch,
-                &la.ln1,
-                &format!("{p}intermediate.dense"),
-                n,
-                c,
-                i_sz,
-            ),
-        }
-        kernels::gelu_forward(&mut la.fch_gelu, &la.fch, self.gelu());
-        match self.packed(l, EncoderMatmul::Out) {
+        timed(Phase::Matmul, || {
+            match self.packed(l, EncoderMatmul::Inter) {
+                Some(w) => w.forward(&mut la.fch, &la.ln1, n),
+                None => self.linear(
+                    &mut la.fch,
+                    &la.ln1,
+                    &format!("{p}intermediate.dense"),
+                    n,
+                    c,
+                    i_sz,
+                ),
+            }
+        });
+        timed(Phase::Gelu, || {
+            kernels::gelu_forward(&mut la.fch_gelu, &la.fch, self.gelu())
+        });
+        timed(Phase::Matmul, || match self.packed(l, EncoderMatmul::Out) {
             Some(w) => w.forward(&mut la.res2, &la.fch_gelu, n),
             None => self.linear(
                 &mut la.res2,
@@ -223,19 +238,23 @@ impl Bert {
                 i_sz,
                 c,
             ),
-        }
-        kernels::add_inplace(&mut la.res2, &la.ln1);
-        kernels::layernorm_forward(
-            y,
-            &mut la.ln2_mean,
-            &mut la.ln2_rstd,
-            &la.res2,
-            self.param(&format!("{p}output.LayerNorm.weight")),
-            self.param(&format!("{p}output.LayerNorm.bias")),
-            n,
-            c,
-            eps,
-        );
+        });
+        timed(Phase::Residual, || {
+            kernels::add_inplace(&mut la.res2, &la.ln1)
+        });
+        timed(Phase::LayerNorm, || {
+            kernels::layernorm_forward(
+                y,
+                &mut la.ln2_mean,
+                &mut la.ln2_rstd,
+                &la.res2,
+                self.param(&format!("{p}output.LayerNorm.weight")),
+                self.param(&format!("{p}output.LayerNorm.bias")),
+                n,
+                c,
+                eps,
+            )
+        });
     }
 
     fn check_batch(&self, batch: &BertBatch) -> Result<()> {
