@@ -443,6 +443,37 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
     .to_string();
     assert!(err.contains("`recompute`"), "{err}");
     assert!(!dir.join("bert-re").exists());
+    // `profile`: the mean step phase by phase, both families, no other change.
+    let prof = FinetuneOptions {
+        profile: true,
+        ..opts(Precision::Bf16)
+    };
+    for (model, out) in [(&base, "prof"), (&bert, "bert-prof")] {
+        let s = finetune(
+            FinetuneTask::CLASSIFY,
+            model,
+            &train,
+            None,
+            &dir.join(out),
+            &prof,
+            &mut |_| {},
+        )
+        .unwrap();
+        let p = s.profile.as_ref().expect("a profile");
+        let ms = |name: &str| p.phases.iter().find(|x| x.phase == name).unwrap().ms;
+        let sum: f64 = p.phases.iter().map(|x| x.ms).sum();
+        assert!(
+            sum <= p.step_ms * 1.0001 && sum >= 0.7 * p.step_ms,
+            "{out}\n{}",
+            p.table()
+        );
+        for name in ["matmul", "attention", "adamw"] {
+            assert!(ms(name) > 0.0, "{out}: {name}\n{}", p.table());
+        }
+        assert!(s.to_json()["profile"]["phases"].is_array());
+    }
+    assert_eq!(losses("prof"), losses("bf16"));
+    assert_eq!(losses("bert-prof"), losses("bert-bf16"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -125,6 +125,11 @@ pub struct Args {
     /// at long sequences (an error for BERT).
     #[arg(long)]
     pub recompute: bool,
+    /// Time each step's phases (matmuls, attention, LayerNorm, GELU, the
+    /// heads, AdamW...): `phase_ms` in every metrics row, and at the end a
+    /// table of the mean step (after the first) with the matmul share.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -156,6 +161,7 @@ pub fn run(a: Args) -> Result<()> {
         shard_optimizer: a.dist.shard_optimizer,
         dtype: a.dtype,
         recompute: a.recompute,
+        profile: a.profile,
         stop: StopRequest::new(crate::interrupt::requested),
     };
     // `mpirun -np N lmkit finetune ...`: one rank of a data-parallel run;
@@ -223,6 +229,9 @@ pub fn run(a: Args) -> Result<()> {
             summary.tokens_per_s,
             summary.final_loss.map_or("-".into(), |l| format!("{l:.4}"))
         );
+        if let Some(p) = &summary.profile {
+            eprint!("{}", p.table());
+        }
         if !summary.interrupted {
             eprintln!("model written to {}", summary.output.display());
         }

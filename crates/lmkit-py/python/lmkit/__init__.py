@@ -120,11 +120,12 @@ def finetune(task, model, train, output, eval=None, *, callback=None, progress=T
     `beta2`, `eps`, `grad_clip`, `doc_stride`, `max_answer_len`, `n_best`,
     `max_steps`, `log_every`, `overwrite`, `max_shard_size`, `lm_coef`,
     `resume`, `save_every`, `keep`, `dtype` ("f32" or "bf16"), `recompute`
-    (GPT-2: less memory, the same gradients). An
-    unknown name is a `ValueError`.
+    (GPT-2: less memory, the same gradients), `profile` (time each step's
+    phases). An unknown name is a `ValueError`.
 
     Returns the summary (`steps`, `epochs`, `final_loss`, `eval` — the last
-    evaluation row —, `output`, `checkpoint`, `interrupted`, throughput).
+    evaluation row —, `output`, `checkpoint`, `interrupted`, throughput, and
+    with `profile=True` `profile`, as `pretrain` returns it).
     Progress, Ctrl-C and `keep_freed_memory` as `pretrain`.
     """
     return _lmkit._finetune(

@@ -48,6 +48,7 @@ use crate::train::{
     OptimState, RunConfig, RunEvent, RunTask, Runner, ScheduleKind, StepStats, TrainState,
     Trainable,
 };
+use crate::util::profile::StepProfile;
 use crate::util::rng::Rng;
 
 mod job;
@@ -184,6 +185,8 @@ pub struct FinetuneSummary {
     pub interrupted: bool,
     /// The newest checkpoint this run wrote.
     pub checkpoint: Option<PathBuf>,
+    /// The mean step phase by phase, with `profile` on.
+    pub profile: Option<StepProfile>,
 }
 
 impl FinetuneSummary {
@@ -201,6 +204,7 @@ impl FinetuneSummary {
             "output": self.output,
             "interrupted": self.interrupted,
             "checkpoint": self.checkpoint,
+            "profile": self.profile,
         })
     }
 }
@@ -514,7 +518,7 @@ fn run_loop<M: Trainable>(
         final_dir: Some(output.to_path_buf()),
         // Only a run of no steps (`max_steps` 0) reports its starting point.
         eval_at_start: steps.total == 0,
-        profile: false,
+        profile: opts.profile,
     };
     let runner = Runner {
         model: &mut model,
@@ -551,6 +555,7 @@ fn run_loop<M: Trainable>(
         output: output.to_path_buf(),
         interrupted: run.interrupted,
         checkpoint: run.checkpoint,
+        profile: run.profile,
     })
 }
 

@@ -73,6 +73,10 @@ pub struct FinetuneOptions {
     /// ([`crate::models::gpt2::Gpt2::set_recompute`]); an error for BERT.
     /// Memory only: a resume may turn it on or off.
     pub recompute: bool,
+    /// Time each step's phases ([`crate::util::profile::Phase`]):
+    /// `phase_ms` in the metrics rows and the mean step in the summary's
+    /// `profile`. Not part of the run: a resume may turn it on or off.
+    pub profile: bool,
     /// Polled after every step; see [`StopRequest`].
     #[serde(skip)]
     pub stop: StopRequest,
@@ -107,6 +111,7 @@ impl Default for FinetuneOptions {
             shard_optimizer: false,
             dtype: DtypeRequest::Fixed(Precision::F32),
             recompute: false,
+            profile: false,
             stop: StopRequest::default(),
         }
     }

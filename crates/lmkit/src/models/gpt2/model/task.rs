@@ -8,6 +8,7 @@ use crate::models::{LossParts, Trainable};
 use crate::spec::layout::ParamLayout;
 use crate::spec::Precision;
 use crate::spec::IGNORE_INDEX;
+use crate::util::profile::{timed, Phase};
 use crate::util::slice::two_mut;
 use std::ops::Range;
 
@@ -149,7 +150,7 @@ impl Gpt2 {
         let lens = (padded && inside).then_some(&batch.lens[..]);
         self.forward_body(&batch.inputs, rows, t, lens)?;
         let acts = self.acts.as_mut().expect("allocated");
-        acts.dc.fill(0.0);
+        timed(Phase::Copy, || acts.dc.fill(0.0));
         let mut out = TaskOutput::default();
         if lm_coef > 0.0 {
             // HF shifts: position i predicts token i+1, real tokens only.
@@ -162,7 +163,9 @@ impl Gpt2 {
             // lm_loss means over this batch's targets: rescale to `den`'s.
             let local = batch.lens.iter().map(|&l| l - 1).sum::<usize>() as f64;
             let adj = den.map_or(1.0, |d| if d[1] > 0.0 { local / d[1] } else { 0.0 });
-            out.lm = self.lm_loss(&targets, grad_scale.map(|g| g * lm_coef * adj as f32));
+            // The head's products inside are their own phase.
+            let scale = grad_scale.map(|g| g * lm_coef * adj as f32);
+            out.lm = timed(Phase::LmHeadLoss, || self.lm_loss(&targets, scale));
         }
         // Head: pooled [rows, C] → logits [rows, OC] (OC = L, or 1 per choice).
         let c = self.config.n_embd;
