@@ -98,7 +98,9 @@ impl BpeTokenizer {
             out.push(id);
             return;
         }
-        let mut cache = cache.filter(|_| piece.len() <= cache::MAX_KEY);
+        // A piece too long to cache still passes the cache on: its parts
+        // and its merges may be cached.
+        let mut cache = cache;
         if let Some(c) = cache.as_deref() {
             if let Some(ids) = c.get(self.owner, piece) {
                 out.extend_from_slice(ids);
@@ -109,10 +111,20 @@ impl BpeTokenizer {
         if split {
             self.encode_long(piece.bytes, out, cache.as_deref_mut());
         } else {
-            self.model.merge_piece(piece.bytes, out);
+            self.merge(piece.bytes, out, cache.as_deref_mut());
         }
         if let Some(c) = cache {
             c.insert(self.owner, piece, &out[at..]);
+        }
+    }
+
+    /// The merge loop on `piece`, with the thread's pair cache when there is one.
+    fn merge(&self, piece: &[u8], out: &mut Vec<u32>, cache: Option<&mut cache::WordCache>) {
+        match cache {
+            Some(c) => self
+                .model
+                .merge_piece_cached(piece, out, c.pairs(self.owner)),
+            None => self.model.merge_piece(piece, out),
         }
     }
 
@@ -135,7 +147,7 @@ impl BpeTokenizer {
             joins[pair >> 6] >> (pair & 63) & 1 == 0
         };
         let Some(first) = (0..piece.len().saturating_sub(1)).find(|&i| cut_after(i)) else {
-            return self.model.merge_piece(piece, out);
+            return self.merge(piece, out, cache);
         };
         let mut start = 0;
         for i in first..piece.len() {
