@@ -4,9 +4,12 @@
 //! short texts profits as much as one long text, and it never allocates after
 //! the thread's first use.
 //!
-//! Direct-mapped, keyed by the piece's bytes (up to 16, as two words) and the
-//! tokenizer's unique id: tokenizers sharing a thread never see each other's
-//! entries, and a hit is an exact key match, so the cache never changes ids.
+//! Direct-mapped, keyed by the piece's bytes (up to 16, as two words) and a
+//! tag: the tokenizer's unique id, with [`PART`] set for the parts of a
+//! piece cut by `encode_long` (the merge loop's ids, where a whole piece
+//! spelled alike may be one token by tiktoken's rule). Tokenizers sharing a
+//! thread never see each other's entries, and a hit is an exact key match,
+//! so the cache never changes ids.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,12 +27,15 @@ const SLOT_BITS: u32 = 14;
 const HOT_BITS: u32 = 15;
 /// Longest piece (bytes) the hot-token table holds.
 pub(crate) const HOT_MAX: usize = 12;
+/// Tag bit of the entries of parts of a cut piece (owners stay below it).
+pub(crate) const PART: u64 = 1 << 63;
 /// log2 of the merge-pair slots per thread: 8192 × 16 bytes = 128 KiB.
 const PAIR_BITS: u32 = 13;
 /// An empty [`PairCache`] slot (ids are below 2^24, so no pair's key).
 const NO_PAIR: u64 = u64::MAX;
 
-/// A fresh owner id for each tokenizer built (0 marks an empty slot).
+/// A fresh owner id for each tokenizer built (0 marks an empty slot; ids
+/// stay far below [`PART`]).
 pub(crate) fn new_owner() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -162,7 +168,8 @@ impl WordCache {
         (h >> self.shift) as usize
     }
 
-    /// The ids cached for `piece` under `owner` (none for pieces over `MAX_KEY` bytes).
+    /// The ids cached for `piece` under `owner` (a tokenizer's id, with
+    /// [`PART`] for parts of a cut piece; none for pieces over `MAX_KEY` bytes).
     #[inline]
     pub(crate) fn get(&self, owner: u64, piece: &Piece) -> Option<&[u32]> {
         if piece.len() > MAX_KEY {
