@@ -139,12 +139,19 @@ struct Window {
     more: bool,
 }
 
-/// Lookahead a piece's fast path is given: a window is read again from a
-/// piece's start when fewer bytes of it are left (longer pieces, rare in
-/// ASCII text, take the character-at-a-time path).
-const LOOKAHEAD: usize = 32;
+/// A window is read again from a piece's start when fewer of its bytes are
+/// left (and when the piece runs past it: see [`O200kPieces::next`]).
+const LOOKAHEAD: usize = 16;
 
 impl Window {
+    /// Whether a piece from `i` (in the window) that the fast path left
+    /// ran past the window: no byte of it from `i` on is non-ASCII, and
+    /// the text goes on.
+    #[inline(always)]
+    fn past_edge(&self, i: usize) -> bool {
+        self.more && self.base != i && self.unknown >> (i - self.base) == 0
+    }
+
     fn at(text: &[u8], base: usize) -> Self {
         let end = text.len().min(base + 64);
         let m = classify_block(&text[base..end]);
@@ -370,6 +377,13 @@ impl Iterator for O200kPieces<'_> {
         let start = self.pos;
         self.pos = match self.piece_end_ascii(start) {
             Some(end) => end,
+            // No byte of the window from `start` on is non-ASCII: the piece
+            // ran past it, so again from a window at its start.
+            None if self.window.past_edge(start) => {
+                self.window = Window::at(self.text, start);
+                self.piece_end_ascii(start)
+                    .unwrap_or_else(|| self.piece_end(start))
+            }
             None => self.piece_end(start),
         };
         Some(start..self.pos)
