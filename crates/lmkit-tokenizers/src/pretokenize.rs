@@ -169,6 +169,8 @@ pub struct BlockMasks {
     pub space: u64,
     /// Bytes equal to `b'\''` (where a contraction may start).
     pub apostrophe: u64,
+    /// Lowercase ASCII letters `a-z` (o200k's scanner tells the cases apart).
+    pub lower: u64,
 }
 
 /// [`BlockMasks`] of `block` (at most 64 bytes), one byte at a time.
@@ -181,6 +183,7 @@ pub fn classify_block_scalar(block: &[u8]) -> BlockMasks {
         }
         m.space |= ((b == b' ') as u64) << i;
         m.apostrophe |= ((b == b'\'') as u64) << i;
+        m.lower |= (b.is_ascii_lowercase() as u64) << i;
     }
     m
 }
@@ -196,6 +199,7 @@ impl BlockMasks {
         non_ascii: u64,
         space: u64,
         apostrophe: u64,
+        lower: u64,
     ) -> Self {
         let [letter, number, white, non_ascii] =
             [letter, number, white, non_ascii].map(|m| m & valid);
@@ -209,6 +213,7 @@ impl BlockMasks {
             non_ascii,
             space: space & valid,
             apostrophe: apostrophe & valid,
+            lower: lower & valid,
         }
     }
 }
@@ -285,7 +290,8 @@ mod avx2 {
             let d = _mm256_sub_epi8(x, splat(lo));
             bits(_mm256_cmpeq_epi8(_mm256_min_epu8(d, splat(count - 1)), d))
         };
-        let (mut classes, mut non_ascii, mut space, mut apostrophe) = ([0u64; 3], 0, 0, 0);
+        let (mut classes, mut non_ascii, mut space, mut apostrophe, mut lower) =
+            ([0u64; 3], 0, 0, 0, 0);
         for (half, chunk) in bytes.chunks_exact(32).enumerate() {
             // SAFETY: `chunk` is 32 readable bytes; the load is unaligned.
             let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().cast()) };
@@ -297,8 +303,9 @@ mod avx2 {
             non_ascii |= bits(v) << shift;
             space |= sp << shift;
             apostrophe |= bits(_mm256_cmpeq_epi8(v, splat(b'\''))) << shift;
+            lower |= in_range(v, b'a', 26) << shift;
         }
-        BlockMasks::from_compares(valid, classes, non_ascii, space, apostrophe)
+        BlockMasks::from_compares(valid, classes, non_ascii, space, apostrophe, lower)
     }
 }
 
@@ -330,7 +337,15 @@ mod avx512 {
             in_range(v, b'\t', 5) | space,
         ];
         let apostrophe = _mm512_cmpeq_epi8_mask(v, splat(b'\''));
-        BlockMasks::from_compares(valid, classes, _mm512_movepi8_mask(v), space, apostrophe)
+        let lower = in_range(v, b'a', 26);
+        BlockMasks::from_compares(
+            valid,
+            classes,
+            _mm512_movepi8_mask(v),
+            space,
+            apostrophe,
+            lower,
+        )
     }
 }
 

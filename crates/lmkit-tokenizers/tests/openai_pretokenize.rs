@@ -123,8 +123,36 @@ fn tricky_text() -> impl Strategy<Value = String> {
     .prop_map(|v| v.concat())
 }
 
+/// Mostly ASCII text, long enough to cross the o200k scanner's 64-byte
+/// windows (and its 32-byte lookahead) with runs of every ASCII class, and
+/// now and then a character that sends it to its character-at-a-time path.
+fn ascii_text() -> impl Strategy<Value = String> {
+    let atoms = prop::sample::select(vec![
+        "a", "Z", "hello", "WORLD", "Camel", "aB", "'s", "'LL", "'ve", "'", " ", "  ", "\n",
+        "\r\n", "\r", "\t", " \n ", "\u{b}", "7", "123", "4567", "!", ".", "/", "//", "-", "(",
+        "\"", "\u{0}", "\u{7f}", "é", "\u{a0}", "\u{301}", "漢", "١", "ſ",
+    ]);
+    let run = (
+        prop::sample::select(vec!["x", "X", "-", " ", "9", "\n"]),
+        20..70usize,
+    )
+        .prop_map(|(a, n)| a.repeat(n));
+    prop::collection::vec(
+        prop_oneof![30 => atoms.prop_map(String::from), 1 => run],
+        0..120,
+    )
+    .prop_map(|v| v.concat())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn scanners_equal_the_regex_on_ascii_text(text in ascii_text()) {
+        for p in PATTERNS {
+            check(&p, &text)?;
+        }
+    }
 
     #[test]
     fn scanners_equal_the_regex_on_tricky_text(text in tricky_text()) {

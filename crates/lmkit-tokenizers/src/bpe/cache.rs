@@ -4,9 +4,12 @@
 //! short texts profits as much as one long text, and it never allocates after
 //! the thread's first use.
 //!
-//! Direct-mapped, keyed by the piece's bytes (up to 16, as two words) and the
-//! tokenizer's unique id: tokenizers sharing a thread never see each other's
-//! entries, and a hit is an exact key match, so the cache never changes ids.
+//! Direct-mapped, keyed by the piece's bytes (up to 16, as two words) and a
+//! tag: the tokenizer's unique id, with [`PART`] set for the parts of a
+//! piece cut by `encode_long` (the merge loop's ids, where a whole piece
+//! spelled alike may be one token by tiktoken's rule). Tokenizers sharing a
+//! thread never see each other's entries, and a hit is an exact key match,
+//! so the cache never changes ids.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,15 +20,24 @@ use super::model::Piece;
 pub(crate) const MAX_KEY: usize = 16;
 /// Most ids a cached piece may have.
 const MAX_IDS: usize = 5;
-/// log2 of the slots per thread: 16384 × 48 bytes = 768 KiB.
-const SLOT_BITS: u32 = 14;
+/// log2 of the slots per thread: 32768 × 48 bytes = 1.5 MiB (16384 held
+/// too few of the ~26k pieces of several tokens in the books corpus under
+/// o200k: the merge loop ran again for those evicted between two uses).
+const SLOT_BITS: u32 = 15;
 /// log2 of the hot-token slots per thread: 32768 × 16 bytes = 512 KiB
 /// (4096: no gain; direct-mapped beat 2-way).
 const HOT_BITS: u32 = 15;
 /// Longest piece (bytes) the hot-token table holds.
 pub(crate) const HOT_MAX: usize = 12;
+/// Tag bit of the entries of parts of a cut piece (owners stay below it).
+pub(crate) const PART: u64 = 1 << 63;
+/// log2 of the merge-pair slots per thread: 8192 × 16 bytes = 128 KiB.
+const PAIR_BITS: u32 = 13;
+/// An empty [`PairCache`] slot (ids are below 2^24, so no pair's key).
+const NO_PAIR: u64 = u64::MAX;
 
-/// A fresh owner id for each tokenizer built (0 marks an empty slot).
+/// A fresh owner id for each tokenizer built (0 marks an empty slot; ids
+/// stay far below [`PART`]).
 pub(crate) fn new_owner() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -57,8 +69,38 @@ pub(crate) struct WordCache {
     /// stay in L1/L2, in front of the vocabulary's (GPT-2: 2 MiB), whose
     /// first read per piece was the costliest stall of encoding.
     hot: Box<[HotSlot]>,
-    /// The tokenizer whose tokens `hot` holds (0: none yet).
+    /// The tokenizer whose tokens `hot` and merges `pairs` hold (0: none yet).
     hot_owner: u64,
+    pairs: PairCache,
+}
+
+/// The merges of pairs of ids the merge loop asked about lately, direct
+/// mapped: `left << 32 | right` -> the model's `rank << 32 | merged id` (or
+/// its "no merge"). The merge table of a tiktoken vocabulary (every cut of
+/// every token: o200k's is tens of MiB) is far larger than the CPU's
+/// caches, and its lookups, each waiting on the one before, were most of
+/// the merge loop's time; the pairs of the words that reach it repeat.
+pub(crate) struct PairCache {
+    slots: Box<[(u64, u64)]>,
+}
+
+impl PairCache {
+    fn new() -> Self {
+        PairCache {
+            slots: vec![(NO_PAIR, 0); 1 << PAIR_BITS].into_boxed_slice(),
+        }
+    }
+
+    /// The value of `key` held, else `lookup()`'s, then held.
+    #[inline(always)]
+    pub(crate) fn get_or(&mut self, key: u64, lookup: impl FnOnce() -> u64) -> u64 {
+        let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - PAIR_BITS)) as usize;
+        let s = &mut self.slots[i];
+        if s.0 != key {
+            *s = (key, lookup());
+        }
+        s.1
+    }
 }
 
 impl WordCache {
@@ -68,19 +110,29 @@ impl WordCache {
             shift: 64 - bits,
             hot: vec![HotSlot::default(); 1 << HOT_BITS].into_boxed_slice(),
             hot_owner: 0,
+            pairs: PairCache::new(),
         }
     }
 
-    /// Makes the hot-token table `owner`'s, emptying it when it held
-    /// another tokenizer's tokens (once per encode call, not per piece; a
-    /// thread alternating tokenizers pays a 512 KiB fill per switch, which
-    /// an owner tag per slot would avoid at the cost of a larger slot).
+    /// Makes the hot-token table and the pair cache `owner`'s, emptying
+    /// them when they held another tokenizer's (once per encode call, not
+    /// per piece; a thread alternating tokenizers pays a 640 KiB fill per
+    /// switch, which an owner tag per slot would avoid at the cost of a
+    /// larger slot).
     #[inline]
     pub(crate) fn claim_hot(&mut self, owner: u64) {
         if self.hot_owner != owner {
             self.hot.fill(HotSlot::default());
+            self.pairs.slots.fill((NO_PAIR, 0));
             self.hot_owner = owner;
         }
+    }
+
+    /// The pair cache, made `owner`'s (see [`Self::claim_hot`]).
+    #[inline]
+    pub(crate) fn pairs(&mut self, owner: u64) -> &mut PairCache {
+        self.claim_hot(owner);
+        &mut self.pairs
     }
 
     #[inline(always)]
@@ -118,7 +170,8 @@ impl WordCache {
         (h >> self.shift) as usize
     }
 
-    /// The ids cached for `piece` under `owner` (none for pieces over `MAX_KEY` bytes).
+    /// The ids cached for `piece` under `owner` (a tokenizer's id, with
+    /// [`PART`] for parts of a cut piece; none for pieces over `MAX_KEY` bytes).
     #[inline]
     pub(crate) fn get(&self, owner: u64, piece: &Piece) -> Option<&[u32]> {
         if piece.len() > MAX_KEY {
@@ -220,5 +273,21 @@ mod tests {
         for w in words {
             assert_eq!(c.get_hot(&Piece::new(w)), None, "emptied for another owner");
         }
+    }
+
+    #[test]
+    fn pairs_remembered_per_owner() {
+        let mut c = WordCache::new(1);
+        let calls = std::cell::Cell::new(0);
+        let lookup = |v: u64| {
+            calls.set(calls.get() + 1);
+            v
+        };
+        assert_eq!(c.pairs(1).get_or(7 << 32 | 9, || lookup(5)), 5);
+        assert_eq!(c.pairs(1).get_or(7 << 32 | 9, || lookup(6)), 5, "held");
+        assert_eq!(calls.get(), 1);
+        assert_eq!(c.pairs(1).get_or(9 << 32 | 7, || lookup(NO_PAIR)), NO_PAIR);
+        assert_eq!(c.pairs(2).get_or(7 << 32 | 9, || lookup(8)), 8, "emptied");
+        assert_eq!(calls.get(), 3);
     }
 }

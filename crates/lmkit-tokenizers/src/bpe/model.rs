@@ -14,6 +14,7 @@ use std::cmp::Reverse;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+use super::cache::PairCache;
 use super::hash::FastMap;
 
 /// Pieces longer than this (in bytes) use the heap merge.
@@ -222,10 +223,10 @@ impl BpeModel {
     fn check_whole(&self, id: u32, piece: &[u8], state: &AtomicU8) -> Option<u32> {
         let single = if piece.len() <= SMALL_PIECE {
             let mut ids = [0u32; SMALL_PIECE];
-            self.merge_small_into(piece, &mut ids) == 1 && ids[0] == id
+            self.merge_small_into(piece, &mut ids, &mut |l, r| self.pair(l, r)) == 1 && ids[0] == id
         } else {
             let mut out = Vec::new();
-            self.merge_large(piece, &mut out);
+            self.merge_large(piece, &mut out, &mut |l, r| self.pair(l, r));
             out == [id]
         };
         state.store(if single { WHOLE_YES } else { WHOLE_NO }, Ordering::Relaxed);
@@ -234,23 +235,52 @@ impl BpeModel {
 
     /// The merge loop proper (no whole-piece shortcut).
     pub(crate) fn merge_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+        self.merge_piece_with(piece, out, &mut |l, r| self.pair(l, r))
+    }
+
+    /// [`Self::merge_piece`] with the merges of pairs looked up in `pairs`
+    /// first (a thread's recent ones: see [`PairCache`]).
+    pub(crate) fn merge_piece_cached(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        pairs: &mut PairCache,
+    ) {
+        self.merge_piece_with(piece, out, &mut |l, r| {
+            pairs.get_or(pair_key(l, r), || self.pair(l, r))
+        })
+    }
+
+    /// The merge loop, `pair(l, r)` giving what [`Self::pair`] does.
+    #[inline(always)]
+    fn merge_piece_with(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        pair: &mut impl FnMut(u32, u32) -> u64,
+    ) {
         if piece.len() <= SMALL_PIECE {
-            self.merge_small(piece, out)
+            self.merge_small(piece, out, pair)
         } else {
-            self.merge_large(piece, out)
+            self.merge_large(piece, out, pair)
         }
     }
 
     /// Quadratic in the number of merges, but branch-light and allocation-free:
     /// fastest for word-sized pieces.
-    fn merge_small(&self, piece: &[u8], out: &mut Vec<u32>) {
+    fn merge_small(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        pair: &mut impl FnMut(u32, u32) -> u64,
+    ) {
         if piece.len() <= 16 {
             let mut ids = [0u32; 16];
-            let len = self.merge_small_into(piece, &mut ids);
+            let len = self.merge_small_into(piece, &mut ids, pair);
             out.extend_from_slice(&ids[..len]);
         } else {
             let mut ids = [0u32; SMALL_PIECE];
-            let len = self.merge_small_into(piece, &mut ids);
+            let len = self.merge_small_into(piece, &mut ids, pair);
             out.extend_from_slice(&ids[..len]);
         }
     }
@@ -259,7 +289,12 @@ impl BpeModel {
     /// (`piece.len() <= N`; word-sized pieces use small ones): the ids
     /// become `ids[..len]`, and `len` is returned.
     #[inline]
-    fn merge_small_into<const N: usize>(&self, piece: &[u8], ids: &mut [u32; N]) -> usize {
+    fn merge_small_into<const N: usize>(
+        &self,
+        piece: &[u8],
+        ids: &mut [u32; N],
+        pair: &mut impl FnMut(u32, u32) -> u64,
+    ) -> usize {
         let n = piece.len();
         debug_assert!((1..=N).contains(&n));
         // ranks[i] = rank << 32 | merged id of (ids[i], ids[i + 1]).
@@ -290,12 +325,12 @@ impl BpeModel {
             len -= 1;
             ids[at] = merged;
             ranks[at] = if at + 1 < len {
-                self.pair(merged, ids[at + 1])
+                pair(merged, ids[at + 1])
             } else {
                 NO_MERGE
             };
             if at > 0 {
-                ranks[at - 1] = self.pair(ids[at - 1], merged);
+                ranks[at - 1] = pair(ids[at - 1], merged);
             }
         }
         len
@@ -303,14 +338,25 @@ impl BpeModel {
 
     /// O(n log n): a min-heap of (rank, position) over a linked list of parts,
     /// with stale entries skipped when popped. Its buffers are per thread.
-    fn merge_large(&self, piece: &[u8], out: &mut Vec<u32>) {
+    fn merge_large(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        pair: &mut impl FnMut(u32, u32) -> u64,
+    ) {
         LARGE_SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-            Ok(mut s) => self.merge_large_in(piece, out, &mut s),
-            Err(_) => self.merge_large_in(piece, out, &mut LargeScratch::default()),
+            Ok(mut s) => self.merge_large_in(piece, out, &mut s, pair),
+            Err(_) => self.merge_large_in(piece, out, &mut LargeScratch::default(), pair),
         })
     }
 
-    fn merge_large_in(&self, piece: &[u8], out: &mut Vec<u32>, s: &mut LargeScratch) {
+    fn merge_large_in(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        s: &mut LargeScratch,
+        pair: &mut impl FnMut(u32, u32) -> u64,
+    ) {
         const NONE: u32 = u32::MAX;
         const DEAD: u32 = u32::MAX;
         let n = piece.len();
@@ -338,7 +384,7 @@ impl BpeModel {
             if nx >= n {
                 continue;
             }
-            let p = self.pair(ids[pos], ids[nx]);
+            let p = pair(ids[pos], ids[nx]);
             if p == NO_MERGE || p >> 32 != rank {
                 continue;
             }
@@ -348,14 +394,14 @@ impl BpeModel {
             next[pos] = nn;
             if (nn as usize) < n {
                 prev[nn as usize] = pos as u32;
-                let q = self.pair(ids[pos], ids[nn as usize]);
+                let q = pair(ids[pos], ids[nn as usize]);
                 if q != NO_MERGE {
                     heap.push(Reverse((q >> 32) << 32 | pos as u64));
                 }
             }
             let pv = prev[pos];
             if pv != NONE {
-                let q = self.pair(ids[pv as usize], ids[pos]);
+                let q = pair(ids[pv as usize], ids[pos]);
                 if q != NO_MERGE {
                     heap.push(Reverse((q >> 32) << 32 | pv as u64));
                 }

@@ -22,7 +22,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::scan::{contraction_len, space_run, up_to_three};
-use super::{decode_multibyte, page_of_classes};
+use super::{classify_block, decode_multibyte, page_of_classes};
 use crate::pretokenize_tables::{LOWER, MARK, MODIFIER_OTHER, NUMBER, UPPER, WHITE_SPACE};
 
 /// `\p{Lu}`, `\p{Lt}`: the upper word class only.
@@ -104,13 +104,91 @@ fn class_at(text: &[u8], i: usize) -> (u8, usize) {
 /// Splits `text` into o200k_base pre-tokenization pieces (byte ranges
 /// that tile it).
 pub fn split_o200k(text: &[u8]) -> O200kPieces<'_> {
-    O200kPieces { text, pos: 0 }
+    O200kPieces {
+        text,
+        pos: 0,
+        // Read at the first piece (`base` past any start).
+        window: Window {
+            base: usize::MAX,
+            ..Window::default()
+        },
+    }
 }
 
 /// Iterator over the pieces of [`split_o200k`].
 pub struct O200kPieces<'a> {
     text: &'a [u8],
     pos: usize,
+    window: Window,
+}
+
+/// Class masks of up to 64 bytes of text from `base` ([`classify_block`]):
+/// bit `j` is byte `base + j`. `unknown` marks the bytes whose class the
+/// masks do not give: non-ASCII ones (and, see [`unknown_at`], those past
+/// the window; past the text's end, bits are in no class).
+#[derive(Default)]
+struct Window {
+    base: usize,
+    upper: u64,
+    lower: u64,
+    digit: u64,
+    white: u64,
+    other: u64,
+    unknown: u64,
+    /// The text goes on past the window.
+    more: bool,
+}
+
+/// A window is read again from a piece's start when fewer of its bytes are
+/// left (and when the piece runs past it: see [`O200kPieces::next`]).
+const LOOKAHEAD: usize = 16;
+
+impl Window {
+    /// Whether a piece from `i` (in the window) that the fast path left
+    /// ran past the window: no byte of it from `i` on is non-ASCII, and
+    /// the text goes on.
+    #[inline(always)]
+    fn past_edge(&self, i: usize) -> bool {
+        self.more && self.base != i && self.unknown >> (i - self.base) == 0
+    }
+
+    fn at(text: &[u8], base: usize) -> Self {
+        // The scanner is the first to read the text: ask for it ahead.
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE is in every x86_64 CPU, and a prefetch never faults,
+        // whatever the address (here possibly past the text).
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(text.as_ptr().wrapping_add(base + 512).cast());
+        }
+        let end = text.len().min(base + 64);
+        let m = classify_block(&text[base..end]);
+        Window {
+            base,
+            upper: m.class[0] & !m.lower,
+            lower: m.lower,
+            digit: m.class[1],
+            white: m.class[2],
+            other: m.class[3],
+            unknown: m.non_ascii,
+            more: end < text.len(),
+        }
+    }
+}
+
+/// End of the run from bit `s` of the bits in `m`.
+#[inline(always)]
+fn run_end(m: u64, s: u32) -> u32 {
+    if s >= 64 {
+        return s;
+    }
+    s + (!(m >> s)).trailing_zeros()
+}
+
+/// Whether bit `j` of `unknown` is set, or `j` is past its 64 bits.
+#[inline(always)]
+fn unknown_at(unknown: u64, j: u32) -> bool {
+    j >= 64 || (unknown >> j) & 1 != 0
 }
 
 impl O200kPieces<'_> {
@@ -155,6 +233,93 @@ impl O200kPieces<'_> {
     fn upper_then_maybe_lower(&self, p: usize) -> Option<usize> {
         let u = self.run(p, upper);
         (u > p).then(|| self.run(u, lower))
+    }
+
+    /// End of the piece starting at `i < text.len()` from the window's
+    /// masks, or `None` where a byte it depends on is not ASCII or not in
+    /// the window: the alternatives of [`Self::piece_end`] on ASCII
+    /// characters, with each run's end a count of trailing zeros.
+    #[inline(always)]
+    fn piece_end_ascii(&mut self, i: usize) -> Option<usize> {
+        if i < self.window.base || i - self.window.base > 64 - LOOKAHEAD {
+            self.window = Window::at(self.text, i);
+        }
+        let w = &self.window;
+        let k = i - w.base;
+        let [upper, lower, digit, white, other, mut unknown] =
+            [w.upper, w.lower, w.digit, w.white, w.other, w.unknown].map(|m| m >> k);
+        if w.more {
+            // The top `k` bits are past the window.
+            unknown |= !(u64::MAX >> k);
+        }
+        if unknown & 1 != 0 {
+            return None;
+        }
+        let b = self.text[i];
+        let letter = upper | lower;
+        let prefix = (white | other) & 1 != 0 && b != b'\r' && b != b'\n';
+        if prefix && unknown & 2 != 0 {
+            return None;
+        }
+        let p = if letter & 1 != 0 {
+            Some(0)
+        } else {
+            (prefix && letter & 2 != 0).then_some(1)
+        };
+        if let Some(p) = p {
+            // `U*L+`, else `U+L*` (ASCII letters are of one case).
+            let u = run_end(upper, p);
+            let l = run_end(lower, u);
+            if unknown_at(unknown, u) || unknown_at(unknown, l) {
+                return None;
+            }
+            let e = i + l as usize;
+            return Some(e + contraction_len(self.text, e));
+        }
+        if digit & 1 != 0 {
+            let r = run_end(digit, 0);
+            return match r {
+                3.. => Some(i + 3),
+                _ if unknown_at(unknown, r) => None,
+                _ => Some(i + r as usize),
+            };
+        }
+        // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+        let others_from = if other & 1 != 0 {
+            Some(0)
+        } else if b == b' ' {
+            if unknown & 2 != 0 {
+                return None;
+            }
+            (other & 2 != 0).then_some(1)
+        } else {
+            None
+        };
+        let text = self.text;
+        if let Some(s) = others_from {
+            let e = run_end(other, s);
+            if unknown_at(unknown, e) {
+                return None;
+            }
+            let mut j = i + e as usize;
+            while j < text.len() && matches!(text[j], b'\r' | b'\n' | b'/') {
+                j += 1;
+            }
+            return Some(j);
+        }
+        // Whitespace: `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`.
+        let e = run_end(white, 0);
+        if unknown_at(unknown, e) {
+            return None;
+        }
+        let end = i + e as usize;
+        Some(
+            match (i..end).rev().find(|&j| matches!(text[j], b'\r' | b'\n')) {
+                Some(c) => c + 1,
+                None if end < text.len() && e >= 2 => end - 1,
+                None => end,
+            },
+        )
     }
 
     /// End of the piece starting at `i < text.len()`.
@@ -218,7 +383,17 @@ impl Iterator for O200kPieces<'_> {
             return None;
         }
         let start = self.pos;
-        self.pos = self.piece_end(start);
+        self.pos = match self.piece_end_ascii(start) {
+            Some(end) => end,
+            // No byte of the window from `start` on is non-ASCII: the piece
+            // ran past it, so again from a window at its start.
+            None if self.window.past_edge(start) => {
+                self.window = Window::at(self.text, start);
+                self.piece_end_ascii(start)
+                    .unwrap_or_else(|| self.piece_end(start))
+            }
+            None => self.piece_end(start),
+        };
         Some(start..self.pos)
     }
 }
