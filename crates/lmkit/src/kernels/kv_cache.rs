@@ -66,19 +66,11 @@ pub(crate) enum KvBuf {
 }
 
 impl KvBuf {
-    /// Zeroed lazily (pages mapped as positions are stored), in huge pages:
-    /// a prefill storing 787 positions of GPT-2 124M otherwise faults in
-    /// ~7k small pages.
     fn new(elems: usize, bf16: bool) -> Self {
-        use crate::util::alloc::advise_huge;
         if bf16 {
-            let v = vec![0; elems];
-            advise_huge(&v);
-            KvBuf::Bf16(v)
+            KvBuf::Bf16(vec![0; elems])
         } else {
-            let v = vec![0.0; elems];
-            advise_huge(&v);
-            KvBuf::F32(v)
+            KvBuf::F32(vec![0.0; elems])
         }
     }
 

@@ -90,35 +90,12 @@ pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
 /// zeroed, as `Vec::resize`). One too small is replaced by a buffer of
 /// capacity `cap.max(len)`, not reallocated: a realloc would copy the dead
 /// contents, and `cap` lets a caller whose sizes vary grow once to a bound.
-/// The new buffer asks for huge pages (`with_huge_capacity`): a
-/// prefill's activations (~40 MB for GPT-2 124M at 787 tokens) otherwise
-/// fault in one 4 KiB page at a time, ~5% of the prefill.
 pub fn resize_scratch<T: Copy + Default>(v: &mut Vec<T>, len: usize, cap: usize) {
     if v.capacity() < len {
         *v = Vec::new();
-        *v = with_huge_capacity(cap.max(len));
+        v.reserve_exact(cap.max(len));
     }
     v.resize(len, T::default());
-}
-
-/// Asks that the pages of `v` not yet touched be backed by huge pages
-/// (`MADV_HUGEPAGE`, see `with_huge_capacity`) when they are: for a zeroed
-/// buffer (`vec![0; n]`, whose fresh pages are mapped on first write) that
-/// fills gradually, as a KV cache does.
-pub fn advise_huge<T>(v: &[T]) {
-    // SAFETY: the range is `v`'s own memory; MADV_HUGEPAGE changes only
-    // how the kernel backs it, never its contents.
-    #[cfg(target_os = "linux")]
-    unsafe {
-        advise_aligned(
-            v.as_ptr() as usize,
-            std::mem::size_of_val(v),
-            2 << 20,
-            libc::MADV_HUGEPAGE,
-        );
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = v;
 }
 
 /// A copy of `src` in huge pages where the kernel allows

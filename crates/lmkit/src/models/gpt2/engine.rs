@@ -485,7 +485,7 @@ impl Gpt2Engine {
             (&mut s.mean, n),
             (&mut s.rstd, n),
         ] {
-            // Dead contents: a bigger batch replaces the buffer, in huge pages.
+            // Dead contents: a bigger batch replaces the buffer (no copy).
             resize_scratch(buf, len, len);
         }
         let (x, xn, qkv, att, y, fc_pre, fc) = (
