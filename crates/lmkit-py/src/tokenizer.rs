@@ -13,13 +13,14 @@ use lmkit_tokenizers::wordpiece::{
 };
 use lmkit_tokenizers::Tokenizer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyList, PyString};
 use rayon::prelude::*;
 
 use crate::errors::{value_error, PyResultExt};
 
 mod encode;
 mod encoding;
+mod ids;
 mod tiktoken;
 
 use encode::{decode_one, input_of, EncodeJob, Input, Specials};
@@ -33,6 +34,8 @@ pub struct PyTokenizer {
     /// BPE only (WordPiece keeps its own, HF's semantics for pairs).
     bpe_truncation: Option<(usize, TruncationDirection)>,
     bpe_padding: Option<Padding>,
+    /// The Python ints of the ids, for the id lists returned.
+    id_objects: ids::IdObjects,
 }
 
 impl PyTokenizer {
@@ -46,6 +49,7 @@ impl PyTokenizer {
             inner,
             bpe_truncation: None,
             bpe_padding: None,
+            id_objects: ids::IdObjects::default(),
         }
     }
 
@@ -412,15 +416,15 @@ impl PyTokenizer {
     /// defaults (`allowed_special=set()`, `disallowed_special="all"`) this
     /// takes when `tiktoken_defaults`.
     #[pyo3(signature = (text, *, add_special_tokens = true, allowed_special = None, disallowed_special = None, tiktoken_defaults = false))]
-    fn encode_ids(
+    fn encode_ids<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         text: String,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
         tiktoken_defaults: bool,
-    ) -> PyResult<Vec<u32>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let job = self.ids_job(
             add_special_tokens,
             allowed_special,
@@ -428,36 +432,41 @@ impl PyTokenizer {
             tiktoken_defaults,
         )?;
         // Short texts are not worth a GIL round trip.
-        if text.len() < 4096 {
-            return job.ids(&text).map_err(value_error);
+        let ids = if text.len() < 4096 {
+            job.ids(&text)
+        } else {
+            py.detach(|| job.ids(&text))
         }
-        py.detach(|| job.ids(&text)).map_err(value_error)
+        .map_err(value_error)?;
+        self.id_objects.list(py, self.inner.vocab_size(), &ids)
     }
 
     /// Token ids of many texts on all cores, the GIL released.
     #[pyo3(signature = (texts, *, add_special_tokens = true, allowed_special = None, disallowed_special = None, tiktoken_defaults = false))]
-    fn encode_ids_batch(
+    fn encode_ids_batch<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         texts: Vec<String>,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
         tiktoken_defaults: bool,
-    ) -> PyResult<Vec<Vec<u32>>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let job = self.ids_job(
             add_special_tokens,
             allowed_special,
             disallowed_special,
             tiktoken_defaults,
         )?;
-        py.detach(|| {
-            texts
-                .par_iter()
-                .map(|t| job.ids(t))
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .map_err(value_error)
+        let seqs = py
+            .detach(|| {
+                texts
+                    .par_iter()
+                    .map(|t| job.ids(t))
+                    .collect::<Result<Vec<_>, String>>()
+            })
+            .map_err(value_error)?;
+        self.id_objects.lists(py, self.inner.vocab_size(), &seqs)
     }
 
     /// The text of `ids` (bytes that are not UTF-8 become U+FFFD, as HF

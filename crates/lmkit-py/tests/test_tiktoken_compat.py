@@ -150,3 +150,21 @@ def test_encode_with_unstable_equals_tiktoken(name, reference):
         assert sorted(map(tuple, completions)) == sorted(map(tuple, want)), text
     with pytest.raises(ValueError, match="disallowed special token"):
         ours.encode_with_unstable("<|endoftext|>")
+
+
+def test_id_lists_are_the_callers_own():
+    """Id lists share the tokenizer's int objects (one per vocabulary id):
+    each call still returns a new, plain list of ints, special ids too, that
+    the caller may change without touching the next result."""
+    enc = tiktoken_compat.get_encoding("cl100k_base")
+    text = "hello world, " * 2_000 + "<|endoftext|>"
+    a = enc.encode(text, allowed_special="all")
+    assert type(a) is list and all(type(x) is int for x in a)
+    assert a[-1] == enc.eot_token
+    want = list(a)
+    a[0] = -1
+    a.append(7)
+    assert enc.encode(text, allowed_special="all") == want
+    batch = enc.encode_ordinary_batch([text, "x"])
+    assert type(batch) is list and [type(b) for b in batch] == [list, list]
+    assert batch[0] == enc.encode_ordinary(text) and batch[1] == enc.encode_ordinary("x")
