@@ -1049,7 +1049,7 @@ fn adamw_matches_pytorch() {
         let (mut rp, mut rm, mut rv) = (p.clone(), m.clone(), v.clone());
         let g = rng.vec(len, 0.1);
         let kept = g.clone();
-        kernels::adamw_update_scaled(&mut sp, &g, coef, &mut sm, &mut sv, 5, &cfg, &decay);
+        kernels::adamw_update_scaled(&mut sp, &g, coef, &mut sm, &mut sv, 5, &cfg, &decay, None);
         let mut scaled = g.clone();
         reference::scale_inplace(&mut scaled, coef);
         reference::adamw_update(&mut rp, &scaled, &mut rm, &mut rv, 5, &cfg, &decay);
@@ -1088,8 +1088,18 @@ fn adamw_matches_pytorch() {
             }
         }),
     };
-    kernels::adamw_update_hooked(&mut hp, &g, 0.5, &mut hm, &mut hv, 6, &cfg, &decay, &hook);
-    kernels::adamw_update_scaled(&mut sp, &g, 0.5, &mut sm, &mut sv, 6, &cfg, &decay);
+    kernels::adamw_update_scaled(
+        &mut hp,
+        &g,
+        0.5,
+        &mut hm,
+        &mut hv,
+        6,
+        &cfg,
+        &decay,
+        Some(&hook),
+    );
+    kernels::adamw_update_scaled(&mut sp, &g, 0.5, &mut sm, &mut sv, 6, &cfg, &decay, None);
     assert_eq!(bits(&hp), bits(&sp), "hooked adamw params");
     assert_eq!(bits(&hm), bits(&sm), "hooked adamw m");
     assert_eq!(bits(&hv), bits(&sv), "hooked adamw v");

@@ -51,8 +51,8 @@ pub use lm_head::{
 };
 pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
 pub use optim::{
-    adamw_update, adamw_update_hooked, adamw_update_scaled, chunk_plan, global_norm, sum_squares,
-    AdamW, AfterChunk, UpdateHook,
+    adamw_update, adamw_update_scaled, chunk_plan, global_norm, sum_squares, AdamW, AfterChunk,
+    UpdateHook,
 };
 pub use softmax::{
     cross_entropy_backward, cross_entropy_forward, cross_entropy_fused, softmax_rows,

@@ -41,36 +41,7 @@ pub fn adamw_update(
     cfg: &AdamW,
     decay: &[(Range<usize>, bool)],
 ) {
-    adamw_update_scaled(params, grads, 1.0, m, v, step, cfg, decay)
-}
-
-/// [`adamw_update`] with the gradient `grad_scale · g` (f32 product), the
-/// same bits as scaling `grads` in place first (`clip_grad_norm_`'s
-/// `g.mul_(coef)`) without that extra pass over the buffer; `grads` is
-/// left as it was.
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_update_scaled(
-    params: &mut [f32],
-    grads: &[f32],
-    grad_scale: f32,
-    m: &mut [f32],
-    v: &mut [f32],
-    step: u64,
-    cfg: &AdamW,
-    decay: &[(Range<usize>, bool)],
-) {
-    let chunks = chunk_plan(params.len(), &[]);
-    adamw_run(
-        params,
-        grads,
-        grad_scale,
-        (m, v),
-        step,
-        cfg,
-        decay,
-        &chunks,
-        None,
-    )
+    adamw_update_scaled(params, grads, 1.0, m, v, step, cfg, decay, None)
 }
 
 /// `after(range, new values)` of [`UpdateHook`].
@@ -86,10 +57,13 @@ pub struct UpdateHook<'a> {
     pub after: Box<AfterChunk<'a>>,
 }
 
-/// [`adamw_update_scaled`] over `hook`'s chunks, calling its `after` on
-/// each: the same bits in the buffers (the update is element-wise).
+/// [`adamw_update`] with the gradient `grad_scale · g` (f32 product), the
+/// same bits as scaling `grads` in place first (`clip_grad_norm_`'s
+/// `g.mul_(coef)`) without that extra pass over the buffer; `grads` is
+/// left as it was. With a `hook`, over its chunks, calling its `after` on
+/// each: the same bits again (the update is element-wise).
 #[allow(clippy::too_many_arguments)]
-pub fn adamw_update_hooked(
+pub fn adamw_update_scaled(
     params: &mut [f32],
     grads: &[f32],
     grad_scale: f32,
@@ -98,9 +72,16 @@ pub fn adamw_update_hooked(
     step: u64,
     cfg: &AdamW,
     decay: &[(Range<usize>, bool)],
-    hook: &UpdateHook<'_>,
+    hook: Option<&UpdateHook<'_>>,
 ) {
-    let (chunks, after) = (&hook.chunks, &*hook.after);
+    let plan;
+    let (chunks, after) = match hook {
+        Some(h) => (&h.chunks, Some(&*h.after)),
+        None => {
+            plan = chunk_plan(params.len(), &[]);
+            (&plan, None)
+        }
+    };
     adamw_run(
         params,
         grads,
@@ -110,7 +91,7 @@ pub fn adamw_update_hooked(
         cfg,
         decay,
         chunks,
-        Some(after),
+        after,
     )
 }
 

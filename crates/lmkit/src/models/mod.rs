@@ -56,7 +56,7 @@ pub trait Trainable {
     /// Parameters (mutable) and gradients together, for the optimizer.
     fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]);
     /// [`Self::params_and_grads`] for an optimizer step that updates the
-    /// whole buffer through [`crate::kernels::adamw_update_hooked`] with the
+    /// whole buffer through [`crate::kernels::adamw_update_scaled`] with the
     /// returned hook (when there is one), which keeps the model's derived
     /// copies of the parameters (bf16 packs) fresh as each part is updated
     /// instead of marking them stale. The parameters may then change only

@@ -290,14 +290,11 @@ pub fn train_step_parallel<M: Trainable>(
         shard.len(),
         "optimizer state is not this rank's shard"
     );
-    timed(Phase::AdamW, || match &hook {
-        Some(hook) => {
-            assert_eq!(shard, 0..n, "a hooked update covers the whole buffer");
-            kernels::adamw_update_hooked(
-                params, grads, coef, &mut opt.m, &mut opt.v, step, &adamw, &spans, hook,
-            )
-        }
-        None => kernels::adamw_update_scaled(
+    if hook.is_some() {
+        assert_eq!(shard, 0..n, "a hooked update covers the whole buffer");
+    }
+    timed(Phase::AdamW, || {
+        kernels::adamw_update_scaled(
             &mut params[shard.clone()],
             &grads[shard.clone()],
             coef,
@@ -306,7 +303,8 @@ pub fn train_step_parallel<M: Trainable>(
             step,
             &adamw,
             &shard_spans(&spans, &shard),
-        ),
+            hook.as_ref(),
+        )
     });
     if dp.sharded() {
         let mine = params[shard].to_vec();
