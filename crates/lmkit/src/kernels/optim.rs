@@ -97,7 +97,7 @@ pub fn adamw_update_scaled(
 
 /// Chunks of `0..len` for AdamW's tasks: each of `aligned`'s `(range,
 /// unit)` (ranges in order, disjoint) cut into whole multiples of `unit`
-/// elements (the last piece what remains), the rest into [`ADAM_CHUNK`]s.
+/// elements (the last piece what remains), the rest into pieces of 8192.
 pub fn chunk_plan(len: usize, aligned: &[(Range<usize>, usize)]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut cut = |r: Range<usize>, step: usize| {
