@@ -461,12 +461,10 @@ fn finetune_dtype_follows_f32_for_both_families_and_is_kept_on_resume() {
         .unwrap();
         let p = s.profile.as_ref().expect("a profile");
         let ms = |name: &str| p.phases.iter().find(|x| x.phase == name).unwrap().ms;
+        // No lower bound on the coverage: on these tiny models the task
+        // heads and batch handling, untimed, are much of a step.
         let sum: f64 = p.phases.iter().map(|x| x.ms).sum();
-        assert!(
-            sum <= p.step_ms * 1.0001 && sum >= 0.7 * p.step_ms,
-            "{out}\n{}",
-            p.table()
-        );
+        assert!(sum <= p.step_ms * 1.0001, "{out}\n{}", p.table());
         for name in ["matmul", "attention", "adamw"] {
             assert!(ms(name) > 0.0, "{out}: {name}\n{}", p.table());
         }
