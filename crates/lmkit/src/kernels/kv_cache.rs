@@ -353,9 +353,6 @@ impl KvCache {
                     // Keys and values packed once for every block's prefix.
                     let kt = HeadOperand::keys_t(&k[kv.clone()], kv_len, hs);
                     let vp = HeadOperand::values(&v[kv], kv_len, hs);
-                    fn lhs(data: &[f32], rs: usize) -> View<'_> {
-                        View { data, rs, cs: 1 }
-                    }
                     causal_head(
                         &mut o,
                         (t, past, hs, scale),
@@ -367,14 +364,23 @@ impl KvCache {
                                 s.as_mut_ptr(),
                                 nk,
                                 false,
-                                lhs(&qkv[q_off(i0)..], 3 * c),
+                                View {
+                                    data: &qkv[q_off(i0)..],
+                                    rs: 3 * c,
+                                    cs: 1,
+                                },
                                 rows,
                                 nk,
                                 hs,
                             )
                         },
                         |dst, p, rows, nk| unsafe {
-                            vp.product(dst.as_mut_ptr(), hs, false, lhs(p, nk), rows, hs, nk)
+                            let p = View {
+                                data: p,
+                                rs: nk,
+                                cs: 1,
+                            };
+                            vp.product(dst.as_mut_ptr(), hs, false, p, rows, hs, nk)
                         },
                     );
                     return o;

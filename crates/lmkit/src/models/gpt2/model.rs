@@ -87,6 +87,27 @@ struct Bf16Packs {
     lm_head: Bf16Weight,
 }
 
+impl Bf16Packs {
+    /// Every packed weight with its range in the parameters: each block's
+    /// four, then the LM head.
+    fn weights_mut<'a>(
+        &'a mut self,
+        idx: &'a Index,
+    ) -> impl Iterator<Item = (&'a Range<usize>, &'a mut Bf16Weight)> {
+        let blocks = idx.blocks.iter().zip(self.blocks.iter_mut());
+        blocks
+            .flat_map(|(w, b)| {
+                [
+                    (&w.c_attn_w, &mut b.c_attn),
+                    (&w.attn_c_proj_w, &mut b.attn_c_proj),
+                    (&w.c_fc_w, &mut b.c_fc),
+                    (&w.mlp_c_proj_w, &mut b.mlp_c_proj),
+                ]
+            })
+            .chain(std::iter::once((&idx.lm_head, &mut self.lm_head)))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Index {
     wte: Range<usize>,
@@ -478,14 +499,10 @@ impl Gpt2 {
     /// the next forward does not read every weight again to pack it; else
     /// the copies are marked stale ([`Self::weights_changed`]).
     pub fn params_grads_hooked(&mut self) -> (&mut [f32], &mut [f32], Option<UpdateHook<'_>>) {
-        let refreshable = self.bf16.as_ref().is_some_and(|p| {
-            p.lm_head.refreshable()
-                && p.blocks.iter().all(|b| {
-                    [&b.c_attn, &b.attn_c_proj, &b.c_fc, &b.mlp_c_proj]
-                        .iter()
-                        .all(|w| w.refreshable())
-                })
-        });
+        let refreshable = match self.bf16.as_mut() {
+            Some(p) => p.weights_mut(&self.idx).all(|(_, w)| w.refreshable()),
+            None => false,
+        };
         if !refreshable {
             self.weights_changed();
             return (&mut self.params, &mut self.grads, None);
@@ -498,19 +515,10 @@ impl Gpt2 {
             ..
         } = self;
         let packs = bf16.as_mut().expect("checked above");
-        let mut targets: Vec<(Range<usize>, Bf16RowWriter<'_>)> = Vec::new();
-        for (w, b) in idx.blocks.iter().zip(packs.blocks.iter_mut()) {
-            for (r, pack) in [
-                (&w.c_attn_w, &mut b.c_attn),
-                (&w.attn_c_proj_w, &mut b.attn_c_proj),
-                (&w.c_fc_w, &mut b.c_fc),
-                (&w.mlp_c_proj_w, &mut b.mlp_c_proj),
-            ] {
-                targets.push((r.clone(), pack.row_writer().expect("checked above")));
-            }
-        }
-        let head = packs.lm_head.row_writer().expect("checked above");
-        targets.push((idx.lm_head.clone(), head));
+        let mut targets: Vec<(Range<usize>, Bf16RowWriter<'_>)> = packs
+            .weights_mut(idx)
+            .map(|(r, w)| (r.clone(), w.row_writer().expect("checked above")))
+            .collect();
         targets.sort_by_key(|(r, _)| r.start);
         let units: Vec<_> = targets
             .iter()
@@ -547,13 +555,9 @@ impl Gpt2 {
         );
         let p = &self.params;
         if let Some(mut packs) = self.bf16_spare.take() {
-            for (w, b) in self.idx.blocks.iter().zip(&mut packs.blocks) {
-                b.c_attn.repack(&p[w.c_attn_w.clone()]);
-                b.attn_c_proj.repack(&p[w.attn_c_proj_w.clone()]);
-                b.c_fc.repack(&p[w.c_fc_w.clone()]);
-                b.mlp_c_proj.repack(&p[w.mlp_c_proj_w.clone()]);
+            for (r, w) in packs.weights_mut(&self.idx) {
+                w.repack(&p[r.clone()]);
             }
-            packs.lm_head.repack(&p[self.idx.lm_head.clone()]);
             self.bf16 = Some(packs);
             return;
         }
