@@ -17,7 +17,7 @@
 
 use criterion::{criterion_group, BenchmarkGroup, Criterion, Throughput};
 use lmkit::kernels::AttentionProducts::{self, F32};
-use lmkit::kernels::{self, AdamW, AttentionShape, Gelu, WeightLayout};
+use lmkit::kernels::{self, AdamW, AttentionShape, Gelu, GradWrite, WeightLayout};
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -165,7 +165,7 @@ fn matmuls(c: &mut Criterion) {
             Unit::Flops(2 * flops),
             || {
                 kernels::matmul_backward(
-                    Some(&mut dinp),
+                    Some((&mut dinp, GradWrite::Set)),
                     Some(&mut dw),
                     Some(&mut db),
                     &dout,
@@ -286,7 +286,7 @@ fn matmuls(c: &mut Criterion) {
                 Unit::Flops(2 * flops),
                 || {
                     kernels::matmul_backward_bf16(
-                        Some(&mut dinp),
+                        Some((&mut dinp, GradWrite::Set)),
                         Some(&mut dw),
                         Some(&mut db),
                         &dout,
@@ -392,9 +392,11 @@ fn rowwise(c: &mut Criterion) {
         bench(
             &mut g,
             &format!("gelu_{kind:?}_bwd_1024x3072"),
-            Unit::Bytes(16 * h as u64),
+            // In place, so each run starts from a fresh copy of dy.
+            Unit::Bytes(20 * h as u64),
             || {
-                kernels::gelu_backward(&mut dx, &x, &dy, kind);
+                dx.copy_from_slice(&dy);
+                kernels::gelu_backward(&mut dx, &x, kind);
                 black_box(&dx);
             },
         );
@@ -504,7 +506,7 @@ fn lm_head(c: &mut Criterion) {
         kernels::matmul_forward(&mut logits, &x, &w, None, n, cc, v, WeightLayout::OutIn);
         kernels::cross_entropy_fused(&mut logits, &mut losses, &targets, n, v, -100, 1e-3);
         kernels::matmul_backward(
-            Some(&mut dx),
+            Some((&mut dx, GradWrite::Add)),
             Some(&mut dw),
             None,
             &logits,

@@ -6,7 +6,7 @@
 //! OC output channels, N = B·T rows.
 
 use lmkit::kernels::AttentionProducts::{self, F32};
-use lmkit::kernels::{self, reference, AdamW, AttentionShape, Gelu, WeightLayout};
+use lmkit::kernels::{self, reference, AdamW, AttentionShape, Gelu, GradWrite, WeightLayout};
 
 /// splitmix64: small, seeded, good enough for test data.
 struct Rng(u64);
@@ -112,7 +112,7 @@ fn matmul_matches_reference() {
                 let (mut dx, mut dw, mut db) = (dx0.clone(), dw0.clone(), db0.clone());
                 let (mut rdx, mut rdw, mut rdb) = (dx0, dw0, db0);
                 kernels::matmul_backward(
-                    Some(&mut dx),
+                    Some((&mut dx, GradWrite::Add)),
                     Some(&mut dw),
                     Some(&mut db),
                     &dout,
@@ -138,6 +138,26 @@ fn matmul_matches_reference() {
                 assert_close(&format!("{tag} dinp"), &dx, &rdx, 1e-5, 1e-5);
                 assert_close(&format!("{tag} dweight"), &dw, &rdw, 1e-4, 1e-5);
                 assert_close(&format!("{tag} dbias"), &db, &rdb, 1e-4, 1e-5);
+
+                // Set overwrites whatever the input gradient held: the same
+                // bits as accumulating onto zeros.
+                let mut set = vec![f32::NAN; n * c];
+                let mut add = vec![0.0; n * c];
+                for (d, write) in [(&mut set, GradWrite::Set), (&mut add, GradWrite::Add)] {
+                    kernels::matmul_backward(
+                        Some((d, write)),
+                        None,
+                        None,
+                        &dout,
+                        &inp,
+                        &w,
+                        n,
+                        c,
+                        oc,
+                        layout,
+                    );
+                }
+                assert_eq!(bits(&set), bits(&add), "{tag} dinp set");
             }
         }
     }
@@ -159,7 +179,7 @@ fn matmul_backward_finite_differences() {
         };
         let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c * oc], vec![0.0; oc]);
         kernels::matmul_backward(
-            Some(&mut dx),
+            Some((&mut dx, GradWrite::Add)),
             Some(&mut dw),
             Some(&mut db),
             &r,
@@ -257,17 +277,17 @@ fn activations_match_reference_and_finite_differences() {
             kernels::gelu_forward(&mut got, &x, kind);
             reference::gelu_forward(&mut want, &x, kind);
             assert_close(&format!("gelu {kind:?} fwd {len}"), &got, &want, 1e-6, 1e-6);
+            // In place: the output gradient in, the input gradient out.
             let dout = rng.vec(len, 1.0);
-            let d0 = rng.vec(len, 1.0);
-            let (mut got, mut want) = (d0.clone(), d0);
-            kernels::gelu_backward(&mut got, &x, &dout, kind);
-            reference::gelu_backward(&mut want, &x, &dout, kind);
+            let (mut got, mut want) = (dout.clone(), dout);
+            kernels::gelu_backward(&mut got, &x, kind);
+            reference::gelu_backward(&mut want, &x, kind);
             assert_close(&format!("gelu {kind:?} bwd {len}"), &got, &want, 1e-6, 1e-5);
         }
         let x = rng.vec(40, 3.0);
         let r = rng.vec(40, 1.0);
-        let mut d = vec![0.0; 40];
-        kernels::gelu_backward(&mut d, &x, &r, kind);
+        let mut d = r.clone();
+        kernels::gelu_backward(&mut d, &x, kind);
         let loss = |x: &[f32]| {
             let mut out = vec![0.0; x.len()];
             kernels::gelu_forward(&mut out, x, kind);
@@ -641,7 +661,7 @@ fn lm_head_unfused(
     let mut losses = vec![0.0; n];
     let r = kernels::cross_entropy_fused(&mut logits, &mut losses, targets, n, v, -100, scale);
     kernels::matmul_backward(
-        Some(dx),
+        Some((dx, GradWrite::Add)),
         Some(dw),
         None,
         &logits,
@@ -803,7 +823,15 @@ fn lm_head_fused_bf16_matches_unfused_bf16() {
         let (us, uk) =
             kernels::cross_entropy_fused(&mut logits, &mut ul, &targets, n, v, -100, scale);
         let (mut udx, mut udw) = (vec![0.0; n * c], vec![0.0; v * c]);
-        kernels::matmul_backward_bf16(Some(&mut udx), Some(&mut udw), None, &logits, &x, &pw, n);
+        kernels::matmul_backward_bf16(
+            Some((&mut udx, GradWrite::Add)),
+            Some(&mut udw),
+            None,
+            &logits,
+            &x,
+            &pw,
+            n,
+        );
         assert_eq!(fk, uk, "{tag}: count");
         assert!(
             (fs - us).abs() <= 1e-5 * (1.0 + us.abs()),
@@ -1134,7 +1162,7 @@ fn run_all(seed: u64) -> Vec<Vec<u32>> {
         kernels::matmul_forward(&mut out, &inp, &w, Some(&w[..oc]), n, c, oc, layout);
         let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c * oc], vec![0.0; oc]);
         kernels::matmul_backward(
-            Some(&mut dx),
+            Some((&mut dx, GradWrite::Add)),
             Some(&mut dw),
             Some(&mut db),
             &dout,
@@ -1383,7 +1411,7 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
                 kernels::matmul_forward_bf16(&mut out, &inp, &pw, Some(&bias), n);
                 let (mut dinp, mut dw, mut db) = (dinp0.clone(), dw0.clone(), db0.clone());
                 kernels::matmul_backward_bf16(
-                    Some(&mut dinp),
+                    Some((&mut dinp, GradWrite::Add)),
                     Some(&mut dw),
                     Some(&mut db),
                     &dout,
@@ -1412,6 +1440,21 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
                     }
                 }
                 assert_close(&format!("{what} dbias"), &db, &db_want, 1e-5, 1e-5);
+                // Set overwrites: the same bits as accumulating onto zeros.
+                let mut set = vec![f32::NAN; n * c];
+                let mut add = vec![0.0; n * c];
+                for (d, write) in [(&mut set, GradWrite::Set), (&mut add, GradWrite::Add)] {
+                    kernels::matmul_backward_bf16(
+                        Some((d, write)),
+                        None,
+                        None,
+                        &dout,
+                        &inp,
+                        &pw,
+                        n,
+                    );
+                }
+                assert_eq!(bits(&set), bits(&add), "{what} dinp set");
                 outs.push((out, dinp, dw));
             }
             // A portable weight packed for inference only (an `[OC,C]` one is
@@ -1429,7 +1472,7 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
             kernels::matmul_forward_bf16(&mut out, &inp, &pi, Some(&bias), n);
             let (mut dinp, mut dw) = (dinp0.clone(), dw0.clone());
             kernels::matmul_backward_bf16(
-                Some(&mut dinp),
+                Some((&mut dinp, GradWrite::Add)),
                 Some(&mut dw),
                 None,
                 &dout,
@@ -1542,7 +1585,7 @@ fn bf16_matmul_is_deterministic_at(rng: &mut Rng, n: usize, c: usize, oc: usize)
             kernels::matmul_forward_bf16(&mut out, &inp, &pw, None, n);
             let (mut dinp, mut dw) = (vec![0.0; n * c], vec![0.0; c * oc]);
             kernels::matmul_backward_bf16(
-                Some(&mut dinp),
+                Some((&mut dinp, GradWrite::Add)),
                 Some(&mut dw),
                 None,
                 &dout,

@@ -70,43 +70,41 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
     });
 }
 
-/// `dinp += gelu'(inp)·dout`.
-pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32], kind: Gelu) {
+/// `grad ← gelu'(inp)·grad`: the output gradient in, the input gradient out,
+/// in place (the one kernel that neither accumulates nor needs a second
+/// buffer: a GPT-2 layer at batch 4×256, d 384 saves zeroing and writing
+/// 6 MB).
+pub fn gelu_backward(grad: &mut [f32], inp: &[f32], kind: Gelu) {
     assert_eq!(
-        dinp.len(),
+        grad.len(),
         inp.len(),
-        "gelu_backward: dinp and inp lengths differ"
+        "gelu_backward: grad and inp lengths differ"
     );
-    assert_eq!(
-        dout.len(),
-        inp.len(),
-        "gelu_backward: dout and inp lengths differ"
-    );
-    par_zip3(dinp, inp, dout, |d, x, g| match kind {
+    par_zip3(grad, inp, inp, |d, x, _| match kind {
         Gelu::Tanh => dispatch(
             #[inline(always)]
             || {
                 // With e = exp(−2u), s = sigmoid(2u) = 1/(1 + e):
                 // 0.5(1 + tanh u) = s and 0.5(1 − tanh²u) = 2s(1 − s) = 2s·e·s
                 // (e·s avoids the cancellation in 1 − s).
-                for ((d, &x), &g) in d.iter_mut().zip(x).zip(g) {
+                for (d, &x) in d.iter_mut().zip(x) {
                     let x2 = x * x;
                     let u = SQRT_2_OVER_PI * fma(GELU_K * x, x2, x);
                     let e = simd::exp(-2.0 * u);
                     let s = 1.0 / (1.0 + e);
                     let du = SQRT_2_OVER_PI * fma(3.0 * GELU_K, x2, 1.0);
                     let grad = fma(2.0 * x * s * (e * s), du, s);
-                    *d = fma(grad, g, *d);
+                    *d *= grad;
                 }
             },
         ),
         Gelu::Erf => dispatch(
             #[inline(always)]
             || {
-                for ((d, &x), &g) in d.iter_mut().zip(x).zip(g) {
+                for (d, &x) in d.iter_mut().zip(x) {
                     let cdf = 0.5 * (1.0 + simd::erf(x * FRAC_1_SQRT_2));
                     let pdf = INV_SQRT_2PI * simd::exp(-0.5 * x * x);
-                    *d = fma(fma(x, pdf, cdf), g, *d);
+                    *d *= fma(x, pdf, cdf);
                 }
             },
         ),

@@ -43,7 +43,7 @@ mod refresh;
 #[cfg(target_arch = "x86_64")]
 mod rows;
 use super::quant::{to_bf16_at, SourceLayout};
-use super::{matmul_backward, matmul_forward, WeightLayout};
+use super::{matmul_backward, matmul_forward, GradWrite, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
 #[cfg(target_arch = "x86_64")]
@@ -1165,13 +1165,14 @@ pub fn matmul_forward_bf16(
     }
 }
 
-/// `dinp[N,C] += bf16(dout)·bf16(W)ᵀ`; `dweight += bf16(inp)ᵀ·bf16(dout)` (in
+/// `dinp[N,C] += bf16(dout)·bf16(W)ᵀ` (`=` with [`GradWrite::Set`]);
+/// `dweight += bf16(inp)ᵀ·bf16(dout)` (in
 /// W's own layout); `dbias[OC] += Σ_rows dout` (in f32, unrounded). Each
 /// gradient is optional; the input gradient needs a weight packed with
 /// `backward`.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward_bf16(
-    dinp: Option<&mut [f32]>,
+    dinp: Option<(&mut [f32], GradWrite)>,
     dweight: Option<&mut [f32]>,
     dbias: Option<&mut [f32]>,
     dout: &[f32],
@@ -1213,7 +1214,7 @@ pub fn matmul_backward_bf16(
         #[cfg(target_arch = "x86_64")]
         Packed::Avx512 { bwd, .. } => {
             let input_grad = || {
-                if let Some(dinp) = dinp {
+                if let Some((dinp, write)) = dinp {
                     assert_eq!(
                         dinp.len(),
                         n * c,
@@ -1232,7 +1233,7 @@ pub fn matmul_backward_bf16(
                         oc,
                     );
                     // SAFETY: an Avx512 weight is only made where the CPU has it.
-                    unsafe { gemm_packed(dinp, c, true, &a, bwd) };
+                    unsafe { gemm_packed(dinp, c, write == GradWrite::Add, &a, bwd) };
                 }
             };
             let weight_grad = || {
@@ -1863,7 +1864,15 @@ mod tests {
                 let mut out = vec![0.0; n * oc];
                 matmul_forward_bf16(&mut out, &x, &pw, None, n);
                 let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.0; c * oc]);
-                matmul_backward_bf16(Some(&mut dx), Some(&mut dw), None, &dy, &x, &pw, n);
+                matmul_backward_bf16(
+                    Some((&mut dx, GradWrite::Add)),
+                    Some(&mut dw),
+                    None,
+                    &dy,
+                    &x,
+                    &pw,
+                    n,
+                );
                 [out, dx, dw]
             };
             let clean = rayon::ThreadPoolBuilder::new()

@@ -18,7 +18,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::bf16_gemm::{lm_head_backward_bf16, Bf16Kernel, Bf16Rows};
 use super::bf16_gemm::{matmul_backward_bf16, matmul_forward_bf16, Bf16Weight};
-use super::matmul::{matmul_backward, matmul_forward, WeightLayout};
+use super::matmul::{matmul_backward, matmul_forward, GradWrite, WeightLayout};
 #[cfg(target_arch = "x86_64")]
 use super::softmax::cross_entropy_fused_bf16;
 use super::softmax::{cross_entropy_forward, cross_entropy_fused, total};
@@ -240,7 +240,7 @@ fn run(
                 let product = span(Phase::LmHeadMatmul);
                 match packed {
                     Some(pw) => matmul_backward_bf16(
-                        Some(dxs),
+                        Some((dxs, GradWrite::Add)),
                         Some(&mut *g.dweight),
                         None,
                         logits,
@@ -249,7 +249,7 @@ fn run(
                         r,
                     ),
                     None => matmul_backward(
-                        Some(dxs),
+                        Some((dxs, GradWrite::Add)),
                         Some(&mut *g.dweight),
                         None,
                         logits,

@@ -7,6 +7,9 @@
 //! - Forward kernels overwrite their outputs.
 //! - Backward kernels ACCUMULATE (`+=`) into every gradient they write, so
 //!   the caller zeroes gradients once per step and residual branches sum for free.
+//!   Two exceptions save zeroing a scratch buffer first: a matmul's input
+//!   gradient can be overwritten instead ([`GradWrite::Set`]), and
+//!   [`gelu_backward`] turns its output gradient into its input gradient in place.
 //! - Every fast kernel has a plain reference twin in [`mod@reference`], used by tests.
 //! - Results are deterministic for a fixed rayon thread count: reductions
 //!   split work in a fixed order that does not depend on scheduling.
@@ -49,7 +52,7 @@ pub use lm_head::{
     lm_head_loss, lm_head_loss_backward, lm_head_loss_backward_packed, lm_head_scratch_len,
     LM_HEAD_CHUNK_ROWS,
 };
-pub use matmul::{matmul_backward, matmul_forward, WeightLayout};
+pub use matmul::{matmul_backward, matmul_forward, GradWrite, WeightLayout};
 pub use optim::{
     adamw_update, adamw_update_scaled, chunk_plan, global_norm, sum_squares, AdamW, AfterChunk,
     UpdateHook,

@@ -183,9 +183,9 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
     }
 }
 
-pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32], kind: Gelu) {
-    for ((d, x), g) in dinp.iter_mut().zip(inp).zip(dout) {
-        *d += (gelu_f64(*x as f64, kind).1 * *g as f64) as f32;
+pub fn gelu_backward(grad: &mut [f32], inp: &[f32], kind: Gelu) {
+    for (d, x) in grad.iter_mut().zip(inp) {
+        *d = (gelu_f64(*x as f64, kind).1 * *d as f64) as f32;
     }
 }
 

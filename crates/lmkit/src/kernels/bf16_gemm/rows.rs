@@ -189,7 +189,7 @@ pub fn lm_head_backward_bf16(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{matmul_backward_bf16, Bf16Kernel};
+    use super::super::{matmul_backward_bf16, Bf16Kernel, GradWrite};
     use super::*;
     use crate::util::bf16::f32_to_bf16;
 
@@ -251,7 +251,15 @@ mod tests {
             let (mut dx, mut dw) = (values(n * c, 4), values(v * c, 5));
             let (mut rdx, mut rdw) = (dx.clone(), dw.clone());
             lm_head_backward_bf16(&mut dx, &mut dw, &rows, &x, &pw);
-            matmul_backward_bf16(Some(&mut rdx), Some(&mut rdw), None, &dy, &x, &pw, n);
+            matmul_backward_bf16(
+                Some((&mut rdx, GradWrite::Add)),
+                Some(&mut rdw),
+                None,
+                &dy,
+                &x,
+                &pw,
+                n,
+            );
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&dx), bits(&rdx), "dx {n}x{c}x{v}");
             assert_eq!(bits(&dw), bits(&rdw), "dW {n}x{c}x{v}");

@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use crate::kernels::{self, Gelu, WeightLayout};
+use crate::kernels::{self, Gelu, GradWrite, WeightLayout};
 use crate::spec::layout::ParamLayout;
 use crate::util::slice::two_mut;
 
@@ -48,7 +48,7 @@ pub(crate) fn linear_bwd(
     params: &[f32],
     grads: &mut [f32],
     name: &str,
-    dinp: Option<&mut [f32]>,
+    dinp: Option<(&mut [f32], GradWrite)>,
     dout: &[f32],
     inp: &[f32],
     n: usize,
@@ -165,7 +165,7 @@ impl Pooler {
             params,
             grads,
             "pooler.dense",
-            Some(&mut dcls),
+            Some((&mut dcls, GradWrite::Add)),
             &ddense,
             &self.cls,
             b,
@@ -274,7 +274,7 @@ impl MlmHead {
         {
             let (gw, gb) = two_mut(grads, wemb.clone(), range(layout, MLM_BIAS));
             kernels::matmul_backward(
-                Some(&mut dln),
+                Some((&mut dln, GradWrite::Add)),
                 Some(gw),
                 Some(gb),
                 dlogits,
@@ -290,16 +290,16 @@ impl MlmHead {
         layernorm_bwd(
             layout, params, grads, MLM_LN, &mut dact, &dln, &self.act, &self.mean, &self.rstd, m, c,
         );
-        let mut ddense = vec![0.0; m * c];
-        kernels::gelu_backward(&mut ddense, &self.dense, &dact, gelu);
+        // d act → d dense, in place.
+        kernels::gelu_backward(&mut dact, &self.dense, gelu);
         let mut dx = vec![0.0; m * c];
         linear_bwd(
             layout,
             params,
             grads,
             MLM_DENSE,
-            Some(&mut dx),
-            &ddense,
+            Some((&mut dx, GradWrite::Set)),
+            &dact,
             &self.x,
             m,
             c,
@@ -349,7 +349,7 @@ pub(crate) fn qa_backward(
         params,
         grads,
         "qa_outputs",
-        Some(dhidden),
+        Some((dhidden, GradWrite::Add)),
         &dboth,
         hidden,
         n,

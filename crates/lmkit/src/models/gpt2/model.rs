@@ -255,8 +255,7 @@ pub struct Gpt2Activations {
     dqkv: Vec<f32>,
     /// The size of one layer's attention probabilities.
     datt: Vec<f32>,
-    /// [N, I]
-    dfch: Vec<f32>,
+    /// [N, I] d gelu(fch), then d fch (in place).
     dfch_gelu: Vec<f32>,
 }
 
@@ -323,7 +322,6 @@ impl Gpt2Activations {
             (&mut self.dc, c),
             (&mut self.proj, c),
             (&mut self.dqkv, 3 * c),
-            (&mut self.dfch, i),
             (&mut self.dfch_gelu, i),
         ] {
             fit(v, k);

@@ -6,7 +6,7 @@ use super::super::model::{Bert, BertActivations, BertBatch};
 use super::super::weights::EncoderMatmul;
 use crate::error::{Error, Result};
 use crate::kernels::bf16_gemm::PackedBf16;
-use crate::kernels::{self, AttentionShape, WeightLayout};
+use crate::kernels::{self, AttentionShape, GradWrite, WeightLayout};
 use crate::models::GradPieces;
 use crate::spec::layout::ParamLayout;
 use crate::spec::layout::{bert_layer_prefix, bert_qkv_bias_range, bert_qkv_weight_range};
@@ -25,8 +25,8 @@ pub(super) struct Grads {
     datty: Vec<f32>,
     dqkv: Vec<f32>,
     datt: Vec<f32>,
+    /// d gelu(fch), then d fch (in place).
     dfch_gelu: Vec<f32>,
-    dfch: Vec<f32>,
 }
 
 impl Grads {
@@ -44,9 +44,7 @@ impl Grads {
             fit(v, c);
         }
         fit(&mut self.dqkv, 3 * c);
-        for v in [&mut self.dfch_gelu, &mut self.dfch] {
-            fit(v, i);
-        }
+        fit(&mut self.dfch_gelu, i);
         resize_scratch(&mut self.datt, att.0, att.1);
     }
 }
@@ -119,27 +117,26 @@ pub(super) fn encoder_backward(
             n,
             c,
         );
-        timed(Phase::Copy, || s.dfch_gelu.fill(0.0));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::Out)),
             (layout, params, grads),
             &format!("{p}output.dense"),
-            Some(&mut s.dfch_gelu),
+            Some((&mut s.dfch_gelu, GradWrite::Set)),
             &s.dres,
             &la.fch_gelu,
             (n, i_sz, c),
         );
-        timed(Phase::Copy, || s.dfch.fill(0.0));
+        // d gelu(fch) → d fch, in place.
         timed(Phase::Gelu, || {
-            kernels::gelu_backward(&mut s.dfch, &la.fch, &s.dfch_gelu, gelu)
+            kernels::gelu_backward(&mut s.dfch_gelu, &la.fch, gelu)
         });
         timed(Phase::Copy, || s.dln1.copy_from_slice(&s.dres));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::Inter)),
             (layout, params, grads),
             &format!("{p}intermediate.dense"),
-            Some(&mut s.dln1),
-            &s.dfch,
+            Some((&mut s.dln1, GradWrite::Add)),
+            &s.dfch_gelu,
             &la.ln1,
             (n, c, i_sz),
         );
@@ -158,12 +155,11 @@ pub(super) fn encoder_backward(
             n,
             c,
         );
-        timed(Phase::Copy, || s.datty.fill(0.0));
         dense_bwd(
             packed.map(|w| w.get(l, EncoderMatmul::AttnOut)),
             (layout, params, grads),
             &format!("{p}attention.output.dense"),
-            Some(&mut s.datty),
+            Some((&mut s.datty, GradWrite::Set)),
             &s.dres,
             &la.atty,
             (n, c, c),
@@ -203,7 +199,7 @@ pub(super) fn encoder_backward(
             let (gw, gb) = two_mut(grads, wr.clone(), br);
             match packed {
                 Some(w) => kernels::matmul_backward_bf16(
-                    Some(&mut s.dx),
+                    Some((&mut s.dx, GradWrite::Add)),
                     Some(gw),
                     Some(gb),
                     &s.dqkv,
@@ -212,7 +208,7 @@ pub(super) fn encoder_backward(
                     n,
                 ),
                 None => kernels::matmul_backward(
-                    Some(&mut s.dx),
+                    Some((&mut s.dx, GradWrite::Add)),
                     Some(gw),
                     Some(gb),
                     &s.dqkv,
@@ -275,7 +271,7 @@ fn dense_bwd(
     packed: Option<&PackedBf16>,
     (layout, params, grads): (&ParamLayout, &[f32], &mut [f32]),
     name: &str,
-    dinp: Option<&mut [f32]>,
+    dinp: Option<(&mut [f32], GradWrite)>,
     dout: &[f32],
     inp: &[f32],
     (n, c, k): (usize, usize, usize),

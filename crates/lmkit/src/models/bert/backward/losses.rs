@@ -6,7 +6,7 @@
 use super::super::heads::{linear_bwd, linear_head, qa_backward, qa_forward, MlmHead, Pooler};
 use super::super::model::BertActivations;
 use super::{BertTargets, HeadOutputs, HeadStats, LossTerm};
-use crate::kernels::{self, Gelu};
+use crate::kernels::{self, Gelu, GradWrite};
 use crate::models::LossParts;
 use crate::spec::config::BertConfig;
 use crate::spec::layout::ParamLayout;
@@ -255,7 +255,7 @@ impl HeadPass<'_> {
                 self.params,
                 self.grads,
                 name,
-                Some(dpooled),
+                Some((dpooled, GradWrite::Add)),
                 &logits,
                 pooled,
                 b,
@@ -288,7 +288,7 @@ impl HeadPass<'_> {
                 self.params,
                 self.grads,
                 "classifier",
-                Some(dpooled),
+                Some((dpooled, GradWrite::Add)),
                 &out,
                 pooled,
                 b,
@@ -315,7 +315,7 @@ impl HeadPass<'_> {
                 self.params,
                 self.grads,
                 "classifier",
-                Some(dpooled),
+                Some((dpooled, GradWrite::Add)),
                 &logits,
                 pooled,
                 b,
@@ -371,7 +371,7 @@ impl HeadPass<'_> {
                 self.params,
                 self.grads,
                 "classifier",
-                Some(self.dy),
+                Some((self.dy, GradWrite::Add)),
                 &logits,
                 self.h,
                 rows,

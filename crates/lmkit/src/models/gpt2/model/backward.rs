@@ -3,7 +3,7 @@
 
 use super::forward::{attention_products, causal_attention};
 use super::{gelu_kind, Gpt2};
-use crate::kernels::{self, AttentionShape, Bf16Weight, WeightLayout};
+use crate::kernels::{self, AttentionShape, Bf16Weight, GradWrite, WeightLayout};
 use crate::models::{GradPieces, LossParts};
 use crate::spec::IGNORE_INDEX;
 use crate::util::profile::{span, timed, Phase};
@@ -160,11 +160,12 @@ impl Gpt2 {
             } else {
                 &a.fch_gelu
             };
-            timed(Phase::Copy, || acts.dfch_gelu.fill(0.0));
+            // Each input gradient below is written over its scratch buffer
+            // (GradWrite::Set): no zeroing first.
             {
                 let (gw, gb) = two_mut(g, w.mlp_c_proj_w.clone(), w.mlp_c_proj_b.clone());
                 linear_backward(
-                    &mut acts.dfch_gelu,
+                    (&mut acts.dfch_gelu, GradWrite::Set),
                     (gw, gb),
                     &acts.dresidual,
                     fch_gelu,
@@ -175,9 +176,9 @@ impl Gpt2 {
                     c,
                 );
             }
-            timed(Phase::Copy, || acts.dfch.fill(0.0));
+            // d gelu(fch) → d fch, in place.
             timed(Phase::Gelu, || {
-                kernels::gelu_backward(&mut acts.dfch, &a.fch, &acts.dfch_gelu, gelu)
+                kernels::gelu_backward(&mut acts.dfch_gelu, &a.fch, gelu)
             });
             let ln2: &[f32] = if acts.recompute {
                 timed(Phase::LayerNorm, || {
@@ -196,13 +197,12 @@ impl Gpt2 {
             } else {
                 &a.ln2
             };
-            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.c_fc_w.clone(), w.c_fc_b.clone());
                 linear_backward(
-                    &mut acts.dc,
+                    (&mut acts.dc, GradWrite::Set),
                     (gw, gb),
-                    &acts.dfch,
+                    &acts.dfch_gelu,
                     ln2,
                     &p[w.c_fc_w.clone()],
                     pk.map(|k| &k.c_fc),
@@ -229,11 +229,10 @@ impl Gpt2 {
                 });
             }
             // dresidual = d residual2. Attention: residual2 = residual + c_proj(attn(c_attn(ln1))).
-            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.attn_c_proj_w.clone(), w.attn_c_proj_b.clone());
                 linear_backward(
-                    &mut acts.dc,
+                    (&mut acts.dc, GradWrite::Set),
                     (gw, gb),
                     &acts.dresidual,
                     &a.atty,
@@ -283,11 +282,10 @@ impl Gpt2 {
             } else {
                 &a.ln1
             };
-            timed(Phase::Copy, || acts.dc.fill(0.0));
             {
                 let (gw, gb) = two_mut(g, w.c_attn_w.clone(), w.c_attn_b.clone());
                 linear_backward(
-                    &mut acts.dc,
+                    (&mut acts.dc, GradWrite::Set),
                     (gw, gb),
                     &acts.dqkv,
                     ln1,
@@ -327,11 +325,11 @@ impl Gpt2 {
     }
 }
 
-/// The backward of `linear_forward` (in `forward`): ACCUMULATES `dinp`
-/// [N,IC] and the gradients `(dW, db)`.
+/// The backward of `linear_forward` (in `forward`): writes `dinp` [N,IC]
+/// as its [`GradWrite`] says; ACCUMULATES the gradients `(dW, db)`.
 #[allow(clippy::too_many_arguments)]
 fn linear_backward(
-    dinp: &mut [f32],
+    dinp: (&mut [f32], GradWrite),
     (gw, gb): (&mut [f32], &mut [f32]),
     dout: &[f32],
     inp: &[f32],

@@ -3,7 +3,7 @@
 //! auxiliary LM loss; [`Gpt2TaskTrainer`] trains them.
 
 use super::Gpt2;
-use crate::kernels::{self, WeightLayout};
+use crate::kernels::{self, GradWrite, WeightLayout};
 use crate::models::{LossParts, Trainable};
 use crate::spec::layout::ParamLayout;
 use crate::spec::Precision;
@@ -230,7 +230,7 @@ impl Gpt2 {
                 None => (&mut self.grads[w.clone()], None),
             };
             kernels::matmul_backward(
-                Some(&mut dpooled),
+                Some((&mut dpooled, GradWrite::Add)),
                 Some(gw),
                 gb,
                 &logits,
