@@ -300,12 +300,7 @@ unsafe fn forward_head(
             || {
                 for (r, row) in pblk.chunks_exact_mut(t).enumerate() {
                     let limit = if causal { t0 + r + 1 } else { t };
-                    if bf16 {
-                        for x in &mut row[..limit] {
-                            *x *= score_scale;
-                        }
-                    }
-                    softmax_masked(row, limit, mask);
+                    softmax_masked(row, limit, mask, move |x| x * score_scale);
                 }
             },
         );
@@ -337,20 +332,47 @@ fn bi_h(bh: usize, nh: usize) -> (usize, usize) {
     (bh / nh, bh % nh)
 }
 
-/// In-place softmax of `row[..limit]` over keys allowed by `mask`; every
-/// other entry becomes 0 (all of them if no key is allowed).
+/// In-place softmax of `pre(row[..limit])` over keys allowed by `mask`;
+/// every other entry becomes 0 (all of them if no key is allowed). `pre` is
+/// the scores' scaling, applied in the pass that takes the maximum.
 #[inline(always)]
-pub(crate) fn softmax_masked(row: &mut [f32], limit: usize, mask: Option<&[u8]>) {
+pub(crate) fn softmax_masked(
+    row: &mut [f32],
+    limit: usize,
+    mask: Option<&[u8]>,
+    pre: impl Fn(f32) -> f32,
+) {
     let (live, dead) = row.split_at_mut(limit);
     dead.fill(0.0);
+    // Masking (a branch per key, which does not vectorise) only where some
+    // key is masked: a prompt with no padding skips the pass.
+    let mask = mask.filter(|m| m[..limit].contains(&0));
+    let mut mx = f32::NEG_INFINITY;
     if let Some(m) = mask {
         for (x, &keep) in live.iter_mut().zip(m) {
-            if keep == 0 {
-                *x = f32::NEG_INFINITY;
+            *x = if keep == 0 { f32::NEG_INFINITY } else { pre(*x) };
+        }
+        mx = simd::max(live);
+    } else {
+        // pre, store and maximum in one vectorised pass (NaN passed over,
+        // as by simd::max).
+        let mut mxv = [f32::NEG_INFINITY; LANES];
+        let mut chunks = live.chunks_exact_mut(LANES);
+        for ch in &mut chunks {
+            for l in 0..LANES {
+                let x = pre(ch[l]);
+                ch[l] = x;
+                mxv[l] = if x > mxv[l] { x } else { mxv[l] };
             }
         }
+        for x in chunks.into_remainder() {
+            *x = pre(*x);
+            mx = if *x > mx { *x } else { mx };
+        }
+        for &v in &mxv {
+            mx = if v > mx { v } else { mx };
+        }
     }
-    let mx = simd::max(live);
     if mx == f32::NEG_INFINITY {
         live.fill(0.0);
         return;

@@ -337,7 +337,7 @@ impl KvCache {
                     }
                     dispatch(
                         #[inline(always)]
-                        || softmax_masked(&mut scores, kv_len, Some(mask)),
+                        || softmax_masked(&mut scores, kv_len, Some(mask), |x| x),
                     );
                     for (j, &p) in scores.iter().enumerate() {
                         if p != 0.0 {
@@ -443,10 +443,7 @@ fn causal_head(
             #[inline(always)]
             || {
                 for (r, row) in s.chunks_exact_mut(nk).enumerate() {
-                    for x in row.iter_mut() {
-                        *x /= scale;
-                    }
-                    softmax_masked(row, past + i0 + r + 1, Some(mask));
+                    softmax_masked(row, past + i0 + r + 1, Some(mask), move |x| x / scale);
                 }
             },
         );
