@@ -350,7 +350,11 @@ pub(crate) fn softmax_masked(
     let mut mx = f32::NEG_INFINITY;
     if let Some(m) = mask {
         for (x, &keep) in live.iter_mut().zip(m) {
-            *x = if keep == 0 { f32::NEG_INFINITY } else { pre(*x) };
+            *x = if keep == 0 {
+                f32::NEG_INFINITY
+            } else {
+                pre(*x)
+            };
         }
         mx = simd::max(live);
     } else {

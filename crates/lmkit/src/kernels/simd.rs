@@ -1,13 +1,16 @@
 //! Runtime CPU dispatch, vectorizable scalar math and the weight-stream
 //! prefetch used by the fast kernels.
 //!
-//! The crate is built for baseline x86-64 (SSE2), so hot loops are compiled a
-//! second time with AVX2+FMA enabled and picked at run time. Bodies are `#[inline(always)]` so they are re-optimised (and
-//! auto-vectorised) under the caller's target features. Reductions use explicit
-//! lane arrays, so every path performs the same operations in the same order:
-//! results do not depend on which instruction set was chosen.
+//! The crate is built for baseline x86-64 (SSE2), so hot loops are compiled
+//! again with AVX2+FMA and with AVX-512 enabled and the widest the CPU has is
+//! picked at run time. Bodies are `#[inline(always)]` so they are re-optimised
+//! (and auto-vectorised) under the caller's target features. Reductions use
+//! explicit lane arrays, so every path performs the same operations in the
+//! same order: results do not depend on which instruction set was chosen
+//! (`paths_agree_bit_for_bit` checks it).
 
-/// Lanes of the explicit accumulators in reductions (two AVX2 registers).
+/// Lanes of the explicit accumulators in reductions (two AVX2 registers, one
+/// AVX-512 register).
 pub(crate) const LANES: usize = 16;
 
 #[cfg(target_arch = "x86_64")]
@@ -19,8 +22,24 @@ mod x86 {
         *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
     }
 
+    pub(super) fn has_avx512() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            has_avx2_fma()
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512dq")
+        })
+    }
+
     #[target_feature(enable = "avx2,avx,fma,bmi1,bmi2")]
     pub(super) unsafe fn v3<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,avx,fma,bmi1,bmi2")]
+    pub(super) unsafe fn v4<R>(f: impl FnOnce() -> R) -> R {
         f()
     }
 }
@@ -46,15 +65,20 @@ pub(crate) fn prefetch_ahead<T>(p: *const T) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH_AHEAD)) }
 }
 
-/// Runs `f` compiled for AVX2+FMA when this CPU has them (baseline x86-64
-/// otherwise). Pass an `#[inline(always)]` closure that calls
-/// `#[inline(always)]` bodies. AVX-512 is left out on purpose: for these
-/// memory-bound loops it gains little (Zen 4 splits 512-bit ops in two) and
-/// it would need Rust 1.89, above the workspace MSRV; `gemm` uses it anyway.
+/// Runs `f` compiled for AVX-512 (F, VL, BW, DQ) or else AVX2+FMA when this
+/// CPU has them (baseline x86-64 otherwise). Pass an `#[inline(always)]`
+/// closure that calls `#[inline(always)]` bodies. AVX-512 doubles the
+/// compute-bound loops (exp in softmax, GELU, the LM head's loss) where the
+/// core has full-width units (Zen 5, Intel); Zen 4 runs 512-bit ops in two
+/// halves, as fast as AVX2.
 #[inline(always)]
 pub(crate) fn dispatch<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
+        if x86::has_avx512() {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { x86::v4(f) };
+        }
         if x86::has_avx2_fma() {
             // SAFETY: the features were detected on this CPU.
             return unsafe { x86::v3(f) };
@@ -209,6 +233,51 @@ pub(crate) fn hsum(acc: &[f32; LANES]) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::reference::erf_f64;
+
+    /// exp, erf, a lane reduction and FMAs over many values, as the kernels
+    /// write them.
+    #[inline(always)]
+    fn body(xs: &[f32]) -> (Vec<u32>, u32) {
+        let mut acc = [0.0f32; LANES];
+        let mut out = Vec::with_capacity(xs.len());
+        for ch in xs.chunks_exact(LANES) {
+            for l in 0..LANES {
+                let e = exp(ch[l]) + erf(ch[l] * 0.25);
+                acc[l] = fma(e, ch[l], acc[l]);
+                out.push(e.to_bits());
+            }
+        }
+        let m = max(xs);
+        (out, (hsum(&acc) + m).to_bits())
+    }
+
+    /// Every dispatch path computes the same bits: baseline, AVX2 and
+    /// AVX-512 where this CPU has them.
+    #[test]
+    fn paths_agree_bit_for_bit() {
+        let xs: Vec<f32> = (0..4096)
+            .map(|i| (i as f32 * 0.618_034).sin() * 90.0)
+            .collect();
+        let base = body(&xs);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if x86::has_avx2_fma() {
+                // SAFETY: detected.
+                assert!(
+                    unsafe { x86::v3(|| body(&xs)) } == base,
+                    "AVX2 path differs"
+                );
+            }
+            if x86::has_avx512() {
+                // SAFETY: detected.
+                assert!(
+                    unsafe { x86::v4(|| body(&xs)) } == base,
+                    "AVX-512 path differs"
+                );
+            }
+        }
+        assert!(dispatch(|| body(&xs)) == base);
+    }
 
     #[test]
     fn exp_erf_match_f64() {
