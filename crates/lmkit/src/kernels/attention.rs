@@ -390,13 +390,19 @@ pub(crate) fn softmax_masked(
             acc[l] += e;
         }
     }
-    let mut tail = 0.0f32;
-    for x in chunks.into_remainder() {
-        let e = simd::exp(*x - mx);
-        *x = e;
-        tail += e;
+    // The tail as one more vector of lanes padded with −∞ (exp gives 0):
+    // a scalar exp per leftover key cost a third of a prefill's softmax,
+    // whose rows (keys up to the query) mostly end off a multiple of 16.
+    let rest = chunks.into_remainder();
+    let mut pad = [f32::NEG_INFINITY; LANES];
+    pad[..rest.len()].copy_from_slice(rest);
+    for l in 0..LANES {
+        let e = simd::exp(pad[l] - mx);
+        pad[l] = e;
+        acc[l] += e;
     }
-    let inv = 1.0 / (simd::hsum(&acc) + tail);
+    rest.copy_from_slice(&pad[..rest.len()]);
+    let inv = 1.0 / simd::hsum(&acc);
     for x in live.iter_mut() {
         *x *= inv;
     }
