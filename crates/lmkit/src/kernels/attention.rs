@@ -643,5 +643,18 @@ unsafe fn backward_head(
 /// True when every entry above the diagonal is zero: backward may then skip
 /// those keys exactly as a causal forward did.
 fn is_lower_triangular(p: &[f32], t: usize) -> bool {
-    (0..t).all(|i| p[i * t + i + 1..(i + 1) * t].iter().all(|&x| x == 0.0))
+    // OR of the magnitudes' bits per row (±0 both pass): a loop without an
+    // exit per element vectorises, where `all(x == 0)` ran at 1.7 ms a
+    // training step (144 heads of T = 256) on one core.
+    dispatch(
+        #[inline(always)]
+        || {
+            (0..t).all(|i| {
+                p[i * t + i + 1..(i + 1) * t]
+                    .iter()
+                    .fold(0u32, |acc, x| acc | (x.to_bits() & 0x7fff_ffff))
+                    == 0
+            })
+        },
+    )
 }
