@@ -419,7 +419,7 @@ impl PyTokenizer {
     fn encode_ids<'py>(
         &self,
         py: Python<'py>,
-        text: String,
+        text: &Bound<'_, PyString>,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
@@ -431,11 +431,12 @@ impl PyTokenizer {
             disallowed_special,
             tiktoken_defaults,
         )?;
+        let text = ids::utf8(text)?;
         // Short texts are not worth a GIL round trip.
         let ids = if text.len() < 4096 {
-            job.ids(&text)
+            job.ids(text)
         } else {
-            py.detach(|| job.ids(&text))
+            py.detach(|| job.ids(text))
         }
         .map_err(value_error)?;
         self.id_objects.list(py, self.inner.vocab_size(), &ids)
@@ -446,7 +447,7 @@ impl PyTokenizer {
     fn encode_ids_batch<'py>(
         &self,
         py: Python<'py>,
-        texts: Vec<String>,
+        texts: Vec<Bound<'py, PyString>>,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
@@ -458,6 +459,7 @@ impl PyTokenizer {
             disallowed_special,
             tiktoken_defaults,
         )?;
+        let texts = texts.iter().map(ids::utf8).collect::<PyResult<Vec<_>>>()?;
         let seqs = py
             .detach(|| {
                 texts
