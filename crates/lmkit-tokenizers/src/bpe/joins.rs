@@ -33,6 +33,12 @@ pub(crate) struct Joins {
     /// context is not asked (see [`Joins::has_context`]).
     context: Box<[u64]>,
     shift: u32,
+    /// Per byte pair `a << 8 | b` (with `context`): bit `3 (i - 1) + j - 1`
+    /// set when some merge's `l` ends in `a` and has `min(3, |l|) = i`
+    /// bytes asked, its `r` starts with `b` and has `min(3, |r|) = j`: the
+    /// context keys worth a probe (between two CJK characters mostly the
+    /// whole characters', one of nine).
+    lengths: Box<[u16]>,
 }
 
 /// The key of a merge whose left token ends with `left` and right one
@@ -64,6 +70,7 @@ impl Joins {
             pairs: Box::new([0; 1024]),
             context: Box::new([]),
             shift: 0,
+            lengths: Box::new([]),
         };
         for (l, r) in merges.clone() {
             if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
@@ -89,10 +96,14 @@ impl Joins {
             .clamp(12, 26);
         joins.context = vec![0u64; 1 << (bits - 6)].into_boxed_slice();
         joins.shift = 64 - bits;
+        joins.lengths = vec![0u16; 1 << 16].into_boxed_slice();
         for (l, r) in merges {
-            if !l.is_empty() && !r.is_empty() {
-                let k = joins.slot(key(&l[l.len().saturating_sub(3)..], &r[..r.len().min(3)]));
+            if let (Some(&a), Some(&b)) = (l.last(), r.first()) {
+                let (left, right) = (&l[l.len().saturating_sub(3)..], &r[..r.len().min(3)]);
+                let k = joins.slot(key(left, right));
                 joins.context[k >> 6] |= 1 << (k & 63);
+                let bit = 3 * (left.len() - 1) + right.len() - 1;
+                joins.lengths[(a as usize) << 8 | b as usize] |= 1 << bit;
             }
         }
         joins
@@ -142,13 +153,17 @@ impl Joins {
     fn context_may_join(&self, piece: &[u8], at: usize) -> bool {
         let before = &piece[at.saturating_sub(3)..at];
         let after = &piece[at..piece.len().min(at + 3)];
-        // Longest first: merges of whole characters are the common ones.
-        for i in (1..=before.len()).rev() {
-            for j in (1..=after.len()).rev() {
-                let k = self.slot(key(&before[before.len() - i..], &after[..j]));
-                if self.context[k >> 6] >> (k & 63) & 1 != 0 {
-                    return true;
-                }
+        let mut lengths = self.lengths[(piece[at - 1] as usize) << 8 | piece[at] as usize];
+        while lengths != 0 {
+            let bit = lengths.trailing_zeros() as usize;
+            lengths &= lengths - 1;
+            let (i, j) = (bit / 3 + 1, bit % 3 + 1);
+            if i > before.len() || j > after.len() {
+                continue;
+            }
+            let k = self.slot(key(&before[before.len() - i..], &after[..j]));
+            if self.context[k >> 6] >> (k & 63) & 1 != 0 {
+                return true;
             }
         }
         false
