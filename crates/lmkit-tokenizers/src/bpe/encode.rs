@@ -253,32 +253,46 @@ mod tests {
         assert!(long > 1000, "{long} long pieces");
     }
 
-    /// o200k_base (tiktoken's ranks) on the corpus' pieces: its runs of CJK
-    /// text are cut (the context test of [`super::super::joins`]: several
-    /// parts per long piece, where the byte pairs alone cut ~1.3) and their
-    /// parts' ids are the merge loop's on the whole piece.
+    /// o200k_base and cl100k_base (tiktoken's ranks) on the corpus'
+    /// pieces: their runs of CJK text are cut (the context test of
+    /// [`super::super::joins`]: several parts per long piece, where the
+    /// byte pairs alone cut ~1.3 under o200k_base) and their parts' ids are
+    /// the merge loop's on the whole piece.
     #[test]
-    fn o200k_cut_pieces_equal_the_merge_loop_on_the_corpus() {
+    fn openai_cut_pieces_equal_the_merge_loop_on_the_corpus() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../assets/books/corpus.txt");
         let text = std::fs::read(path).expect("assets/books: run scripts/fetch-assets.sh");
-        let t = o200k();
-        let pieces: std::collections::HashSet<&[u8]> = crate::pretokenize::split_o200k(&text)
-            .filter(|r| r.len() > 1)
-            .map(|r| &text[r])
-            .collect();
-        let (mut long, mut parts) = (0, 0);
-        for piece in &pieces {
-            check_with(t, piece).unwrap();
-            if piece.len() > cache::MAX_KEY {
-                long += 1;
-                parts += 1
-                    + (1..piece.len())
-                        .filter(|&at| !t.model.joins().may_join(piece, at))
-                        .count();
+        let cl100k = crate::openai::encoding("cl100k_base").unwrap();
+        for (t, min_parts) in [(o200k(), 4), (&cl100k, 2)] {
+            assert!(t.model.joins().has_context());
+            use crate::pretokenize::{split_cl100k, split_o200k, Pattern};
+            let ranges: Vec<_> = match t.pattern {
+                Pattern::O200k => split_o200k(&text).collect(),
+                Pattern::Cl100k => split_cl100k(&text).collect(),
+                _ => unreachable!("an o200k or cl100k pattern"),
+            };
+            let pieces: std::collections::HashSet<&[u8]> = ranges
+                .into_iter()
+                .filter(|r| r.len() > 1)
+                .map(|r| &text[r])
+                .collect();
+            let (mut long, mut parts) = (0, 0);
+            for piece in &pieces {
+                check_with(t, piece).unwrap();
+                if piece.len() > cache::MAX_KEY {
+                    long += 1;
+                    parts += 1
+                        + (1..piece.len())
+                            .filter(|&at| !t.model.joins().may_join(piece, at))
+                            .count();
+                }
             }
+            assert!(long > 1000, "{long} long pieces");
+            assert!(
+                parts > min_parts * long,
+                "{parts} parts of {long} long pieces"
+            );
         }
-        assert!(long > 1000, "{long} long pieces");
-        assert!(parts > 4 * long, "{parts} parts of {long} long pieces");
         assert!(
             !gpt2().model.joins().has_context(),
             "GPT-2: byte pairs alone"

@@ -19,9 +19,9 @@
 //!   parts of a few characters that repeat (69k parts, 4.6k distinct) and
 //!   the word cache holds. Asked only of pieces the word cache cannot hold
 //!   whole (over 16 bytes), at points next to a non-ASCII character, and
-//!   only under vocabularies whose byte pairs join most CJK text (o200k:
-//!   yes; GPT-2, whose byte pairs cut CJK runs already: no, where the test
-//!   cost more than it saved).
+//!   only under vocabularies whose byte pairs join much of CJK text
+//!   (o200k, cl100k: yes; GPT-2, whose byte pairs cut CJK runs already:
+//!   no, where the test cost more than it saved).
 
 /// The tables of both tests, built from the merges' token bytes.
 #[derive(Debug, Clone)]
@@ -80,14 +80,15 @@ impl Joins {
         }
         // The end of a character (a continuation byte) before the start of
         // a three-byte one (CJK): joinable in 754 of these 1024 pairs under
-        // o200k_base, where the context test paid (+8% encoding the books
-        // corpus), 279 under cl100k_base, 45 under r50k_base / GPT-2, where
-        // the pairs cut CJK runs already and the test cost ~5%.
+        // o200k_base and 279 under cl100k_base, where the context test
+        // paid (+8% and +6% encoding the books corpus), 45 under r50k_base
+        // / GPT-2, where the pairs cut CJK runs already and the test cost
+        // ~5%.
         let cjk_pairs = (0x80..0xC0u8)
             .flat_map(|a| (0xE0..0xF0u8).map(move |b| (a, b)))
             .filter(|&(a, b)| joins.pair_may_join(a, b))
             .count();
-        if cjk_pairs < 512 && !force_context {
+        if cjk_pairs < 256 && !force_context {
             return joins;
         }
         let bits = (n.max(1) * 64)
@@ -109,8 +110,8 @@ impl Joins {
         joins
     }
 
-    /// Whether [`Self::may_join`] asks the context too (o200k_base: yes;
-    /// r50k_base, GPT-2: the byte pairs alone).
+    /// Whether [`Self::may_join`] asks the context too (o200k_base,
+    /// cl100k_base: yes; r50k_base, GPT-2: the byte pairs alone).
     pub(crate) fn has_context(&self) -> bool {
         !self.context.is_empty()
     }
