@@ -205,3 +205,22 @@ def test_texts_passed_as_they_are_equal_tiktoken(name, reference):
     assert ours.encode_batch(tuple(texts[:3])) == theirs.encode_batch(list(texts[:3]))
     with pytest.raises(TypeError):
         ours.encode_ordinary(b"bytes")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_encode_to_numpy_equals_tiktoken(name, reference, corpus):
+    """The ids straight into a uint32 array (no list): tiktoken's values,
+    specials allowed or refused as in `encode`; a text with lone surrogates
+    is made UTF-8 as `encode` does (tiktoken raises UnicodeEncodeError)."""
+    import numpy as np
+
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+    for text in ["", "hello world", corpus[:50_000], "x<|endoftext|>y"]:
+        kw = dict(allowed_special="all")
+        got = ours.encode_to_numpy(text, **kw)
+        assert got.dtype == np.uint32 and got.ndim == 1
+        assert np.array_equal(got, theirs.encode_to_numpy(text, **kw)), text[:20]
+    with pytest.raises(ValueError, match="disallowed special token"):
+        ours.encode_to_numpy("<|endoftext|>")
+    text = "pair \ud83d\udc4d lone \ud83d"
+    assert ours.encode_to_numpy(text).tolist() == theirs.encode(text)

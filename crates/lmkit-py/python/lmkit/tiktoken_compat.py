@@ -156,11 +156,13 @@ class Encoding:
         allowed_special: Specials = set(),  # noqa: B006
         disallowed_special: Union[Literal["all"], Collection[str]] = "all",
     ):
-        """`encode` as a numpy array of uint32."""
-        import numpy as np
-
-        ids = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
-        return np.array(ids, dtype=np.uint32)
+        """`encode` as a numpy array of uint32 (made from the ids directly,
+        no list between)."""
+        kw = dict(allowed_special=allowed_special, disallowed_special=disallowed_special, tiktoken_defaults=True)
+        try:
+            return self._tok.encode_ids_numpy(text, **kw)
+        except UnicodeEncodeError:
+            return self._tok.encode_ids_numpy(_fix_surrogates(text), **kw)
 
     def encode_ordinary_batch(self, text: List[str], *, num_threads: int = 8) -> List[List[int]]:
         """`encode_ordinary` of each text, on all cores (`num_threads` is
