@@ -12,6 +12,7 @@ use lmkit_tokenizers::wordpiece::{
     TruncationDirection, TruncationStrategy, WordPieceTrainer,
 };
 use lmkit_tokenizers::Tokenizer;
+use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use rayon::prelude::*;
@@ -419,7 +420,7 @@ impl PyTokenizer {
     fn encode_ids<'py>(
         &self,
         py: Python<'py>,
-        text: String,
+        text: &Bound<'_, PyString>,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
@@ -431,14 +432,29 @@ impl PyTokenizer {
             disallowed_special,
             tiktoken_defaults,
         )?;
-        // Short texts are not worth a GIL round trip.
-        let ids = if text.len() < 4096 {
-            job.ids(&text)
-        } else {
-            py.detach(|| job.ids(&text))
-        }
-        .map_err(value_error)?;
+        let ids = ids_of(py, &job, text)?;
         self.id_objects.list(py, self.inner.vocab_size(), &ids)
+    }
+
+    /// [`Self::encode_ids`] as a numpy array of uint32 that takes over the
+    /// ids (tiktoken's `encode_to_numpy`: no Python list in between).
+    #[pyo3(signature = (text, *, add_special_tokens = true, allowed_special = None, disallowed_special = None, tiktoken_defaults = false))]
+    fn encode_ids_numpy<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'_, PyString>,
+        add_special_tokens: bool,
+        allowed_special: Option<&Bound<'_, PyAny>>,
+        disallowed_special: Option<&Bound<'_, PyAny>>,
+        tiktoken_defaults: bool,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let job = self.ids_job(
+            add_special_tokens,
+            allowed_special,
+            disallowed_special,
+            tiktoken_defaults,
+        )?;
+        Ok(PyArray1::from_vec(py, ids_of(py, &job, text)?))
     }
 
     /// Token ids of many texts on all cores, the GIL released.
@@ -446,7 +462,7 @@ impl PyTokenizer {
     fn encode_ids_batch<'py>(
         &self,
         py: Python<'py>,
-        texts: Vec<String>,
+        texts: Vec<Bound<'py, PyString>>,
         add_special_tokens: bool,
         allowed_special: Option<&Bound<'_, PyAny>>,
         disallowed_special: Option<&Bound<'_, PyAny>>,
@@ -458,6 +474,7 @@ impl PyTokenizer {
             disallowed_special,
             tiktoken_defaults,
         )?;
+        let texts = texts.iter().map(ids::utf8).collect::<PyResult<Vec<_>>>()?;
         let seqs = py
             .detach(|| {
                 texts
@@ -686,6 +703,18 @@ impl PyTokenizer {
             })
             .collect())
     }
+}
+
+/// The ids of `text` by `job`, the GIL released for long texts.
+fn ids_of(py: Python<'_>, job: &EncodeJob<'_>, text: &Bound<'_, PyString>) -> PyResult<Vec<u32>> {
+    let text = ids::utf8(text)?;
+    // Short texts are not worth a GIL round trip.
+    if text.len() < 4096 {
+        job.ids(text)
+    } else {
+        py.detach(|| job.ids(text))
+    }
+    .map_err(value_error)
 }
 
 fn bpe_trainer(

@@ -168,3 +168,59 @@ def test_id_lists_are_the_callers_own():
     batch = enc.encode_ordinary_batch([text, "x"])
     assert type(batch) is list and [type(b) for b in batch] == [list, list]
     assert batch[0] == enc.encode_ordinary(text) and batch[1] == enc.encode_ordinary("x")
+
+
+@pytest.mark.parametrize("name", ["r50k_base", "cl100k_base", "o200k_base"])
+def test_texts_passed_as_they_are_equal_tiktoken(name, reference):
+    """The str goes to the tokenizer as it is (its UTF-8 borrowed from it),
+    and only a text with lone surrogates is made UTF-8 first, tiktoken's
+    way (a pair becomes its character, a lone one U+FFFD): surrogates
+    short and past the 4 KiB that releases the GIL, at either end, in one
+    text of a batch, beside special-token text; ASCII, two-, three- and
+    four-byte texts (each a different str layout in CPython); a str
+    subclass; and a text encoded twice (CPython keeps its UTF-8)."""
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+
+    class Str(str):
+        pass
+
+    long = "pair \ud83d\udc4d lone \ud83d x " * 400
+    texts = [
+        "\ud83d", "\udc4d", "a\ud83d\udc4db", "\ud83d\ud83d", "\udc4d\ud83d", "x\ud800",
+        "\udfff<|endoftext|>", long, "é" * 5_000 + "\ud800", "\ud800" + "😀" * 2_000,
+        "plain ascii " * 500, "ünïcödé " * 700, "漢字かな " * 900, "😀 x " * 1_500, Str("sub class é"),
+    ]
+    for text in texts:
+        assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), text[:20]
+        assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), "again: " + text[:20]
+        kw = dict(allowed_special="all")
+        assert ours.encode(text, **kw) == theirs.encode(text, **kw), text[:20]
+        assert ours.encode(text, disallowed_special=()) == theirs.encode(text, disallowed_special=())
+    with pytest.raises(ValueError, match="disallowed special token"):
+        ours.encode("\ud83d <|endoftext|>")
+    assert ours.encode_ordinary_batch(texts) == theirs.encode_ordinary_batch(texts)
+    assert ours.encode_batch(texts, allowed_special="all") == theirs.encode_batch(texts, allowed_special="all")
+    # Any iterable of texts, as tiktoken's thread pool takes.
+    assert ours.encode_ordinary_batch(t for t in texts) == theirs.encode_ordinary_batch(texts)
+    assert ours.encode_batch(tuple(texts[:3])) == theirs.encode_batch(list(texts[:3]))
+    with pytest.raises(TypeError):
+        ours.encode_ordinary(b"bytes")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_encode_to_numpy_equals_tiktoken(name, reference, corpus):
+    """The ids straight into a uint32 array (no list): tiktoken's values,
+    specials allowed or refused as in `encode`; a text with lone surrogates
+    is made UTF-8 as `encode` does (tiktoken raises UnicodeEncodeError)."""
+    import numpy as np
+
+    ours, theirs = tiktoken_compat.get_encoding(name), reference[name]
+    for text in ["", "hello world", corpus[:50_000], "x<|endoftext|>y"]:
+        kw = dict(allowed_special="all")
+        got = ours.encode_to_numpy(text, **kw)
+        assert got.dtype == np.uint32 and got.ndim == 1
+        assert np.array_equal(got, theirs.encode_to_numpy(text, **kw)), text[:20]
+    with pytest.raises(ValueError, match="disallowed special token"):
+        ours.encode_to_numpy("<|endoftext|>")
+    text = "pair \ud83d\udc4d lone \ud83d"
+    assert ours.encode_to_numpy(text).tolist() == theirs.encode(text)

@@ -120,6 +120,15 @@ class Tokenizer:
         disallowed_special: Optional[_Specials] = None,
         tiktoken_defaults: bool = False,
     ) -> List[int]: ...
+    def encode_ids_numpy(
+        self,
+        text: str,
+        *,
+        add_special_tokens: bool = True,
+        allowed_special: Optional[_Specials] = None,
+        disallowed_special: Optional[_Specials] = None,
+        tiktoken_defaults: bool = False,
+    ) -> npt.NDArray[np.uint32]: ...
     def encode_ids_batch(
         self,
         texts: Sequence[str],

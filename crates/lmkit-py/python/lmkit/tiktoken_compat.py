@@ -45,7 +45,11 @@ def _utf8_safe(text: str) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return _fix_surrogates(text)
+
+
+def _fix_surrogates(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _all_space(token: bytes) -> bool:
@@ -122,7 +126,13 @@ class Encoding:
 
     def encode_ordinary(self, text: str) -> List[int]:
         """Ids of `text`, special-token text encoded as ordinary text."""
-        return self._tok.encode_ids(_utf8_safe(text), allowed_special=(), disallowed_special=())
+        # As tiktoken: the text as it is, and only a text that is not UTF-8
+        # (lone surrogates: a UnicodeEncodeError) made so and passed again.
+        try:
+            return self._tok.encode_ids(text, allowed_special=(), disallowed_special=())
+        except UnicodeEncodeError:
+            text = _fix_surrogates(text)
+            return self._tok.encode_ids(text, allowed_special=(), disallowed_special=())
 
     def encode(
         self,
@@ -133,12 +143,11 @@ class Encoding:
     ) -> List[int]:
         """Ids of `text`; special-token text is a special token when
         allowed, a `ValueError` when disallowed (by default every one)."""
-        return self._tok.encode_ids(
-            _utf8_safe(text),
-            allowed_special=allowed_special,
-            disallowed_special=disallowed_special,
-            tiktoken_defaults=True,
-        )
+        kw = dict(allowed_special=allowed_special, disallowed_special=disallowed_special, tiktoken_defaults=True)
+        try:
+            return self._tok.encode_ids(text, **kw)
+        except UnicodeEncodeError:
+            return self._tok.encode_ids(_fix_surrogates(text), **kw)
 
     def encode_to_numpy(
         self,
@@ -147,17 +156,23 @@ class Encoding:
         allowed_special: Specials = set(),  # noqa: B006
         disallowed_special: Union[Literal["all"], Collection[str]] = "all",
     ):
-        """`encode` as a numpy array of uint32."""
-        import numpy as np
-
-        ids = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
-        return np.array(ids, dtype=np.uint32)
+        """`encode` as a numpy array of uint32 (made from the ids directly,
+        no list between)."""
+        kw = dict(allowed_special=allowed_special, disallowed_special=disallowed_special, tiktoken_defaults=True)
+        try:
+            return self._tok.encode_ids_numpy(text, **kw)
+        except UnicodeEncodeError:
+            return self._tok.encode_ids_numpy(_fix_surrogates(text), **kw)
 
     def encode_ordinary_batch(self, text: List[str], *, num_threads: int = 8) -> List[List[int]]:
         """`encode_ordinary` of each text, on all cores (`num_threads` is
         accepted for tiktoken's signature; lmkit uses its thread pool)."""
-        texts = [_utf8_safe(t) for t in text]
-        return self._tok.encode_ids_batch(texts, allowed_special=(), disallowed_special=())
+        text = text if type(text) is list else list(text)
+        try:
+            return self._tok.encode_ids_batch(text, allowed_special=(), disallowed_special=())
+        except UnicodeEncodeError:
+            texts = [_utf8_safe(t) for t in text]
+            return self._tok.encode_ids_batch(texts, allowed_special=(), disallowed_special=())
 
     def encode_batch(
         self,
@@ -168,12 +183,12 @@ class Encoding:
         disallowed_special: Union[Literal["all"], Collection[str]] = "all",
     ) -> List[List[int]]:
         """`encode` of each text, on all cores with the GIL released."""
-        return self._tok.encode_ids_batch(
-            [_utf8_safe(t) for t in text],
-            allowed_special=allowed_special,
-            disallowed_special=disallowed_special,
-            tiktoken_defaults=True,
-        )
+        kw = dict(allowed_special=allowed_special, disallowed_special=disallowed_special, tiktoken_defaults=True)
+        text = text if type(text) is list else list(text)
+        try:
+            return self._tok.encode_ids_batch(text, **kw)
+        except UnicodeEncodeError:
+            return self._tok.encode_ids_batch([_utf8_safe(t) for t in text], **kw)
 
     def encode_with_unstable(
         self,

@@ -1,14 +1,17 @@
-//! Python lists of token ids built from one int object per vocabulary id.
+//! Python lists of token ids built from one int object per vocabulary id,
+//! and the UTF-8 of the texts they come from, borrowed from the `str`.
 //!
 //! Making a fresh Python int for each id of a result (CPython keeps only
 //! -5..=256) took as long as encoding the text: 4.9 ms for the 266k ids of
 //! 1 MB of English (r50k_base, one Zen 5 core) against ~5 ms of encoding.
 //! A list that shares the tokenizer's ints costs a reference count each.
 
+use std::os::raw::c_char;
 use std::sync::OnceLock;
 
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList};
+use pyo3::types::{PyInt, PyList, PyString};
 
 /// The ints `0..vocab` of a tokenizer, made on the first list (~4 ms and
 /// ~8 MB for o200k_base's 200k ids).
@@ -34,14 +37,34 @@ impl IdObjects {
                 })
                 .collect()
         });
-        let items = ids.iter().map(|&id| match objs.get(id as usize) {
-            Some(int) => int.bind(py).clone(),
-            None => {
-                let Ok(int) = id.into_pyobject(py);
-                int
+        // `PyList_New(n)` filled by `PyList_SetItem`, the stable ABI's way
+        // (no `PyList_SET_ITEM` there): `PyList::new`'s iterator and its
+        // length checks cost as much again per id (r50k_base, 1.6M ids).
+        let n = ffi::Py_ssize_t::try_from(ids.len())
+            .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("too many ids"))?;
+        // SAFETY: `PyList_New` returns a new list of `n` empty slots (or
+        // NULL with an exception set, which `from_owned_ptr_or_err` turns
+        // into the error). Each slot is set once, at an index below `n`,
+        // to a new (strong) reference, which `PyList_SetItem` takes over;
+        // it cannot fail on a list with an index in range.
+        unsafe {
+            let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
+            for (i, &id) in ids.iter().enumerate() {
+                let item = match objs.get(id as usize) {
+                    Some(int) => {
+                        let p = int.as_ptr();
+                        incref(p);
+                        p
+                    }
+                    None => {
+                        let Ok(int) = id.into_pyobject(py);
+                        int.into_ptr()
+                    }
+                };
+                ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, item);
             }
-        });
-        PyList::new(py, items)
+            Ok(list.cast_into_unchecked())
+        }
     }
 
     /// [`Self::list`] of each id sequence, as a list of lists.
@@ -57,4 +80,56 @@ impl IdObjects {
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, lists)
     }
+}
+
+/// `Py_INCREF` as CPython 3.9's limited-API header has it (this wheel's
+/// ABI, abi3-py39): the count in the object, without pyo3's call into
+/// `Py_IncRef` (a tenth of an r50k_base `encode_ordinary` through Python:
+/// one call per id). Later CPythons keep running such extensions: the
+/// objects they make immortal (small ints among these) tolerate the plain
+/// increment (PEP 683), and the free-threaded build has no stable ABI.
+///
+/// # Safety
+/// `p` is a live object and the GIL is held.
+#[inline(always)]
+unsafe fn incref(p: *mut ffi::PyObject) {
+    // SAFETY: as the caller promises; `ob_refcnt` is the stable ABI's
+    // first field of every object.
+    unsafe { (*p).ob_refcnt += 1 }
+}
+
+extern "C" {
+    /// Exported by every CPython 3 (in the stable ABI from 3.10; this
+    /// wheel's abi3-py39 build leaves it out of pyo3's bindings).
+    fn PyUnicode_AsUTF8AndSize(
+        unicode: *mut ffi::PyObject,
+        size: *mut ffi::Py_ssize_t,
+    ) -> *const c_char;
+}
+
+/// The UTF-8 of `text`, borrowed from the `str` (which keeps it: ASCII
+/// text's own bytes, others' encoded once and cached, as tiktoken's
+/// `&str` arguments are). pyo3's `String` on the abi3-py39 build encoded
+/// into a new `bytes` and copied that (two passes over the text and their
+/// page faults: ~6% of an o200k_base `encode_ordinary`, with the
+/// `_utf8_safe` check before it). Lone surrogates are a `UnicodeEncodeError`,
+/// as they were.
+pub(super) fn utf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    let mut size: ffi::Py_ssize_t = 0;
+    // SAFETY: `text` is a live `str`; the call returns its UTF-8 buffer
+    // (owned by the `str`, valid while it lives: `'a`) and its length, or
+    // NULL with an exception set.
+    let data = unsafe { PyUnicode_AsUTF8AndSize(text.as_ptr(), &mut size) };
+    if data.is_null() {
+        return Err(PyErr::fetch(text.py()));
+    }
+    let len = usize::try_from(size).expect("a str's UTF-8 length is not negative");
+    // SAFETY: `data` holds `len` bytes, which CPython wrote as valid UTF-8
+    // (a text it cannot encode so, one with lone surrogates, is the error
+    // above); `str`s are immutable, so they stay as they are.
+    Ok(
+        unsafe {
+            std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast::<u8>(), len))
+        },
+    )
 }

@@ -116,24 +116,38 @@ impl BpeTokenizer {
         }
     }
 
-    /// A piece that is not one token, cut between every two bytes that no
-    /// merge joins: BPE of the piece is BPE of its parts (see
-    /// [`super::model::BpeModel::junctions`]). In long pieces (runs of CJK
+    /// A piece that is not one token, cut wherever no merge can join the
+    /// tokens either side: BPE of the piece is BPE of its parts (see
+    /// [`super::joins`]). In long pieces (runs of CJK
     /// text, mostly, where the merge loop's cost grows with the square of
     /// the length) and in those whose ids are too many to cache, the parts
     /// are short and repeat, so most are found whole or cached.
     #[cold]
-    fn encode_long(
+    fn encode_long(&self, piece: &[u8], out: &mut Vec<u32>, cache: Option<&mut cache::WordCache>) {
+        let joins = self.model.joins();
+        // The context test where the parts gain: a piece the cache cannot
+        // hold whole (a short one is merged once, then cached; the test
+        // would cost more than the merge loop it saves).
+        if piece.len() > cache::MAX_KEY && joins.has_context() {
+            self.encode_parts(piece, out, cache, |at| joins.may_join(piece, at))
+        } else {
+            self.encode_parts(piece, out, cache, |at| {
+                joins.pair_may_join(piece[at - 1], piece[at])
+            })
+        }
+    }
+
+    /// [`Self::encode_long`] with `may_join(at)` telling whether a merge
+    /// may join the tokens either side of the point before `piece[at]`.
+    #[inline(always)]
+    fn encode_parts(
         &self,
         piece: &[u8],
         out: &mut Vec<u32>,
         mut cache: Option<&mut cache::WordCache>,
+        may_join: impl Fn(usize) -> bool,
     ) {
-        let joins = self.model.junctions();
-        let cut_after = |i: usize| {
-            let pair = (piece[i] as usize) << 8 | piece[i + 1] as usize;
-            joins[pair >> 6] >> (pair & 63) & 1 == 0
-        };
+        let cut_after = |i: usize| !may_join(i + 1);
         let Some(first) = (0..piece.len().saturating_sub(1)).find(|&i| cut_after(i)) else {
             return self.merge(piece, out, cache);
         };
@@ -170,10 +184,18 @@ mod tests {
         })
     }
 
+    fn o200k() -> &'static BpeTokenizer {
+        static TOK: std::sync::OnceLock<BpeTokenizer> = std::sync::OnceLock::new();
+        TOK.get_or_init(|| crate::openai::encoding("o200k_base").unwrap())
+    }
+
     /// The cut piece's ids against the merge loop on the whole piece, with
-    /// and without the word cache.
+    /// and without the word cache (GPT-2's merges).
     fn check(piece: &[u8]) -> Result<(), TestCaseError> {
-        let t = gpt2();
+        check_with(gpt2(), piece)
+    }
+
+    fn check_with(t: &BpeTokenizer, piece: &[u8]) -> Result<(), TestCaseError> {
         let mut whole = Vec::new();
         t.model.merge_piece(piece, &mut whole);
         let mut cut = Vec::new();
@@ -231,8 +253,71 @@ mod tests {
         assert!(long > 1000, "{long} long pieces");
     }
 
+    /// o200k_base and cl100k_base (tiktoken's ranks) on the corpus'
+    /// pieces: their runs of CJK text are cut (the context test of
+    /// [`super::super::joins`]: several parts per long piece, where the
+    /// byte pairs alone cut ~1.3 under o200k_base) and their parts' ids are
+    /// the merge loop's on the whole piece.
+    #[test]
+    fn openai_cut_pieces_equal_the_merge_loop_on_the_corpus() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../assets/books/corpus.txt");
+        let text = std::fs::read(path).expect("assets/books: run scripts/fetch-assets.sh");
+        let cl100k = crate::openai::encoding("cl100k_base").unwrap();
+        for (t, min_parts) in [(o200k(), 4), (&cl100k, 2)] {
+            assert!(t.model.joins().has_context());
+            use crate::pretokenize::{split_cl100k, split_o200k, Pattern};
+            let ranges: Vec<_> = match t.pattern {
+                Pattern::O200k => split_o200k(&text).collect(),
+                Pattern::Cl100k => split_cl100k(&text).collect(),
+                _ => unreachable!("an o200k or cl100k pattern"),
+            };
+            let pieces: std::collections::HashSet<&[u8]> = ranges
+                .into_iter()
+                .filter(|r| r.len() > 1)
+                .map(|r| &text[r])
+                .collect();
+            let (mut long, mut parts) = (0, 0);
+            for piece in &pieces {
+                check_with(t, piece).unwrap();
+                if piece.len() > cache::MAX_KEY {
+                    long += 1;
+                    parts += 1
+                        + (1..piece.len())
+                            .filter(|&at| !t.model.joins().may_join(piece, at))
+                            .count();
+                }
+            }
+            assert!(long > 1000, "{long} long pieces");
+            assert!(
+                parts > min_parts * long,
+                "{parts} parts of {long} long pieces"
+            );
+        }
+        assert!(
+            !gpt2().model.joins().has_context(),
+            "GPT-2: byte pairs alone"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// o200k_base on runs of CJK, kana, Hangul and other characters
+        /// (its merges join most of their byte pairs), and on any bytes.
+        #[test]
+        fn o200k_cut_pieces_equal_the_merge_loop(
+            bytes in prop::collection::vec(any::<u8>(), 2..120),
+            chars in prop::collection::vec(
+                prop::sample::select(vec![
+                    "漢", "字", "中", "国", "人", "の", "は", "ー", "カ", "한", "국", "어",
+                    "é", " ", "a", "ing", "-", "═", "😀", "ل", "ع", "я", "\u{301}",
+                ]),
+                2..60,
+            ),
+        ) {
+            check_with(o200k(), &bytes)?;
+            check_with(o200k(), chars.concat().as_bytes())?;
+        }
 
         /// Any bytes, and runs of characters whose bytes many merges join.
         #[test]

@@ -17,6 +17,7 @@ mod compiled;
 mod encode;
 mod files;
 mod hash;
+mod joins;
 mod model;
 mod tiktoken;
 

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 
 use super::cache::PairCache;
 use super::hash::FastMap;
+use super::joins::Joins;
 
 /// Pieces longer than this (in bytes) use the heap merge.
 const SMALL_PIECE: usize = 64;
@@ -39,9 +40,8 @@ pub(crate) struct BpeModel {
     /// ([`WHOLE_YES`], [`WHOLE_NO`], or [`WHOLE_UNKNOWN`] until first asked).
     /// A pure function of the model, so racing threads store the same value.
     whole_state: WholeState,
-    /// Bit `a << 8 | b`: some merge joins a left token ending in byte `a`
-    /// to a right one starting with `b` (see [`Self::junctions`]).
-    junctions: OnceLock<Box<[u64; 1024]>>,
+    /// Where a piece can be cut (see [`Self::joins`]).
+    joins: OnceLock<Joins>,
     /// tiktoken's rule (ranked merges): a whole pre-tokenized piece that is
     /// a token is that token, whatever the merge loop would make of it.
     pub(crate) piece_is_token: bool,
@@ -135,7 +135,7 @@ impl BpeModel {
             merges: merge_map,
             byte_pairs,
             whole_state: WholeState((0..ids).map(|_| AtomicU8::new(WHOLE_UNKNOWN)).collect()),
-            junctions: OnceLock::new(),
+            joins: OnceLock::new(),
             piece_is_token: ranks.is_some(),
         }
     }
@@ -165,24 +165,15 @@ impl BpeModel {
         }
     }
 
-    /// The byte pairs a merge can join, as bits `a << 8 | b` (built on first
-    /// use: short texts never ask). Every token the merge loop makes joins
-    /// two of its tokens, so where two adjacent bytes of a piece are not such
-    /// a pair no token ever spans them, and BPE of the piece is BPE of each
-    /// side (merges on one side never change the other side's pairs).
-    pub(crate) fn junctions(&self) -> &[u64; 1024] {
-        self.junctions.get_or_init(|| {
-            let mut bits = Box::new([0u64; 1024]);
-            for &key in self.merges.keys() {
+    /// Where a merge may join two tokens of a piece, from the merges'
+    /// tokens (built on first use: short texts never ask). See [`Joins`].
+    pub(crate) fn joins(&self) -> &Joins {
+        self.joins.get_or_init(|| {
+            let merges = self.merges.keys().map(|&key| {
                 let (l, r) = ((key >> 32) as u32, key as u32);
-                if let (Some(&a), Some(&b)) =
-                    (self.token_bytes(l).last(), self.token_bytes(r).first())
-                {
-                    let pair = (a as usize) << 8 | b as usize;
-                    bits[pair >> 6] |= 1 << (pair & 63);
-                }
-            }
-            bits
+                (self.token_bytes(l), self.token_bytes(r))
+            });
+            Joins::new(self.merges.len(), merges)
         })
     }
 
