@@ -249,6 +249,14 @@ pub fn matmul_backward(
     let input_grad = move || {
         if let Some((dinp, write)) = dinp {
             assert_eq!(dinp.len(), n * c, "matmul_backward: dinp must be [N,C]");
+            // Set as zeroing then accumulating: the `gemm` crate writing a
+            // destination it does not read made the bench's f32 GPT-2 step
+            // slower (block products 153.9-156.3 -> 156.3-160.9 ms, 2 Zen 5
+            // threads), where zeroing first leaves it in cache. (The bf16
+            // kernel gains from Set: matmul_backward_bf16.)
+            if write == GradWrite::Set {
+                dinp.fill(0.0);
+            }
             // Wᵀ as a [OC, C] operand.
             let wt = match layout {
                 WeightLayout::InOut => View {
@@ -266,7 +274,7 @@ pub fn matmul_backward(
                 dinp,
                 c,
                 1,
-                write == GradWrite::Add,
+                true,
                 View {
                     data: dout,
                     rs: oc,
