@@ -50,6 +50,12 @@ impl IdObjects {
         unsafe {
             let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
             for (i, &id) in ids.iter().enumerate() {
+                if let Some(ahead) = ids
+                    .get(i + PREFETCH_IDS)
+                    .and_then(|&a| objs.get(a as usize))
+                {
+                    prefetch(ahead.as_ptr());
+                }
                 let item = match objs.get(id as usize) {
                     Some(int) => {
                         let p = int.as_ptr();
@@ -80,6 +86,22 @@ impl IdObjects {
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, lists)
     }
+}
+
+/// Ids ahead whose int object is prefetched while a list is built: the
+/// increments miss the cache otherwise (o200k_base's 200k ints are ~6 MB).
+const PREFETCH_IDS: usize = 16;
+
+/// A prefetch of the cache line at `p` (a hint: no effect on memory).
+#[inline(always)]
+fn prefetch(p: *mut ffi::PyObject) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: _mm_prefetch has no memory effects and does not fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// `Py_INCREF` as CPython 3.9's limited-API header has it (this wheel's
