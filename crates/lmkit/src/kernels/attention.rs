@@ -334,7 +334,7 @@ fn bi_h(bh: usize, nh: usize) -> (usize, usize) {
 
 /// In-place softmax of `pre(row[..limit])` over keys allowed by `mask`;
 /// every other entry becomes 0 (all of them if no key is allowed). `pre` is
-/// the scores' scaling, applied in the pass that takes the maximum.
+/// the scores' scaling, applied in the pass that masks or takes the maximum.
 #[inline(always)]
 pub(crate) fn softmax_masked(
     row: &mut [f32],
@@ -344,39 +344,23 @@ pub(crate) fn softmax_masked(
 ) {
     let (live, dead) = row.split_at_mut(limit);
     dead.fill(0.0);
-    // Masking (a branch per key, which does not vectorise) only where some
-    // key is masked: a prompt with no padding skips the pass.
-    let mask = mask.filter(|m| m[..limit].contains(&0));
-    let mut mx = f32::NEG_INFINITY;
-    if let Some(m) = mask {
-        for (x, &keep) in live.iter_mut().zip(m) {
-            *x = if keep == 0 {
-                f32::NEG_INFINITY
-            } else {
-                pre(*x)
-            };
-        }
-        mx = simd::max(live);
-    } else {
-        // pre, store and maximum in one vectorised pass (NaN passed over,
-        // as by simd::max).
-        let mut mxv = [f32::NEG_INFINITY; LANES];
-        let mut chunks = live.chunks_exact_mut(LANES);
-        for ch in &mut chunks {
-            for l in 0..LANES {
-                let x = pre(ch[l]);
-                ch[l] = x;
-                mxv[l] = if x > mxv[l] { x } else { mxv[l] };
+    // The scaling with a branch per key (which does not vectorise) only
+    // where some key is masked; unpadded rows scale and take the maximum in
+    // one vectorised pass (prefill attention of 787 tokens, one Zen 5
+    // thread: 78.2 ms as two passes, 76.1 as one).
+    let mx = match mask.filter(|m| m[..limit].contains(&0)) {
+        Some(m) => {
+            for (x, &keep) in live.iter_mut().zip(m) {
+                *x = if keep == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    pre(*x)
+                };
             }
+            simd::max(live)
         }
-        for x in chunks.into_remainder() {
-            *x = pre(*x);
-            mx = if *x > mx { *x } else { mx };
-        }
-        for &v in &mxv {
-            mx = if v > mx { v } else { mx };
-        }
-    }
+        None => simd::map_max(live, pre),
+    };
     if mx == f32::NEG_INFINITY {
         live.fill(0.0);
         return;
@@ -390,9 +374,10 @@ pub(crate) fn softmax_masked(
             acc[l] += e;
         }
     }
-    // The tail as one more vector of lanes padded with −∞ (exp gives 0):
-    // a scalar exp per leftover key cost a third of a prefill's softmax,
-    // whose rows (keys up to the query) mostly end off a multiple of 16.
+    // The tail as one more vector of lanes padded with −∞ (exp gives 0)
+    // instead of a scalar exp per leftover key: causal rows (keys up to the
+    // query) mostly end off a multiple of 16 (prefill attention of 787
+    // tokens, one Zen 5 thread: 77.2 → 75.5 ms).
     let rest = chunks.into_remainder();
     let mut pad = [f32::NEG_INFINITY; LANES];
     pad[..rest.len()].copy_from_slice(rest);

@@ -194,6 +194,30 @@ pub(crate) fn max(a: &[f32]) -> f32 {
     extreme(a, f32::NEG_INFINITY, |x, m| x > m)
 }
 
+/// `a[i] ← f(a[i])`, returning the max of the new values as [`max`] would
+/// (−∞ for an empty slice; NaN passed over), in the same pass.
+#[inline(always)]
+pub(crate) fn map_max(a: &mut [f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = a.chunks_exact_mut(LANES);
+    for ch in &mut chunks {
+        for l in 0..LANES {
+            let x = f(ch[l]);
+            ch[l] = x;
+            acc[l] = if x > acc[l] { x } else { acc[l] };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for x in chunks.into_remainder() {
+        *x = f(*x);
+        m = if *x > m { *x } else { m };
+    }
+    for &v in &acc {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
 /// min a[i] (+∞ for an empty slice; NaN passed over).
 #[inline(always)]
 pub(crate) fn min(a: &[f32]) -> f32 {
@@ -248,7 +272,11 @@ mod tests {
             }
         }
         let m = max(xs);
-        (out, (hsum(&acc) + m).to_bits())
+        let mut ys = xs.to_vec();
+        let mm = map_max(&mut ys, |x| x * 0.125);
+        assert_eq!(mm, max(&ys), "map_max is max of the mapped values");
+        out.extend(ys.iter().map(|y| y.to_bits()));
+        (out, (hsum(&acc) + m + mm).to_bits())
     }
 
     /// Every dispatch path computes the same bits: baseline, AVX2 and
