@@ -48,6 +48,19 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// An input gradient written with [`GradWrite::Set`] over garbage is the
+/// same bits as one accumulated onto zeros (`run` writes `len` values).
+fn set_equals_add(len: usize, what: &str, mut run: impl FnMut(&mut [f32], GradWrite)) {
+    let (mut set, mut add) = (vec![f32::NAN; len], vec![0.0; len]);
+    run(&mut set, GradWrite::Set);
+    run(&mut add, GradWrite::Add);
+    assert_eq!(
+        bits(&set),
+        bits(&add),
+        "{what}: Set differs from Add onto zeros"
+    );
+}
+
 /// Checks `grad` = ∂f/∂x by central differences on up to 24 coordinates.
 #[track_caller]
 fn fd_check(what: &str, x: &[f32], grad: &[f32], f: impl Fn(&[f32]) -> f64, rng: &mut Rng) {
@@ -139,11 +152,7 @@ fn matmul_matches_reference() {
                 assert_close(&format!("{tag} dweight"), &dw, &rdw, 1e-4, 1e-5);
                 assert_close(&format!("{tag} dbias"), &db, &rdb, 1e-4, 1e-5);
 
-                // Set overwrites whatever the input gradient held: the same
-                // bits as accumulating onto zeros.
-                let mut set = vec![f32::NAN; n * c];
-                let mut add = vec![0.0; n * c];
-                for (d, write) in [(&mut set, GradWrite::Set), (&mut add, GradWrite::Add)] {
+                set_equals_add(n * c, &format!("{tag} dinp"), |d, write| {
                     kernels::matmul_backward(
                         Some((d, write)),
                         None,
@@ -155,9 +164,8 @@ fn matmul_matches_reference() {
                         c,
                         oc,
                         layout,
-                    );
-                }
-                assert_eq!(bits(&set), bits(&add), "{tag} dinp set");
+                    )
+                });
             }
         }
     }
@@ -1440,21 +1448,9 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
                     }
                 }
                 assert_close(&format!("{what} dbias"), &db, &db_want, 1e-5, 1e-5);
-                // Set overwrites: the same bits as accumulating onto zeros.
-                let mut set = vec![f32::NAN; n * c];
-                let mut add = vec![0.0; n * c];
-                for (d, write) in [(&mut set, GradWrite::Set), (&mut add, GradWrite::Add)] {
-                    kernels::matmul_backward_bf16(
-                        Some((d, write)),
-                        None,
-                        None,
-                        &dout,
-                        &inp,
-                        &pw,
-                        n,
-                    );
-                }
-                assert_eq!(bits(&set), bits(&add), "{what} dinp set");
+                set_equals_add(n * c, &format!("{what} dinp"), |d, write| {
+                    kernels::matmul_backward_bf16(Some((d, write)), None, None, &dout, &inp, &pw, n)
+                });
                 outs.push((out, dinp, dw));
             }
             // A portable weight packed for inference only (an `[OC,C]` one is
