@@ -833,6 +833,73 @@ impl Ahead {
     }
 }
 
+/// The lines of a tile's [`Ahead`] regions in order, a few instructions a
+/// line: the next line, the next run, then the next region. (A cursor of
+/// (region, run, line) indices recomputing each address took ~25
+/// instructions a line, as many as two K pairs of the kernel for the 250+
+/// lines of a new A strip.)
+struct PrefetchCursor<'a> {
+    rest: &'a [Ahead],
+    /// The current run's next line, its lines left, its start, and the
+    /// runs left after it.
+    at: *const u8,
+    lines: usize,
+    run: *const u8,
+    segs: usize,
+    region: Ahead,
+}
+
+impl<'a> PrefetchCursor<'a> {
+    fn new(regions: &'a [Ahead]) -> Self {
+        let mut c = PrefetchCursor {
+            rest: regions,
+            at: std::ptr::null(),
+            lines: 0,
+            run: std::ptr::null(),
+            segs: 0,
+            region: Ahead::NONE,
+        };
+        c.next_region();
+        c
+    }
+
+    /// Moves to the first run of the next region with lines (none left:
+    /// `lines` stays 0).
+    #[inline(always)]
+    fn next_region(&mut self) {
+        while let Some((&h, rest)) = self.rest.split_first() {
+            self.rest = rest;
+            if h.lines > 0 && h.segs > 0 {
+                (self.region, self.run, self.at) = (h, h.ptr, h.ptr);
+                (self.lines, self.segs) = (h.lines, h.segs - 1);
+                return;
+            }
+        }
+        self.lines = 0;
+    }
+
+    /// The next line's address, `None` after the last.
+    #[inline(always)]
+    fn next(&mut self) -> Option<*const i8> {
+        if self.lines == 0 {
+            return None;
+        }
+        let at = self.at;
+        self.lines -= 1;
+        self.at = self.at.wrapping_add(64);
+        if self.lines == 0 {
+            if self.segs > 0 {
+                self.segs -= 1;
+                self.run = self.run.wrapping_add(self.region.stride);
+                (self.at, self.lines) = (self.run, self.region.lines);
+            } else {
+                self.next_region();
+            }
+        }
+        Some(at as *const i8)
+    }
+}
+
 /// K pairs between two rounds of prefetches in [`tile_kernel`].
 const PREFETCH_PAIRS: usize = 8;
 
@@ -873,23 +940,11 @@ unsafe fn tile_kernel(
     let bp = panel.as_ptr();
     let total: usize = ahead.iter().map(|h| h.lines * h.segs).sum();
     let per_round = total.div_ceil(pairs.div_ceil(PREFETCH_PAIRS).max(1));
-    // The prefetch cursor: region, run, line.
-    let (mut hr, mut hs, mut hl) = (0usize, 0usize, 0usize);
+    let mut cursor = PrefetchCursor::new(ahead);
     for p0 in (0..pairs).step_by(PREFETCH_PAIRS) {
         for _ in 0..per_round {
-            while hr < 2 && hs >= ahead[hr].segs {
-                (hr, hs, hl) = (hr + 1, 0, 0);
-            }
-            if hr == 2 {
-                break;
-            }
-            let h = &ahead[hr];
-            let at = h.ptr.wrapping_add(hs * h.stride + hl * 64) as *const i8;
+            let Some(at) = cursor.next() else { break };
             _mm_prefetch::<_MM_HINT_T0>(at);
-            hl += 1;
-            if hl == h.lines {
-                (hs, hl) = (hs + 1, 0);
-            }
         }
         for p in p0..(p0 + PREFETCH_PAIRS).min(pairs) {
             let w0: __m512bh =
