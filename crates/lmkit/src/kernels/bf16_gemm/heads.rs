@@ -4,6 +4,7 @@
 //! every block (widened to f32 first) cost more than the products.
 
 use super::{extent, gemm_packed_on, pooled, recycle, BRef, PackedA, Src, View, NR};
+use crate::kernels::simd::dispatch;
 
 /// A head's keys as the `[HS, n]` right operand of `S = Q·Kᵀ`, or its values
 /// as the `[n, HS]` right operand of `O = P·V` (bf16, `PackedB`'s layout).
@@ -23,15 +24,24 @@ impl HeadOperand {
         assert!(keys.len() >= n * hs, "HeadOperand::keys_t: keys too short");
         let kp = hs + (hs & 1);
         let mut data = pooled(n.div_ceil(NR) * kp * NR);
-        for (p, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
-            panel.fill(0);
-            for j in 0..NR.min(n - p * NR) {
-                let key = &keys[(p * NR + j) * hs..][..hs];
-                for (d, &x) in key.iter().enumerate() {
-                    panel[(d / 2) * NR * 2 + j * 2 + (d & 1)] = x;
+        dispatch(
+            #[inline(always)]
+            || {
+                for (p, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
+                    let keys = &keys[p * NR * hs..][..NR.min(n - p * NR) * hs];
+                    // Pair q of every key in turn: one contiguous NR·2 run.
+                    for (q, run) in panel.chunks_exact_mut(NR * 2).enumerate() {
+                        run.fill(0);
+                        for (dst, key) in run.chunks_exact_mut(2).zip(keys.chunks_exact(hs)) {
+                            dst[0] = key[2 * q];
+                            if 2 * q + 1 < hs {
+                                dst[1] = key[2 * q + 1];
+                            }
+                        }
+                    }
                 }
-            }
-        }
+            },
+        );
         HeadOperand { n, k: hs, kp, data }
     }
 
@@ -44,18 +54,33 @@ impl HeadOperand {
         );
         let kp = n + (n & 1);
         let mut data = pooled(hs.div_ceil(NR) * kp * NR);
-        for (p, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
-            let cols = NR.min(hs - p * NR);
-            for (q, pair) in panel.chunks_exact_mut(NR * 2).enumerate() {
-                pair.fill(0);
-                for e in 0..2.min(n - 2 * q) {
-                    let row = &vals[(2 * q + e) * hs + p * NR..][..cols];
-                    for (j, &x) in row.iter().enumerate() {
-                        pair[j * 2 + e] = x;
+        dispatch(
+            #[inline(always)]
+            || {
+                for (p, panel) in data.chunks_exact_mut(kp * NR).enumerate() {
+                    let cols = NR.min(hs - p * NR);
+                    for (q, run) in panel.chunks_exact_mut(NR * 2).enumerate() {
+                        let row = |e: usize| &vals[(2 * q + e) * hs + p * NR..][..cols];
+                        if 2 * q + 1 < n && cols == NR {
+                            // Two positions' rows interleaved.
+                            for (dst, (&a, &b)) in
+                                run.chunks_exact_mut(2).zip(row(0).iter().zip(row(1)))
+                            {
+                                dst[0] = a;
+                                dst[1] = b;
+                            }
+                            continue;
+                        }
+                        run.fill(0);
+                        for e in 0..2.min(n - 2 * q) {
+                            for (j, &x) in row(e).iter().enumerate() {
+                                run[j * 2 + e] = x;
+                            }
+                        }
                     }
                 }
-            }
-        }
+            },
+        );
         HeadOperand {
             n: hs,
             k: n,
