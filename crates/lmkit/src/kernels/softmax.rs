@@ -5,6 +5,7 @@
 
 use super::rows_per_task;
 use super::simd::{self, dispatch, LANES};
+use crate::util::bf16::f32_to_bf16;
 use rayon::prelude::*;
 
 /// Runs `f(first_row, rows_of_a, rows_of_b)` over row chunks of two buffers
@@ -351,11 +352,38 @@ fn dlogits_row(
     s.ln() - (xt - m)
 }
 
+/// [`dlogits_row`] with the dlogits written to `out` in bf16 as they are
+/// scaled (one pass over the row fewer than scaling in place and then
+/// converting): the same f32 values, rounded as [`f32_to_bf16`].
+#[inline(always)]
+fn dlogits_row_bf16(
+    row: &mut [f32],
+    out: &mut [u16],
+    ti: usize,
+    cl: usize,
+    maxes: &mut [f32; MAX_CHUNKS],
+    scale: f32,
+) -> f32 {
+    let xt = row[ti];
+    let (m, s) = exp_chunks_in_place(row, cl, maxes);
+    let k = scale / s;
+    for (j, (ch, o)) in row.chunks(cl).zip(out.chunks_mut(cl)).enumerate() {
+        let f = k * simd::exp(maxes[j] - m);
+        for (o, &x) in o.iter_mut().zip(ch) {
+            *o = f32_to_bf16(x * f);
+        }
+    }
+    let f = k * simd::exp(maxes[ti / cl] - m);
+    out[ti] = f32_to_bf16(row[ti] * f - scale);
+    s.ln() - (xt - m)
+}
+
 /// [`cross_entropy_fused`] with the dlogits written in bf16 (round to
 /// nearest even) to rows of `out` (row i at `out[i·ld..][..v]`; the rest of
 /// each row is left as it is) rather than over the logits, which are
 /// scratch: each value is the f32 that [`cross_entropy_fused`] writes,
-/// rounded, so a bf16 product sees the same operand either way.
+/// rounded as [`f32_to_bf16`], so a bf16 product sees the same operand
+/// either way.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cross_entropy_fused_bf16(
     logits: &mut [f32],
@@ -414,8 +442,8 @@ pub(crate) fn cross_entropy_fused_bf16(
                             *loss = 0.0;
                             continue;
                         }
-                        *loss = dlogits_row(row, target_index(t, v), cl, &mut maxes, scale);
-                        super::bf16_gemm::convert_row(orow, row);
+                        *loss =
+                            dlogits_row_bf16(row, orow, target_index(t, v), cl, &mut maxes, scale);
                     }
                 },
             )
@@ -470,7 +498,6 @@ pub fn cross_entropy_fused(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::bf16::f32_to_bf16;
 
     /// The bf16 dlogits are [`cross_entropy_fused`]'s f32 rounded to
     /// nearest even, element for element (ignored rows zero), the losses
