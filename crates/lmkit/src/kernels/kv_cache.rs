@@ -100,9 +100,7 @@ impl KvBuf {
         }
         let range = at..at + heads * block;
         match self {
-            KvBuf::F32(v) => each(&mut v[range], block, par, |i, c| {
-                f(i, &mut KvBlock::F32(c))
-            }),
+            KvBuf::F32(v) => each(&mut v[range], block, par, |i, c| f(i, &mut KvBlock::F32(c))),
             KvBuf::Bf16(v) => each(&mut v[range], block, par, |i, c| {
                 f(i, &mut KvBlock::Bf16(c))
             }),
