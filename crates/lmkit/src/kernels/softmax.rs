@@ -345,11 +345,26 @@ fn dlogits_row(
     maxes: &mut [f32; MAX_CHUNKS],
     scale: f32,
 ) -> f32 {
+    let (loss, m, k) = exp_row_loss(row, ti, cl, maxes, scale);
+    scale_chunks(row, cl, maxes, m, k);
+    row[ti] -= scale;
+    loss
+}
+
+/// The row's exponentials in place per chunk ([`exp_chunks_in_place`]) and
+/// its loss against class `ti`: (loss, M, scale/S), the factor that with
+/// each chunk's `exp(m_j − M)` makes `scale·softmax`.
+#[inline(always)]
+fn exp_row_loss(
+    row: &mut [f32],
+    ti: usize,
+    cl: usize,
+    maxes: &mut [f32; MAX_CHUNKS],
+    scale: f32,
+) -> (f32, f32, f32) {
     let xt = row[ti];
     let (m, s) = exp_chunks_in_place(row, cl, maxes);
-    scale_chunks(row, cl, maxes, m, scale / s);
-    row[ti] -= scale;
-    s.ln() - (xt - m)
+    (s.ln() - (xt - m), m, scale / s)
 }
 
 /// [`dlogits_row`] with the dlogits written to `out` in bf16 as they are
@@ -364,9 +379,7 @@ fn dlogits_row_bf16(
     maxes: &mut [f32; MAX_CHUNKS],
     scale: f32,
 ) -> f32 {
-    let xt = row[ti];
-    let (m, s) = exp_chunks_in_place(row, cl, maxes);
-    let k = scale / s;
+    let (loss, m, k) = exp_row_loss(row, ti, cl, maxes, scale);
     for (j, (ch, o)) in row.chunks(cl).zip(out.chunks_mut(cl)).enumerate() {
         let f = k * simd::exp(maxes[j] - m);
         for (o, &x) in o.iter_mut().zip(ch) {
@@ -375,7 +388,7 @@ fn dlogits_row_bf16(
     }
     let f = k * simd::exp(maxes[ti / cl] - m);
     out[ti] = f32_to_bf16(row[ti] * f - scale);
-    s.ln() - (xt - m)
+    loss
 }
 
 /// [`cross_entropy_fused`] with the dlogits written in bf16 (round to
