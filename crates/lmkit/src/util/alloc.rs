@@ -111,10 +111,10 @@ pub fn resize_scratch<T: Copy + Default>(v: &mut Vec<T>, len: usize, cap: usize)
 
 /// `vec![T::default(); len]` (zeroed by the allocator: untouched pages
 /// stay unmapped until written) whose pages the kernel may back with 2 MiB
-/// huge pages where it allows, as [`with_huge_capacity`]: a large buffer's
-/// first writes then fault once per 2 MiB instead of once per 4 KiB (a
-/// GPT-2 124M prefill of 476 tokens writes ~22 MB of fresh scratch: ~5.5k
-/// faults at 4 KiB).
+/// huge pages where it allows, as [`huge_zeroed`]'s but without writing
+/// the zeros: a large buffer's first writes then fault once per 2 MiB
+/// instead of once per 4 KiB (a GPT-2 124M prefill of 476 tokens writes
+/// ~22 MB of fresh scratch: ~5.5k faults at 4 KiB).
 pub fn huge_calloc<T: Clone + Default>(len: usize) -> Vec<T> {
     let v = vec![T::default(); len];
     advise_huge(&v, len);
