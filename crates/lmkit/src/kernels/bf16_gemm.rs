@@ -791,8 +791,8 @@ impl TaskBlocks {
         TaskBlocks {
             strips,
             panels,
-            rgroups: rgroups.min(strips),
-            cgroups: cgroups.min(panels),
+            rgroups,
+            cgroups,
         }
     }
 

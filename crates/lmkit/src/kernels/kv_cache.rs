@@ -340,7 +340,7 @@ impl KvCache {
         let (nh, hs, cap, len) = (self.n_head, self.head_size, self.capacity, self.len);
         let c = nh * hs;
         let heads = self.batch * nh;
-        let layer_at = layer * heads * cap * hs;
+        let layer_at = self.offset(layer, 0, 0, 0);
         // Prefill's rows on the pool, a head's block each (~0.8 ms a layer
         // of 476 tokens on one thread); decode's one row is not worth it.
         let par = self.batch * t >= STORE_PAR_ROWS;

@@ -87,11 +87,15 @@ fn advise_huge<T>(v: &Vec<T>, len: usize) {
     let _ = (v, len);
 }
 
-/// A zeroed `Vec` of `len` elements, in huge pages where the kernel allows
-/// (`with_huge_capacity`), for buffers the caller fills.
+/// A zeroed `Vec` of `len` elements, in huge pages where the kernel allows:
+/// `vec![T::default(); len]` (zeroed by the allocator, so untouched pages
+/// stay unmapped until written) with `MADV_HUGEPAGE` on its aligned 2 MiB
+/// blocks before the first write. A large buffer's first writes then fault
+/// once per 2 MiB instead of once per 4 KiB (a GPT-2 124M prefill of 476
+/// tokens writes ~22 MB of fresh scratch: ~5.5k faults at 4 KiB).
 pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
-    let mut v = with_huge_capacity(len);
-    v.resize(len, T::default());
+    let v = vec![T::default(); len];
+    advise_huge(&v, len);
     v
 }
 
@@ -102,23 +106,11 @@ pub fn huge_zeroed<T: Copy + Default>(len: usize) -> Vec<T> {
 pub fn resize_scratch<T: Copy + Default>(v: &mut Vec<T>, len: usize, cap: usize) {
     if v.capacity() < len {
         *v = Vec::new();
-        *v = huge_calloc(cap.max(len));
+        *v = huge_zeroed(cap.max(len));
         v.truncate(len);
         return;
     }
     v.resize(len, T::default());
-}
-
-/// `vec![T::default(); len]` (zeroed by the allocator: untouched pages
-/// stay unmapped until written) whose pages the kernel may back with 2 MiB
-/// huge pages where it allows, as [`huge_zeroed`]'s but without writing
-/// the zeros: a large buffer's first writes then fault once per 2 MiB
-/// instead of once per 4 KiB (a GPT-2 124M prefill of 476 tokens writes
-/// ~22 MB of fresh scratch: ~5.5k faults at 4 KiB).
-pub fn huge_calloc<T: Clone + Default>(len: usize) -> Vec<T> {
-    let v = vec![T::default(); len];
-    advise_huge(&v, len);
-    v
 }
 
 /// A copy of `src` in huge pages where the kernel allows
