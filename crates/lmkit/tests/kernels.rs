@@ -1541,6 +1541,7 @@ fn bf16_panels_match_rounded_product() {
             let mut out = vec![f32::NAN; n * oc];
             p.matmul_widened(&mut out, &x, n);
             assert_within(&format!("{what} matmul widened"), &out, &want, &mag, 1e-5);
+            fused_epilogues_match_passes(&p, &x, n, &bias, (&want_b, &mag_b), &what);
             let matvec = |threads| {
                 with_threads(threads, || {
                     let mut out = vec![f32::NAN; n * oc];
@@ -1554,6 +1555,50 @@ fn bf16_panels_match_rounded_product() {
                 out,
                 matvec(2),
                 "{what}: matvec differs across thread counts"
+            );
+        }
+    }
+}
+
+/// Bias and GELU inside the product (`matmul_packed_fused`, and
+/// `matmul_fused` on whichever route this CPU takes): the biased sums
+/// against the f64 product, and the GELU's output bit for bit that of
+/// `gelu_forward` over the biased sums (applied to each tile once, after
+/// its last K block), with the tanh and the erf GELU.
+fn fused_epilogues_match_passes(
+    p: &kernels::Bf16Panels,
+    x: &[f32],
+    n: usize,
+    bias: &[f32],
+    (want_b, mag_b): (&[f64], &[f64]),
+    what: &str,
+) {
+    let oc = p.shape().1;
+    let run = |packed: bool, gelu: Option<kernels::Gelu>| {
+        let mut out = vec![f32::NAN; n * oc];
+        if packed {
+            p.matmul_packed_fused(&mut out, x, n, Some(bias), gelu);
+        } else {
+            p.matmul_fused(&mut out, x, n, Some(bias), gelu);
+        }
+        out
+    };
+    for packed in [true, false] {
+        let biased = run(packed, None);
+        assert_within(
+            &format!("{what} biased (packed {packed})"),
+            &biased,
+            want_b,
+            mag_b,
+            1e-5,
+        );
+        for kind in [kernels::Gelu::Tanh, kernels::Gelu::Erf] {
+            let mut want = vec![0.0; n * oc];
+            kernels::gelu_forward(&mut want, &biased, kind);
+            assert_eq!(
+                bits(&run(packed, Some(kind))),
+                bits(&want),
+                "{what}: {kind:?} inside the product (packed {packed}) differs from the pass"
             );
         }
     }

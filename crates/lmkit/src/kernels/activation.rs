@@ -52,10 +52,8 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
         Gelu::Tanh => dispatch(
             #[inline(always)]
             || {
-                // 0.5·x·(1 + tanh u) = x·sigmoid(2u): one exp, one divide.
                 for (o, &x) in o.iter_mut().zip(x) {
-                    let u = SQRT_2_OVER_PI * fma(GELU_K * x, x * x, x);
-                    *o = x / (1.0 + simd::exp(-2.0 * u));
+                    *o = gelu_tanh(x);
                 }
             },
         ),
@@ -63,11 +61,72 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
             #[inline(always)]
             || {
                 for (o, &x) in o.iter_mut().zip(x) {
-                    *o = 0.5 * x * (1.0 + simd::erf(x * FRAC_1_SQRT_2));
+                    *o = gelu_erf(x);
                 }
             },
         ),
     });
+}
+
+/// `xs = gelu(xs)` in place: [`gelu_forward`] without a second buffer.
+pub fn gelu_in_place(xs: &mut [f32], kind: Gelu) {
+    let f = |x: &mut [f32]| {
+        let cols = x.len();
+        // SAFETY: one row of `cols` floats, this task's own.
+        unsafe { gelu_tile(x.as_mut_ptr(), cols, 1, cols, kind) }
+    };
+    if xs.len() <= ELEMS_PER_TASK {
+        f(xs);
+    } else {
+        xs.par_chunks_mut(ELEMS_PER_TASK).for_each(f);
+    }
+}
+
+/// `rows[r][..cols] = gelu(rows[r][..cols])` for `rows` rows `ld` floats
+/// apart, on this thread: [`gelu_forward`]'s arithmetic (the same bits), for
+/// a product's epilogue on a tile it has just written.
+///
+/// # Safety
+/// The `rows` × `cols` elements at `at + r·ld + j` must be valid for reads
+/// and writes, and no other thread may touch them meanwhile.
+pub(crate) unsafe fn gelu_tile(at: *mut f32, ld: usize, rows: usize, cols: usize, kind: Gelu) {
+    // SAFETY: the caller's promise, row by row.
+    let row = |r: usize| unsafe { std::slice::from_raw_parts_mut(at.add(r * ld), cols) };
+    match kind {
+        Gelu::Tanh => dispatch(
+            #[inline(always)]
+            || {
+                for r in 0..rows {
+                    for x in row(r).iter_mut() {
+                        *x = gelu_tanh(*x);
+                    }
+                }
+            },
+        ),
+        Gelu::Erf => dispatch(
+            #[inline(always)]
+            || {
+                for r in 0..rows {
+                    for x in row(r).iter_mut() {
+                        *x = gelu_erf(*x);
+                    }
+                }
+            },
+        ),
+    }
+}
+
+/// GPT-2's GELU: 0.5·x·(1 + tanh u) = x·sigmoid(2u): one exp, one divide.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * fma(GELU_K * x, x * x, x);
+    x / (1.0 + simd::exp(-2.0 * u))
+}
+
+/// BERT's GELU, with erf.
+#[inline(always)]
+fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + simd::erf(x * FRAC_1_SQRT_2))
 }
 
 /// `grad ← gelu'(inp)·grad`: the output gradient in, the input gradient out,

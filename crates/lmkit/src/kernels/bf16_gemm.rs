@@ -42,7 +42,9 @@ mod heads;
 mod refresh;
 #[cfg(target_arch = "x86_64")]
 mod rows;
+use super::activation::gelu_tile;
 use super::quant::{to_bf16_at, SourceLayout};
+use super::Gelu;
 use super::{matmul_backward, matmul_forward, GradWrite, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
@@ -578,7 +580,36 @@ unsafe fn transpose_16x16_words(r: &mut [std::arch::x86_64::__m512i; 16]) {
 /// AVX-512 BF16 must be present.
 #[cfg(target_arch = "x86_64")]
 unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, b: &PackedB) {
-    gemm_packed_on(c, ldc, accumulate, a, b.as_ref(), true)
+    gemm_packed_on(c, ldc, accumulate, a, b.as_ref(), true, Epilogue::NONE)
+}
+
+/// What a product `C = A·B` does besides the sum, on each tile while it is
+/// in registers or L1 rather than in passes over C: each row starts from
+/// `bias[N']` instead of zero (`C = bias + A·B`, summed in the order of a C
+/// holding the bias and accumulated into), and the finished sums go through
+/// `gelu` (an MLP's first layer at inference, whose input to GELU no
+/// backward needs).
+#[derive(Clone, Copy)]
+pub(crate) struct Epilogue<'a> {
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) gelu: Option<Gelu>,
+}
+
+impl Epilogue<'_> {
+    pub(crate) const NONE: Epilogue<'static> = Epilogue {
+        bias: None,
+        gelu: None,
+    };
+}
+
+/// How a tile's sums start.
+#[derive(Clone, Copy)]
+enum Start {
+    Zero,
+    /// From C's tile (a later K block, or a product accumulated into C).
+    Load,
+    /// From the NR floats at the pointer, in every row (a bias).
+    Bias(*const f32),
 }
 
 /// [`gemm_packed`], its tasks on the rayon pool when `par`, else in order
@@ -587,6 +618,10 @@ unsafe fn gemm_packed(c: &mut [f32], ldc: usize, accumulate: bool, a: &PackedA, 
 /// # Safety
 /// AVX-512 BF16 must be present.
 #[cfg(target_arch = "x86_64")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "the tile loop with its prefetch plan and edge tiles"
+)]
 unsafe fn gemm_packed_on(
     c: &mut [f32],
     ldc: usize,
@@ -594,18 +629,33 @@ unsafe fn gemm_packed_on(
     a: &PackedA,
     b: BRef<'_>,
     par: bool,
+    epi: Epilogue<'_>,
 ) {
     // K is A's; B may hold more (a prefix of its rows is multiplied).
     let (m, n, kp, bkp) = (a.m, b.n, a.kp, b.kp);
     assert!(kp <= bkp, "bf16 gemm: A's K exceeds B's");
+    assert!(
+        !(accumulate && epi.bias.is_some()),
+        "bf16 gemm: a bias starts the sums of a product that does not accumulate"
+    );
+    if let Some(bias) = epi.bias {
+        assert!(bias.len() >= n, "bf16 gemm: bias shorter than N");
+    }
     if m == 0 || n == 0 {
         return;
     }
     assert!(c.len() >= extent(m, n, ldc, 1), "bf16 gemm: C too small");
     if kp == 0 {
-        if !accumulate {
-            for r in 0..m {
-                c[r * ldc..r * ldc + n].fill(0.0);
+        for r in 0..m {
+            let row = &mut c[r * ldc..r * ldc + n];
+            match epi.bias {
+                Some(bias) => row.copy_from_slice(&bias[..n]),
+                None if !accumulate => row.fill(0.0),
+                None => {}
+            }
+            if let Some(kind) = epi.gelu {
+                // SAFETY: `row` is n valid floats of this thread's.
+                unsafe { gelu_tile(row.as_mut_ptr(), n, 1, n, kind) };
             }
         }
         return;
@@ -629,7 +679,12 @@ unsafe fn gemm_packed_on(
         while let Some((k0, p, s)) = next {
             next = order.next();
             let k1 = (k0 + KC).min(kp);
-            let load = accumulate || k0 > 0;
+            let start = match epi.bias {
+                _ if accumulate || k0 > 0 => Start::Load,
+                // SAFETY (add): column p·NR is below n <= bias.len().
+                Some(bias) => Start::Bias(unsafe { bias.as_ptr().add(p * NR) }),
+                None => Start::Zero,
+            };
             let panel = &b.data[p * bkp * NR + k0 * NR..];
             let cols = NR.min(n - p * NR);
             let r0 = s * MR;
@@ -677,14 +732,18 @@ unsafe fn gemm_packed_on(
             unsafe {
                 let dst = c_ptr.get().add(r0 * ldc + p * NR);
                 if rows == MR && cols == NR {
-                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, (dst, ldc, load), &ahead);
+                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, (dst, ldc, start), &ahead);
                 } else {
                     for r in 0..rows {
                         for j in 0..cols {
-                            tmp[r * NR + j] = if load { *dst.add(r * ldc + j) } else { 0.0 };
+                            tmp[r * NR + j] = match start {
+                                Start::Load => *dst.add(r * ldc + j),
+                                Start::Bias(bias) => *bias.add(j),
+                                Start::Zero => 0.0,
+                            };
                         }
                     }
-                    let t = (tmp.as_mut_ptr(), NR, true);
+                    let t = (tmp.as_mut_ptr(), NR, Start::Load);
                     tile_kernel(strip, (a_rs, a_ps), panel, pairs, t, &ahead);
                     for r in 0..rows {
                         std::ptr::copy_nonoverlapping(
@@ -693,6 +752,10 @@ unsafe fn gemm_packed_on(
                             cols,
                         );
                     }
+                }
+                if let (Some(kind), true) = (epi.gelu, k1 == kp) {
+                    // The tile's last K block: its sums are final.
+                    gelu_tile(dst, ldc, rows, cols, kind);
                 }
             }
         }
@@ -749,7 +812,7 @@ pub(crate) unsafe fn gemm_bf16_serial_to_ptr(
     // SAFETY: the caller's promise on `dst`; CPU support likewise.
     unsafe {
         let c = std::slice::from_raw_parts_mut(dst, extent(m, n, ldc, 1));
-        gemm_packed_on(c, ldc, accumulate, &a, b.as_ref(), false);
+        gemm_packed_on(c, ldc, accumulate, &a, b.as_ref(), false, Epilogue::NONE);
     }
     b.recycle();
 }
@@ -915,13 +978,14 @@ impl<'a> PrefetchCursor<'a> {
 /// K pairs between two rounds of prefetches in [`tile_kernel`].
 const PREFETCH_PAIRS: usize = 8;
 
-/// One MR×NR tile over `pairs` pairs of K: `c[r, j] = (load ? c[r, j] : 0)
-/// + Σ_k a[r,k]·panel[k,j]`, prefetching `ahead` spread over the K loop.
+/// One MR×NR tile over `pairs` pairs of K: `c[r, j] = s[r, j] + Σ_k
+/// a[r,k]·panel[k,j]`, where `s` is what `start` says (zero, `c` itself, or
+/// a bias row), prefetching `ahead` spread over the K loop.
 ///
 /// # Safety
 /// AVX-512 BF16 must be present; `a` holds MR rows of `pairs` K pairs, the
 /// pair (r, p) at 32-bit word `r·rs + p·ps`; `panel` `2·pairs·NR` bf16s, `c`
-/// an MR×NR tile with row stride `ldc` floats.
+/// an MR×NR tile with row stride `ldc` floats; a bias start NR floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
 unsafe fn tile_kernel(
@@ -929,7 +993,7 @@ unsafe fn tile_kernel(
     (rs, ps): (usize, usize),
     panel: &[u16],
     pairs: usize,
-    (c, ldc, load): (*mut f32, usize, bool),
+    (c, ldc, start): (*mut f32, usize, Start),
     ahead: &[Ahead; 2],
 ) {
     use std::arch::x86_64::*;
@@ -942,10 +1006,17 @@ unsafe fn tile_kernel(
         "bf16 tile: B panel too short"
     );
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    if load {
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            acc_r[0] = _mm512_loadu_ps(c.add(r * ldc));
-            acc_r[1] = _mm512_loadu_ps(c.add(r * ldc + 16));
+    match start {
+        Start::Zero => {}
+        Start::Load => {
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                acc_r[0] = _mm512_loadu_ps(c.add(r * ldc));
+                acc_r[1] = _mm512_loadu_ps(c.add(r * ldc + 16));
+            }
+        }
+        Start::Bias(bias) => {
+            let b = [_mm512_loadu_ps(bias), _mm512_loadu_ps(bias.add(16))];
+            acc = [b; MR];
         }
     }
     let ap = a.as_ptr() as *const i32;
@@ -1208,12 +1279,6 @@ pub fn matmul_forward_bf16(
         Packed::Avx512 { fwd, .. } => {
             if let Some(b) = bias {
                 assert_eq!(b.len(), oc, "matmul_forward_bf16: bias must be [OC]");
-                if oc > 0 {
-                    out.par_chunks_mut(oc * super::rows_per_task(oc))
-                        .for_each(|rows| {
-                            rows.chunks_exact_mut(oc).for_each(|r| r.copy_from_slice(b))
-                        });
-                }
             }
             let a = PackedA::pack(
                 Src {
@@ -1224,8 +1289,9 @@ pub fn matmul_forward_bf16(
                 n,
                 c,
             );
+            let epi = Epilogue { bias, gelu: None };
             // SAFETY: an Avx512 weight is only made where the CPU has it.
-            unsafe { gemm_packed(out, oc, bias.is_some(), &a, fwd) };
+            unsafe { gemm_packed_on(out, oc, false, &a, fwd.as_ref(), true, epi) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         Packed::Avx512 { .. } => unreachable!("Avx512 weights are x86-64 only"),
@@ -1456,8 +1522,58 @@ impl Bf16Panels {
         }
     }
 
+    /// `out[N, OC] = gelu?(bias + bf16(x[N, IC])·Wᵀ)`, the bias and the GELU
+    /// each optional: [`Self::matmul_packed_fused`] where
+    /// [`bf16_dot_is_fast`], else [`Self::matmul_widened`] and passes over
+    /// `out` (the sum, then the bias, then GELU).
+    pub fn matmul_fused(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+        gelu: Option<Gelu>,
+    ) {
+        if bf16_dot_is_fast() {
+            return self.matmul_packed_fused(out, x, n, bias, gelu);
+        }
+        if let Some(b) = bias {
+            assert_eq!(b.len(), self.b.n, "Bf16Panels::matmul: bias must be [OC]");
+        }
+        self.matmul_widened(out, x, n);
+        if let Some(b) = bias {
+            super::add_bias_rows(out, b);
+        }
+        if let Some(kind) = gelu {
+            super::gelu_in_place(out, kind);
+        }
+    }
+
+    /// [`Self::matmul_fused`] through the AVX-512 BF16 gemm, whatever its
+    /// speed: each tile's sums start from the bias and take the GELU as
+    /// they are finished, in registers and L1 (no passes over `out`). The
+    /// GELU's arithmetic is [`super::gelu_forward`]'s: the same bits as that
+    /// pass over the biased product.
+    pub fn matmul_packed_fused(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+        gelu: Option<Gelu>,
+    ) {
+        if let Some(b) = bias {
+            assert_eq!(b.len(), self.b.n, "Bf16Panels::matmul: bias must be [OC]");
+        }
+        self.matmul_packed_with(out, x, n, Epilogue { bias, gelu })
+    }
+
     /// [`Self::matmul`] through the AVX-512 BF16 gemm, whatever its speed.
     pub fn matmul_packed(&self, out: &mut [f32], x: &[f32], n: usize) {
+        self.matmul_packed_with(out, x, n, Epilogue::NONE)
+    }
+
+    fn matmul_packed_with(&self, out: &mut [f32], x: &[f32], n: usize, epi: Epilogue<'_>) {
         let (ic, oc) = self.shape();
         assert_eq!(out.len(), n * oc, "Bf16Panels::matmul: out must be [N,OC]");
         assert_eq!(x.len(), n * ic, "Bf16Panels::matmul: x must be [N,IC]");
@@ -1473,10 +1589,13 @@ impl Bf16Panels {
                 ic,
             );
             // SAFETY: panels are only made where the CPU has AVX-512 BF16.
-            unsafe { gemm_packed(out, oc, false, &a, &self.b) };
+            unsafe { gemm_packed_on(out, oc, false, &a, self.b.as_ref(), true, epi) };
         }
         #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("Bf16Panels are x86-64 only");
+        {
+            let _ = epi;
+            unreachable!("Bf16Panels are x86-64 only");
+        }
     }
 
     /// [`Self::matmul`] through the f32 gemm, for CPUs whose bf16 dot product

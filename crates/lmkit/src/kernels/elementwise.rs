@@ -44,6 +44,29 @@ pub fn add_inplace(acc: &mut [f32], x: &[f32]) {
     });
 }
 
+/// `out[r] += bias` for every row `r` of `out` (`[N, bias.len()]`), rows in
+/// parallel.
+pub fn add_bias_rows(out: &mut [f32], bias: &[f32]) {
+    let oc = bias.len();
+    assert!(
+        out.len().is_multiple_of(oc),
+        "add_bias_rows: out is not rows of the bias"
+    );
+    if oc == 0 {
+        return;
+    }
+    out.par_chunks_mut(oc).for_each(|row| {
+        dispatch(
+            #[inline(always)]
+            || {
+                for (o, b) in row.iter_mut().zip(bias) {
+                    *o += b;
+                }
+            },
+        )
+    });
+}
+
 /// `buf *= s` (gradient clipping, loss scaling).
 pub fn scale_inplace(buf: &mut [f32], s: f32) {
     let f = |b: &mut [f32]| {

@@ -35,7 +35,9 @@ pub mod reference;
 pub(crate) mod simd;
 mod softmax;
 
-pub use activation::{gelu_backward, gelu_forward, tanh_backward, tanh_forward, Gelu};
+pub use activation::{
+    gelu_backward, gelu_forward, gelu_in_place, tanh_backward, tanh_forward, Gelu,
+};
 pub use attention::{
     attention_backward, attention_backward_varlen, attention_forward, attention_forward_varlen,
     AttentionProducts, AttentionShape,
@@ -44,7 +46,7 @@ pub use bf16_gemm::{
     matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,
     Bf16RowWriter, Bf16Weight, ROW_ALIGN as BF16_ROW_ALIGN,
 };
-pub use elementwise::{add_inplace, residual_forward, scale_inplace};
+pub use elementwise::{add_bias_rows, add_inplace, residual_forward, scale_inplace};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use int8_gemm::{Int8Kernel, PackedInt8, QuantizedRows};
 pub use layernorm::{layernorm_apply, layernorm_backward, layernorm_forward};

@@ -131,7 +131,7 @@ impl HeadOperand {
         // SAFETY: the caller's promises on `dst` and the CPU.
         unsafe {
             let c = std::slice::from_raw_parts_mut(dst, extent(m, cols, ldc, 1));
-            gemm_packed_on(c, ldc, accumulate, &a, b, false);
+            gemm_packed_on(c, ldc, accumulate, &a, b, false, super::Epilogue::NONE);
         }
     }
 }

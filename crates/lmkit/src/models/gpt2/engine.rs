@@ -23,7 +23,7 @@ use crate::checkpoint::open_model_dir_for;
 use crate::error::{Error, Result};
 use crate::kernels::kv_cache::KvCache;
 use crate::kernels::quant::SourceLayout;
-use crate::kernels::{add_inplace, gelu_forward, layernorm_forward, Gelu};
+use crate::kernels::{add_inplace, gelu_in_place, layernorm_forward, Gelu};
 use crate::models::gpt2::weights::{trim_heap, F32Slice, Matrix, WeightDtype, MATVEC_MAX_ROWS};
 use crate::spec::config::{Activation, AnyConfig, Gpt2Config};
 use crate::spec::layout::{gpt2_block_prefix, gpt2_layout, ParamLayout};
@@ -66,8 +66,8 @@ struct Scratch {
     att: Vec<f32>,
     /// Sub-block output before the residual add `[N, C]`.
     y: Vec<f32>,
-    /// MLP hidden before / after GELU `[N, I]`.
-    fc_pre: Vec<f32>,
+    /// MLP hidden after GELU `[N, I]` (the GELU runs in place or inside
+    /// the product).
     fc: Vec<f32>,
     /// LayerNorm statistics `[N]` (required by the kernel, unused here).
     mean: Vec<f32>,
@@ -480,7 +480,6 @@ impl Gpt2Engine {
             (&mut s.qkv, n * 3 * c),
             (&mut s.att, n * c),
             (&mut s.y, n * c),
-            (&mut s.fc_pre, n * inner),
             (&mut s.fc, n * inner),
             (&mut s.mean, n),
             (&mut s.rstd, n),
@@ -488,13 +487,12 @@ impl Gpt2Engine {
             // Dead contents: a bigger batch replaces the buffer (no copy).
             resize_scratch(buf, len, len);
         }
-        let (x, xn, qkv, att, y, fc_pre, fc) = (
+        let (x, xn, qkv, att, y, fc) = (
             &mut s.x[..n * c],
             &mut s.xn[..n * c],
             &mut s.qkv[..n * 3 * c],
             &mut s.att[..n * c],
             &mut s.y[..n * c],
-            &mut s.fc_pre[..n * inner],
             &mut s.fc[..n * inner],
         );
         let (mean, rstd) = (&mut s.mean[..n], &mut s.rstd[..n]);
@@ -527,10 +525,17 @@ impl Gpt2Engine {
             });
             timed(Phase::Residual, || add_inplace(x, y));
             ln(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b);
-            timed(Phase::Matmul, || {
-                blk.c_fc.forward(fc_pre, xn, Some(&blk.c_fc_b), n, mat)
-            });
-            timed(Phase::Gelu, || gelu_forward(fc, fc_pre, self.gelu));
+            if blk.c_fc.fuses_gelu(n) {
+                timed(Phase::Matmul, || {
+                    let b = Some(&blk.c_fc_b[..]);
+                    blk.c_fc.forward_gelu(fc, xn, b, n, mat, self.gelu)
+                });
+            } else {
+                timed(Phase::Matmul, || {
+                    blk.c_fc.forward(fc, xn, Some(&blk.c_fc_b), n, mat)
+                });
+                timed(Phase::Gelu, || gelu_in_place(fc, self.gelu));
+            }
             timed(Phase::Matmul, || {
                 blk.mlp_c_proj
                     .forward(y, fc, Some(&blk.mlp_c_proj_b), n, mat)

@@ -28,12 +28,16 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::kernels::bf16_gemm::bf16_dot_is_fast;
 use crate::kernels::gemm::{gemm_f32, MatMut, MatRef};
 use crate::kernels::matvec::{
     in_out_partials_len, matvec_bf16, matvec_f32_in_out, matvec_f32_out_in,
 };
 use crate::kernels::quant::{bf16_rows_to_f32, quantize_int8_out_in, to_bf16_out_in, SourceLayout};
-use crate::kernels::{bf16_rounded, matmul_forward, Bf16Panels, PackedInt8, WeightLayout};
+use crate::kernels::{
+    add_bias_rows, bf16_rounded, gelu_in_place, matmul_forward, Bf16Panels, Gelu, PackedInt8,
+    WeightLayout,
+};
 
 /// The number format of the large matrices at inference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -336,8 +340,7 @@ impl Matrix {
             if n <= MATVEC_MAX_ROWS {
                 p.matvec(out, x, bias, n);
             } else {
-                p.matmul(out, x, n);
-                add_bias_rows(out, bias, oc);
+                p.matmul_fused(out, x, n, bias, None);
             }
             return;
         }
@@ -385,7 +388,39 @@ impl Matrix {
                         MatRef::transposed(tile, o1 - o0, ic),
                     );
                 }
-                add_bias_rows(out, bias, oc);
+                if let Some(b) = bias {
+                    add_bias_rows(out, b);
+                }
+            }
+        }
+    }
+
+    /// Whether [`Self::forward_gelu`] applies the GELU inside the product
+    /// for `n` rows: bf16 panels through the bf16 gemm, whose tiles take it
+    /// as they are finished instead of in a pass over `out`.
+    pub(crate) fn fuses_gelu(&self, n: usize) -> bool {
+        matches!(self, Matrix::Bf16Panels(_)) && n > MATVEC_MAX_ROWS && bf16_dot_is_fast()
+    }
+
+    /// `out[N, OC] = gelu(x[N, IC] · W + bias)`: [`Self::forward`], then GELU
+    /// in place (the same numbers, within the product where
+    /// [`Self::fuses_gelu`]).
+    pub(crate) fn forward_gelu(
+        &self,
+        out: &mut [f32],
+        x: &[f32],
+        bias: Option<&[f32]>,
+        n: usize,
+        scratch: &mut Vec<f32>,
+        kind: Gelu,
+    ) {
+        match self {
+            Matrix::Bf16Panels(p) if n > MATVEC_MAX_ROWS => {
+                p.matmul_fused(out, x, n, bias, Some(kind))
+            }
+            _ => {
+                self.forward(out, x, bias, n, scratch);
+                gelu_in_place(out, kind);
             }
         }
     }
@@ -428,16 +463,6 @@ impl Matrix {
 /// Rows per conversion chunk: about 1 MiB of f32 source.
 fn chunk_rows(ic: usize) -> usize {
     ((1 << 18) / ic.max(1)).max(1)
-}
-
-fn add_bias_rows(out: &mut [f32], bias: Option<&[f32]>, oc: usize) {
-    if let Some(b) = bias {
-        out.par_chunks_mut(oc).for_each(|row| {
-            for (o, b) in row.iter_mut().zip(b) {
-                *o += b;
-            }
-        });
-    }
 }
 
 /// Tells the kernel that the mapped pages fully inside `data` are not needed
