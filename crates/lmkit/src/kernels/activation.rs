@@ -68,18 +68,23 @@ pub fn gelu_forward(out: &mut [f32], inp: &[f32], kind: Gelu) {
     });
 }
 
+/// Runs `f` over chunks of `buf` in place, in parallel when there is
+/// enough work.
+pub(crate) fn par_chunks_each(buf: &mut [f32], f: impl Fn(&mut [f32]) + Sync) {
+    if buf.len() <= ELEMS_PER_TASK {
+        f(buf);
+    } else {
+        buf.par_chunks_mut(ELEMS_PER_TASK).for_each(&f);
+    }
+}
+
 /// `xs = gelu(xs)` in place: [`gelu_forward`] without a second buffer.
 pub fn gelu_in_place(xs: &mut [f32], kind: Gelu) {
-    let f = |x: &mut [f32]| {
+    par_chunks_each(xs, |x| {
         let cols = x.len();
         // SAFETY: one row of `cols` floats, this task's own.
         unsafe { gelu_tile(x.as_mut_ptr(), cols, 1, cols, kind) }
-    };
-    if xs.len() <= ELEMS_PER_TASK {
-        f(xs);
-    } else {
-        xs.par_chunks_mut(ELEMS_PER_TASK).for_each(f);
-    }
+    });
 }
 
 /// `rows[r][..cols] = gelu(rows[r][..cols])` for `rows` rows `ld` floats

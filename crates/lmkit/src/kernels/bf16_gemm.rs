@@ -1534,11 +1534,9 @@ impl Bf16Panels {
         bias: Option<&[f32]>,
         gelu: Option<Gelu>,
     ) {
+        self.check_bias(bias);
         if bf16_dot_is_fast() {
-            return self.matmul_packed_fused(out, x, n, bias, gelu);
-        }
-        if let Some(b) = bias {
-            assert_eq!(b.len(), self.b.n, "Bf16Panels::matmul: bias must be [OC]");
+            return self.matmul_packed_with(out, x, n, Epilogue { bias, gelu });
         }
         self.matmul_widened(out, x, n);
         if let Some(b) = bias {
@@ -1562,10 +1560,14 @@ impl Bf16Panels {
         bias: Option<&[f32]>,
         gelu: Option<Gelu>,
     ) {
+        self.check_bias(bias);
+        self.matmul_packed_with(out, x, n, Epilogue { bias, gelu })
+    }
+
+    fn check_bias(&self, bias: Option<&[f32]>) {
         if let Some(b) = bias {
             assert_eq!(b.len(), self.b.n, "Bf16Panels::matmul: bias must be [OC]");
         }
-        self.matmul_packed_with(out, x, n, Epilogue { bias, gelu })
     }
 
     /// [`Self::matmul`] through the AVX-512 BF16 gemm, whatever its speed.

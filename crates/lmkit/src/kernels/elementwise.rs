@@ -1,8 +1,7 @@
 //! Residual connections and simple element-wise buffer updates.
 
-use super::activation::par_zip3;
+use super::activation::{par_chunks_each, par_zip3};
 use super::simd::dispatch;
-use super::ELEMS_PER_TASK;
 use rayon::prelude::*;
 
 /// `out = a + b` (residual forward).
@@ -69,7 +68,7 @@ pub fn add_bias_rows(out: &mut [f32], bias: &[f32]) {
 
 /// `buf *= s` (gradient clipping, loss scaling).
 pub fn scale_inplace(buf: &mut [f32], s: f32) {
-    let f = |b: &mut [f32]| {
+    par_chunks_each(buf, |b| {
         dispatch(
             #[inline(always)]
             || {
@@ -78,10 +77,5 @@ pub fn scale_inplace(buf: &mut [f32], s: f32) {
                 }
             },
         )
-    };
-    if buf.len() <= ELEMS_PER_TASK {
-        f(buf);
-    } else {
-        buf.par_chunks_mut(ELEMS_PER_TASK).for_each(f);
-    }
+    });
 }

@@ -525,15 +525,11 @@ impl Gpt2Engine {
             });
             timed(Phase::Residual, || add_inplace(x, y));
             ln(xn, mean, rstd, x, &blk.ln_2_w, &blk.ln_2_b);
-            if blk.c_fc.fuses_gelu(n) {
-                timed(Phase::Matmul, || {
-                    let b = Some(&blk.c_fc_b[..]);
-                    blk.c_fc.forward_gelu(fc, xn, b, n, mat, self.gelu)
-                });
-            } else {
-                timed(Phase::Matmul, || {
-                    blk.c_fc.forward(fc, xn, Some(&blk.c_fc_b), n, mat)
-                });
+            let fused = timed(Phase::Matmul, || {
+                let b = Some(&blk.c_fc_b[..]);
+                blk.c_fc.forward_gelu_fused(fc, xn, b, n, mat, self.gelu)
+            });
+            if !fused {
                 timed(Phase::Gelu, || gelu_in_place(fc, self.gelu));
             }
             timed(Phase::Matmul, || {

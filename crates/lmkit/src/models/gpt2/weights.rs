@@ -35,8 +35,7 @@ use crate::kernels::matvec::{
 };
 use crate::kernels::quant::{bf16_rows_to_f32, quantize_int8_out_in, to_bf16_out_in, SourceLayout};
 use crate::kernels::{
-    add_bias_rows, bf16_rounded, gelu_in_place, matmul_forward, Bf16Panels, Gelu, PackedInt8,
-    WeightLayout,
+    add_bias_rows, bf16_rounded, matmul_forward, Bf16Panels, Gelu, PackedInt8, WeightLayout,
 };
 
 /// The number format of the large matrices at inference time.
@@ -395,17 +394,11 @@ impl Matrix {
         }
     }
 
-    /// Whether [`Self::forward_gelu`] applies the GELU inside the product
-    /// for `n` rows: bf16 panels through the bf16 gemm, whose tiles take it
-    /// as they are finished instead of in a pass over `out`.
-    pub(crate) fn fuses_gelu(&self, n: usize) -> bool {
-        matches!(self, Matrix::Bf16Panels(_)) && n > MATVEC_MAX_ROWS && bf16_dot_is_fast()
-    }
-
-    /// `out[N, OC] = gelu(x[N, IC] · W + bias)`: [`Self::forward`], then GELU
-    /// in place (the same numbers, within the product where
-    /// [`Self::fuses_gelu`]).
-    pub(crate) fn forward_gelu(
+    /// [`Self::forward`], with GELU applied to each tile inside the product
+    /// where the route has an epilogue (bf16 panels through the bf16 gemm):
+    /// returns whether it did. If not, `out` holds the product alone and
+    /// the caller runs GELU over it (the same numbers either way).
+    pub(crate) fn forward_gelu_fused(
         &self,
         out: &mut [f32],
         x: &[f32],
@@ -413,14 +406,15 @@ impl Matrix {
         n: usize,
         scratch: &mut Vec<f32>,
         kind: Gelu,
-    ) {
+    ) -> bool {
         match self {
-            Matrix::Bf16Panels(p) if n > MATVEC_MAX_ROWS => {
-                p.matmul_fused(out, x, n, bias, Some(kind))
+            Matrix::Bf16Panels(p) if n > MATVEC_MAX_ROWS && bf16_dot_is_fast() => {
+                p.matmul_packed_fused(out, x, n, bias, Some(kind));
+                true
             }
             _ => {
                 self.forward(out, x, bias, n, scratch);
-                gelu_in_place(out, kind);
+                false
             }
         }
     }
