@@ -3,7 +3,7 @@
 //! block of queries by a prefix of them, and packing that prefix again for
 //! every block (widened to f32 first) cost more than the products.
 
-use super::{extent, gemm_packed_on, pooled, recycle, BRef, PackedA, Src, View, NR};
+use super::{extent, gemm_packed_on, pooled, recycle, BRef, PackedA, PackedB, Src, View, NR};
 use crate::kernels::simd::dispatch;
 
 /// A head's keys as the `[HS, n]` right operand of `S = Q·Kᵀ`, or its values
@@ -89,6 +89,19 @@ impl HeadOperand {
         }
     }
 
+    /// `rhs[k, n]` (f32, any strides) rounded to bf16 and packed, on this
+    /// thread: a training head's keys (`Kᵀ`, or `K` for dq) or values (`V`,
+    /// or `Vᵀ` for dp), packed once for all its causal query blocks.
+    pub(crate) fn pack(rhs: View<'_>, k: usize, n: usize) -> HeadOperand {
+        let src = Src {
+            data: rhs.data,
+            rs: rhs.rs,
+            cs: rhs.cs,
+        };
+        let PackedB { n, k, kp, data } = PackedB::pack_pooled(src, k, n, false);
+        HeadOperand { n, k, kp, data }
+    }
+
     /// `dst[M, cols] (+)= bf16(lhs[M, k])·B[..k, ..cols]` on this thread:
     /// the first `cols` columns and `k` rows of this operand (`dst` row
     /// stride `ldc`). Summed in K order, as [`super::gemm_bf16_serial_to_ptr`]
@@ -164,6 +177,27 @@ mod tests {
                 HeadOperand::keys_t(&kv, n, hs),
                 HeadOperand::values(&kv, n, hs),
             );
+            // The same operands packed from f32 (training's heads).
+            let (kt32, v32) = (
+                HeadOperand::pack(
+                    View {
+                        data: &wide,
+                        rs: 1,
+                        cs: hs,
+                    },
+                    hs,
+                    n,
+                ),
+                HeadOperand::pack(
+                    View {
+                        data: &wide,
+                        rs: hs,
+                        cs: 1,
+                    },
+                    n,
+                    hs,
+                ),
+            );
             let rows = 9;
             let q: Vec<f32> = (0..rows * n.max(hs))
                 .map(|i| ((i * 5) % 13) as f32 - 6.0)
@@ -172,8 +206,10 @@ mod tests {
                 let view = |data, rs, cs| View { data, rs, cs };
                 // S = Q·K[..nk]ᵀ
                 let (mut got, mut want) = (vec![0f32; rows * nk], vec![0f32; rows * nk]);
+                let mut got32 = vec![0f32; rows * nk];
                 unsafe {
                     kt.product(got.as_mut_ptr(), nk, false, view(&q, hs, 1), rows, nk, hs);
+                    kt32.product(got32.as_mut_ptr(), nk, false, view(&q, hs, 1), rows, nk, hs);
                     gemm_bf16_serial_to_ptr(
                         want.as_mut_ptr(),
                         nk,
@@ -186,10 +222,13 @@ mod tests {
                     );
                 }
                 assert_eq!(got, want, "Q·Kᵀ n {n} hs {hs} nk {nk}");
+                assert_eq!(got32, want, "Q·Kᵀ from f32, n {n} hs {hs} nk {nk}");
                 // O = P·V[..nk]
                 let (mut got, mut want) = (vec![0f32; rows * hs], vec![0f32; rows * hs]);
+                let mut got32 = vec![0f32; rows * hs];
                 unsafe {
                     v.product(got.as_mut_ptr(), hs, false, view(&q, nk, 1), rows, hs, nk);
+                    v32.product(got32.as_mut_ptr(), hs, false, view(&q, nk, 1), rows, hs, nk);
                     gemm_bf16_serial_to_ptr(
                         want.as_mut_ptr(),
                         hs,
@@ -202,6 +241,7 @@ mod tests {
                     );
                 }
                 assert_eq!(got, want, "P·V n {n} hs {hs} nk {nk}");
+                assert_eq!(got32, want, "P·V from f32, n {n} hs {hs} nk {nk}");
             }
         }
     }
