@@ -66,6 +66,12 @@ pub fn add_bias_rows(out: &mut [f32], bias: &[f32]) {
     });
 }
 
+/// `buf = 0` on the rayon pool: a gradient buffer of a step's parameters is
+/// tens of MB, more than one core's stores fill at the memory's rate.
+pub fn zero_fill(buf: &mut [f32]) {
+    par_chunks_each(buf, |b| b.fill(0.0));
+}
+
 /// `buf *= s` (gradient clipping, loss scaling).
 pub fn scale_inplace(buf: &mut [f32], s: f32) {
     par_chunks_each(buf, |b| {

@@ -46,7 +46,7 @@ pub use bf16_gemm::{
     matmul_backward_bf16, matmul_forward_bf16, rounded as bf16_rounded, Bf16Kernel, Bf16Panels,
     Bf16RowWriter, Bf16Weight, ROW_ALIGN as BF16_ROW_ALIGN,
 };
-pub use elementwise::{add_bias_rows, add_inplace, residual_forward, scale_inplace};
+pub use elementwise::{add_bias_rows, add_inplace, residual_forward, scale_inplace, zero_fill};
 pub use embedding::{embedding_backward, embeddings_forward};
 pub use int8_gemm::{Int8Kernel, PackedInt8, QuantizedRows};
 pub use layernorm::{layernorm_apply, layernorm_backward, layernorm_forward};

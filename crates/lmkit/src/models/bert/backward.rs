@@ -609,7 +609,7 @@ impl Trainable for BertTrainer {
     }
 
     fn zero_grad(&mut self) {
-        self.grads.fill(0.0);
+        crate::kernels::zero_fill(&mut self.grads);
     }
 
     /// The total loss (sum of head means) as `LossParts { sum, count: 1 }`.

@@ -661,7 +661,7 @@ impl Trainable for Gpt2 {
     }
 
     fn zero_grad(&mut self) {
-        self.grads.fill(0.0);
+        crate::kernels::zero_fill(&mut self.grads);
     }
 
     fn forward_backward(

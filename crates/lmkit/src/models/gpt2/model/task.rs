@@ -328,7 +328,7 @@ impl Trainable for Gpt2TaskTrainer {
     }
 
     fn zero_grad(&mut self) {
-        self.model.grads.fill(0.0);
+        crate::kernels::zero_fill(&mut self.model.grads);
     }
 
     /// The reported loss is the combined mean, as one part per example.
