@@ -1350,7 +1350,7 @@ fn assert_within(what: &str, got: &[f32], want: &[f64], mag: &[f64], rel: f64) {
 /// bf16 rounding error (operands carry 2⁻⁹ relative error each), for both
 /// weight layouts and every kernel this CPU has; shapes off the 14×32 tile
 /// and across the K block (512). Gradients accumulate onto what was there;
-/// the bias gradient is the unrounded f32 column sum.
+/// the bias gradient is the unrounded f32 column sum in row order, exactly.
 #[test]
 fn bf16_matmul_matches_rounded_and_f32_products() {
     const F32_ACC: f64 = 1e-5;
@@ -1447,7 +1447,9 @@ fn bf16_matmul_matches_rounded_and_f32_products() {
                         *d += x;
                     }
                 }
-                assert_close(&format!("{what} dbias"), &db, &db_want, 1e-5, 1e-5);
+                // Bit for bit: summed in row order, by its own pass or as
+                // the weight gradient packs dY (AVX-512, Conv1D layout).
+                assert_eq!(db, db_want, "{what} dbias");
                 set_equals_add(n * c, &format!("{what} dinp"), |d, write| {
                     kernels::matmul_backward_bf16(Some((d, write)), None, None, &dout, &inp, &pw, n)
                 });

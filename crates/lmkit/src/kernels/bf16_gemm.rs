@@ -332,6 +332,43 @@ impl PackedB {
         recycle(self.data);
     }
 
+    /// [`Self::pack_pooled`] of a row-major `src` (`K×N'`) on the rayon
+    /// pool, adding each column's K values to `sums[N']` as it packs them
+    /// (in row order: the bits of [`col_sums_into`], without its own pass
+    /// over the source). Where the vector packer does not apply, the sums
+    /// are that separate pass.
+    fn pack_pooled_summed(src: Src<'_>, k: usize, n: usize, sums: &mut [f32]) -> PackedB {
+        assert_eq!(sums.len(), n, "bf16 pack: sums must be [N']");
+        let simd = has_avx512bf16();
+        if !(simd && src.cs == 1) {
+            col_sums_into(sums, src.data, k, n);
+            return Self::pack_pooled(src, k, n, true);
+        }
+        let kp = k + (k & 1);
+        let mut b = PackedB {
+            n,
+            k,
+            kp,
+            data: pooled(n.div_ceil(NR) * kp * NR),
+        };
+        src.check(k, n, "B");
+        b.data
+            .par_chunks_mut(kp * NR)
+            .zip(sums.par_chunks_mut(NR))
+            .enumerate()
+            .for_each(|(p, (panel, sums))| {
+                // SAFETY: the feature was detected; `src` holds `k × n`
+                // (checked above) and the panel `kp·NR` elements.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    pack_b_rows_avx512(panel, src, p * NR, sums.len(), k, Some(sums))
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (panel, sums, p);
+            });
+        b
+    }
+
     /// Packs `src` (`K×N'`, this operand's shape) over the current contents.
     /// Every element the kernel multiplies into a stored result is written,
     /// K padding included; padding columns reach only columns of a tile
@@ -369,7 +406,7 @@ impl PackedB {
             // bounded just above.
             unsafe {
                 if src.cs == 1 {
-                    pack_b_rows_avx512(panel, src, j0, cols, k)
+                    pack_b_rows_avx512(panel, src, j0, cols, k, None)
                 } else {
                     pack_b_cols_avx512(panel, src, j0, cols, k)
                 }
@@ -475,23 +512,55 @@ unsafe fn pack_a_pairs_avx512(strip: &mut [u16], src: Src<'_>, r0: usize, rows: 
 }
 
 /// A B panel (columns `j0..j0+cols`) from a row-major source (`src.cs ==
-/// 1`): per K pair, the two rows' 16-column halves interleaved.
+/// 1`): per K pair, the two rows' 16-column halves interleaved. With `sums`
+/// (`cols` floats), adds each column's `k` values to it, in row order.
 ///
 /// # Safety
 /// AVX-512 BF16 must be present; `src` must hold the `k × cols` elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
-unsafe fn pack_b_rows_avx512(panel: &mut [u16], src: Src<'_>, j0: usize, cols: usize, k: usize) {
+unsafe fn pack_b_rows_avx512(
+    panel: &mut [u16],
+    src: Src<'_>,
+    j0: usize,
+    cols: usize,
+    k: usize,
+    sums: Option<&mut [f32]>,
+) {
     use std::arch::x86_64::*;
     debug_assert!(src.cs == 1 && cols <= NR && panel.len() >= k.div_ceil(2) * NR * 2);
+    debug_assert!(sums.as_ref().is_none_or(|s| s.len() == cols));
     let base = src.data.as_ptr().add(j0);
+    let mut acc = [_mm512_setzero_ps(); NR / 16];
+    if let Some(s) = sums.as_deref() {
+        for (c0, a) in (0..cols).step_by(16).zip(acc.iter_mut()) {
+            *a = load_lanes(s.as_ptr().add(c0), cols - c0);
+        }
+    }
     for q in 0..k.div_ceil(2) {
-        for c0 in (0..cols).step_by(16) {
+        for (c0, a) in (0..cols).step_by(16).zip(acc.iter_mut()) {
             let (lo, hi) = load_k_pair(base.add(c0), src.rs, 2 * q, k, cols - c0);
+            if sums.is_some() {
+                // Row 2q, then 2q+1 where it exists: row order.
+                *a = _mm512_add_ps(*a, lo);
+                if 2 * q + 1 < k {
+                    *a = _mm512_add_ps(*a, hi);
+                }
+            }
             _mm512_storeu_si512(
                 panel.as_mut_ptr().add(q * NR * 2 + c0 * 2) as *mut _,
                 interleave_bf16(lo, hi),
             );
+        }
+    }
+    if let Some(s) = sums {
+        for (c0, a) in (0..cols).step_by(16).zip(acc) {
+            let mask = if cols - c0 >= 16 {
+                u16::MAX
+            } else {
+                (1u16 << (cols - c0)) - 1
+            };
+            _mm512_mask_storeu_ps(s.as_mut_ptr().add(c0), mask, a);
         }
     }
 }
@@ -1320,9 +1389,19 @@ pub fn matmul_backward_bf16(
         "matmul_backward_bf16: dout must be [N,OC]"
     );
     assert_eq!(inp.len(), n * c, "matmul_backward_bf16: inp must be [N,C]");
-    if let Some(db) = dbias {
+    let mut dbias = dbias;
+    if let Some(db) = dbias.as_deref_mut() {
         assert_eq!(db.len(), oc, "matmul_backward_bf16: dbias must be [OC]");
-        col_sums_into(db, dout, n, oc);
+    }
+    // The bias gradient is summed by the weight gradient's packing of dY
+    // where it packs dY as B (Conv1D's layout); else it is its own pass.
+    let fused_sums = matches!(w.packed, Packed::Avx512 { .. })
+        && layout == WeightLayout::InOut
+        && dweight.is_some();
+    if !fused_sums {
+        if let Some(db) = dbias.take() {
+            col_sums_into(db, dout, n, oc);
+        }
     }
     match &w.packed {
         Packed::Portable {
@@ -1391,10 +1470,13 @@ pub fn matmul_backward_bf16(
                     };
 
                     let (a, b, ldc) = match layout {
-                        // dW[C,OC] += Xᵀ[C,N]·dY[N,OC]
+                        // dW[C,OC] += Xᵀ[C,N]·dY[N,OC], db += Σ_rows dY
                         WeightLayout::InOut => (
                             PackedA::pack(x.t(), c, n),
-                            PackedB::pack_pooled(dy, n, oc, true),
+                            match dbias {
+                                Some(db) => PackedB::pack_pooled_summed(dy, n, oc, db),
+                                None => PackedB::pack_pooled(dy, n, oc, true),
+                            },
                             oc,
                         ),
                         // dW[OC,C] += dYᵀ[OC,N]·X[N,C]
