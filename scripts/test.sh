@@ -29,6 +29,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The API docs build without broken or private links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked
+# Intel AMX tiles for the bf16 gemm (never required): their tests need the
+# CPU's tiles, so they run where /proc/cpuinfo lists amx_bf16.
+if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+  cargo test -p lmkit --lib --locked amx -- --ignored
+fi
 # The examples as built here (`cargo run -p lmkit` would resolve features for
 # lmkit alone and build the library a second time), run at the end.
 cargo build --workspace --examples --locked

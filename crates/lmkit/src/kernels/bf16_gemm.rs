@@ -38,6 +38,8 @@ use rayon::prelude::*;
 use super::matmul::{col_sums_into, extent, View};
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod heads;
 mod refresh;
 #[cfg(target_arch = "x86_64")]
@@ -48,6 +50,8 @@ use super::Gelu;
 use super::{matmul_backward, matmul_forward, GradWrite, WeightLayout};
 use crate::util::bf16::{bf16_to_f32, f32_to_bf16};
 use crate::util::parallel::SendPtr;
+#[cfg(target_arch = "x86_64")]
+pub use amx::{amx_usable, without_amx};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use heads::HeadOperand;
 pub use refresh::{Bf16RowWriter, ROW_ALIGN};
@@ -90,11 +94,14 @@ pub fn has_avx512bf16() -> bool {
 /// one every two cycles on one port against two FMAs a cycle: half the f32
 /// rate. There the bf16 products go through f32 FMAs on bf16-rounded
 /// operands instead ([`Bf16Kernel::Portable`], [`Bf16Panels::matmul`]),
-/// the same numbers up to summation order.
+/// the same numbers up to summation order. With Intel AMX
+/// ([`amx_usable`]) the bf16 gemm's tiles run on it: fast.
 pub fn bf16_dot_is_fast() -> bool {
     use super::probe::{path, rate, Op};
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(|| match (path(Op::Bf16Dot), path(Op::F32Fma)) {
+        #[cfg(target_arch = "x86_64")]
+        _ if amx_usable() => true,
         (Some(dot), Some(fma)) if has_avx512bf16() => {
             rate(dot, 5) > DOT_OVER_FMA_MIN * rate(fma, 5)
         }
@@ -731,6 +738,8 @@ unsafe fn gemm_packed_on(
     }
     let blocks = TaskBlocks::new(m.div_ceil(MR), n.div_ceil(NR), kp);
     let (a_rs, a_ps, a_at) = a.strides();
+    // Decided on the calling thread (`without_amx` is per thread).
+    let amx = !a.pair_major && amx::active();
     let c_ptr = SendPtr(c.as_mut_ptr());
     let tasks = (0..blocks.tasks()).into_par_iter();
     tasks.with_min_len(min_len(par)).for_each(|task| {
@@ -801,7 +810,15 @@ unsafe fn gemm_packed_on(
             unsafe {
                 let dst = c_ptr.get().add(r0 * ldc + p * NR);
                 if rows == MR && cols == NR {
-                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, (dst, ldc, start), &ahead);
+                    tile_any(
+                        amx,
+                        strip,
+                        (a_rs, a_ps),
+                        panel,
+                        pairs,
+                        (dst, ldc, start),
+                        &ahead,
+                    );
                 } else {
                     for r in 0..rows {
                         for j in 0..cols {
@@ -813,7 +830,7 @@ unsafe fn gemm_packed_on(
                         }
                     }
                     let t = (tmp.as_mut_ptr(), NR, Start::Load);
-                    tile_kernel(strip, (a_rs, a_ps), panel, pairs, t, &ahead);
+                    tile_any(amx, strip, (a_rs, a_ps), panel, pairs, t, &ahead);
                     for r in 0..rows {
                         std::ptr::copy_nonoverlapping(
                             tmp.as_ptr().add(r * NR),
@@ -1046,6 +1063,56 @@ impl<'a> PrefetchCursor<'a> {
 
 /// K pairs between two rounds of prefetches in [`tile_kernel`].
 const PREFETCH_PAIRS: usize = 8;
+
+/// [`tile_kernel`]'s tile, its whole [`amx::TILE_PAIRS`] steps of K on AMX
+/// where `amx` (a row-major A strip: `ps == 1`), the rest on AVX-512.
+///
+/// # Safety
+/// As [`tile_kernel`]; `amx` only where [`amx_usable`].
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn tile_any(
+    amx: bool,
+    a: &[u16],
+    (rs, ps): (usize, usize),
+    panel: &[u16],
+    pairs: usize,
+    (c, ldc, start): (*mut f32, usize, Start),
+    ahead: &[Ahead; 2],
+) {
+    let steps = if amx && ps == 1 {
+        pairs / amx::TILE_PAIRS
+    } else {
+        0
+    };
+    // SAFETY: the caller's promises, passed on; AMX reads MR rows of
+    // `steps` × 32 bf16s of `a` (rows `rs` words apart) and as many K pairs
+    // of `panel`, within what `tile_kernel` would read.
+    unsafe {
+        if steps == 0 {
+            return tile_kernel(a, (rs, ps), panel, pairs, (c, ldc, start), ahead);
+        }
+        if let Start::Bias(bias) = start {
+            for r in 0..MR {
+                std::ptr::copy_nonoverlapping(bias, c.add(r * ldc), NR);
+            }
+        }
+        let zero = matches!(start, Start::Zero);
+        amx::tile(a.as_ptr(), rs * 4, panel.as_ptr(), steps, c, ldc, zero);
+        let done = steps * amx::TILE_PAIRS;
+        if done < pairs {
+            let (a, panel) = (&a[2 * done..], &panel[2 * done * NR..]);
+            tile_kernel(
+                a,
+                (rs, ps),
+                panel,
+                pairs - done,
+                (c, ldc, Start::Load),
+                ahead,
+            );
+        }
+    }
+}
 
 /// One MR×NR tile over `pairs` pairs of K: `c[r, j] = s[r, j] + Σ_k
 /// a[r,k]·panel[k,j]`, where `s` is what `start` says (zero, `c` itself, or
@@ -2039,6 +2106,54 @@ mod tests {
     fn bf16_dot_is_slow_without_the_instruction() {
         if !has_avx512bf16() {
             assert!(!bf16_dot_is_fast());
+        }
+    }
+
+    /// AMX tiles against the AVX-512 kernel on the same packed operands:
+    /// forwards with a bias (whole tiles and the edges through the scratch
+    /// tile, K tails after the AMX steps) and the input gradient (dY·Wᵀ,
+    /// its A row-major too), within f32 rounding.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore = "needs Intel AMX (amx_bf16 in /proc/cpuinfo, granted by the OS): scripts/test.sh runs it there"]
+    fn amx_products_match_avx512() {
+        assert!(
+            amx_usable(),
+            "AMX absent, not granted, or its self-check failed"
+        );
+        for &(n, k, oc) in &[
+            (14, 32, 32),
+            (29, 37, 70),
+            (40, 96, 64),
+            (30, 1100, 70),
+            (64, 768, 96),
+        ] {
+            let w: Vec<f32> = (0..oc * k)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let x: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0)
+                .collect();
+            let dy: Vec<f32> = (0..n * oc)
+                .map(|i| ((i * 29 % 83) as f32 - 41.0) / 40.0)
+                .collect();
+            let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.1).collect();
+            let packed = PackedBf16::pack(&w, Some(&b), oc, k);
+            let run = || {
+                let mut out = vec![f32::NAN; n * oc];
+                packed.forward(&mut out, &x, n);
+                let mut dx = vec![f32::NAN; n * k];
+                let grad = Some((dx.as_mut_slice(), GradWrite::Set));
+                matmul_backward_bf16(grad, None, None, &dy, &x, &packed.w, n);
+                (out, dx)
+            };
+            let (amx, avx) = (run(), without_amx(run));
+            for (got, want) in amx.0.iter().chain(&amx.1).zip(avx.0.iter().chain(&avx.1)) {
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()) * (k as f32).sqrt(),
+                    "{n}x{k}x{oc}: {got} vs {want}"
+                );
+            }
         }
     }
 
