@@ -19,6 +19,7 @@ states its own (HF bf16 streams half the bytes of HF f32).
 """
 import json
 import os
+import platform
 import sys
 import time
 
@@ -68,3 +69,68 @@ def bert_forward_flops(n_layer, d, d_ff, seq):
     """Forward FLOPs per sentence of `seq` tokens of a BERT encoder (matmuls and attention)."""
     matmul = n_layer * (4 * d * d + 2 * d * d_ff)
     return 2 * matmul * seq + 4 * n_layer * seq * seq * d
+
+
+# The CPU features that decide which kernels run and which peaks exist.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "avx_vnni",
+             "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_fields(text=None):
+    """The first processor's fields of /proc/cpuinfo (or of `text`): {} where there are none."""
+    if text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            return {}
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_model(fields=None):
+    """The CPU's model name, else the platform's processor name."""
+    fields = cpu_fields() if fields is None else fields
+    return fields.get("model name") or platform.processor() or "unknown"
+
+
+def microarchitecture(fields):
+    """AMD's Zen generation or Intel's server core from the family and model numbers a
+    virtual machine still shows when its model name is generic ("AMD EPYC"); None where
+    this table does not know them."""
+    try:
+        family, model = int(fields.get("cpu family", "")), int(fields.get("model", ""))
+    except ValueError:
+        return None
+    if fields.get("vendor_id") == "AuthenticAMD":
+        if family == 23:
+            return "Zen 2" if model >= 0x30 else "Zen/Zen+"
+        if family == 25:
+            zen4 = 0x10 <= model <= 0x1f or 0x60 <= model <= 0x7f or 0xa0 <= model <= 0xaf
+            return "Zen 4" if zen4 else "Zen 3"
+        if family == 26:
+            return "Zen 5"
+    if fields.get("vendor_id") == "GenuineIntel" and family == 6:
+        return {0x55: "Skylake/Cascade Lake/Cooper Lake", 0x6a: "Ice Lake", 0x6c: "Ice Lake",
+                0x8f: "Sapphire Rapids", 0xcf: "Emerald Rapids", 0xad: "Granite Rapids",
+                0xae: "Granite Rapids"}.get(model)
+    return None
+
+
+def cpu_line(fields=None):
+    """The machine's CPU for a report header: model name, vendor family/model (and the
+    micro-architecture they name) and which of CPU_FLAGS it has."""
+    fields = cpu_fields() if fields is None else fields
+    if not fields:
+        return cpu_model(fields)
+    flags = set(fields.get("flags", "").split())
+    ident = " ".join(x for x in (fields.get("vendor_id"), fields.get("cpu family") and
+                                 f"family {fields['cpu family']} model {fields.get('model', '?')}") if x)
+    arch = microarchitecture(fields)
+    have = [f for f in CPU_FLAGS if f in flags] or ["none of " + " ".join(CPU_FLAGS)]
+    return f"{cpu_model(fields)} ({ident}{': ' + arch if arch else ''}; flags: {' '.join(have)})"

@@ -30,17 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from bench_common import cpu_line  # noqa: E402
 
 
 def git(*args):
@@ -163,7 +153,7 @@ def render(docs, limits, command, threads, failed, notes, n_probes):
         f"- date: {dates[0] if dates else time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
         + (f" to {dates[-1]}" if len(dates) > 1 else ""),
         f"- git commit: {commit}{dirty}",
-        f"- machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
+        f"- machine: {cpu_line()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         f"- threads: {threads if threads else 'per script'} for lmkit and every peer "
         "(\"thr\" in each row; single-thread rows use one)",
     ]
@@ -313,6 +303,16 @@ def self_test():
     assert "serve: did not finish" in text and "- command: `scripts/bench.sh`" in text
     loaded = render([dict(docs[0], loadavg=10.0 * (os.cpu_count() or 1))], limits, "x", 2, [], [], 2)
     assert "shared and loaded" in loaded and "shared and loaded" not in text
+    # The header's CPU: generic VM model names still show family, model and flags.
+    from bench_common import cpu_fields
+    zen3 = cpu_fields("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+                      "model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma sha_ni\n\nprocessor\t: 1\n")
+    assert cpu_line(zen3) == "AMD EPYC (AuthenticAMD family 25 model 1: Zen 3; flags: avx2 fma)", cpu_line(zen3)
+    spr = cpu_fields("vendor_id : GenuineIntel\ncpu family : 6\nmodel : 143\nmodel name : Intel Xeon\n"
+                     "flags : avx2 fma avx512f avx512_bf16 amx_tile amx_bf16\n")
+    assert cpu_line(spr).endswith("143: Sapphire Rapids; flags: avx2 fma avx512f avx512_bf16 amx_tile amx_bf16)"), \
+        cpu_line(spr)
+    assert cpu_line({}) and "machine: " in text
     print("bench_report self-test: ok")
 
 

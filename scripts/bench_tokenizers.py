@@ -36,7 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import figure, write_json  # noqa: E402
+from bench_common import cpu_model, figure, write_json  # noqa: E402
 
 
 def best_of(reps, f, clock=time.perf_counter):
@@ -136,7 +136,7 @@ def main():
             return args.whole_bytes if key.endswith("whole-process") else nbytes
         write_json(
             args.json, figures(results, size, threads), **{
-            "machine": {"cpu": cpu_name(), "cores": threads},
+            "machine": {"cpu": cpu_model(), "cores": threads},
             "file": args.file, "bytes": nbytes, "documents": len(docs), "threads": threads,
             "reps": args.reps,
             "results": {k: {"seconds": s, "tokens": n,
@@ -230,7 +230,7 @@ def bench_encodings(args):
     out = []
     if table:
         print(f"{os.path.basename(args.file)}: {mb:.1f} MB, {len(docs)} documents, "
-              f"{threads} threads, {cpu_name()}")
+              f"{threads} threads, {cpu_model()}")
         print(f"{'encoding':<14} {'start-up ms':>19} {'single MB/s':>21} {'batch MB/s':>21}")
         print(f"{'':<14} {'lmkit tiktoken':>19} {'lmkit tiktoken ×':>21} {'lmkit tiktoken ×':>21}")
     peer = "tiktoken (Python)"
@@ -266,19 +266,8 @@ def bench_encodings(args):
         if table:
             print(f"{name:<14} " + "  ".join(row))
     if not table:
-        write_json(args.json, out, machine={"cpu": cpu_name(), "cores": threads}, file=args.file,
+        write_json(args.json, out, machine={"cpu": cpu_model(), "cores": threads}, file=args.file,
                    reps=args.reps)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def child_cpu(cmd, reps, **kw):
