@@ -23,6 +23,11 @@ pub fn run(a: Args) -> Result<()> {
     let threads = rayon::current_num_threads();
     let found = peaks(threads, a.runs);
     let cpu = cpu_identity();
+    // Intel AMX has no in-register loop here: say whether the bf16 gemm uses it.
+    #[cfg(target_arch = "x86_64")]
+    let amx = lmkit::kernels::bf16_gemm::amx_usable();
+    #[cfg(not(target_arch = "x86_64"))]
+    let amx = false;
     if a.json {
         let figure = |p: &Peak| {
             json!({
@@ -35,7 +40,7 @@ pub fn run(a: Args) -> Result<()> {
             .iter()
             .map(|p| (p.op.dtype().to_string(), figure(p)))
             .collect();
-        let doc = json!({ "cpu": cpu, "threads": threads, "peak": by_dtype });
+        let doc = json!({ "cpu": cpu, "threads": threads, "peak": by_dtype, "amx": amx });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -55,6 +60,9 @@ pub fn run(a: Args) -> Result<()> {
             p.per_thread / 1e9,
             p.all_threads / 1e9
         );
+    }
+    if amx {
+        println!("bf16 gemm tiles run on Intel AMX (tdpbf16ps; not probed)");
     }
     if found.is_empty() {
         println!("(no vector multiply-add this probe knows on this CPU)");

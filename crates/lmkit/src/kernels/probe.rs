@@ -172,8 +172,7 @@ pub fn peaks(threads: usize, runs: usize) -> Vec<Peak> {
 }
 
 /// This CPU in words: its model name (`/proc/cpuinfo`, else the
-/// architecture) and the vector features the kernels dispatch on (`amx`:
-/// the bf16 gemm's tiles run on Intel AMX). The key
+/// architecture) and the vector features the kernels dispatch on. The key
 /// of measurements that hold for one kind of CPU (`models::auto_dtype`).
 pub fn cpu_identity() -> String {
     let name = std::fs::read_to_string("/proc/cpuinfo")
@@ -196,7 +195,6 @@ pub fn cpu_identity() -> String {
             ("avx512bf16", has!("avx512bf16")),
             ("avx512vnni", has!("avx512vnni")),
             ("avxvnni", has!("avxvnni")),
-            ("amx", super::bf16_gemm::amx_usable()),
         ] {
             if on {
                 features.push(f);
