@@ -2109,6 +2109,17 @@ mod tests {
         }
     }
 
+    /// A weight `[OC,K]`, an input `[N,K]` and a bias `[OC]` of spread values.
+    fn operands(n: usize, k: usize, oc: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let w = (0..oc * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let x = (0..n * k)
+            .map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0)
+            .collect();
+        (w, x, (0..oc).map(|i| i as f32 * 0.1).collect())
+    }
+
     /// AMX tiles against the AVX-512 kernel on the same packed operands:
     /// forwards with a bias (whole tiles and the edges through the scratch
     /// tile, K tails after the AMX steps) and the input gradient (dY·Wᵀ,
@@ -2128,16 +2139,10 @@ mod tests {
             (30, 1100, 70),
             (64, 768, 96),
         ] {
-            let w: Vec<f32> = (0..oc * k)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let x: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0)
-                .collect();
+            let (w, x, b) = operands(n, k, oc);
             let dy: Vec<f32> = (0..n * oc)
                 .map(|i| ((i * 29 % 83) as f32 - 41.0) / 40.0)
                 .collect();
-            let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.1).collect();
             let packed = PackedBf16::pack(&w, Some(&b), oc, k);
             let run = || {
                 let mut out = vec![f32::NAN; n * oc];
@@ -2169,13 +2174,7 @@ mod tests {
             (40, 96, 64),
             (5, 1100, 40),
         ] {
-            let w: Vec<f32> = (0..oc * k)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let x: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0)
-                .collect();
-            let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.1).collect();
+            let (w, x, b) = operands(n, k, oc);
             let packed = PackedBf16::pack(&w, Some(&b), oc, k);
             let mut out = vec![f32::NAN; n * oc];
             packed.forward(&mut out, &x, n);
