@@ -479,6 +479,19 @@ pub struct Gpt2Pieces<'a> {
     starts: u64,
 }
 
+/// Class and byte length of the character at `text[i]` (`i < text.len()`).
+#[inline(always)]
+fn class_at(text: &[u8], i: usize) -> (u8, usize) {
+    let c = BYTE_CLASS[text[i] as usize];
+    if c != 4 {
+        return (c, 1);
+    }
+    match decode_multibyte(text, i) {
+        Some((cp, len)) => (class_of(cp), len),
+        None => (3, 1),
+    }
+}
+
 /// Length of the contraction (`'s 't 'm 'd` or `'re 've 'll`) at `text[i]`
 /// (an apostrophe), 0 when there is none. It applies where a piece starts.
 #[inline]
@@ -494,15 +507,7 @@ impl Gpt2Pieces<'_> {
     /// Class and byte length of the character at `i < text.len()`.
     #[inline(always)]
     fn class_at(&self, i: usize) -> (u8, usize) {
-        let b = self.text[i];
-        let c = BYTE_CLASS[b as usize];
-        if c != 4 {
-            return (c, 1);
-        }
-        match decode_multibyte(self.text, i) {
-            Some((cp, len)) => (class_of(cp), len),
-            None => (3, 1),
-        }
+        class_at(self.text, i)
     }
 
     /// Where pieces start among `text[from..from + REGION]`: bit `k` for `from + k`.
@@ -523,9 +528,11 @@ impl Gpt2Pieces<'_> {
     /// a piece, as a match does). Characters of 2+ bytes carry their class
     /// on every byte, except whitespace, whose first byte is in `ws` and the
     /// others in `ws_tail`.
+    ///
+    /// Not a method: a call given `&self` kept the iterator's fields in
+    /// memory, stored and loaded again for every piece.
     #[inline]
-    fn region_starts(&self, from: usize) -> u64 {
-        let text = self.text;
+    fn region_starts(text: &[u8], from: usize) -> u64 {
         let lo = from.saturating_sub(BEHIND);
         let hi = text.len().min(lo + 64);
         let m = classify_block(&text[lo..hi]);
@@ -546,7 +553,7 @@ impl Gpt2Pieces<'_> {
             // `j >= shift`, so the byte is in the text. The first bytes of a
             // window may continue a character begun before it; read alone
             // they are "other", which only the context bits see.
-            let (class, len) = self.class_at(from + j - BEHIND);
+            let (class, len) = class_at(text, from + j - BEHIND);
             let bits = ((1u64 << len) - 1) << j;
             match class {
                 0 => letter |= bits,
@@ -597,7 +604,7 @@ impl Gpt2Pieces<'_> {
             let k = match from.checked_sub(self.region) {
                 Some(k) if k < REGION => k,
                 _ => {
-                    self.starts = self.region_starts(from);
+                    self.starts = Self::region_starts(self.text, from);
                     self.region = from;
                     0
                 }

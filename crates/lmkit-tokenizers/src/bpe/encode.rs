@@ -37,16 +37,28 @@ impl BpeTokenizer {
         if let Some(c) = cache.as_deref_mut() {
             c.claim_hot(self.owner);
         }
+        // Ids gather here, then go to `out` a few hundred at a time: the
+        // vector's length and capacity, read and written per id, were ~8%
+        // of encoding's instructions.
+        const STAGE: usize = 256;
+        let mut stage = [0u32; STAGE];
+        let mut n = 0;
         for range in pieces {
+            if n > STAGE - cache::LONG_IDS {
+                out.extend_from_slice(&stage[..n]);
+                n = 0;
+            }
             if range.len() == 1 {
-                out.push(self.model.index.byte_ids[text[range.start] as usize]);
+                stage[n] = self.model.index.byte_ids[text[range.start] as usize];
+                n += 1;
                 continue;
             }
             let piece = Piece::at(text, range.start, range.end);
             if let Some(c) = cache.as_deref_mut() {
                 if piece.len() <= cache::HOT_MAX {
                     if let Some(id) = c.get_hot(&piece) {
-                        out.push(id);
+                        stage[n] = id;
+                        n += 1;
                         continue;
                     }
                 }
@@ -54,13 +66,34 @@ impl BpeTokenizer {
                 // pieces are under another tag): asked before the
                 // vocabulary, a hit skips its miss (o200k: ~100k a pass
                 // over the books, each a cache miss in an 8 MiB table).
-                if let Some(ids) = c.get(self.owner, &piece) {
-                    out.extend_from_slice(ids);
+                let dst = (&mut stage[n..n + cache::LONG_IDS])
+                    .try_into()
+                    .expect("room");
+                let got = c.get_into(self.owner, false, &piece, dst);
+                if got > 0 {
+                    n += got;
                     continue;
                 }
             }
-            self.encode_piece(&piece, out, cache.as_deref_mut(), true);
+            out.extend_from_slice(&stage[..n]);
+            n = 0;
+            self.encode_missed(text, range, out, cache.as_deref_mut());
         }
+        out.extend_from_slice(&stage[..n]);
+    }
+
+    /// [`Self::encode_piece`] on a whole piece the caches do not hold, out
+    /// of the loop above: its key is made again here, so that the loop's
+    /// stays in registers (passed on, it was stored for every piece).
+    #[inline(never)]
+    fn encode_missed(
+        &self,
+        text: &[u8],
+        range: std::ops::Range<usize>,
+        out: &mut Vec<u32>,
+        cache: Option<&mut cache::WordCache>,
+    ) {
+        self.encode_piece(&Piece::at(text, range.start, range.end), out, cache, true);
     }
 
     /// Appends the ids of a piece of 2+ bytes that the cache (if any) does
@@ -68,7 +101,7 @@ impl BpeTokenizer {
     /// remembered in the hot table), else those of its parts where it can
     /// be cut (`split`, a whole piece: see [`Self::encode_long`]) or the
     /// merge loop's, then cached (pieces of up to [`cache::MAX_KEY`] bytes;
-    /// a part under the [`cache::PART`] tag).
+    /// a part marked as one).
     #[inline(always)]
     fn encode_piece(
         &self,
@@ -84,8 +117,21 @@ impl BpeTokenizer {
             self.model.lookup_whole(piece)
         };
         if let Some(id) = whole {
-            if let Some(c) = cache.filter(|_| split && piece.len() <= cache::HOT_MAX) {
-                c.insert_hot(piece, id);
+            match cache {
+                Some(c) if split => {
+                    // In the hot table when short enough, and behind it
+                    // in the word cache (tokens of 13 to 16 bytes, and
+                    // those evicted from the hot table by another).
+                    if piece.len() <= cache::HOT_MAX {
+                        c.insert_hot(piece, id);
+                    }
+                    c.insert(self.owner, false, piece, &[id]);
+                }
+                // A part that is one token: a vocabulary lookup per use
+                // (~66k a pass over the books corpus under GPT-2, most of
+                // the cut pieces' parts) unless cached.
+                Some(c) if !split => c.insert(self.owner, true, piece, &[id]),
+                _ => {}
             }
             out.push(id);
             return;
@@ -97,12 +143,7 @@ impl BpeTokenizer {
             self.merge(piece.bytes, out, cache.as_deref_mut());
         }
         if let Some(c) = cache {
-            let tag = if split {
-                self.owner
-            } else {
-                self.owner | cache::PART
-            };
-            c.insert(tag, piece, &out[at..]);
+            c.insert(self.owner, !split, piece, &out[at..]);
         }
     }
 
@@ -158,11 +199,17 @@ impl BpeTokenizer {
             }
             let part = &piece[start..=i];
             let part = Piece::new(part);
-            let tag = self.owner | cache::PART;
             if part.len() == 1 {
                 out.push(self.model.index.byte_ids[part.bytes[0] as usize]);
-            } else if let Some(ids) = cache.as_deref().and_then(|c| c.get(tag, &part)) {
-                out.extend_from_slice(ids);
+                start = i + 1;
+                continue;
+            }
+            let mut ids = [0; cache::LONG_IDS];
+            let n = cache
+                .as_deref_mut()
+                .map_or(0, |c| c.get_into(self.owner, true, &part, &mut ids));
+            if n > 0 {
+                out.extend_from_slice(&ids[..n]);
             } else {
                 self.encode_piece(&part, out, cache.as_deref_mut(), false);
             }

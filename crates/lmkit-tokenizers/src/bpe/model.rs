@@ -638,13 +638,14 @@ impl<'a> Piece<'a> {
         let bytes = &text[start..end];
         match text.get(start..start + 16) {
             Some(w) => {
-                let w = u128::from_le_bytes(w.try_into().expect("16 bytes"));
-                let keep = 8 * bytes.len().clamp(1, 16) as u32;
-                let w = w & (u128::MAX >> (128 - keep));
+                let word = |i: usize| u64::from_le_bytes(w[i..i + 8].try_into().expect("8 bytes"));
+                // A table of masks: a variable shift of a u128 was ~13
+                // instructions a piece, 5% of encoding.
+                let (keep_lo, keep_hi) = KEEP[bytes.len().min(16)];
                 Piece {
                     bytes,
-                    lo: w as u64,
-                    hi: (w >> 64) as u64,
+                    lo: word(0) & keep_lo,
+                    hi: word(8) & keep_hi,
                 }
             }
             None => Self::new(bytes),
@@ -656,6 +657,24 @@ impl<'a> Piece<'a> {
         self.bytes.len()
     }
 }
+
+/// Masks of a 16-byte key's two little-endian words that keep its first `n`
+/// bytes, by `n`.
+static KEEP: [(u64, u64); 17] = {
+    let mut keep = [(0, 0); 17];
+    let mut n = 1;
+    while n <= 16 {
+        keep[n] = if n < 8 {
+            ((1 << (8 * n)) - 1, 0)
+        } else if n < 16 {
+            (!0, (1u64 << (8 * (n - 8))).wrapping_sub(1))
+        } else {
+            (!0, !0)
+        };
+        n += 1;
+    }
+    keep
+};
 
 /// The bytes of `p` (`p.len() <= 16`) as two little-endian words, zero-padded,
 /// with a few overlapping loads instead of a variable-length copy.

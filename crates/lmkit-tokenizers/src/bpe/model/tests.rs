@@ -82,3 +82,18 @@ fn short_map_compares_whole_keys() {
     }
     assert_eq!(get(b"abcdefghijklm"), None, "longer than SHORT");
 }
+
+/// A piece's key read in place (16 bytes loaded, then masked) is the one
+/// copied from its bytes, at every length and wherever the text ends.
+#[test]
+fn piece_keys_in_place_equal_copied_ones() {
+    let text: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) | 1).collect();
+    for start in 0..text.len() {
+        for end in start + 1..=text.len() {
+            let at = Piece::at(&text, start, end);
+            let new = Piece::new(&text[start..end]);
+            assert_eq!((at.lo, at.hi), (new.lo, new.hi), "{start}..{end}");
+            assert_eq!(at.bytes, new.bytes);
+        }
+    }
+}
