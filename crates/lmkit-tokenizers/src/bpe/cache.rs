@@ -113,7 +113,7 @@ pub(crate) struct WordCache {
     /// Frequent whole-token pieces (` the`, ` and`): a table small enough to
     /// stay in L1/L2, in front of the vocabulary's (GPT-2: 2 MiB), whose
     /// first read per piece was the costliest stall of encoding.
-    hot: Box<[HotSlot]>,
+    hot: Box<[HotSlot; 1 << HOT_BITS]>,
     /// The tokenizer whose tokens `hot` and merges `pairs` hold (0: none yet).
     hot_owner: u64,
     pairs: PairCache,
@@ -158,7 +158,10 @@ impl WordCache {
             owners: [0; TAGS],
             tags: 1,
             last: (0, 0),
-            hot: vec![HotSlot::default(); 1 << HOT_BITS].into_boxed_slice(),
+            hot: vec![HotSlot::default(); 1 << HOT_BITS]
+                .into_boxed_slice()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("2^HOT_BITS slots")),
             hot_owner: 0,
             pairs: PairCache::new(),
         }
@@ -214,8 +217,9 @@ impl WordCache {
         tag as u8
     }
 
+    /// The hot-table slot of a key (tests find two keys sharing one).
     #[inline(always)]
-    fn hot_index(lo: u64, hi: u64) -> usize {
+    pub(super) fn hot_index(lo: u64, hi: u64) -> usize {
         let h = (lo ^ hi.rotate_left(31)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (h >> (64 - HOT_BITS)) as usize
     }
