@@ -92,14 +92,18 @@ fn pack(ids: &[u32], words: &mut [u64]) {
     }
 }
 
-/// A piece that is one whole token: key bytes 0..8 and 8..12, `len << 24 | id`
-/// (0 when empty; pieces here have 2+ bytes).
+/// A piece that is one whole token: key bytes 0..8, then bytes 8..12 in
+/// bits 0..32 of `rest`, the length in bits 32..40 and the id above (0
+/// when empty; pieces here have 2+ bytes). One compare of each word, under
+/// a mask, tells a hit.
 #[derive(Clone, Copy, Default)]
 struct HotSlot {
     lo: u64,
-    hi: u32,
-    meta: u32,
+    rest: u64,
 }
+
+/// The bits of [`HotSlot::rest`] that are key: bytes 8..12 and the length.
+const HOT_KEY: u64 = (1 << 40) - 1;
 
 pub(crate) struct WordCache {
     buckets: Box<[Bucket]>,
@@ -226,12 +230,19 @@ impl WordCache {
 
     /// The token `piece` (2..=[`HOT_MAX`] bytes) is, if the hot table holds
     /// it (for the tokenizer last given to [`Self::claim_hot`]).
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn get_hot(&self, piece: &Piece) -> Option<u32> {
-        debug_assert!((2..=HOT_MAX).contains(&piece.len()));
-        let s = &self.hot[Self::hot_index(piece.lo, piece.hi)];
-        (s.lo == piece.lo && s.hi as u64 == piece.hi && (s.meta >> 24) as usize == piece.len())
-            .then_some(s.meta & 0x00FF_FFFF)
+        self.get_hot_key(piece.lo, piece.hi, piece.len())
+    }
+
+    /// [`Self::get_hot`] of the piece of `len` (2..=[`HOT_MAX`]) bytes
+    /// whose key is `lo, hi`.
+    #[inline(always)]
+    pub(crate) fn get_hot_key(&self, lo: u64, hi: u64, len: usize) -> Option<u32> {
+        debug_assert!((2..=HOT_MAX).contains(&len) && hi >> 32 == 0);
+        let s = &self.hot[Self::hot_index(lo, hi)];
+        let want = hi | (len as u64) << 32;
+        ((s.lo ^ lo) | ((s.rest ^ want) & HOT_KEY) == 0).then_some((s.rest >> 40) as u32)
     }
 
     /// Remembers that `piece` (2..=[`HOT_MAX`] bytes) is the whole token
@@ -241,8 +252,7 @@ impl WordCache {
         debug_assert!((2..=HOT_MAX).contains(&piece.len()) && id < 1 << 24);
         self.hot[Self::hot_index(piece.lo, piece.hi)] = HotSlot {
             lo: piece.lo,
-            hi: piece.hi as u32,
-            meta: (piece.len() as u32) << 24 | id,
+            rest: piece.hi | (piece.len() as u64) << 32 | (id as u64) << 40,
         };
     }
 

@@ -1,7 +1,7 @@
 //! Encoding ordinary text: pre-tokenized pieces, each one token looked up
 //! whole, ids from the word cache, or the merge loop's.
 
-use super::model::Piece;
+use super::model::{key_at, Piece};
 use super::{cache, BpeTokenizer};
 
 impl BpeTokenizer {
@@ -63,14 +63,15 @@ impl BpeTokenizer {
                 n += 1;
                 continue;
             }
-            let piece = Piece::at(text, s, e);
-            if piece.len() <= cache::HOT_MAX {
-                if let Some(id) = c.get_hot(&piece) {
+            if e - s <= cache::HOT_MAX {
+                let hot = key_at(text, s, e - s).and_then(|(lo, hi)| c.get_hot_key(lo, hi, e - s));
+                if let Some(id) = hot {
                     stage[n] = id;
                     n += 1;
                     continue;
                 }
             }
+            let piece = Piece::at(text, s, e);
             // Whole pieces there are not one token (parts of cut pieces
             // are under another tag): asked before the vocabulary, a hit
             // skips its miss (o200k: ~100k a pass over the books, each a

@@ -631,23 +631,12 @@ impl<'a> Piece<'a> {
     }
 
     /// `text[start..end]` (not empty). Where the text has 16 bytes from
-    /// `start`, its key is one unaligned load and a mask: no branch on the
-    /// piece's length, which is as unpredictable as the text.
+    /// `start`, its key is [`key_at`]'s.
     #[inline(always)]
     pub(crate) fn at(text: &'a [u8], start: usize, end: usize) -> Self {
         let bytes = &text[start..end];
-        match text.get(start..start + 16) {
-            Some(w) => {
-                let word = |i: usize| u64::from_le_bytes(w[i..i + 8].try_into().expect("8 bytes"));
-                // A table of masks: a variable shift of a u128 was ~13
-                // instructions a piece, 5% of encoding.
-                let (keep_lo, keep_hi) = KEEP[bytes.len().min(16)];
-                Piece {
-                    bytes,
-                    lo: word(0) & keep_lo,
-                    hi: word(8) & keep_hi,
-                }
-            }
+        match key_at(text, start, bytes.len().min(16)) {
+            Some((lo, hi)) => Piece { bytes, lo, hi },
             None => Self::new(bytes),
         }
     }
@@ -656,6 +645,20 @@ impl<'a> Piece<'a> {
     pub(crate) fn len(&self) -> usize {
         self.bytes.len()
     }
+}
+
+/// The key of the piece of `len <= 16` bytes at `text[start..]` (see
+/// [`Piece`]) where the text has 16 bytes from `start`: one unaligned load
+/// and a mask, no branch on the length, which is as unpredictable as the
+/// text. (No bytes are sliced: the encode loop's hot tokens need none.)
+#[inline(always)]
+pub(crate) fn key_at(text: &[u8], start: usize, len: usize) -> Option<(u64, u64)> {
+    let w = text.get(start..start + 16)?;
+    let word = |i: usize| u64::from_le_bytes(w[i..i + 8].try_into().expect("8 bytes"));
+    // A table of masks: a variable shift of a u128 was ~13 instructions a
+    // piece, 5% of encoding.
+    let (keep_lo, keep_hi) = KEEP[len];
+    Some((word(0) & keep_lo, word(8) & keep_hi))
 }
 
 /// Masks of a 16-byte key's two little-endian words that keep its first `n`

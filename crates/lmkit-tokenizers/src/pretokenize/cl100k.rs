@@ -8,27 +8,13 @@
 
 use std::ops::Range;
 
+use super::class_at;
 use super::scan::{contraction_len, space_run, up_to_three};
-use super::{class_of, decode_multibyte, BYTE_CLASS};
 
 const LETTER: u8 = 0;
 const NUMBER: u8 = 1;
 const SPACE: u8 = 2;
 const OTHER: u8 = 3;
-
-/// Class (GPT-2's: 0 letter, 1 number, 2 space, 3 other) and byte length
-/// of the character at `text[i]`.
-#[inline(always)]
-pub(super) fn class_at(text: &[u8], i: usize) -> (u8, usize) {
-    let c = BYTE_CLASS[text[i] as usize];
-    if c != 4 {
-        return (c, 1);
-    }
-    match decode_multibyte(text, i) {
-        Some((cp, len)) => (class_of(cp), len),
-        None => (OTHER, 1),
-    }
-}
 
 /// Splits `text` into cl100k_base pre-tokenization pieces (byte ranges
 /// that tile it).
