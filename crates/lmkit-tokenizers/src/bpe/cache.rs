@@ -230,7 +230,7 @@ impl WordCache {
 
     /// The token `piece` (2..=[`HOT_MAX`] bytes) is, if the hot table holds
     /// it (for the tokenizer last given to [`Self::claim_hot`]).
-    #[cfg(test)]
+    #[inline(always)]
     pub(crate) fn get_hot(&self, piece: &Piece) -> Option<u32> {
         self.get_hot_key(piece.lo, piece.hi, piece.len())
     }

@@ -146,9 +146,15 @@ impl BpeTokenizer {
                 }
                 // A part that is one token: a vocabulary lookup per use
                 // (~66k a pass over the books corpus under GPT-2, most of
-                // the cut pieces' parts) unless cached.
-                Some(c) if !split => c.insert(self.owner, true, piece, &[id]),
-                _ => {}
+                // the cut pieces' parts) unless cached; in the hot table
+                // too where parts and whole pieces are keyed alike.
+                Some(c) => {
+                    if !self.parts_apart() && piece.len() <= cache::HOT_MAX {
+                        c.insert_hot(piece, id);
+                    }
+                    c.insert(self.owner, self.parts_apart(), piece, &[id]);
+                }
+                None => {}
             }
             out.push(id);
             return;
@@ -160,8 +166,18 @@ impl BpeTokenizer {
             self.merge(piece.bytes, out, cache.as_deref_mut());
         }
         if let Some(c) = cache {
-            c.insert(self.owner, !split, piece, &out[at..]);
+            c.insert(self.owner, !split && self.parts_apart(), piece, &out[at..]);
         }
+    }
+
+    /// Whether the caches key the parts of cut pieces apart from whole
+    /// pieces: under tiktoken's rule a whole piece that is a token is that
+    /// token, which the merge loop on its bytes (a part's ids) may not
+    /// give. Elsewhere (GPT-2's files) both are the merge loop's, and a
+    /// part, mostly one CJK character, is found in the hot table.
+    #[inline(always)]
+    fn parts_apart(&self) -> bool {
+        self.model.piece_is_token
     }
 
     /// The merge loop on `piece`, with the thread's pair cache when there is one.
@@ -181,7 +197,15 @@ impl BpeTokenizer {
     /// the length) and in those whose ids are too many to cache, the parts
     /// are short and repeat, so most are found whole or cached.
     #[cold]
-    fn encode_long(&self, piece: &[u8], out: &mut Vec<u32>, cache: Option<&mut cache::WordCache>) {
+    fn encode_long(
+        &self,
+        piece: &[u8],
+        out: &mut Vec<u32>,
+        mut cache: Option<&mut cache::WordCache>,
+    ) {
+        if let Some(c) = cache.as_deref_mut() {
+            c.claim_hot(self.owner); // the parts' hot tokens are this tokenizer's
+        }
         let joins = self.model.joins();
         // The context test where the parts gain: a piece the cache cannot
         // hold whole (a short one is merged once, then cached; the test
@@ -214,23 +238,30 @@ impl BpeTokenizer {
             if i + 1 < piece.len() && !cut_after(i) {
                 continue;
             }
-            let part = &piece[start..=i];
-            let part = Piece::new(part);
+            let part = Piece::at(piece, start, i + 1);
+            start = i + 1;
             if part.len() == 1 {
                 out.push(self.model.index.byte_ids[part.bytes[0] as usize]);
-                start = i + 1;
                 continue;
             }
-            let mut ids = [0; cache::LONG_IDS];
-            let n = cache
-                .as_deref_mut()
-                .map_or(0, |c| c.get_into(self.owner, true, &part, &mut ids));
-            if n > 0 {
-                out.extend_from_slice(&ids[..n]);
-            } else {
-                self.encode_piece(&part, out, cache.as_deref_mut(), false);
+            if let Some(c) = cache.as_deref_mut() {
+                if !self.parts_apart() && part.len() <= cache::HOT_MAX {
+                    if let Some(id) = c.get_hot(&part) {
+                        out.push(id);
+                        continue;
+                    }
+                }
+                let mut ids = [0; cache::LONG_IDS];
+                let n = c.get_into(self.owner, self.parts_apart(), &part, &mut ids);
+                if n > 0 {
+                    if n == 1 && !self.parts_apart() && part.len() <= cache::HOT_MAX {
+                        c.insert_hot(&part, ids[0]);
+                    }
+                    out.extend_from_slice(&ids[..n]);
+                    continue;
+                }
             }
-            start = i + 1;
+            self.encode_piece(&part, out, cache.as_deref_mut(), false);
         }
     }
 }
@@ -266,7 +297,23 @@ mod tests {
         t.encode_long(piece, &mut cut, None);
         prop_assert_eq!(&cut, &whole, "{:?}", String::from_utf8_lossy(piece));
         cut.clear();
-        cache::with_cache(|c| t.encode_long(piece, &mut cut, c));
+        cache::with_cache(|c| {
+            let c = c.unwrap();
+            // The thread's hot table first holds another tokenizer's ids
+            // (here id 0) for the piece's short parts.
+            let other = if std::ptr::eq(t, gpt2()) {
+                o200k()
+            } else {
+                gpt2()
+            };
+            c.claim_hot(other.owner);
+            for len in 2..=4 {
+                for w in piece.windows(len) {
+                    c.insert_hot(&Piece::new(w), 0);
+                }
+            }
+            t.encode_long(piece, &mut cut, Some(c))
+        });
         prop_assert_eq!(&cut, &whole);
         Ok(())
     }
