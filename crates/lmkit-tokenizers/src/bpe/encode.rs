@@ -79,16 +79,8 @@ impl BpeTokenizer {
             let dst = (&mut stage[n..n + cache::LONG_IDS])
                 .try_into()
                 .expect("room");
-            let got = c.get_into(self.owner, false, &piece, dst);
+            let got = self.word_cache_ids(c, false, &piece, dst);
             if got > 0 {
-                // A whole piece of one id is that token: back in the hot
-                // table, in the place of the one that evicted it. Left in
-                // the word cache only, a token that had lost its slot to
-                // another missed the hot table for good (~30% of GPT-2's
-                // whole-token pieces of the books corpus, a pass).
-                if got == 1 && piece.len() <= cache::HOT_MAX {
-                    c.insert_hot(&piece, stage[n]);
-                }
                 n += got;
                 continue;
             }
@@ -133,28 +125,20 @@ impl BpeTokenizer {
         } else {
             self.model.lookup_whole(piece)
         };
+        // Parts are cached under a tag of their own where they are keyed
+        // apart (see `parts_apart`), and never in the hot table then.
+        let part = !split && self.parts_apart();
         if let Some(id) = whole {
-            match cache {
-                Some(c) if split => {
-                    // In the hot table when short enough, and behind it
-                    // in the word cache (tokens of 13 to 16 bytes, and
-                    // those evicted from the hot table by another).
-                    if piece.len() <= cache::HOT_MAX {
-                        c.insert_hot(piece, id);
-                    }
-                    c.insert(self.owner, false, piece, &[id]);
+            if let Some(c) = cache {
+                // In the hot table when short enough, and behind it in the
+                // word cache (tokens of 13 to 16 bytes, those the hot table
+                // evicted, and the parts that are one token: ~66k
+                // vocabulary lookups a pass over the books corpus under
+                // GPT-2 unless cached).
+                if !part && piece.len() <= cache::HOT_MAX {
+                    c.insert_hot(piece, id);
                 }
-                // A part that is one token: a vocabulary lookup per use
-                // (~66k a pass over the books corpus under GPT-2, most of
-                // the cut pieces' parts) unless cached; in the hot table
-                // too where parts and whole pieces are keyed alike.
-                Some(c) => {
-                    if !self.parts_apart() && piece.len() <= cache::HOT_MAX {
-                        c.insert_hot(piece, id);
-                    }
-                    c.insert(self.owner, self.parts_apart(), piece, &[id]);
-                }
-                None => {}
+                c.insert(self.owner, part, piece, &[id]);
             }
             out.push(id);
             return;
@@ -166,7 +150,7 @@ impl BpeTokenizer {
             self.merge(piece.bytes, out, cache.as_deref_mut());
         }
         if let Some(c) = cache {
-            c.insert(self.owner, !split && self.parts_apart(), piece, &out[at..]);
+            c.insert(self.owner, part, piece, &out[at..]);
         }
     }
 
@@ -178,6 +162,27 @@ impl BpeTokenizer {
     #[inline(always)]
     fn parts_apart(&self) -> bool {
         self.model.piece_is_token
+    }
+
+    /// The word cache's ids of `piece` (`part`: under the parts' tag) in
+    /// `dst`, and how many (0: none). One id not under the parts' tag is
+    /// the token the piece spells: it goes back into the hot table, in the
+    /// place of the one that evicted it (left in the word cache only, a
+    /// token that had lost its slot missed the hot table for good: ~30% of
+    /// GPT-2's whole-token pieces of the books corpus, a pass).
+    #[inline(always)]
+    fn word_cache_ids(
+        &self,
+        c: &mut cache::WordCache,
+        part: bool,
+        piece: &Piece,
+        dst: &mut [u32; cache::LONG_IDS],
+    ) -> usize {
+        let got = c.get_into(self.owner, part, piece, dst);
+        if got == 1 && !part && piece.len() <= cache::HOT_MAX {
+            c.insert_hot(piece, dst[0]);
+        }
+        got
     }
 
     /// The merge loop on `piece`, with the thread's pair cache when there is one.
@@ -245,18 +250,16 @@ impl BpeTokenizer {
                 continue;
             }
             if let Some(c) = cache.as_deref_mut() {
-                if !self.parts_apart() && part.len() <= cache::HOT_MAX {
+                let tag = self.parts_apart();
+                if !tag && part.len() <= cache::HOT_MAX {
                     if let Some(id) = c.get_hot(&part) {
                         out.push(id);
                         continue;
                     }
                 }
                 let mut ids = [0; cache::LONG_IDS];
-                let n = c.get_into(self.owner, self.parts_apart(), &part, &mut ids);
+                let n = self.word_cache_ids(c, tag, &part, &mut ids);
                 if n > 0 {
-                    if n == 1 && !self.parts_apart() && part.len() <= cache::HOT_MAX {
-                        c.insert_hot(&part, ids[0]);
-                    }
                     out.extend_from_slice(&ids[..n]);
                     continue;
                 }
